@@ -1,0 +1,47 @@
+/* The device boundary. Policies never call CUDA; they ask the heap for
+ * segments, and the heap asks its backend. Two backends share this table:
+ * `cuda` (cudart, loaded at run time) and `sim` (a fake address space with a
+ * capacity and fault injection; no host memory per simulated byte). */
+#ifndef TA_BACKEND_H
+#define TA_BACKEND_H
+
+#include "common.h"
+#include "torchalloc.h"
+
+enum ta_backend_status { TA_OK = 0, TA_ENOMEM = 1, TA_EDEVICE = 2 };
+
+typedef struct ta_backend ta_backend;
+
+typedef struct ta_backend_ops {
+  const char *name;
+  int (*device_count)(ta_backend *);
+  /* Allocate `size` bytes on `device`; TA_ENOMEM when the device is full. */
+  int (*alloc)(ta_backend *, int device, size_t size, uintptr_t *out);
+  void (*free)(ta_backend *, int device, uintptr_t addr, size_t size);
+  int (*mem_info)(ta_backend *, int device, size_t *free_bytes, size_t *total_bytes);
+  /* Wait until all work queued on `device` is done (before releasing cached
+   * segments that queued kernels might still use). */
+  void (*synchronize)(ta_backend *, int device);
+  /* Events for record_stream: record one on `stream`, ask if it completed,
+   * release it. */
+  void *(*event_record)(ta_backend *, int device, cudaStream_t stream);
+  int (*event_done)(ta_backend *, int device, void *event);
+  void (*event_release)(ta_backend *, int device, void *event);
+  void (*destroy)(ta_backend *);
+} ta_backend_ops;
+
+struct ta_backend {
+  const ta_backend_ops *ops;
+};
+
+typedef struct ta_sim_options {
+  int devices;            /* number of simulated devices */
+  size_t capacity;        /* bytes per device */
+  uint64_t fail_alloc_at; /* fail the Nth device allocation (1-based); 0: never */
+} ta_sim_options;
+
+ta_internal ta_backend *ta_backend_sim_create(const ta_sim_options *opts);
+/* NULL with a message in `err` when cudart cannot be loaded. */
+ta_internal ta_backend *ta_backend_cuda_create(char *err, size_t errlen);
+
+#endif

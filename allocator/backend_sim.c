@@ -1,0 +1,97 @@
+/* The simulated device: a fake address space with a capacity.
+ *
+ * Addresses are handed out by a bump pointer per device, so a trace of 80 GiB
+ * costs a few bytes of host memory; addresses are never reused, which makes
+ * a stale pointer in a test impossible to confuse with a fresh one. Device d
+ * lives at [(d+1) << 52, (d+2) << 52): 4 PiB of cumulative allocations each.
+ * Events complete at once: the simulated device has no queued work. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backend.h"
+
+#define SIM_MAX_DEVICES 64
+#define SIM_ALIGN 512
+
+typedef struct sim_device {
+  size_t used;
+  uintptr_t next_addr;
+  uintptr_t end_addr;
+} sim_device;
+
+typedef struct sim_backend {
+  ta_backend base;
+  ta_sim_options opts;
+  uint64_t allocs_attempted; /* across devices, for fault injection */
+  sim_device dev[SIM_MAX_DEVICES];
+} sim_backend;
+
+static int sim_device_count(ta_backend *b) { return ((sim_backend *)b)->opts.devices; }
+
+static int sim_alloc(ta_backend *b, int device, size_t size, uintptr_t *out) {
+  sim_backend *s = (sim_backend *)b;
+  sim_device *d = &s->dev[device];
+  s->allocs_attempted++;
+  if (s->opts.fail_alloc_at != 0 && s->allocs_attempted == s->opts.fail_alloc_at) return TA_ENOMEM;
+  size_t bytes = ta_align_up(size, SIM_ALIGN);
+  if (bytes > s->opts.capacity - d->used) return TA_ENOMEM;
+  if (bytes > d->end_addr - d->next_addr) return TA_ENOMEM; /* address space exhausted */
+  *out = d->next_addr;
+  d->next_addr += bytes;
+  d->used += bytes;
+  return TA_OK;
+}
+
+static void sim_free(ta_backend *b, int device, uintptr_t addr, size_t size) {
+  (void)addr;
+  sim_device *d = &((sim_backend *)b)->dev[device];
+  d->used -= ta_align_up(size, SIM_ALIGN);
+}
+
+static int sim_mem_info(ta_backend *b, int device, size_t *free_bytes, size_t *total_bytes) {
+  sim_backend *s = (sim_backend *)b;
+  *total_bytes = s->opts.capacity;
+  *free_bytes = s->opts.capacity - s->dev[device].used;
+  return TA_OK;
+}
+
+static void sim_synchronize(ta_backend *b, int device) { (void)b, (void)device; }
+
+/* A non-NULL token: simulated work is always complete. */
+static void *sim_event_record(ta_backend *b, int device, cudaStream_t stream) {
+  (void)device, (void)stream;
+  return b;
+}
+static int sim_event_done(ta_backend *b, int device, void *event) {
+  (void)b, (void)device, (void)event;
+  return 1;
+}
+static void sim_event_release(ta_backend *b, int device, void *event) { (void)b, (void)device, (void)event; }
+
+static void sim_destroy(ta_backend *b) { free(b); }
+
+static const ta_backend_ops sim_ops = {
+    .name = "sim",
+    .device_count = sim_device_count,
+    .alloc = sim_alloc,
+    .free = sim_free,
+    .mem_info = sim_mem_info,
+    .synchronize = sim_synchronize,
+    .event_record = sim_event_record,
+    .event_done = sim_event_done,
+    .event_release = sim_event_release,
+    .destroy = sim_destroy,
+};
+
+ta_backend *ta_backend_sim_create(const ta_sim_options *opts) {
+  if (opts->devices < 1 || opts->devices > SIM_MAX_DEVICES) return NULL;
+  sim_backend *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->base.ops = &sim_ops;
+  s->opts = *opts;
+  for (int d = 0; d < opts->devices; d++) {
+    s->dev[d].next_addr = (uintptr_t)(d + 1) << 52;
+    s->dev[d].end_addr = (uintptr_t)(d + 2) << 52;
+  }
+  return &s->base;
+}

@@ -1,0 +1,27 @@
+/* Small helpers every translation unit uses. */
+#ifndef TA_COMMON_H
+#define TA_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ta_likely(x) __builtin_expect(!!(x), 1)
+#define ta_unlikely(x) __builtin_expect(!!(x), 0)
+#define ta_noinline __attribute__((noinline))
+#define ta_internal __attribute__((visibility("hidden")))
+
+#define TA_KiB ((size_t)1 << 10)
+#define TA_MiB ((size_t)1 << 20)
+#define TA_GiB ((size_t)1 << 30)
+
+/* Internal invariants: on in debug builds (TA_DEBUG=1), compiled out otherwise. */
+#if defined(TA_DEBUG) && TA_DEBUG
+#include <assert.h>
+#define ta_assert(x) assert(x)
+#else
+#define ta_assert(x) ((void)0)
+#endif
+
+static inline size_t ta_align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+#endif

@@ -1,0 +1,36 @@
+/* TORCHALLOC_CONF: every option in one place, parsed once. */
+#ifndef TA_CONFIG_H
+#define TA_CONFIG_H
+
+#include "common.h"
+
+enum ta_backend_kind { TA_BACKEND_CUDA = 0, TA_BACKEND_SIM = 1 };
+
+#define TA_NAME_MAX 32
+#define TA_PATH_MAX 1024
+
+typedef struct ta_config {
+  char policy[TA_NAME_MAX];
+  int backend;              /* enum ta_backend_kind */
+  size_t sim_capacity;      /* bytes per simulated device */
+  int sim_devices;
+  uint64_t sim_fail_alloc;  /* fail the Nth device allocation; 0: never */
+  int warn;                 /* print misuse lines on stderr */
+  char log_path[TA_PATH_MAX]; /* "" = no log */
+  size_t log_max;           /* 0 = unlimited */
+  int stacks;
+  int stack_depth;
+} ta_config;
+
+ta_internal void ta_config_defaults(ta_config *c);
+
+/* Parse `text` (the TORCHALLOC_CONF syntax) over `c`. Returns 0, or -1 with a
+ * message naming the offending key in `err`. `c` is unchanged on error. */
+ta_internal int ta_config_parse(ta_config *c, const char *text, char *err, size_t errlen);
+
+/* "80GiB", "512MB", "1048576" -> bytes. Returns 0 or -1. */
+ta_internal int ta_parse_bytes(const char *text, size_t *out);
+
+ta_internal const char *ta_config_key_list(void);
+
+#endif

@@ -1,0 +1,448 @@
+/* The per-device heap: everything around a policy.
+ *
+ * Fast path of malloc: lock, policy->malloc (an O(1) bin lookup), pointer
+ * map insert, five stat updates, unlock. Everything rare (device OOM and the
+ * retry, misuse, growth) lives in noinline functions below. */
+#include "heap.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "misuse.h"
+#include "phase.h"
+#include "stats.h"
+
+/* ------------------------------------------------------------------------
+ * Block slab
+ * ---------------------------------------------------------------------- */
+
+#define SLAB_BLOCKS 256
+
+static ta_noinline int slab_grow(ta_block_slab *s) {
+  if (s->nchunks == s->cap_chunks) {
+    size_t cap = s->cap_chunks ? s->cap_chunks * 2 : 16;
+    void **chunks = realloc(s->chunks, cap * sizeof *chunks);
+    if (!chunks) return -1;
+    s->chunks = chunks;
+    s->cap_chunks = cap;
+  }
+  ta_block *chunk = malloc(SLAB_BLOCKS * sizeof *chunk);
+  if (!chunk) return -1;
+  s->chunks[s->nchunks++] = chunk;
+  for (int i = 0; i < SLAB_BLOCKS; i++) {
+    chunk[i].next = s->free_list;
+    s->free_list = &chunk[i];
+  }
+  return 0;
+}
+
+ta_block *ta_heap_block_new(ta_heap *h) {
+  ta_block_slab *s = &h->slab;
+  if (ta_unlikely(!s->free_list) && slab_grow(s)) return NULL;
+  ta_block *b = s->free_list;
+  s->free_list = b->next;
+  memset(b, 0, sizeof *b);
+  return b;
+}
+
+void ta_heap_block_delete(ta_heap *h, ta_block *b) {
+  b->next = h->slab.free_list;
+  h->slab.free_list = b;
+}
+
+/* ------------------------------------------------------------------------
+ * Segment registry (sorted by address)
+ * ---------------------------------------------------------------------- */
+
+/* Index of the first segment whose address is > addr. */
+static size_t registry_upper(const ta_segment_registry *r, uintptr_t addr) {
+  size_t lo = 0, hi = r->count;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (r->items[mid]->addr <= addr) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+static int registry_insert(ta_segment_registry *r, ta_segment *s) {
+  if (r->count == r->cap) {
+    size_t cap = r->cap ? r->cap * 2 : 64;
+    ta_segment **items = realloc(r->items, cap * sizeof *items);
+    if (!items) return -1;
+    r->items = items;
+    r->cap = cap;
+  }
+  size_t i = registry_upper(r, s->addr);
+  memmove(&r->items[i + 1], &r->items[i], (r->count - i) * sizeof *r->items);
+  r->items[i] = s;
+  r->count++;
+  return 0;
+}
+
+static void registry_remove(ta_segment_registry *r, ta_segment *s) {
+  size_t i = registry_upper(r, s->addr);
+  ta_assert(i > 0 && r->items[i - 1] == s);
+  i--;
+  memmove(&r->items[i], &r->items[i + 1], (r->count - i - 1) * sizeof *r->items);
+  r->count--;
+}
+
+/* The segment containing addr, or NULL. */
+static ta_segment *registry_find(const ta_segment_registry *r, uintptr_t addr) {
+  size_t i = registry_upper(r, addr);
+  if (i == 0) return NULL;
+  ta_segment *s = r->items[i - 1];
+  return addr < s->addr + s->size ? s : NULL;
+}
+
+/* ------------------------------------------------------------------------
+ * Services for policies
+ * ---------------------------------------------------------------------- */
+
+ta_segment *ta_heap_segment_alloc(ta_heap *h, size_t size, cudaStream_t stream, int pool, void *owner,
+                                  uint8_t policy) {
+  ta_segment *s = malloc(sizeof *s);
+  ta_block *b = ta_heap_block_new(h);
+  uintptr_t addr = 0;
+  if (!s || !b) goto fail;
+  if (h->backend->ops->alloc(h->backend, h->device, size, &addr) != TA_OK) goto fail;
+  *s = (ta_segment){.addr = addr, .size = size, .stream = stream, .first = b, .owner = owner,
+                    .pool = (uint8_t)pool, .policy = policy};
+  if (registry_insert(&h->segments, s)) {
+    h->backend->ops->free(h->backend, h->device, addr, size);
+    goto fail;
+  }
+  b->addr = addr;
+  b->size = size;
+  b->segment = s;
+  b->stream = stream;
+  b->owner = owner;
+  b->policy = policy;
+  b->state = TA_BLOCK_FREE;
+  h->stats.num_device_alloc++;
+  ta_stats_add(h->stats.segment, pool, 1);
+  ta_stats_add(h->stats.reserved_bytes, pool, (int64_t)size);
+  return s;
+fail:
+  free(s);
+  if (b) ta_heap_block_delete(h, b);
+  return NULL;
+}
+
+void ta_heap_segment_release(ta_heap *h, ta_segment *s) {
+  ta_assert(s->first->state == TA_BLOCK_FREE && !s->first->next);
+  h->backend->ops->free(h->backend, h->device, s->addr, s->size);
+  registry_remove(&h->segments, s);
+  h->stats.num_device_free++;
+  ta_stats_sub(h->stats.segment, s->pool, 1);
+  ta_stats_sub(h->stats.reserved_bytes, s->pool, (int64_t)s->size);
+  ta_heap_block_delete(h, s->first);
+  free(s);
+}
+
+void ta_heap_note_inactive_split(ta_heap *h, const ta_block *b, int sign) {
+  int pool = ta_block_pool(b);
+  if (sign > 0) {
+    ta_stats_add(h->stats.inactive_split, pool, 1);
+    ta_stats_add(h->stats.inactive_split_bytes, pool, (int64_t)b->size);
+  } else {
+    ta_stats_sub(h->stats.inactive_split, pool, 1);
+    ta_stats_sub(h->stats.inactive_split_bytes, pool, (int64_t)b->size);
+  }
+}
+
+/* ------------------------------------------------------------------------
+ * Create / destroy
+ * ---------------------------------------------------------------------- */
+
+static ta_policy *policy_get(ta_heap *h, uint8_t id) {
+  if (!h->policies[id]) h->policies[id] = ta_policy_by_id(id)->create(h, id);
+  return h->policies[id];
+}
+
+ta_heap *ta_heap_create(ta_backend *backend, int device, const ta_config *conf, char *err, size_t errlen) {
+  uint8_t id;
+  if (!ta_policy_by_name(conf->policy, &id)) {
+    snprintf(err, errlen, "unknown policy '%s'", conf->policy);
+    return NULL;
+  }
+  ta_heap *h = calloc(1, sizeof *h);
+  if (!h || ta_ptrmap_init(&h->live)) {
+    free(h);
+    snprintf(err, errlen, "out of host memory");
+    return NULL;
+  }
+  pthread_mutex_init(&h->lock, NULL);
+  h->device = device;
+  h->backend = backend;
+  h->conf = conf;
+  h->stats.version = TORCHALLOC_STATS_VERSION;
+  h->current = policy_get(h, id);
+  if (!h->current) {
+    snprintf(err, errlen, "out of host memory");
+    ta_heap_destroy(h);
+    return NULL;
+  }
+  return h;
+}
+
+void ta_heap_destroy(ta_heap *h) {
+  if (!h) return;
+  /* Return every segment, live blocks included, then drop the bookkeeping. */
+  for (size_t i = 0; i < h->segments.count; i++) {
+    ta_segment *s = h->segments.items[i];
+    h->backend->ops->free(h->backend, h->device, s->addr, s->size);
+    free(s);
+  }
+  h->segments.count = 0;
+  for (int i = 0; i < TA_NPOLICIES; i++)
+    if (h->policies[i]) h->policies[i]->ops->destroy(h->policies[i]);
+  free(h->segments.items);
+  for (size_t i = 0; i < h->slab.nchunks; i++) free(h->slab.chunks[i]);
+  free(h->slab.chunks);
+  ta_ptrmap_destroy(&h->live);
+  pthread_mutex_destroy(&h->lock);
+  free(h);
+}
+
+/* ------------------------------------------------------------------------
+ * malloc / free
+ * ---------------------------------------------------------------------- */
+
+static size_t release_cached_locked(ta_heap *h) {
+  h->backend->ops->synchronize(h->backend, h->device); /* queued kernels may still use cached blocks */
+  size_t released = 0;
+  for (int i = 0; i < TA_NPOLICIES; i++)
+    if (h->policies[i]) released += h->policies[i]->ops->release_cached(h->policies[i]);
+  return released;
+}
+
+static void report_oom(ta_heap *h, size_t size) {
+  size_t free_b = 0, total_b = 0;
+  h->backend->ops->mem_info(h->backend, h->device, &free_b, &total_b);
+  const torchalloc_stats *s = &h->stats;
+  fprintf(stderr,
+          "torchalloc: out of memory on %s device %d: tried to allocate %zu bytes; device has %zu of %zu bytes "
+          "free; torchalloc holds %" PRId64 " bytes reserved, %" PRId64 " allocated (policy %s)\n",
+          h->backend->ops->name, h->device, size, free_b, total_b, s->reserved_bytes[0].current,
+          s->allocated_bytes[0].current, h->current->ops->name);
+}
+
+/* The device said no: release every fully free cached segment, retry once. */
+static ta_noinline ta_block *malloc_retry(ta_heap *h, size_t size, cudaStream_t stream, int phase) {
+  h->stats.num_alloc_retries++;
+  release_cached_locked(h);
+  ta_block *b = h->current->ops->malloc(h->current, size, stream, phase);
+  if (!b) {
+    h->stats.num_ooms++;
+    if (h->conf->warn) report_oom(h, size);
+  }
+  return b;
+}
+
+static inline void count_alloc(ta_heap *h, const ta_block *b) {
+  int pool = ta_block_pool(b);
+  ta_stats_add(h->stats.allocation, pool, 1);
+  ta_stats_add(h->stats.active, pool, 1);
+  ta_stats_add(h->stats.allocated_bytes, pool, (int64_t)b->size);
+  ta_stats_add(h->stats.active_bytes, pool, (int64_t)b->size);
+  ta_stats_add(h->stats.requested_bytes, pool, (int64_t)b->requested);
+}
+
+static inline void count_free(ta_heap *h, const ta_block *b) {
+  int pool = ta_block_pool(b);
+  ta_stats_sub(h->stats.allocation, pool, 1);
+  ta_stats_sub(h->stats.active, pool, 1);
+  ta_stats_sub(h->stats.allocated_bytes, pool, (int64_t)b->size);
+  ta_stats_sub(h->stats.active_bytes, pool, (int64_t)b->size);
+  ta_stats_sub(h->stats.requested_bytes, pool, (int64_t)b->requested);
+}
+
+void *ta_heap_malloc(ta_heap *h, size_t size, cudaStream_t stream) {
+  int phase = ta_phase_current();
+  pthread_mutex_lock(&h->lock);
+  ta_block *b = h->current->ops->malloc(h->current, size, stream, phase);
+  if (ta_unlikely(!b)) b = malloc_retry(h, size, stream, phase);
+  void *ptr = NULL;
+  if (ta_likely(b != NULL)) {
+    if (ta_unlikely(ta_ptrmap_put(&h->live, b->addr, b) != 0)) {
+      policy_get(h, b->policy)->ops->free(policy_get(h, b->policy), b); /* host OOM: give it back */
+    } else {
+      b->requested = size;
+      b->phase = (uint16_t)phase;
+      count_alloc(h, b);
+      ptr = (void *)b->addr;
+    }
+  }
+  pthread_mutex_unlock(&h->lock);
+  return ptr;
+}
+
+/* Why `addr` is not a live block: inside one of our segments it was handed
+ * out once and freed already; elsewhere we never handed it out. */
+static ta_noinline void report_bad_free(ta_heap *h, uintptr_t addr) {
+  if (registry_find(&h->segments, addr)) {
+    h->stats.num_bad_double_free++;
+    ta_misuse_report(h->conf->warn, TA_MISUSE_DOUBLE_FREE,
+                     "free of %p on device %d, which is not allocated (double free?); ignored", (void *)addr,
+                     h->device);
+  } else {
+    h->stats.num_bad_free_unknown++;
+    ta_misuse_report(h->conf->warn, TA_MISUSE_FREE_UNKNOWN,
+                     "free of %p on device %d, which torchalloc never allocated; ignored", (void *)addr, h->device);
+  }
+}
+
+void ta_heap_free(ta_heap *h, void *ptr, size_t size, cudaStream_t stream) {
+  (void)stream; /* the block knows its stream; torch passes the same one */
+  uintptr_t addr = (uintptr_t)ptr;
+  pthread_mutex_lock(&h->lock);
+  ta_block *b = ta_ptrmap_get(&h->live, addr);
+  if (ta_unlikely(!b)) {
+    report_bad_free(h, addr);
+  } else if (ta_unlikely(b->requested != size)) {
+    /* Most likely a stale free of an address since handed to someone else:
+     * freeing it would corrupt their data, so the block stays allocated. */
+    h->stats.num_bad_free_size++;
+    ta_misuse_report(h->conf->warn, TA_MISUSE_FREE_SIZE,
+                     "free of %p with size %zu, but it was allocated with size %zu; ignored, the block stays "
+                     "allocated",
+                     ptr, size, b->requested);
+  } else {
+    ta_ptrmap_take(&h->live, addr);
+    count_free(h, b);
+    ta_policy *p = h->policies[b->policy];
+    p->ops->free(p, b);
+  }
+  pthread_mutex_unlock(&h->lock);
+}
+
+/* ------------------------------------------------------------------------
+ * Control
+ * ---------------------------------------------------------------------- */
+
+int ta_heap_set_policy(ta_heap *h, const char *name) {
+  uint8_t id;
+  if (!ta_policy_by_name(name, &id)) return -1;
+  pthread_mutex_lock(&h->lock);
+  ta_policy *p = policy_get(h, id);
+  if (p) h->current = p;
+  pthread_mutex_unlock(&h->lock);
+  return p ? 0 : -1;
+}
+
+size_t ta_heap_release_cached(ta_heap *h) {
+  pthread_mutex_lock(&h->lock);
+  size_t released = release_cached_locked(h);
+  pthread_mutex_unlock(&h->lock);
+  return released;
+}
+
+void ta_heap_get_stats(ta_heap *h, torchalloc_stats *out) {
+  pthread_mutex_lock(&h->lock);
+  *out = h->stats;
+  pthread_mutex_unlock(&h->lock);
+}
+
+/* ------------------------------------------------------------------------
+ * Invariant checker: recount everything from the segment and block lists.
+ * ---------------------------------------------------------------------- */
+
+typedef struct recount {
+  int64_t allocation[3], allocated_bytes[3], requested_bytes[3], active[3], active_bytes[3];
+  int64_t segment[3], reserved_bytes[3], inactive_split[3], inactive_split_bytes[3];
+  size_t live_blocks;
+} recount;
+
+static void add3(int64_t v[3], int pool, int64_t n) {
+  v[0] += n;
+  v[pool] += n;
+}
+
+#define FAIL(...)                            \
+  do {                                       \
+    snprintf(err, errlen, __VA_ARGS__);      \
+    return -1;                               \
+  } while (0)
+
+static int check_segment(ta_heap *h, const ta_segment *s, recount *rc, char *err, size_t errlen) {
+  uintptr_t expect = s->addr;
+  const ta_block *prev = NULL;
+  for (const ta_block *b = s->first; b; prev = b, b = b->next) {
+    if (b->addr != expect) FAIL("segment %p: block at %p, expected %p (gap or overlap)", (void *)s->addr,
+                                (void *)b->addr, (void *)expect);
+    if (b->prev != prev) FAIL("block %p: prev link broken", (void *)b->addr);
+    if (b->segment != s) FAIL("block %p: points to the wrong segment", (void *)b->addr);
+    if (b->size == 0 || b->size % 512) FAIL("block %p: size %zu is not a positive multiple of 512", (void *)b->addr, b->size);
+    if (b->stream != s->stream) FAIL("block %p: stream differs from its segment's", (void *)b->addr);
+    expect = b->addr + b->size;
+    if (b->state == TA_BLOCK_FREE) {
+      if (prev && prev->state == TA_BLOCK_FREE) FAIL("blocks %p and %p are both free but not merged",
+                                                     (void *)prev->addr, (void *)b->addr);
+      if (ta_block_is_split(b)) {
+        add3(rc->inactive_split, s->pool, 1);
+        add3(rc->inactive_split_bytes, s->pool, (int64_t)b->size);
+      }
+    } else {
+      if (ta_ptrmap_get(&h->live, b->addr) != b) FAIL("live block %p is missing from the pointer map", (void *)b->addr);
+      if (b->requested == 0 || b->requested > b->size) FAIL("live block %p: requested %zu outside (0, %zu]",
+                                                           (void *)b->addr, b->requested, b->size);
+      rc->live_blocks++;
+      add3(rc->active, s->pool, 1);
+      add3(rc->active_bytes, s->pool, (int64_t)b->size);
+      if (b->state == TA_BLOCK_LIVE) {
+        add3(rc->allocation, s->pool, 1);
+        add3(rc->allocated_bytes, s->pool, (int64_t)b->size);
+        add3(rc->requested_bytes, s->pool, (int64_t)b->requested);
+      }
+    }
+  }
+  if (expect != s->addr + s->size) FAIL("segment %p: blocks cover %zu of %zu bytes", (void *)s->addr,
+                                        (size_t)(expect - s->addr), s->size);
+  add3(rc->segment, s->pool, 1);
+  add3(rc->reserved_bytes, s->pool, (int64_t)s->size);
+  return 0;
+}
+
+static int compare(const char *name, const torchalloc_stat st[3], const int64_t v[3], char *err, size_t errlen) {
+  for (int p = 0; p < 3; p++)
+    if (st[p].current != v[p]) FAIL("stat %s[%d].current is %" PRId64 ", recount gives %" PRId64, name, p,
+                                    st[p].current, v[p]);
+  return 0;
+}
+
+int ta_heap_check(ta_heap *h, char *err, size_t errlen) {
+  pthread_mutex_lock(&h->lock);
+  recount rc;
+  memset(&rc, 0, sizeof rc);
+  int bad = 0;
+  const ta_segment_registry *r = &h->segments;
+  for (size_t i = 0; i < r->count && !bad; i++) {
+    const ta_segment *s = r->items[i];
+    if (i > 0 && r->items[i - 1]->addr + r->items[i - 1]->size > s->addr) {
+      snprintf(err, errlen, "segments %p and %p overlap", (void *)r->items[i - 1]->addr, (void *)s->addr);
+      bad = 1;
+    } else {
+      bad = check_segment(h, s, &rc, err, errlen) != 0;
+    }
+  }
+  if (!bad && rc.live_blocks != h->live.count) {
+    snprintf(err, errlen, "pointer map holds %zu blocks, segments hold %zu live ones", h->live.count, rc.live_blocks);
+    bad = 1;
+  }
+  const torchalloc_stats *s = &h->stats;
+  bad = bad || compare("allocation", s->allocation, rc.allocation, err, errlen) ||
+        compare("allocated_bytes", s->allocated_bytes, rc.allocated_bytes, err, errlen) ||
+        compare("requested_bytes", s->requested_bytes, rc.requested_bytes, err, errlen) ||
+        compare("active", s->active, rc.active, err, errlen) ||
+        compare("active_bytes", s->active_bytes, rc.active_bytes, err, errlen) ||
+        compare("segment", s->segment, rc.segment, err, errlen) ||
+        compare("reserved_bytes", s->reserved_bytes, rc.reserved_bytes, err, errlen) ||
+        compare("inactive_split", s->inactive_split, rc.inactive_split, err, errlen) ||
+        compare("inactive_split_bytes", s->inactive_split_bytes, rc.inactive_split_bytes, err, errlen);
+  pthread_mutex_unlock(&h->lock);
+  return bad ? -1 : 0;
+}

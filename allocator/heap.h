@@ -1,0 +1,67 @@
+/* One heap per device: the lock, the policies, the pointer map of live
+ * blocks, the registry of segments and the stats. Everything a policy needs
+ * from the outside world goes through the functions below. */
+#ifndef TA_HEAP_H
+#define TA_HEAP_H
+
+#include <pthread.h>
+
+#include "../policies/policy.h"
+#include "backend.h"
+#include "config.h"
+#include "ptrmap.h"
+
+/* Blocks are carved from slabs and recycled through a free list: the hot
+ * path never calls malloc(3) once the heap is warm. */
+typedef struct ta_block_slab {
+  ta_block *free_list;
+  void **chunks;
+  size_t nchunks, cap_chunks;
+} ta_block_slab;
+
+/* Segments sorted by address: finds the segment around a bad pointer and
+ * lets the checker and exporters walk memory in order. */
+typedef struct ta_segment_registry {
+  ta_segment **items;
+  size_t count, cap;
+} ta_segment_registry;
+
+typedef struct ta_heap {
+  pthread_mutex_t lock;
+  int device;
+  ta_backend *backend;
+  const ta_config *conf;
+  torchalloc_stats stats;
+  ta_ptrmap live;
+  ta_segment_registry segments;
+  ta_block_slab slab;
+  ta_policy *policies[TA_NPOLICIES]; /* created on first use */
+  ta_policy *current;
+} ta_heap;
+
+/* Create/destroy a heap for `device` of `backend`; `policy` names the first
+ * current policy. NULL with a message in err when it cannot be made. */
+ta_internal ta_heap *ta_heap_create(ta_backend *backend, int device, const ta_config *conf, char *err, size_t errlen);
+ta_internal void ta_heap_destroy(ta_heap *h);
+
+ta_internal void *ta_heap_malloc(ta_heap *h, size_t size, cudaStream_t stream);
+ta_internal void ta_heap_free(ta_heap *h, void *ptr, size_t size, cudaStream_t stream);
+ta_internal int ta_heap_set_policy(ta_heap *h, const char *name);
+ta_internal size_t ta_heap_release_cached(ta_heap *h);
+ta_internal void ta_heap_get_stats(ta_heap *h, torchalloc_stats *out);
+/* 0, or -1 with a description in err. */
+ta_internal int ta_heap_check(ta_heap *h, char *err, size_t errlen);
+
+/* --- services for policies (caller holds h->lock) --- */
+ta_internal ta_block *ta_heap_block_new(ta_heap *h);
+ta_internal void ta_heap_block_delete(ta_heap *h, ta_block *b);
+/* A device allocation of `size` bytes as one segment holding one FREE block
+ * (not yet in any free index). NULL when the device is out of memory. */
+ta_internal ta_segment *ta_heap_segment_alloc(ta_heap *h, size_t size, cudaStream_t stream, int pool, void *owner,
+                                             uint8_t policy);
+/* Return a segment (whose only block is FREE and out of any index) to the device. */
+ta_internal void ta_heap_segment_release(ta_heap *h, ta_segment *s);
+/* Free blocks that are part of a split segment count as inactive_split. */
+ta_internal void ta_heap_note_inactive_split(ta_heap *h, const ta_block *b, int sign);
+
+#endif

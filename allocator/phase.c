@@ -1,0 +1,3 @@
+#include "phase.h"
+
+_Atomic int ta_current_phase = TA_PHASE_DEFAULT;

@@ -1,0 +1,124 @@
+/* torchalloc — a CUDA memory allocator for PyTorch that explains itself.
+ *
+ * The one public header. Every exported symbol starts with `torchalloc_`.
+ * PyTorch loads the library with
+ *   torch.cuda.memory.CUDAPluggableAllocator(path, "torchalloc_malloc", "torchalloc_free")
+ * and casts those two symbols to exactly the signatures below.
+ *
+ * The header needs no CUDA install: `cudaStream_t` is declared exactly as
+ * CUDA's driver_types.h declares it (C11 allows the identical typedef twice).
+ */
+#ifndef TORCHALLOC_H
+#define TORCHALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct CUstream_st *cudaStream_t;
+
+#define TORCHALLOC_API __attribute__((visibility("default")))
+
+/* ---------------------------------------------------------------------------
+ * The two entry points PyTorch calls.
+ * ------------------------------------------------------------------------- */
+
+/* Size 0 returns NULL. On device OOM (after releasing cached segments and
+ * retrying once) returns NULL and counts `num_ooms`. */
+TORCHALLOC_API void *torchalloc_malloc(size_t size, int device, cudaStream_t stream);
+
+/* `size` is the size originally requested, `stream` the allocation stream.
+ * Misuse (unknown pointer, double free, size mismatch) is reported once per
+ * kind on stderr, counted in the stats, and never touches live blocks. */
+TORCHALLOC_API void torchalloc_free(void *ptr, size_t size, int device, cudaStream_t stream);
+
+/* ---------------------------------------------------------------------------
+ * Configuration. Syntax of TORCHALLOC_CONF: comma-separated key:value, e.g.
+ *   policy:caching,backend:sim,sim_capacity:80GiB
+ * Keys are listed in README.md and by torchalloc_config_keys().
+ * ------------------------------------------------------------------------- */
+
+/* (Re)initialise from `conf` (NULL: from TORCHALLOC_CONF). Fails, leaving the
+ * current state as it is, while any device holds live blocks. Returns 0, or
+ * -1 with the reason in torchalloc_last_error(). */
+TORCHALLOC_API int torchalloc_init(const char *conf);
+
+/* Release every segment of every device and forget all state, live blocks
+ * included (for tests and tools; PyTorch must not hold our pointers). */
+TORCHALLOC_API void torchalloc_teardown(void);
+
+/* Why the last failing control call failed, or why TORCHALLOC_CONF was
+ * rejected; "" when nothing failed. Thread-local. */
+TORCHALLOC_API const char *torchalloc_last_error(void);
+
+/* A space-separated list of the keys TORCHALLOC_CONF accepts. */
+TORCHALLOC_API const char *torchalloc_config_keys(void);
+
+/* Number of devices the backend exposes (initialises on first use). */
+TORCHALLOC_API int torchalloc_device_count(void);
+
+/* ---------------------------------------------------------------------------
+ * Policies. New requests go to the current policy; a live block is always
+ * freed to the policy (and arena) that made it.
+ * ------------------------------------------------------------------------- */
+
+TORCHALLOC_API int torchalloc_set_policy(const char *name);
+TORCHALLOC_API const char *torchalloc_policy_name(void);
+
+/* ---------------------------------------------------------------------------
+ * Stats, named and defined as in torch.cuda.memory_stats().
+ * ------------------------------------------------------------------------- */
+
+enum { TORCHALLOC_POOL_ALL = 0, TORCHALLOC_POOL_SMALL = 1, TORCHALLOC_POOL_LARGE = 2, TORCHALLOC_NPOOLS = 3 };
+
+typedef struct torchalloc_stat {
+  int64_t current, peak, allocated, freed;
+} torchalloc_stat;
+
+/* Bump TORCHALLOC_STATS_VERSION whenever this struct changes; bindings check it. */
+#define TORCHALLOC_STATS_VERSION 1
+
+typedef struct torchalloc_stats {
+  int64_t version;
+  torchalloc_stat allocation[TORCHALLOC_NPOOLS];
+  torchalloc_stat segment[TORCHALLOC_NPOOLS];
+  torchalloc_stat active[TORCHALLOC_NPOOLS];
+  torchalloc_stat inactive_split[TORCHALLOC_NPOOLS];
+  torchalloc_stat allocated_bytes[TORCHALLOC_NPOOLS];
+  torchalloc_stat reserved_bytes[TORCHALLOC_NPOOLS];
+  torchalloc_stat active_bytes[TORCHALLOC_NPOOLS];
+  torchalloc_stat inactive_split_bytes[TORCHALLOC_NPOOLS];
+  torchalloc_stat requested_bytes[TORCHALLOC_NPOOLS];
+  int64_t num_alloc_retries;
+  int64_t num_ooms;
+  int64_t num_device_alloc;
+  int64_t num_device_free;
+  /* Misuse counters (not in torch): each kind is printed once, counted always. */
+  int64_t num_bad_free_unknown;   /* pointer torchalloc never handed out */
+  int64_t num_bad_double_free;    /* pointer already freed */
+  int64_t num_bad_free_size;      /* size differs from the allocation's: ignored */
+  int64_t num_bad_size;           /* absurd request, e.g. (size_t)-1 */
+  int64_t num_bad_device;         /* device index out of range (process-wide) */
+} torchalloc_stats;
+
+TORCHALLOC_API size_t torchalloc_stats_size(void);
+TORCHALLOC_API int torchalloc_get_stats(int device, torchalloc_stats *out);
+TORCHALLOC_API int torchalloc_reset_peak_stats(int device);
+TORCHALLOC_API int torchalloc_reset_accumulated_stats(int device);
+
+/* Release every fully free cached segment of `device` (-1: all devices), as
+ * torch.cuda.empty_cache() does. Returns the bytes released, or -1. */
+TORCHALLOC_API int64_t torchalloc_empty_cache(int device);
+
+/* Walk every segment and block of `device` and verify the allocator's
+ * invariants (blocks tile segments, no overlap, stats equal a recount).
+ * Returns 0, or -1 with a description in torchalloc_last_error(). */
+TORCHALLOC_API int torchalloc_check_invariants(int device);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TORCHALLOC_H */

@@ -1,0 +1,142 @@
+#include "arena.h"
+
+#include <stdlib.h>
+
+#include "size_classes.h"
+
+ta_arena *ta_arena_create(ta_heap *heap, uint8_t policy) {
+  ta_arena *a = calloc(1, sizeof *a);
+  if (!a) return NULL;
+  a->heap = heap;
+  a->policy = policy;
+  return a;
+}
+
+static ta_noinline ta_stream_bins *add_stream(ta_arena *a, cudaStream_t stream) {
+  if (a->nstreams == a->cap_streams) {
+    size_t cap = a->cap_streams ? a->cap_streams * 2 : 4;
+    ta_stream_bins *s = realloc(a->streams, cap * sizeof *s);
+    if (!s) return NULL;
+    a->streams = s;
+    a->cap_streams = cap;
+  }
+  ta_stream_bins *s = &a->streams[a->nstreams];
+  s->stream = stream;
+  s->pool[0] = NULL;
+  s->pool[TA_POOL_SMALL] = calloc(1, sizeof(ta_bins));
+  s->pool[TA_POOL_LARGE] = calloc(1, sizeof(ta_bins));
+  if (!s->pool[TA_POOL_SMALL] || !s->pool[TA_POOL_LARGE]) {
+    free(s->pool[TA_POOL_SMALL]);
+    free(s->pool[TA_POOL_LARGE]);
+    return NULL;
+  }
+  a->last = a->nstreams++;
+  return s;
+}
+
+/* The free index of `stream`; created on first use. NULL only when host
+ * memory runs out. Linear search: a process uses a handful of streams. */
+static inline ta_bins *bins_for(ta_arena *a, cudaStream_t stream, int pool) {
+  if (ta_likely(a->nstreams && a->streams[a->last].stream == stream)) return a->streams[a->last].pool[pool];
+  for (size_t i = 0; i < a->nstreams; i++) {
+    if (a->streams[i].stream == stream) {
+      a->last = i;
+      return a->streams[i].pool[pool];
+    }
+  }
+  ta_stream_bins *s = add_stream(a, stream);
+  return s ? s->pool[pool] : NULL;
+}
+
+/* Every block enters and leaves a free index through these two, so the
+ * inactive_split stats follow from the block's shape at that moment. */
+static inline void put_free(ta_arena *a, ta_bins *bins, ta_block *b) {
+  b->state = TA_BLOCK_FREE;
+  ta_bins_insert(bins, b);
+  if (ta_block_is_split(b)) ta_heap_note_inactive_split(a->heap, b, +1);
+}
+
+static inline void take_free(ta_arena *a, ta_bins *bins, ta_block *b) {
+  ta_bins_remove(bins, b);
+  if (ta_block_is_split(b)) ta_heap_note_inactive_split(a->heap, b, -1);
+}
+
+ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream) {
+  size_t rounded = ta_round_size(size);
+  int pool = ta_pool_for(rounded);
+  ta_bins *bins = bins_for(a, stream, pool);
+  if (ta_unlikely(!bins)) return NULL;
+  ta_block *b = ta_bins_find(bins, rounded);
+  if (b) {
+    take_free(a, bins, b);
+  } else {
+    ta_segment *seg = ta_heap_segment_alloc(a->heap, ta_segment_size_for(rounded), stream, pool, a, a->policy);
+    if (!seg) return NULL;
+    a->reserved += seg->size;
+    b = seg->first;
+  }
+  if (ta_should_split(b->size, rounded, pool)) {
+    ta_block *rest = ta_heap_block_new(a->heap);
+    if (ta_likely(rest != NULL)) { /* without host memory, hand out the whole block */
+      *rest = *b;
+      rest->addr = b->addr + rounded;
+      rest->size = b->size - rounded;
+      rest->prev = b;
+      if (b->next) b->next->prev = rest;
+      b->next = rest;
+      b->size = rounded;
+      put_free(a, bins, rest);
+    }
+  }
+  b->state = TA_BLOCK_LIVE;
+  return b;
+}
+
+void ta_arena_free(ta_arena *a, ta_block *b) {
+  ta_bins *bins = bins_for(a, b->stream, ta_block_pool(b));
+  ta_block *p = b->prev, *n = b->next;
+  if (p && p->state == TA_BLOCK_FREE) {
+    take_free(a, bins, p);
+    b->addr = p->addr;
+    b->size += p->size;
+    b->prev = p->prev;
+    if (p->prev) p->prev->next = b;
+    else b->segment->first = b;
+    ta_heap_block_delete(a->heap, p);
+  }
+  if (n && n->state == TA_BLOCK_FREE) {
+    take_free(a, bins, n);
+    b->size += n->size;
+    b->next = n->next;
+    if (n->next) n->next->prev = b;
+    ta_heap_block_delete(a->heap, n);
+  }
+  b->requested = 0;
+  put_free(a, bins, b);
+}
+
+size_t ta_arena_release_cached(ta_arena *a) {
+  ta_segment_registry *r = &a->heap->segments;
+  size_t released = 0;
+  for (size_t i = r->count; i-- > 0;) { /* backwards: release shrinks the registry */
+    ta_segment *s = r->items[i];
+    ta_block *b = s->first;
+    if (s->owner != a || b->state != TA_BLOCK_FREE || b->next) continue;
+    take_free(a, bins_for(a, s->stream, s->pool), b);
+    released += s->size;
+    a->reserved -= s->size;
+    ta_heap_segment_release(a->heap, s);
+  }
+  return released;
+}
+
+void ta_arena_destroy(ta_arena *a) {
+  if (!a) return;
+  ta_arena_release_cached(a);
+  for (size_t i = 0; i < a->nstreams; i++) {
+    free(a->streams[i].pool[TA_POOL_SMALL]);
+    free(a->streams[i].pool[TA_POOL_LARGE]);
+  }
+  free(a->streams);
+  free(a);
+}

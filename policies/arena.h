@@ -1,0 +1,31 @@
+/* An arena: segments carved into blocks with splitting and coalescing, one
+ * free index per (stream, pool). `caching` is one arena; `phase_arena` is
+ * one arena per phase. A freed block is reused only by requests on its own
+ * stream, as in PyTorch. */
+#ifndef TA_ARENA_H
+#define TA_ARENA_H
+
+#include "../allocator/heap.h"
+#include "bins.h"
+
+typedef struct ta_stream_bins {
+  cudaStream_t stream;
+  ta_bins *pool[3]; /* indexed by TA_POOL_SMALL / TA_POOL_LARGE; [0] unused */
+} ta_stream_bins;
+
+typedef struct ta_arena {
+  ta_heap *heap;
+  uint8_t policy;
+  ta_stream_bins *streams;
+  size_t nstreams, cap_streams;
+  size_t last; /* index of the last stream used: most requests repeat it */
+  size_t reserved; /* bytes of segments this arena holds */
+} ta_arena;
+
+ta_internal ta_arena *ta_arena_create(ta_heap *heap, uint8_t policy);
+ta_internal void ta_arena_destroy(ta_arena *a);
+ta_internal ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream);
+ta_internal void ta_arena_free(ta_arena *a, ta_block *b);
+ta_internal size_t ta_arena_release_cached(ta_arena *a);
+
+#endif

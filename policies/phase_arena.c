@@ -1,0 +1,60 @@
+/* `phase_arena`: one arena per phase. A request made in phase P is served
+ * from P's segments and a block returns to the arena that made it, so
+ * long-lived blocks (optimizer state, gradients) never pin segments that
+ * short-lived activations churn through. */
+#include <stdlib.h>
+
+#include "../allocator/phase.h"
+#include "arena.h"
+
+typedef struct phase_arena_policy {
+  ta_policy base;
+  ta_arena *arenas[TA_MAX_PHASES];
+} phase_arena_policy;
+
+static ta_policy *phase_arena_create(ta_heap *heap, uint8_t id) {
+  phase_arena_policy *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
+  p->base.ops = &ta_phase_arena_policy;
+  p->base.heap = heap;
+  p->base.id = id;
+  return &p->base;
+}
+
+static void phase_arena_destroy(ta_policy *base) {
+  phase_arena_policy *p = (phase_arena_policy *)base;
+  for (int i = 0; i < TA_MAX_PHASES; i++) ta_arena_destroy(p->arenas[i]);
+  free(p);
+}
+
+static ta_block *phase_arena_malloc(ta_policy *base, size_t size, cudaStream_t stream, int phase) {
+  phase_arena_policy *p = (phase_arena_policy *)base;
+  ta_arena *a = p->arenas[phase];
+  if (ta_unlikely(!a)) {
+    a = p->arenas[phase] = ta_arena_create(base->heap, base->id);
+    if (!a) return NULL;
+  }
+  return ta_arena_malloc(a, size, stream);
+}
+
+static void phase_arena_free(ta_policy *base, ta_block *b) {
+  (void)base;
+  ta_arena_free((ta_arena *)b->owner, b);
+}
+
+static size_t phase_arena_release_cached(ta_policy *base) {
+  phase_arena_policy *p = (phase_arena_policy *)base;
+  size_t released = 0;
+  for (int i = 0; i < TA_MAX_PHASES; i++)
+    if (p->arenas[i]) released += ta_arena_release_cached(p->arenas[i]);
+  return released;
+}
+
+const ta_policy_ops ta_phase_arena_policy = {
+    .name = "phase_arena",
+    .create = phase_arena_create,
+    .destroy = phase_arena_destroy,
+    .malloc = phase_arena_malloc,
+    .free = phase_arena_free,
+    .release_cached = phase_arena_release_cached,
+};
