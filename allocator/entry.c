@@ -3,6 +3,7 @@
  * Process-wide state is the config, the backend and one heap per device.
  * Initialisation is lazy (first call) and guarded by one mutex; after that
  * the fast path reads an atomic heap pointer and goes straight to the heap. */
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +12,9 @@
 #include "../policies/bins.h"
 #include "../policies/size_classes.h"
 #include "heap.h"
+#include "errors.h"
 #include "misuse.h"
+#include "phase.h"
 #include "stats.h"
 
 #define TA_MAX_DEVICES 64
@@ -37,6 +40,13 @@ static _Thread_local char last_error[512];
 
 static void set_error(const char *msg) { snprintf(last_error, sizeof last_error, "%s", msg); }
 
+void ta_set_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  va_end(ap);
+}
+
 const char *torchalloc_last_error(void) {
   if (!last_error[0] && atomic_load(&g.state) == STATE_BROKEN) return g.broken_reason;
   return last_error;
@@ -56,6 +66,7 @@ static void destroy_all_locked(void) {
   if (g.backend) g.backend->ops->destroy(g.backend);
   g.backend = NULL;
   g.ndevices = 0;
+  ta_phase_reset();
   atomic_store(&g.state, STATE_UNINIT);
 }
 
@@ -305,4 +316,40 @@ TORCHALLOC_API int torchalloc_check_invariants(int device) {
     return -1;
   }
   return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Phases (the stack lives in phase.c; accounting in each heap)
+ * ---------------------------------------------------------------------- */
+
+void ta_heaps_phase_ended(int phase, uint32_t epoch) {
+  for (int d = 0; d < TA_MAX_DEVICES; d++) {
+    ta_heap *h = atomic_load(&g.heaps[d]);
+    if (h) ta_heap_phase_ended(h, phase, epoch);
+  }
+}
+
+static int phase_in_range(int phase) {
+  if (phase >= 0 && phase < torchalloc_phase_count()) return 1;
+  ta_set_error("phase id %d is out of range (%d phases)", phase, torchalloc_phase_count());
+  return 0;
+}
+
+TORCHALLOC_API int torchalloc_get_phase_stats(int device, int phase, torchalloc_phase_stats *out) {
+  ta_heap *h = heap_for_control(device);
+  if (!h || !out || !phase_in_range(phase)) return -1;
+  ta_heap_get_phase_stats(h, phase, out);
+  return 0;
+}
+
+TORCHALLOC_API int64_t torchalloc_arena_reserved(int device, int phase) {
+  ta_heap *h = heap_for_control(device);
+  if (!h || (phase != -1 && !phase_in_range(phase))) return -1;
+  return ta_heap_arena_reserved(h, phase);
+}
+
+TORCHALLOC_API int64_t torchalloc_arena_trim(int device, int phase) {
+  ta_heap *h = heap_for_control(device);
+  if (!h || (phase != -1 && !phase_in_range(phase))) return -1;
+  return ta_heap_arena_release(h, phase);
 }

@@ -123,6 +123,7 @@ ta_segment *ta_heap_segment_alloc(ta_heap *h, size_t size, cudaStream_t stream, 
   b->policy = policy;
   b->state = TA_BLOCK_FREE;
   h->stats.num_device_alloc++;
+  h->phases[h->request_phase].pub.reserved_growth_bytes += (int64_t)size;
   ta_stats_add(h->stats.segment, pool, 1);
   ta_stats_add(h->stats.reserved_bytes, pool, (int64_t)size);
   return s;
@@ -137,6 +138,7 @@ void ta_heap_segment_release(ta_heap *h, ta_segment *s) {
   h->backend->ops->free(h->backend, h->device, s->addr, s->size);
   registry_remove(&h->segments, s);
   h->stats.num_device_free++;
+  h->phases[h->request_phase].pub.reserved_released_bytes += (int64_t)s->size;
   ta_stats_sub(h->stats.segment, s->pool, 1);
   ta_stats_sub(h->stats.reserved_bytes, s->pool, (int64_t)s->size);
   ta_heap_block_delete(h, s->first);
@@ -245,15 +247,37 @@ static ta_noinline ta_block *malloc_retry(ta_heap *h, size_t size, cudaStream_t 
 
 static inline void count_alloc(ta_heap *h, const ta_block *b) {
   int pool = ta_block_pool(b);
+  int64_t size = (int64_t)b->size;
+  ta_phase_acct *pa = &h->phases[b->phase];
+  if (ta_unlikely(pa->epoch != b->phase_epoch)) { /* first request of a new occurrence */
+    pa->epoch = b->phase_epoch;
+    pa->occ_alloc = pa->occ_freed = 0;
+  }
+  pa->occ_alloc += size;
+  pa->pub.allocated_bytes += size;
+  pa->pub.allocated_count++;
+  pa->pub.live_bytes += size;
+  if (pa->pub.live_bytes > pa->pub.live_peak_bytes) pa->pub.live_peak_bytes = pa->pub.live_bytes;
   ta_stats_add(h->stats.allocation, pool, 1);
   ta_stats_add(h->stats.active, pool, 1);
   ta_stats_add(h->stats.allocated_bytes, pool, (int64_t)b->size);
   ta_stats_add(h->stats.active_bytes, pool, (int64_t)b->size);
   ta_stats_add(h->stats.requested_bytes, pool, (int64_t)b->requested);
+  if (h->stats.allocated_bytes[0].current > pa->pub.peak_allocated_bytes)
+    pa->pub.peak_allocated_bytes = h->stats.allocated_bytes[0].current;
 }
 
-static inline void count_free(ta_heap *h, const ta_block *b) {
+static inline void count_free(ta_heap *h, const ta_block *b, int phase_now) {
   int pool = ta_block_pool(b);
+  int64_t size = (int64_t)b->size;
+  ta_phase_acct *pa = &h->phases[b->phase];
+  pa->pub.live_bytes -= size;
+  /* Transient: allocated in this occurrence of its phase, freed before it ended. */
+  if (b->phase_epoch == pa->epoch &&
+      b->phase_epoch == atomic_load_explicit(&ta_phase_open_epoch[b->phase], memory_order_relaxed))
+    pa->occ_freed += size;
+  h->phases[phase_now].pub.freed_bytes += size;
+  h->phases[phase_now].pub.freed_count++;
   ta_stats_sub(h->stats.allocation, pool, 1);
   ta_stats_sub(h->stats.active, pool, 1);
   ta_stats_sub(h->stats.allocated_bytes, pool, (int64_t)b->size);
@@ -262,8 +286,10 @@ static inline void count_free(ta_heap *h, const ta_block *b) {
 }
 
 void *ta_heap_malloc(ta_heap *h, size_t size, cudaStream_t stream) {
-  int phase = ta_phase_current();
+  ta_phase_now now = ta_phase_read();
+  int phase = now.id;
   pthread_mutex_lock(&h->lock);
+  h->request_phase = phase;
   ta_block *b = h->current->ops->malloc(h->current, size, stream, phase);
   if (ta_unlikely(!b)) b = malloc_retry(h, size, stream, phase);
   void *ptr = NULL;
@@ -273,6 +299,7 @@ void *ta_heap_malloc(ta_heap *h, size_t size, cudaStream_t stream) {
     } else {
       b->requested = size;
       b->phase = (uint16_t)phase;
+      b->phase_epoch = now.epoch;
       count_alloc(h, b);
       ptr = (void *)b->addr;
     }
@@ -299,7 +326,9 @@ static ta_noinline void report_bad_free(ta_heap *h, uintptr_t addr) {
 void ta_heap_free(ta_heap *h, void *ptr, size_t size, cudaStream_t stream) {
   (void)stream; /* the block knows its stream; torch passes the same one */
   uintptr_t addr = (uintptr_t)ptr;
+  int phase = ta_phase_current();
   pthread_mutex_lock(&h->lock);
+  h->request_phase = phase;
   ta_block *b = ta_ptrmap_get(&h->live, addr);
   if (ta_unlikely(!b)) {
     report_bad_free(h, addr);
@@ -313,7 +342,7 @@ void ta_heap_free(ta_heap *h, void *ptr, size_t size, cudaStream_t stream) {
                      ptr, size, b->requested);
   } else {
     ta_ptrmap_take(&h->live, addr);
-    count_free(h, b);
+    count_free(h, b, phase);
     ta_policy *p = h->policies[b->policy];
     p->ops->free(p, b);
   }
@@ -335,7 +364,9 @@ int ta_heap_set_policy(ta_heap *h, const char *name) {
 }
 
 size_t ta_heap_release_cached(ta_heap *h) {
+  int phase = ta_phase_current();
   pthread_mutex_lock(&h->lock);
+  h->request_phase = phase;
   size_t released = release_cached_locked(h);
   pthread_mutex_unlock(&h->lock);
   return released;
@@ -345,6 +376,44 @@ void ta_heap_get_stats(ta_heap *h, torchalloc_stats *out) {
   pthread_mutex_lock(&h->lock);
   *out = h->stats;
   pthread_mutex_unlock(&h->lock);
+}
+
+void ta_heap_get_phase_stats(ta_heap *h, int phase, torchalloc_phase_stats *out) {
+  pthread_mutex_lock(&h->lock);
+  *out = h->phases[phase].pub;
+  pthread_mutex_unlock(&h->lock);
+}
+
+void ta_heap_phase_ended(ta_heap *h, int phase, uint32_t epoch) {
+  pthread_mutex_lock(&h->lock);
+  ta_phase_acct *pa = &h->phases[phase];
+  pa->pub.occurrences++;
+  int seen = pa->epoch == epoch; /* did this occurrence allocate on this device? */
+  pa->pub.last_persistent_bytes = seen ? pa->occ_alloc - pa->occ_freed : 0;
+  pa->pub.last_transient_bytes = seen ? pa->occ_freed : 0;
+  pthread_mutex_unlock(&h->lock);
+}
+
+int64_t ta_heap_arena_reserved(ta_heap *h, int phase) {
+  pthread_mutex_lock(&h->lock);
+  ta_policy *p = h->policies[TA_POLICY_PHASE_ARENA];
+  int64_t r = p ? (int64_t)p->ops->arena_reserved(p, phase) : 0;
+  pthread_mutex_unlock(&h->lock);
+  return r;
+}
+
+int64_t ta_heap_arena_release(ta_heap *h, int phase) {
+  int now = ta_phase_current();
+  pthread_mutex_lock(&h->lock);
+  h->request_phase = now;
+  ta_policy *p = h->policies[TA_POLICY_PHASE_ARENA];
+  int64_t r = 0;
+  if (p) {
+    h->backend->ops->synchronize(h->backend, h->device);
+    r = (int64_t)p->ops->arena_release(p, phase);
+  }
+  pthread_mutex_unlock(&h->lock);
+  return r;
 }
 
 /* ------------------------------------------------------------------------

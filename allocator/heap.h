@@ -9,6 +9,7 @@
 #include "../policies/policy.h"
 #include "backend.h"
 #include "config.h"
+#include "phase.h"
 #include "ptrmap.h"
 
 /* Blocks are carved from slabs and recycled through a free list: the hot
@@ -37,6 +38,8 @@ typedef struct ta_heap {
   ta_block_slab slab;
   ta_policy *policies[TA_NPOLICIES]; /* created on first use */
   ta_policy *current;
+  int request_phase; /* phase of the call in flight: segment growth is charged to it */
+  ta_phase_acct phases[TA_MAX_PHASES];
 } ta_heap;
 
 /* Create/destroy a heap for `device` of `backend`; `policy` names the first
@@ -49,6 +52,12 @@ ta_internal void ta_heap_free(ta_heap *h, void *ptr, size_t size, cudaStream_t s
 ta_internal int ta_heap_set_policy(ta_heap *h, const char *name);
 ta_internal size_t ta_heap_release_cached(ta_heap *h);
 ta_internal void ta_heap_get_stats(ta_heap *h, torchalloc_stats *out);
+ta_internal void ta_heap_get_phase_stats(ta_heap *h, int phase, torchalloc_phase_stats *out);
+/* Close occurrence `epoch` of `phase`: persistent vs transient bytes. */
+ta_internal void ta_heap_phase_ended(ta_heap *h, int phase, uint32_t epoch);
+/* phase_arena's arena of `phase` (-1: all): reserved bytes / release cached. */
+ta_internal int64_t ta_heap_arena_reserved(ta_heap *h, int phase);
+ta_internal int64_t ta_heap_arena_release(ta_heap *h, int phase);
 /* 0, or -1 with a description in err. */
 ta_internal int ta_heap_check(ta_heap *h, char *err, size_t errlen);
 

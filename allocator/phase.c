@@ -1,3 +1,114 @@
+/* Phase names, the phase stack and the public phase API. Per-device
+ * accounting happens in the heaps (heap.c); a phase's end is pushed to every
+ * heap through ta_heaps_phase_ended (entry.c). */
 #include "phase.h"
 
-_Atomic int ta_current_phase = TA_PHASE_DEFAULT;
+#include "errors.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#define STACK_MAX 64
+
+_Atomic uint64_t ta_phase_word = TA_PHASE_DEFAULT;
+_Atomic uint32_t ta_phase_open_epoch[TA_MAX_PHASES];
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static char names[TA_MAX_PHASES][TORCHALLOC_PHASE_NAME_MAX + 1] = {"default"};
+static _Atomic int count = 1;
+static uint32_t epochs[TA_MAX_PHASES];
+static int stack[STACK_MAX];
+static int depth;
+
+
+static int valid_name(const char *name) {
+  return name && *name && strlen(name) <= TORCHALLOC_PHASE_NAME_MAX;
+}
+
+static int intern_locked(const char *name) {
+  int n = atomic_load(&count);
+  for (int i = 0; i < n; i++)
+    if (strcmp(names[i], name) == 0) return i;
+  if (n == TA_MAX_PHASES) return -1;
+  snprintf(names[n], sizeof names[n], "%s", name);
+  atomic_store(&count, n + 1);
+  return n;
+}
+
+static void publish_locked(void) {
+  int id = depth ? stack[depth - 1] : TA_PHASE_DEFAULT;
+  atomic_store(&ta_phase_word, (uint64_t)epochs[id] << 16 | (uint64_t)id);
+}
+
+TORCHALLOC_API int torchalloc_phase_id(const char *name) {
+  if (!valid_name(name)) {
+    ta_set_error("phase name must be 1 to %d bytes", TORCHALLOC_PHASE_NAME_MAX);
+    return -1;
+  }
+  pthread_mutex_lock(&lock);
+  int id = intern_locked(name);
+  pthread_mutex_unlock(&lock);
+  if (id < 0) ta_set_error("too many distinct phase names (limit %d)", TA_MAX_PHASES);
+  return id;
+}
+
+TORCHALLOC_API int torchalloc_phase_begin(const char *name) {
+  int id = torchalloc_phase_id(name);
+  if (id < 0) return -1;
+  pthread_mutex_lock(&lock);
+  if (depth == STACK_MAX) {
+    pthread_mutex_unlock(&lock);
+    ta_set_error("phases nested deeper than %d", STACK_MAX);
+    return -1;
+  }
+  stack[depth++] = id;
+  if (++epochs[id] == 0) epochs[id] = 1; /* 0 means "closed" */
+  atomic_store(&ta_phase_open_epoch[id], epochs[id]);
+  publish_locked();
+  pthread_mutex_unlock(&lock);
+  return id;
+}
+
+TORCHALLOC_API int torchalloc_phase_end(const char *name) {
+  pthread_mutex_lock(&lock);
+  if (depth == 0) {
+    pthread_mutex_unlock(&lock);
+    ta_set_error("phase_end(%s) without a matching phase_begin", name ? name : "");
+    return -1;
+  }
+  int id = stack[depth - 1];
+  if (name && strcmp(name, names[id]) != 0) {
+    pthread_mutex_unlock(&lock);
+    ta_set_error("phase_end('%s') but the innermost phase is '%s'", name, names[id]);
+    return -1;
+  }
+  uint32_t epoch = epochs[id];
+  depth--;
+  /* Still open in an outer frame (recursion)? Then it stays open. */
+  int still_open = 0;
+  for (int i = 0; i < depth; i++) still_open |= stack[i] == id;
+  publish_locked();
+  pthread_mutex_unlock(&lock);
+  ta_heaps_phase_ended(id, epoch);
+  if (!still_open) atomic_store(&ta_phase_open_epoch[id], 0);
+  return 0;
+}
+
+TORCHALLOC_API int torchalloc_phase_current(void) { return ta_phase_current(); }
+
+TORCHALLOC_API const char *torchalloc_phase_name(int id) {
+  return id >= 0 && id < atomic_load(&count) ? names[id] : NULL;
+}
+
+TORCHALLOC_API int torchalloc_phase_count(void) { return atomic_load(&count); }
+
+void ta_phase_reset(void) {
+  pthread_mutex_lock(&lock);
+  depth = 0;
+  atomic_store(&count, 1);
+  memset(epochs, 0, sizeof epochs);
+  for (int i = 0; i < TA_MAX_PHASES; i++) atomic_store(&ta_phase_open_epoch[i], 0);
+  publish_locked();
+  pthread_mutex_unlock(&lock);
+}

@@ -118,6 +118,48 @@ TORCHALLOC_API int64_t torchalloc_empty_cache(int device);
  * Returns 0, or -1 with a description in torchalloc_last_error(). */
 TORCHALLOC_API int torchalloc_check_invariants(int device);
 
+/* ---------------------------------------------------------------------------
+ * Phases. The current phase is process-wide (the autograd engine allocates
+ * on its own threads on behalf of the main thread's phase). Phases nest; the
+ * innermost wins. Before any is named, blocks belong to phase 0, "default".
+ * ------------------------------------------------------------------------- */
+
+#define TORCHALLOC_MAX_PHASES 256
+#define TORCHALLOC_PHASE_NAME_MAX 63
+
+/* Enter phase `name` (interned on first use). Returns its id, or -1. */
+TORCHALLOC_API int torchalloc_phase_begin(const char *name);
+/* Leave the innermost phase; `name` (may be NULL) must match it. 0 or -1. */
+TORCHALLOC_API int torchalloc_phase_end(const char *name);
+TORCHALLOC_API int torchalloc_phase_current(void);
+/* Id of `name` (interning it), or -1 when the table is full / name invalid. */
+TORCHALLOC_API int torchalloc_phase_id(const char *name);
+/* Name of phase `id`, or NULL. */
+TORCHALLOC_API const char *torchalloc_phase_name(int id);
+TORCHALLOC_API int torchalloc_phase_count(void);
+
+typedef struct torchalloc_phase_stats {
+  int64_t occurrences;            /* times the phase ended */
+  int64_t allocated_bytes;        /* block bytes requested while the phase was current */
+  int64_t allocated_count;
+  int64_t freed_bytes;            /* block bytes freed while the phase was current */
+  int64_t freed_count;
+  int64_t live_bytes;             /* bytes of blocks allocated in this phase, still live */
+  int64_t live_peak_bytes;        /* high-water mark of live_bytes */
+  int64_t peak_allocated_bytes;   /* device allocated_bytes high-water mark while current */
+  int64_t reserved_growth_bytes;  /* device allocations made for its requests */
+  int64_t reserved_released_bytes;/* device memory released while it was current */
+  int64_t last_persistent_bytes;  /* at its last end: allocated in that occurrence, still live */
+  int64_t last_transient_bytes;   /* at its last end: allocated and freed within that occurrence */
+} torchalloc_phase_stats;
+
+TORCHALLOC_API int torchalloc_get_phase_stats(int device, int phase, torchalloc_phase_stats *out);
+
+/* phase_arena only: bytes reserved by the arena of `phase`, and releasing
+ * its fully free segments (phase -1: every arena). -1 on error. */
+TORCHALLOC_API int64_t torchalloc_arena_reserved(int device, int phase);
+TORCHALLOC_API int64_t torchalloc_arena_trim(int device, int phase);
+
 #ifdef __cplusplus
 }
 #endif

@@ -42,13 +42,23 @@ static void phase_arena_free(ta_policy *base, ta_block *b) {
   ta_arena_free((ta_arena *)b->owner, b);
 }
 
-static size_t phase_arena_release_cached(ta_policy *base) {
+static size_t arena_reserved(ta_policy *base, int phase) {
+  phase_arena_policy *p = (phase_arena_policy *)base;
+  size_t total = 0;
+  for (int i = 0; i < TA_MAX_PHASES; i++)
+    if (p->arenas[i] && (phase < 0 || phase == i)) total += p->arenas[i]->reserved;
+  return total;
+}
+
+static size_t arena_release(ta_policy *base, int phase) {
   phase_arena_policy *p = (phase_arena_policy *)base;
   size_t released = 0;
   for (int i = 0; i < TA_MAX_PHASES; i++)
-    if (p->arenas[i]) released += ta_arena_release_cached(p->arenas[i]);
+    if (p->arenas[i] && (phase < 0 || phase == i)) released += ta_arena_release_cached(p->arenas[i]);
   return released;
 }
+
+static size_t release_all(ta_policy *base) { return arena_release(base, -1); }
 
 const ta_policy_ops ta_phase_arena_policy = {
     .name = "phase_arena",
@@ -56,5 +66,7 @@ const ta_policy_ops ta_phase_arena_policy = {
     .destroy = phase_arena_destroy,
     .malloc = phase_arena_malloc,
     .free = phase_arena_free,
-    .release_cached = phase_arena_release_cached,
+    .release_cached = release_all,
+    .arena_reserved = arena_reserved,
+    .arena_release = arena_release,
 };

@@ -23,6 +23,9 @@ typedef struct ta_policy_ops {
   void (*free)(ta_policy *p, ta_block *b);
   /* Release every fully free cached segment; returns the bytes released. */
   size_t (*release_cached)(ta_policy *p);
+  /* Optional (phase_arena): the arena of `phase`, -1 for all. */
+  size_t (*arena_reserved)(ta_policy *p, int phase);
+  size_t (*arena_release)(ta_policy *p, int phase);
 } ta_policy_ops;
 
 struct ta_policy {
