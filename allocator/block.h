@@ -15,6 +15,12 @@ enum ta_block_state {
 
 struct ta_segment;
 
+/* Streams besides the allocation stream that used a block (record_stream). */
+typedef struct ta_stream_uses {
+  int count, cap;
+  cudaStream_t streams[];
+} ta_stream_uses;
+
 typedef struct ta_block {
   uintptr_t addr;
   size_t size;      /* bytes the block spans, a multiple of 512 */
@@ -30,6 +36,7 @@ typedef struct ta_block {
   uint16_t phase;      /* phase current at allocation */
   uint32_t phase_epoch;/* which occurrence of that phase */
   uint32_t stack_id;   /* interned allocation stack, 0 = none */
+  ta_stream_uses *uses;/* record_stream streams; NULL when none */
 } ta_block;
 
 enum { TA_POOL_SMALL = 1, TA_POOL_LARGE = 2 }; /* = TORCHALLOC_POOL_* */

@@ -307,6 +307,42 @@ TORCHALLOC_API int64_t torchalloc_empty_cache(int device) {
   return h ? (int64_t)ta_heap_release_cached(h) : -1;
 }
 
+TORCHALLOC_API void torchalloc_record_stream(void *ptr, cudaStream_t stream) {
+  if (!ptr || !ensure_ready()) return;
+  for (int d = 0; d < g.ndevices; d++) {
+    ta_heap *h = atomic_load(&g.heaps[d]);
+    if (h && ta_heap_record_stream(h, ptr, stream)) return;
+  }
+  ta_misuse_report(g.conf.warn, TA_MISUSE_FREE_UNKNOWN, "record_stream of %p, which is not a live torchalloc block",
+                   ptr);
+}
+
+TORCHALLOC_API void torchalloc_set_memory_fraction(double fraction, int device) {
+  ta_heap *h = heap_for_control(device);
+  if (!h) {
+    fprintf(stderr, "torchalloc: error: set_memory_fraction: %s\n", last_error);
+    return;
+  }
+  if (!(fraction > 0.0 && fraction <= 1.0)) {
+    ta_set_error("memory fraction %g is outside (0, 1]", fraction);
+    fprintf(stderr, "torchalloc: error: %s\n", last_error);
+    return;
+  }
+  size_t free_b = 0, total = 0;
+  if (g.backend->ops->mem_info(g.backend, device, &free_b, &total) != TA_OK) {
+    ta_set_error("cannot read the memory size of device %d", device);
+    fprintf(stderr, "torchalloc: error: %s\n", last_error);
+    return;
+  }
+  ta_heap_set_limit(h, (size_t)(fraction * (double)total));
+}
+
+TORCHALLOC_API void torchalloc_reset(void) { torchalloc_empty_cache(-1); }
+
+TORCHALLOC_API void torchalloc_init_device(int device) {
+  if (!heap_for_control(device)) fprintf(stderr, "torchalloc: error: init of device %d: %s\n", device, last_error);
+}
+
 TORCHALLOC_API int torchalloc_check_invariants(int device) {
   ta_heap *h = heap_for_control(device);
   if (!h) return -1;

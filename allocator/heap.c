@@ -28,7 +28,7 @@ static ta_noinline int slab_grow(ta_block_slab *s) {
     s->chunks = chunks;
     s->cap_chunks = cap;
   }
-  ta_block *chunk = malloc(SLAB_BLOCKS * sizeof *chunk);
+  ta_block *chunk = calloc(SLAB_BLOCKS, sizeof *chunk); /* zeroed: destroy reads .state */
   if (!chunk) return -1;
   s->chunks[s->nchunks++] = chunk;
   for (int i = 0; i < SLAB_BLOCKS; i++) {
@@ -108,6 +108,7 @@ ta_segment *ta_heap_segment_alloc(ta_heap *h, size_t size, cudaStream_t stream, 
   ta_block *b = ta_heap_block_new(h);
   uintptr_t addr = 0;
   if (!s || !b) goto fail;
+  if (h->limit && (size_t)h->stats.reserved_bytes[0].current + size > h->limit) goto fail;
   if (h->backend->ops->alloc(h->backend, h->device, size, &addr) != TA_OK) goto fail;
   *s = (ta_segment){.addr = addr, .size = size, .stream = stream, .first = b, .owner = owner,
                     .pool = (uint8_t)pool, .policy = policy};
@@ -203,6 +204,16 @@ void ta_heap_destroy(ta_heap *h) {
   for (int i = 0; i < TA_NPOLICIES; i++)
     if (h->policies[i]) h->policies[i]->ops->destroy(h->policies[i]);
   free(h->segments.items);
+  for (size_t i = 0; i < h->npending; i++) {
+    for (int e = 0; e < h->pending[i].nevents; e++)
+      h->backend->ops->event_release(h->backend, h->device, h->pending[i].events[e]);
+    free(h->pending[i].events);
+  }
+  free(h->pending);
+  for (size_t i = 0; i < h->slab.nchunks; i++) {
+    ta_block *chunk = h->slab.chunks[i];
+    for (int j = 0; j < SLAB_BLOCKS; j++) if (chunk[j].state != TA_BLOCK_FREE) free(chunk[j].uses);
+  }
   for (size_t i = 0; i < h->slab.nchunks; i++) free(h->slab.chunks[i]);
   free(h->slab.chunks);
   ta_ptrmap_destroy(&h->live);
@@ -214,8 +225,11 @@ void ta_heap_destroy(ta_heap *h) {
  * malloc / free
  * ---------------------------------------------------------------------- */
 
+static void process_pending(ta_heap *h);
+
 static size_t release_cached_locked(ta_heap *h) {
   h->backend->ops->synchronize(h->backend, h->device); /* queued kernels may still use cached blocks */
+  if (h->npending) process_pending(h);                 /* after the synchronize, every event is done */
   size_t released = 0;
   for (int i = 0; i < TA_NPOLICIES; i++)
     if (h->policies[i]) released += h->policies[i]->ops->release_cached(h->policies[i]);
@@ -267,6 +281,7 @@ static inline void count_alloc(ta_heap *h, const ta_block *b) {
     pa->pub.peak_allocated_bytes = h->stats.allocated_bytes[0].current;
 }
 
+/* The caller's free: the bytes stop being allocated. */
 static inline void count_free(ta_heap *h, const ta_block *b, int phase_now) {
   int pool = ta_block_pool(b);
   int64_t size = (int64_t)b->size;
@@ -279,17 +294,111 @@ static inline void count_free(ta_heap *h, const ta_block *b, int phase_now) {
   h->phases[phase_now].pub.freed_bytes += size;
   h->phases[phase_now].pub.freed_count++;
   ta_stats_sub(h->stats.allocation, pool, 1);
-  ta_stats_sub(h->stats.active, pool, 1);
   ta_stats_sub(h->stats.allocated_bytes, pool, (int64_t)b->size);
-  ta_stats_sub(h->stats.active_bytes, pool, (int64_t)b->size);
   ta_stats_sub(h->stats.requested_bytes, pool, (int64_t)b->requested);
+}
+
+/* The block goes back to its policy: it stops being active. */
+static inline void release_block(ta_heap *h, ta_block *b) {
+  int pool = ta_block_pool(b);
+  ta_stats_sub(h->stats.active, pool, 1);
+  ta_stats_sub(h->stats.active_bytes, pool, (int64_t)b->size);
+  ta_ptrmap_take(&h->live, b->addr);
+  ta_policy *p = h->policies[b->policy];
+  p->ops->free(p, b);
+}
+
+/* ------------------------------------------------------------------------
+ * record_stream: deferred frees
+ * ---------------------------------------------------------------------- */
+
+int ta_heap_record_stream(ta_heap *h, void *ptr, cudaStream_t stream) {
+  pthread_mutex_lock(&h->lock);
+  ta_block *b = ta_ptrmap_get(&h->live, (uintptr_t)ptr);
+  int found = b && b->state == TA_BLOCK_LIVE;
+  if (found && stream != b->stream) {
+    ta_stream_uses *u = b->uses;
+    int seen = 0;
+    for (int i = 0; u && i < u->count; i++) seen |= u->streams[i] == stream;
+    if (!seen && (!u || u->count == u->cap)) {
+      int cap = u ? u->cap * 2 : 4;
+      ta_stream_uses *grown = realloc(u, sizeof *u + (size_t)cap * sizeof(cudaStream_t));
+      if (grown) {
+        if (!u) grown->count = 0;
+        grown->cap = cap;
+        b->uses = u = grown;
+      } else {
+        seen = 1;
+        fprintf(stderr, "torchalloc: warning: out of host memory in record_stream(%p); the block may be reused "
+                        "before that stream is done with it\n", ptr);
+      }
+    }
+    if (!seen) u->streams[u->count++] = stream;
+  }
+  pthread_mutex_unlock(&h->lock);
+  return found;
+}
+
+/* Record an event on every stream that used `b`; the block is reused only
+ * when they have all completed (process_pending). */
+static ta_noinline void defer_free(ta_heap *h, ta_block *b) {
+  ta_stream_uses *u = b->uses;
+  b->uses = NULL;
+  void **events = malloc((size_t)u->count * sizeof *events);
+  int n = 0;
+  for (int i = 0; events && i < u->count; i++) {
+    void *ev = h->backend->ops->event_record(h->backend, h->device, u->streams[i]);
+    if (!ev) break;
+    events[n++] = ev;
+  }
+  int complete = events && n == u->count;
+  free(u);
+  if (complete && h->npending == h->cap_pending) {
+    size_t cap = h->cap_pending ? h->cap_pending * 2 : 16;
+    ta_pending_free *p = realloc(h->pending, cap * sizeof *p);
+    if (p) {
+      h->pending = p;
+      h->cap_pending = cap;
+    } else {
+      complete = 0;
+    }
+  }
+  if (!complete) { /* could not track the streams: wait for the device instead */
+    for (int i = 0; i < n; i++) h->backend->ops->event_release(h->backend, h->device, events[i]);
+    free(events);
+    h->backend->ops->synchronize(h->backend, h->device);
+    release_block(h, b);
+    return;
+  }
+  b->state = TA_BLOCK_PENDING;
+  h->pending[h->npending++] = (ta_pending_free){.block = b, .nevents = n, .events = events};
+}
+
+/* Hand back every pending block whose events have all completed. */
+static ta_noinline void process_pending(ta_heap *h) {
+  for (size_t i = 0; i < h->npending;) {
+    ta_pending_free *p = &h->pending[i];
+    while (p->nevents > 0 && h->backend->ops->event_done(h->backend, h->device, p->events[p->nevents - 1]))
+      h->backend->ops->event_release(h->backend, h->device, p->events[--p->nevents]);
+    if (p->nevents > 0) {
+      i++;
+      continue;
+    }
+    free(p->events);
+    release_block(h, p->block);
+    h->pending[i] = h->pending[--h->npending];
+  }
 }
 
 void *ta_heap_malloc(ta_heap *h, size_t size, cudaStream_t stream) {
   ta_phase_now now = ta_phase_read();
-  int phase = now.id;
+  return ta_heap_malloc_in_phase(h, size, stream, now.id, now.epoch);
+}
+
+void *ta_heap_malloc_in_phase(ta_heap *h, size_t size, cudaStream_t stream, int phase, uint32_t epoch) {
   pthread_mutex_lock(&h->lock);
   h->request_phase = phase;
+  if (ta_unlikely(h->npending != 0)) process_pending(h);
   ta_block *b = h->current->ops->malloc(h->current, size, stream, phase);
   if (ta_unlikely(!b)) b = malloc_retry(h, size, stream, phase);
   void *ptr = NULL;
@@ -299,7 +408,7 @@ void *ta_heap_malloc(ta_heap *h, size_t size, cudaStream_t stream) {
     } else {
       b->requested = size;
       b->phase = (uint16_t)phase;
-      b->phase_epoch = now.epoch;
+      b->phase_epoch = epoch;
       count_alloc(h, b);
       ptr = (void *)b->addr;
     }
@@ -311,7 +420,7 @@ void *ta_heap_malloc(ta_heap *h, size_t size, cudaStream_t stream) {
 /* Why `addr` is not a live block: inside one of our segments it was handed
  * out once and freed already; elsewhere we never handed it out. */
 static ta_noinline void report_bad_free(ta_heap *h, uintptr_t addr) {
-  if (registry_find(&h->segments, addr)) {
+  if (registry_find(&h->segments, addr)) { /* includes a block freed and waiting for its streams */
     h->stats.num_bad_double_free++;
     ta_misuse_report(h->conf->warn, TA_MISUSE_DOUBLE_FREE,
                      "free of %p on device %d, which is not allocated (double free?); ignored", (void *)addr,
@@ -324,13 +433,16 @@ static ta_noinline void report_bad_free(ta_heap *h, uintptr_t addr) {
 }
 
 void ta_heap_free(ta_heap *h, void *ptr, size_t size, cudaStream_t stream) {
+  ta_heap_free_in_phase(h, ptr, size, stream, ta_phase_current());
+}
+
+void ta_heap_free_in_phase(ta_heap *h, void *ptr, size_t size, cudaStream_t stream, int phase) {
   (void)stream; /* the block knows its stream; torch passes the same one */
   uintptr_t addr = (uintptr_t)ptr;
-  int phase = ta_phase_current();
   pthread_mutex_lock(&h->lock);
   h->request_phase = phase;
   ta_block *b = ta_ptrmap_get(&h->live, addr);
-  if (ta_unlikely(!b)) {
+  if (ta_unlikely(!b || b->state != TA_BLOCK_LIVE)) {
     report_bad_free(h, addr);
   } else if (ta_unlikely(b->requested != size)) {
     /* Most likely a stale free of an address since handed to someone else:
@@ -341,10 +453,9 @@ void ta_heap_free(ta_heap *h, void *ptr, size_t size, cudaStream_t stream) {
                      "allocated",
                      ptr, size, b->requested);
   } else {
-    ta_ptrmap_take(&h->live, addr);
     count_free(h, b, phase);
-    ta_policy *p = h->policies[b->policy];
-    p->ops->free(p, b);
+    if (ta_unlikely(b->uses != NULL)) defer_free(h, b);
+    else release_block(h, b);
   }
   pthread_mutex_unlock(&h->lock);
 }
@@ -361,6 +472,12 @@ int ta_heap_set_policy(ta_heap *h, const char *name) {
   if (p) h->current = p;
   pthread_mutex_unlock(&h->lock);
   return p ? 0 : -1;
+}
+
+void ta_heap_set_limit(ta_heap *h, size_t limit) {
+  pthread_mutex_lock(&h->lock);
+  h->limit = limit;
+  pthread_mutex_unlock(&h->lock);
 }
 
 size_t ta_heap_release_cached(ta_heap *h) {

@@ -27,6 +27,14 @@ typedef struct ta_segment_registry {
   size_t count, cap;
 } ta_segment_registry;
 
+/* A block freed by the caller while work on other streams may still use it
+ * (record_stream): reused once every event has completed. */
+typedef struct ta_pending_free {
+  ta_block *block;
+  int nevents;
+  void **events;
+} ta_pending_free;
+
 typedef struct ta_heap {
   pthread_mutex_t lock;
   int device;
@@ -38,6 +46,9 @@ typedef struct ta_heap {
   ta_block_slab slab;
   ta_policy *policies[TA_NPOLICIES]; /* created on first use */
   ta_policy *current;
+  size_t limit; /* reserved-bytes ceiling from set_memory_fraction; 0 = none */
+  ta_pending_free *pending;
+  size_t npending, cap_pending;
   int request_phase; /* phase of the call in flight: segment growth is charged to it */
   ta_phase_acct phases[TA_MAX_PHASES];
 } ta_heap;
@@ -49,7 +60,14 @@ ta_internal void ta_heap_destroy(ta_heap *h);
 
 ta_internal void *ta_heap_malloc(ta_heap *h, size_t size, cudaStream_t stream);
 ta_internal void ta_heap_free(ta_heap *h, void *ptr, size_t size, cudaStream_t stream);
+/* The same with the phase given, not read from the process-wide stack
+ * (replay drives a private heap through a recorded trace's phases). */
+ta_internal void *ta_heap_malloc_in_phase(ta_heap *h, size_t size, cudaStream_t stream, int phase, uint32_t epoch);
+ta_internal void ta_heap_free_in_phase(ta_heap *h, void *ptr, size_t size, cudaStream_t stream, int phase);
 ta_internal int ta_heap_set_policy(ta_heap *h, const char *name);
+/* 1 when `ptr` is a live block of this heap (and the use was recorded). */
+ta_internal int ta_heap_record_stream(ta_heap *h, void *ptr, cudaStream_t stream);
+ta_internal void ta_heap_set_limit(ta_heap *h, size_t limit);
 ta_internal size_t ta_heap_release_cached(ta_heap *h);
 ta_internal void ta_heap_get_stats(ta_heap *h, torchalloc_stats *out);
 ta_internal void ta_heap_get_phase_stats(ta_heap *h, int phase, torchalloc_phase_stats *out);

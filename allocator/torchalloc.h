@@ -113,6 +113,21 @@ TORCHALLOC_API int torchalloc_reset_accumulated_stats(int device);
  * torch.cuda.empty_cache() does. Returns the bytes released, or -1. */
 TORCHALLOC_API int64_t torchalloc_empty_cache(int device);
 
+/* ---------------------------------------------------------------------------
+ * Hooks PyTorch calls through CUDAPluggableAllocator (set_*_fn).
+ * ------------------------------------------------------------------------- */
+
+/* set_record_stream_fn: `ptr` is also used on `stream`; when it is freed,
+ * it is reused only after the work queued on `stream` so far completes. */
+TORCHALLOC_API void torchalloc_record_stream(void *ptr, cudaStream_t stream);
+/* set_memory_fraction_fn: cap what torchalloc reserves on `device` at
+ * `fraction` of its total memory (0 < fraction <= 1). */
+TORCHALLOC_API void torchalloc_set_memory_fraction(double fraction, int device);
+/* set_reset_fn (torch.cuda.empty_cache()): release cached segments everywhere. */
+TORCHALLOC_API void torchalloc_reset(void);
+/* set_init_fn: prepare the heap of `device`. */
+TORCHALLOC_API void torchalloc_init_device(int device);
+
 /* Walk every segment and block of `device` and verify the allocator's
  * invariants (blocks tile segments, no overlap, stats equal a recount).
  * Returns 0, or -1 with a description in torchalloc_last_error(). */
