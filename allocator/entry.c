@@ -173,9 +173,9 @@ TORCHALLOC_API void *torchalloc_malloc(size_t size, int device, cudaStream_t str
     return NULL;
   }
   if (ta_unlikely(size > TA_MAX_REQUEST)) {
-    pthread_mutex_lock(&h->lock);
+    ta_lock_acquire(&h->lock);
     h->stats.num_bad_size++;
-    pthread_mutex_unlock(&h->lock);
+    ta_lock_release(&h->lock);
     ta_misuse_report(g.conf.warn, TA_MISUSE_BAD_SIZE,
                      "request of %zu bytes on device %d is beyond any device (limit %zu); returning NULL", size,
                      device, (size_t)TA_MAX_REQUEST);
@@ -202,9 +202,9 @@ static int any_live_locked(void) {
   for (int d = 0; d < TA_MAX_DEVICES; d++) {
     ta_heap *h = atomic_load(&g.heaps[d]);
     if (h) {
-      pthread_mutex_lock(&h->lock);
+      ta_lock_acquire(&h->lock);
       size_t live = h->live.count;
-      pthread_mutex_unlock(&h->lock);
+      ta_lock_release(&h->lock);
       if (live) return 1;
     }
   }
@@ -278,18 +278,18 @@ TORCHALLOC_API int torchalloc_get_stats(int device, torchalloc_stats *out) {
 TORCHALLOC_API int torchalloc_reset_peak_stats(int device) {
   ta_heap *h = heap_for_control(device);
   if (!h) return -1;
-  pthread_mutex_lock(&h->lock);
+  ta_lock_acquire(&h->lock);
   ta_stats_reset_peak(&h->stats);
-  pthread_mutex_unlock(&h->lock);
+  ta_lock_release(&h->lock);
   return 0;
 }
 
 TORCHALLOC_API int torchalloc_reset_accumulated_stats(int device) {
   ta_heap *h = heap_for_control(device);
   if (!h) return -1;
-  pthread_mutex_lock(&h->lock);
+  ta_lock_acquire(&h->lock);
   ta_stats_reset_accumulated(&h->stats);
-  pthread_mutex_unlock(&h->lock);
+  ta_lock_release(&h->lock);
   return 0;
 }
 

@@ -178,7 +178,7 @@ ta_heap *ta_heap_create(ta_backend *backend, int device, const ta_config *conf, 
     snprintf(err, errlen, "out of host memory");
     return NULL;
   }
-  pthread_mutex_init(&h->lock, NULL);
+  ta_lock_init(&h->lock);
   h->device = device;
   h->backend = backend;
   h->conf = conf;
@@ -217,7 +217,6 @@ void ta_heap_destroy(ta_heap *h) {
   for (size_t i = 0; i < h->slab.nchunks; i++) free(h->slab.chunks[i]);
   free(h->slab.chunks);
   ta_ptrmap_destroy(&h->live);
-  pthread_mutex_destroy(&h->lock);
   free(h);
 }
 
@@ -313,7 +312,7 @@ static inline void release_block(ta_heap *h, ta_block *b) {
  * ---------------------------------------------------------------------- */
 
 int ta_heap_record_stream(ta_heap *h, void *ptr, cudaStream_t stream) {
-  pthread_mutex_lock(&h->lock);
+  ta_lock_acquire(&h->lock);
   ta_block *b = ta_ptrmap_get(&h->live, (uintptr_t)ptr);
   int found = b && b->state == TA_BLOCK_LIVE;
   if (found && stream != b->stream) {
@@ -335,7 +334,7 @@ int ta_heap_record_stream(ta_heap *h, void *ptr, cudaStream_t stream) {
     }
     if (!seen) u->streams[u->count++] = stream;
   }
-  pthread_mutex_unlock(&h->lock);
+  ta_lock_release(&h->lock);
   return found;
 }
 
@@ -396,7 +395,7 @@ void *ta_heap_malloc(ta_heap *h, size_t size, cudaStream_t stream) {
 }
 
 void *ta_heap_malloc_in_phase(ta_heap *h, size_t size, cudaStream_t stream, int phase, uint32_t epoch) {
-  pthread_mutex_lock(&h->lock);
+  ta_lock_acquire(&h->lock);
   h->request_phase = phase;
   if (ta_unlikely(h->npending != 0)) process_pending(h);
   ta_block *b = h->current->ops->malloc(h->current, size, stream, phase);
@@ -413,7 +412,7 @@ void *ta_heap_malloc_in_phase(ta_heap *h, size_t size, cudaStream_t stream, int 
       ptr = (void *)b->addr;
     }
   }
-  pthread_mutex_unlock(&h->lock);
+  ta_lock_release(&h->lock);
   return ptr;
 }
 
@@ -439,7 +438,7 @@ void ta_heap_free(ta_heap *h, void *ptr, size_t size, cudaStream_t stream) {
 void ta_heap_free_in_phase(ta_heap *h, void *ptr, size_t size, cudaStream_t stream, int phase) {
   (void)stream; /* the block knows its stream; torch passes the same one */
   uintptr_t addr = (uintptr_t)ptr;
-  pthread_mutex_lock(&h->lock);
+  ta_lock_acquire(&h->lock);
   h->request_phase = phase;
   ta_block *b = ta_ptrmap_get(&h->live, addr);
   if (ta_unlikely(!b || b->state != TA_BLOCK_LIVE)) {
@@ -457,7 +456,7 @@ void ta_heap_free_in_phase(ta_heap *h, void *ptr, size_t size, cudaStream_t stre
     if (ta_unlikely(b->uses != NULL)) defer_free(h, b);
     else release_block(h, b);
   }
-  pthread_mutex_unlock(&h->lock);
+  ta_lock_release(&h->lock);
 }
 
 /* ------------------------------------------------------------------------
@@ -467,61 +466,61 @@ void ta_heap_free_in_phase(ta_heap *h, void *ptr, size_t size, cudaStream_t stre
 int ta_heap_set_policy(ta_heap *h, const char *name) {
   uint8_t id;
   if (!ta_policy_by_name(name, &id)) return -1;
-  pthread_mutex_lock(&h->lock);
+  ta_lock_acquire(&h->lock);
   ta_policy *p = policy_get(h, id);
   if (p) h->current = p;
-  pthread_mutex_unlock(&h->lock);
+  ta_lock_release(&h->lock);
   return p ? 0 : -1;
 }
 
 void ta_heap_set_limit(ta_heap *h, size_t limit) {
-  pthread_mutex_lock(&h->lock);
+  ta_lock_acquire(&h->lock);
   h->limit = limit;
-  pthread_mutex_unlock(&h->lock);
+  ta_lock_release(&h->lock);
 }
 
 size_t ta_heap_release_cached(ta_heap *h) {
   int phase = ta_phase_current();
-  pthread_mutex_lock(&h->lock);
+  ta_lock_acquire(&h->lock);
   h->request_phase = phase;
   size_t released = release_cached_locked(h);
-  pthread_mutex_unlock(&h->lock);
+  ta_lock_release(&h->lock);
   return released;
 }
 
 void ta_heap_get_stats(ta_heap *h, torchalloc_stats *out) {
-  pthread_mutex_lock(&h->lock);
+  ta_lock_acquire(&h->lock);
   *out = h->stats;
-  pthread_mutex_unlock(&h->lock);
+  ta_lock_release(&h->lock);
 }
 
 void ta_heap_get_phase_stats(ta_heap *h, int phase, torchalloc_phase_stats *out) {
-  pthread_mutex_lock(&h->lock);
+  ta_lock_acquire(&h->lock);
   *out = h->phases[phase].pub;
-  pthread_mutex_unlock(&h->lock);
+  ta_lock_release(&h->lock);
 }
 
 void ta_heap_phase_ended(ta_heap *h, int phase, uint32_t epoch) {
-  pthread_mutex_lock(&h->lock);
+  ta_lock_acquire(&h->lock);
   ta_phase_acct *pa = &h->phases[phase];
   pa->pub.occurrences++;
   int seen = pa->epoch == epoch; /* did this occurrence allocate on this device? */
   pa->pub.last_persistent_bytes = seen ? pa->occ_alloc - pa->occ_freed : 0;
   pa->pub.last_transient_bytes = seen ? pa->occ_freed : 0;
-  pthread_mutex_unlock(&h->lock);
+  ta_lock_release(&h->lock);
 }
 
 int64_t ta_heap_arena_reserved(ta_heap *h, int phase) {
-  pthread_mutex_lock(&h->lock);
+  ta_lock_acquire(&h->lock);
   ta_policy *p = h->policies[TA_POLICY_PHASE_ARENA];
   int64_t r = p ? (int64_t)p->ops->arena_reserved(p, phase) : 0;
-  pthread_mutex_unlock(&h->lock);
+  ta_lock_release(&h->lock);
   return r;
 }
 
 int64_t ta_heap_arena_release(ta_heap *h, int phase) {
   int now = ta_phase_current();
-  pthread_mutex_lock(&h->lock);
+  ta_lock_acquire(&h->lock);
   h->request_phase = now;
   ta_policy *p = h->policies[TA_POLICY_PHASE_ARENA];
   int64_t r = 0;
@@ -529,7 +528,7 @@ int64_t ta_heap_arena_release(ta_heap *h, int phase) {
     h->backend->ops->synchronize(h->backend, h->device);
     r = (int64_t)p->ops->arena_release(p, phase);
   }
-  pthread_mutex_unlock(&h->lock);
+  ta_lock_release(&h->lock);
   return r;
 }
 
@@ -601,7 +600,7 @@ static int compare(const char *name, const torchalloc_stat st[3], const int64_t 
 }
 
 int ta_heap_check(ta_heap *h, char *err, size_t errlen) {
-  pthread_mutex_lock(&h->lock);
+  ta_lock_acquire(&h->lock);
   recount rc;
   memset(&rc, 0, sizeof rc);
   int bad = 0;
@@ -629,6 +628,6 @@ int ta_heap_check(ta_heap *h, char *err, size_t errlen) {
         compare("reserved_bytes", s->reserved_bytes, rc.reserved_bytes, err, errlen) ||
         compare("inactive_split", s->inactive_split, rc.inactive_split, err, errlen) ||
         compare("inactive_split_bytes", s->inactive_split_bytes, rc.inactive_split_bytes, err, errlen);
-  pthread_mutex_unlock(&h->lock);
+  ta_lock_release(&h->lock);
   return bad ? -1 : 0;
 }

@@ -9,6 +9,7 @@
 #include "../policies/policy.h"
 #include "backend.h"
 #include "config.h"
+#include "lock.h"
 #include "phase.h"
 #include "ptrmap.h"
 
@@ -36,7 +37,7 @@ typedef struct ta_pending_free {
 } ta_pending_free;
 
 typedef struct ta_heap {
-  pthread_mutex_t lock;
+  ta_lock lock;
   int device;
   ta_backend *backend;
   const ta_config *conf;
