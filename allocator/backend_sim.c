@@ -4,7 +4,9 @@
  * costs a few bytes of host memory; addresses are never reused, which makes
  * a stale pointer in a test impossible to confuse with a fresh one. Device d
  * lives at [(d+1) << 52, (d+2) << 52): 4 PiB of cumulative allocations each.
- * Events complete at once: the simulated device has no queued work. */
+ * Events complete at once by default: the simulated device has no queued
+ * work. With event_polls = N an event reports completion only on its Nth
+ * query or after a synchronize, so tests can watch record_stream's deferral. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -14,6 +16,7 @@
 #define SIM_ALIGN 512
 
 typedef struct sim_device {
+  uint64_t sync_generation; /* bumped by synchronize: older events are done */
   size_t used;
   uintptr_t next_addr;
   uintptr_t end_addr;
@@ -55,18 +58,31 @@ static int sim_mem_info(ta_backend *b, int device, size_t *free_bytes, size_t *t
   return TA_OK;
 }
 
-static void sim_synchronize(ta_backend *b, int device) { (void)b, (void)device; }
+typedef struct sim_event {
+  int polls_left;
+  uint64_t generation;
+} sim_event;
 
-/* A non-NULL token: simulated work is always complete. */
+static void sim_synchronize_device(ta_backend *b, int device) { ((sim_backend *)b)->dev[device].sync_generation++; }
+
 static void *sim_event_record(ta_backend *b, int device, cudaStream_t stream) {
-  (void)device, (void)stream;
-  return b;
+  (void)stream;
+  sim_backend *s = (sim_backend *)b;
+  sim_event *ev = malloc(sizeof *ev);
+  if (ev) *ev = (sim_event){s->opts.event_polls, s->dev[device].sync_generation};
+  return ev;
 }
+
 static int sim_event_done(ta_backend *b, int device, void *event) {
-  (void)b, (void)device, (void)event;
-  return 1;
+  sim_event *ev = event;
+  if (ev->generation != ((sim_backend *)b)->dev[device].sync_generation) return 1;
+  return --ev->polls_left <= 0;
 }
-static void sim_event_release(ta_backend *b, int device, void *event) { (void)b, (void)device, (void)event; }
+
+static void sim_event_release(ta_backend *b, int device, void *event) {
+  (void)b, (void)device;
+  free(event);
+}
 
 static void sim_destroy(ta_backend *b) { free(b); }
 
@@ -76,7 +92,7 @@ static const ta_backend_ops sim_ops = {
     .alloc = sim_alloc,
     .free = sim_free,
     .mem_info = sim_mem_info,
-    .synchronize = sim_synchronize,
+    .synchronize = sim_synchronize_device,
     .event_record = sim_event_record,
     .event_done = sim_event_done,
     .event_release = sim_event_release,

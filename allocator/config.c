@@ -57,7 +57,7 @@ static int is_policy_name(const char *v) {
   return strcmp(v, "caching") == 0 || strcmp(v, "exact") == 0 || strcmp(v, "phase_arena") == 0;
 }
 
-#define KEYS "policy backend sim_capacity sim_devices sim_fail_alloc warn log log_max stacks stack_depth"
+#define KEYS "policy backend sim_capacity sim_devices sim_fail_alloc sim_event_polls warn log log_max stacks stack_depth"
 const char *ta_config_key_list(void) { return KEYS; }
 
 /* Apply one key:value to `c`. Returns 0, or -1 with a message. */
@@ -88,6 +88,9 @@ static int apply(ta_config *c, const char *key, const char *val, char *err, size
   } else if (strcmp(key, "sim_fail_alloc") == 0) {
     if (parse_int(val, 0, 0x7fffffffL, &n)) goto bad_int;
     c->sim_fail_alloc = (uint64_t)n;
+  } else if (strcmp(key, "sim_event_polls") == 0) {
+    if (parse_int(val, 0, 1000000, &n)) goto bad_int;
+    c->sim_event_polls = (int)n;
   } else if (strcmp(key, "warn") == 0) {
     if (parse_int(val, 0, 1, &n)) goto bad_int;
     c->warn = (int)n;

@@ -15,6 +15,7 @@ typedef struct ta_config {
   size_t sim_capacity;      /* bytes per simulated device */
   int sim_devices;
   uint64_t sim_fail_alloc;  /* fail the Nth device allocation; 0: never */
+  int sim_event_polls;      /* sim events complete on their Nth query; 0: at once */
   int warn;                 /* print misuse lines on stderr */
   char log_path[TA_PATH_MAX]; /* "" = no log */
   size_t log_max;           /* 0 = unlimited */
