@@ -77,7 +77,7 @@ static int init_locked(const char *text, char *err, size_t errlen) {
   ta_backend *backend;
   if (conf.backend == TA_BACKEND_SIM) {
     ta_sim_options opts = {.devices = conf.sim_devices, .capacity = conf.sim_capacity,
-                           .fail_alloc_at = conf.sim_fail_alloc};
+                           .fail_alloc_at = conf.sim_fail_alloc, .event_polls = conf.sim_event_polls};
     backend = ta_backend_sim_create(&opts);
     if (!backend) snprintf(err, errlen, "cannot create the sim backend");
   } else {
