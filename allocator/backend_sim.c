@@ -7,6 +7,7 @@
  * Events complete at once by default: the simulated device has no queued
  * work. With event_polls = N an event reports completion only on its Nth
  * query or after a synchronize, so tests can watch record_stream's deferral. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -25,7 +26,7 @@ typedef struct sim_device {
 typedef struct sim_backend {
   ta_backend base;
   ta_sim_options opts;
-  uint64_t allocs_attempted; /* across devices, for fault injection */
+  atomic_uint_least64_t allocs_attempted; /* across devices (each under its own heap lock): fault injection */
   sim_device dev[SIM_MAX_DEVICES];
 } sim_backend;
 
@@ -34,8 +35,8 @@ static int sim_device_count(ta_backend *b) { return ((sim_backend *)b)->opts.dev
 static int sim_alloc(ta_backend *b, int device, size_t size, uintptr_t *out) {
   sim_backend *s = (sim_backend *)b;
   sim_device *d = &s->dev[device];
-  s->allocs_attempted++;
-  if (s->opts.fail_alloc_at != 0 && s->allocs_attempted == s->opts.fail_alloc_at) return TA_ENOMEM;
+  uint64_t attempt = atomic_fetch_add_explicit(&s->allocs_attempted, 1, memory_order_relaxed) + 1;
+  if (s->opts.fail_alloc_at != 0 && attempt == s->opts.fail_alloc_at) return TA_ENOMEM;
   size_t bytes = ta_align_up(size, SIM_ALIGN);
   if (bytes > s->opts.capacity - d->used) return TA_ENOMEM;
   if (bytes > d->end_addr - d->next_addr) return TA_ENOMEM; /* address space exhausted */

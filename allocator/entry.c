@@ -13,8 +13,10 @@
 #include "../policies/size_classes.h"
 #include "heap.h"
 #include "errors.h"
+#include "log.h"
 #include "misuse.h"
 #include "phase.h"
+#include "pystack.h"
 #include "stats.h"
 
 #define TA_MAX_DEVICES 64
@@ -58,7 +60,23 @@ const char *torchalloc_config_keys(void) { return ta_config_key_list(); }
  * Init / teardown (callers hold g.lock)
  * ---------------------------------------------------------------------- */
 
+/* Close the event log once no writer can be inside it: heap-locked
+ * writers check ta_log_on() under their heap's lock, so after logging is
+ * off, taking each heap lock once waits out the last of them (log.h). */
+static void log_close_quiesced(void) {
+  if (!ta_log_stop()) return;
+  for (int d = 0; d < TA_MAX_DEVICES; d++) {
+    ta_heap *h = atomic_load(&g.heaps[d]);
+    if (h) {
+      ta_lock_acquire(&h->lock);
+      ta_lock_release(&h->lock);
+    }
+  }
+  ta_log_close();
+}
+
 static void destroy_all_locked(void) {
+  log_close_quiesced();
   for (int d = 0; d < TA_MAX_DEVICES; d++) {
     ta_heap_destroy(atomic_load(&g.heaps[d]));
     atomic_store(&g.heaps[d], NULL);
@@ -70,28 +88,37 @@ static void destroy_all_locked(void) {
   atomic_store(&g.state, STATE_UNINIT);
 }
 
-static int init_locked(const char *text, char *err, size_t errlen) {
-  ta_config conf;
-  ta_config_defaults(&conf);
-  if (ta_config_parse(&conf, text, err, errlen)) return -1;
-  ta_backend *backend;
-  if (conf.backend == TA_BACKEND_SIM) {
-    ta_sim_options opts = {.devices = conf.sim_devices, .capacity = conf.sim_capacity,
-                           .fail_alloc_at = conf.sim_fail_alloc, .event_polls = conf.sim_event_polls};
-    backend = ta_backend_sim_create(&opts);
-    if (!backend) snprintf(err, errlen, "cannot create the sim backend");
-  } else {
-    backend = ta_backend_cuda_create(err, errlen);
+static ta_backend *create_backend(const ta_config *conf, char *err, size_t errlen) {
+  if (conf->backend != TA_BACKEND_SIM) return ta_backend_cuda_create(err, errlen);
+  ta_sim_options opts = {.devices = conf->sim_devices, .capacity = conf->sim_capacity,
+                         .fail_alloc_at = conf->sim_fail_alloc, .event_polls = conf->sim_event_polls};
+  ta_backend *backend = ta_backend_sim_create(&opts);
+  if (!backend) snprintf(err, errlen, "cannot create the sim backend");
+  return backend;
+}
+
+/* Make `conf` and `backend` the process state (the old state is gone). */
+static int install_locked(const ta_config *conf, ta_backend *backend, char *err, size_t errlen) {
+  if (conf->log_path[0] && ta_log_open(conf->log_path, conf->log_max, err, errlen)) {
+    backend->ops->destroy(backend);
+    return -1;
   }
-  if (!backend) return -1;
   int n = backend->ops->device_count(backend);
-  g.conf = conf;
+  g.conf = *conf;
   g.backend = backend;
   g.ndevices = n < TA_MAX_DEVICES ? n : TA_MAX_DEVICES;
   atomic_store(&g.bad_device, 0);
   ta_misuse_reset();
   atomic_store(&g.state, STATE_READY);
   return 0;
+}
+
+static int init_locked(const char *text, char *err, size_t errlen) {
+  ta_config conf;
+  ta_config_defaults(&conf);
+  if (ta_config_parse(&conf, text, err, errlen)) return -1;
+  ta_backend *backend = create_backend(&conf, err, errlen);
+  return backend ? install_locked(&conf, backend, err, errlen) : -1;
 }
 
 /* First use without torchalloc_init(): configure from TORCHALLOC_CONF. A bad
@@ -123,8 +150,12 @@ static ta_noinline ta_heap *heap_create_slow(int device) {
   if (!h && atomic_load(&g.state) == STATE_READY) {
     char err[256];
     h = ta_heap_create(g.backend, device, &g.conf, err, sizeof err);
-    if (h) atomic_store_explicit(&g.heaps[device], h, memory_order_release);
-    else fprintf(stderr, "torchalloc: error: cannot create the heap of device %d: %s\n", device, err);
+    if (h) {
+      h->logged = 1;
+      atomic_store_explicit(&g.heaps[device], h, memory_order_release);
+    } else {
+      fprintf(stderr, "torchalloc: error: cannot create the heap of device %d: %s\n", device, err);
+    }
   }
   pthread_mutex_unlock(&g.lock);
   return h;
@@ -149,7 +180,7 @@ static ta_noinline void report_bad_device(int device) {
 /* A heap for a control call, or -1 with a message. */
 static ta_heap *heap_for_control(int device) {
   if (!ensure_ready()) {
-    if (!last_error[0]) set_error(g.broken_reason);
+    set_error(g.broken_reason);
     return NULL;
   }
   ta_heap *h = device >= 0 && device < g.ndevices ? heap_for(device) : NULL;
@@ -164,6 +195,22 @@ static ta_heap *heap_for_control(int device) {
 /* ------------------------------------------------------------------------
  * The two entry points
  * ---------------------------------------------------------------------- */
+
+/* stacks:1 with a log open: the Python stack is captured before the heap
+ * lock is taken (it may wait for the GIL) and handed to the heap's log
+ * record through a thread-local. */
+static ta_noinline void *malloc_with_stack(ta_heap *h, size_t size, cudaStream_t stream) {
+  ta_log_call_stack = ta_pystack_capture(g.conf.stack_depth);
+  void *p = ta_heap_malloc(h, size, stream);
+  ta_log_call_stack = 0;
+  return p;
+}
+
+static ta_noinline void free_with_stack(ta_heap *h, void *ptr, size_t size, cudaStream_t stream) {
+  ta_log_call_stack = ta_pystack_capture(g.conf.stack_depth);
+  ta_heap_free(h, ptr, size, stream);
+  ta_log_call_stack = 0;
+}
 
 TORCHALLOC_API void *torchalloc_malloc(size_t size, int device, cudaStream_t stream) {
   if (ta_unlikely(size == 0)) return NULL;
@@ -181,6 +228,7 @@ TORCHALLOC_API void *torchalloc_malloc(size_t size, int device, cudaStream_t str
                      device, (size_t)TA_MAX_REQUEST);
     return NULL;
   }
+  if (ta_unlikely(ta_log_on()) && g.conf.stacks) return malloc_with_stack(h, size, stream);
   return ta_heap_malloc(h, size, stream);
 }
 
@@ -191,7 +239,8 @@ TORCHALLOC_API void torchalloc_free(void *ptr, size_t size, int device, cudaStre
     if (atomic_load(&g.state) == STATE_READY) report_bad_device(device);
     return;
   }
-  ta_heap_free(h, ptr, size, stream);
+  if (ta_unlikely(ta_log_on()) && g.conf.stacks) free_with_stack(h, ptr, size, stream);
+  else ta_heap_free(h, ptr, size, stream);
 }
 
 /* ------------------------------------------------------------------------
@@ -201,12 +250,7 @@ TORCHALLOC_API void torchalloc_free(void *ptr, size_t size, int device, cudaStre
 static int any_live_locked(void) {
   for (int d = 0; d < TA_MAX_DEVICES; d++) {
     ta_heap *h = atomic_load(&g.heaps[d]);
-    if (h) {
-      ta_lock_acquire(&h->lock);
-      size_t live = h->live.count;
-      ta_lock_release(&h->lock);
-      if (live) return 1;
-    }
+    if (h && ta_heap_live_blocks(h)) return 1;
   }
   return 0;
 }
@@ -214,22 +258,27 @@ static int any_live_locked(void) {
 TORCHALLOC_API int torchalloc_init(const char *conf) {
   last_error[0] = '\0';
   char err[512];
+  const char *text = conf ? conf : getenv("TORCHALLOC_CONF");
+  ta_config next;
+  ta_config_defaults(&next);
+  if (ta_config_parse(&next, text, err, sizeof err)) {
+    set_error(err);
+    return -1;
+  }
   pthread_mutex_lock(&g.lock);
   if (any_live_locked()) {
     pthread_mutex_unlock(&g.lock);
     set_error("torchalloc_init: blocks are still allocated; free them (or call torchalloc_teardown) first");
     return -1;
   }
-  /* Validate before tearing anything down, so a typo keeps the old state. */
-  ta_config probe;
-  ta_config_defaults(&probe);
-  if (ta_config_parse(&probe, conf ? conf : getenv("TORCHALLOC_CONF"), err, sizeof err)) {
-    pthread_mutex_unlock(&g.lock);
-    set_error(err);
-    return -1;
+  /* Build the new backend before tearing the old state down: a failure
+   * (no GPU for backend:cuda, say) leaves what worked in place. */
+  ta_backend *backend = create_backend(&next, err, sizeof err);
+  int rc = -1;
+  if (backend) {
+    destroy_all_locked();
+    rc = install_locked(&next, backend, err, sizeof err);
   }
-  destroy_all_locked();
-  int rc = init_locked(conf ? conf : getenv("TORCHALLOC_CONF"), err, sizeof err);
   pthread_mutex_unlock(&g.lock);
   if (rc) set_error(err);
   return rc;
@@ -278,18 +327,14 @@ TORCHALLOC_API int torchalloc_get_stats(int device, torchalloc_stats *out) {
 TORCHALLOC_API int torchalloc_reset_peak_stats(int device) {
   ta_heap *h = heap_for_control(device);
   if (!h) return -1;
-  ta_lock_acquire(&h->lock);
-  ta_stats_reset_peak(&h->stats);
-  ta_lock_release(&h->lock);
+  ta_heap_reset_peak_stats(h);
   return 0;
 }
 
 TORCHALLOC_API int torchalloc_reset_accumulated_stats(int device) {
   ta_heap *h = heap_for_control(device);
   if (!h) return -1;
-  ta_lock_acquire(&h->lock);
-  ta_stats_reset_accumulated(&h->stats);
-  ta_lock_release(&h->lock);
+  ta_heap_reset_accumulated_stats(h);
   return 0;
 }
 
@@ -313,8 +358,8 @@ TORCHALLOC_API void torchalloc_record_stream(void *ptr, cudaStream_t stream) {
     ta_heap *h = atomic_load(&g.heaps[d]);
     if (h && ta_heap_record_stream(h, ptr, stream)) return;
   }
-  ta_misuse_report(g.conf.warn, TA_MISUSE_FREE_UNKNOWN, "record_stream of %p, which is not a live torchalloc block",
-                   ptr);
+  ta_heap *h = heap_for(0); /* counted on device 0: the pointer names no device */
+  if (h) ta_heap_report_bad_record_stream(h, ptr);
 }
 
 TORCHALLOC_API void torchalloc_set_memory_fraction(double fraction, int device) {
@@ -339,8 +384,10 @@ TORCHALLOC_API void torchalloc_set_memory_fraction(double fraction, int device) 
 
 TORCHALLOC_API void torchalloc_reset(void) { torchalloc_empty_cache(-1); }
 
-TORCHALLOC_API void torchalloc_init_device(int device) {
-  if (!heap_for_control(device)) fprintf(stderr, "torchalloc: error: init of device %d: %s\n", device, last_error);
+TORCHALLOC_API void torchalloc_init_devices(int device_count) {
+  if (!ensure_ready()) return;
+  for (int d = 0; d < device_count && d < g.ndevices; d++)
+    if (!heap_for(d)) fprintf(stderr, "torchalloc: error: cannot prepare the heap of device %d\n", d);
 }
 
 TORCHALLOC_API int torchalloc_check_invariants(int device) {
@@ -375,6 +422,7 @@ TORCHALLOC_API int torchalloc_get_phase_stats(int device, int phase, torchalloc_
   ta_heap *h = heap_for_control(device);
   if (!h || !out || !phase_in_range(phase)) return -1;
   ta_heap_get_phase_stats(h, phase, out);
+  out->occurrences = ta_phase_occurrences(phase); /* counted once per process, not per heap */
   return 0;
 }
 
@@ -389,3 +437,26 @@ TORCHALLOC_API int64_t torchalloc_arena_trim(int device, int phase) {
   if (!h || (phase != -1 && !phase_in_range(phase))) return -1;
   return ta_heap_arena_release(h, phase);
 }
+
+/* ------------------------------------------------------------------------
+ * Event log (the writer is log.c; here because closing needs the heaps)
+ * ---------------------------------------------------------------------- */
+
+TORCHALLOC_API int torchalloc_log_open(const char *path) {
+  char err[512];
+  pthread_mutex_lock(&g.lock);
+  log_close_quiesced();
+  size_t max = atomic_load(&g.state) == STATE_READY ? g.conf.log_max : 0;
+  int rc = ta_log_open(path, max, err, sizeof err);
+  pthread_mutex_unlock(&g.lock);
+  if (rc) set_error(err);
+  return rc;
+}
+
+TORCHALLOC_API void torchalloc_log_close(void) {
+  pthread_mutex_lock(&g.lock);
+  log_close_quiesced();
+  pthread_mutex_unlock(&g.lock);
+}
+
+TORCHALLOC_API const char *torchalloc_log_path(void) { return ta_log_path(); }

@@ -10,9 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "misuse.h"
 #include "phase.h"
 #include "stats.h"
+
+/* Event log (log.h): when off, one atomic load per call. */
+#define LOGGING(h) (ta_unlikely(ta_log_on()) && (h)->logged)
 
 /* ------------------------------------------------------------------------
  * Block slab
@@ -43,8 +47,7 @@ ta_block *ta_heap_block_new(ta_heap *h) {
   if (ta_unlikely(!s->free_list) && slab_grow(s)) return NULL;
   ta_block *b = s->free_list;
   s->free_list = b->next;
-  memset(b, 0, sizeof *b);
-  return b;
+  return b; /* uninitialised: every caller sets all fields */
 }
 
 void ta_heap_block_delete(ta_heap *h, ta_block *b) {
@@ -108,7 +111,7 @@ ta_segment *ta_heap_segment_alloc(ta_heap *h, size_t size, cudaStream_t stream, 
   ta_block *b = ta_heap_block_new(h);
   uintptr_t addr = 0;
   if (!s || !b) goto fail;
-  if (h->limit && (size_t)h->stats.reserved_bytes[0].current + size > h->limit) goto fail;
+  if (h->limit && (size_t)ta_stat_total(h->stats.reserved_bytes) + size > h->limit) goto fail;
   if (h->backend->ops->alloc(h->backend, h->device, size, &addr) != TA_OK) goto fail;
   *s = (ta_segment){.addr = addr, .size = size, .stream = stream, .first = b, .owner = owner,
                     .pool = (uint8_t)pool, .policy = policy};
@@ -116,17 +119,13 @@ ta_segment *ta_heap_segment_alloc(ta_heap *h, size_t size, cudaStream_t stream, 
     h->backend->ops->free(h->backend, h->device, addr, size);
     goto fail;
   }
-  b->addr = addr;
-  b->size = size;
-  b->segment = s;
-  b->stream = stream;
-  b->owner = owner;
-  b->policy = policy;
-  b->state = TA_BLOCK_FREE;
+  *b = (ta_block){.addr = addr, .size = size, .segment = s, .stream = stream, .owner = owner, .policy = policy,
+                  .state = TA_BLOCK_FREE};
   h->stats.num_device_alloc++;
   h->phases[h->request_phase].pub.reserved_growth_bytes += (int64_t)size;
   ta_stats_add(h->stats.segment, pool, 1);
   ta_stats_add(h->stats.reserved_bytes, pool, (int64_t)size);
+  if (LOGGING(h)) ta_log_segment(TA_LOG_SEGMENT_ALLOC, h->device, s, h->request_phase);
   return s;
 fail:
   free(s);
@@ -142,6 +141,7 @@ void ta_heap_segment_release(ta_heap *h, ta_segment *s) {
   h->phases[h->request_phase].pub.reserved_released_bytes += (int64_t)s->size;
   ta_stats_sub(h->stats.segment, s->pool, 1);
   ta_stats_sub(h->stats.reserved_bytes, s->pool, (int64_t)s->size);
+  if (LOGGING(h)) ta_log_segment(TA_LOG_SEGMENT_FREE, h->device, s, h->request_phase);
   ta_heap_block_delete(h, s->first);
   free(s);
 }
@@ -226,13 +226,15 @@ void ta_heap_destroy(ta_heap *h) {
 
 static void process_pending(ta_heap *h);
 
+/* Returns the drop in reserved bytes: handing back a pending block can
+ * release a segment too (exact frees straight to the device). */
 static size_t release_cached_locked(ta_heap *h) {
+  int64_t before = ta_stat_total(h->stats.reserved_bytes);
   h->backend->ops->synchronize(h->backend, h->device); /* queued kernels may still use cached blocks */
   if (h->npending) process_pending(h);                 /* after the synchronize, every event is done */
-  size_t released = 0;
   for (int i = 0; i < TA_NPOLICIES; i++)
-    if (h->policies[i]) released += h->policies[i]->ops->release_cached(h->policies[i]);
-  return released;
+    if (h->policies[i]) h->policies[i]->ops->release_cached(h->policies[i]);
+  return (size_t)(before - ta_stat_total(h->stats.reserved_bytes));
 }
 
 static void report_oom(ta_heap *h, size_t size) {
@@ -242,17 +244,19 @@ static void report_oom(ta_heap *h, size_t size) {
   fprintf(stderr,
           "torchalloc: out of memory on %s device %d: tried to allocate %zu bytes; device has %zu of %zu bytes "
           "free; torchalloc holds %" PRId64 " bytes reserved, %" PRId64 " allocated (policy %s)\n",
-          h->backend->ops->name, h->device, size, free_b, total_b, s->reserved_bytes[0].current,
-          s->allocated_bytes[0].current, h->current->ops->name);
+          h->backend->ops->name, h->device, size, free_b, total_b, ta_stat_total(s->reserved_bytes),
+          ta_stat_total(s->allocated_bytes), h->current->ops->name);
 }
 
 /* The device said no: release every fully free cached segment, retry once. */
 static ta_noinline ta_block *malloc_retry(ta_heap *h, size_t size, cudaStream_t stream, int phase) {
   h->stats.num_alloc_retries++;
-  release_cached_locked(h);
+  size_t released = release_cached_locked(h);
+  if (LOGGING(h)) ta_log_trim(h->device, released, phase, TA_LOG_TRIM_OOM_RETRY);
   ta_block *b = h->current->ops->malloc(h->current, size, stream, phase);
   if (!b) {
     h->stats.num_ooms++;
+    if (LOGGING(h)) ta_log_oom(h->device, size, stream, phase, (size_t)ta_stat_total(h->stats.reserved_bytes));
     if (h->conf->warn) report_oom(h, size);
   }
   return b;
@@ -272,12 +276,10 @@ static inline void count_alloc(ta_heap *h, const ta_block *b) {
   pa->pub.live_bytes += size;
   if (pa->pub.live_bytes > pa->pub.live_peak_bytes) pa->pub.live_peak_bytes = pa->pub.live_bytes;
   ta_stats_add(h->stats.allocation, pool, 1);
-  ta_stats_add(h->stats.active, pool, 1);
   ta_stats_add(h->stats.allocated_bytes, pool, (int64_t)b->size);
-  ta_stats_add(h->stats.active_bytes, pool, (int64_t)b->size);
   ta_stats_add(h->stats.requested_bytes, pool, (int64_t)b->requested);
-  if (h->stats.allocated_bytes[0].current > pa->pub.peak_allocated_bytes)
-    pa->pub.peak_allocated_bytes = h->stats.allocated_bytes[0].current;
+  int64_t allocated = ta_stat_total(h->stats.allocated_bytes);
+  if (allocated > pa->pub.peak_allocated_bytes) pa->pub.peak_allocated_bytes = allocated;
 }
 
 /* The caller's free: the bytes stop being allocated. */
@@ -297,11 +299,8 @@ static inline void count_free(ta_heap *h, const ta_block *b, int phase_now) {
   ta_stats_sub(h->stats.requested_bytes, pool, (int64_t)b->requested);
 }
 
-/* The block goes back to its policy: it stops being active. */
+/* The block goes back to its policy. */
 static inline void release_block(ta_heap *h, ta_block *b) {
-  int pool = ta_block_pool(b);
-  ta_stats_sub(h->stats.active, pool, 1);
-  ta_stats_sub(h->stats.active_bytes, pool, (int64_t)b->size);
   ta_ptrmap_take(&h->live, b->addr);
   ta_policy *p = h->policies[b->policy];
   p->ops->free(p, b);
@@ -370,6 +369,8 @@ static ta_noinline void defer_free(ta_heap *h, ta_block *b) {
     return;
   }
   b->state = TA_BLOCK_PENDING;
+  ta_stats_add(h->pending_stats.count, ta_block_pool(b), 1);
+  ta_stats_add(h->pending_stats.bytes, ta_block_pool(b), (int64_t)b->size);
   h->pending[h->npending++] = (ta_pending_free){.block = b, .nevents = n, .events = events};
 }
 
@@ -384,6 +385,8 @@ static ta_noinline void process_pending(ta_heap *h) {
       continue;
     }
     free(p->events);
+    ta_stats_sub(h->pending_stats.count, ta_block_pool(p->block), 1);
+    ta_stats_sub(h->pending_stats.bytes, ta_block_pool(p->block), (int64_t)p->block->size);
     release_block(h, p->block);
     h->pending[i] = h->pending[--h->npending];
   }
@@ -409,6 +412,7 @@ void *ta_heap_malloc_in_phase(ta_heap *h, size_t size, cudaStream_t stream, int 
       b->phase = (uint16_t)phase;
       b->phase_epoch = epoch;
       count_alloc(h, b);
+      if (LOGGING(h)) ta_log_alloc(h->device, b);
       ptr = (void *)b->addr;
     }
   }
@@ -416,19 +420,39 @@ void *ta_heap_malloc_in_phase(ta_heap *h, size_t size, cudaStream_t stream, int 
   return ptr;
 }
 
-/* Why `addr` is not a live block: inside one of our segments it was handed
- * out once and freed already; elsewhere we never handed it out. */
+/* Why `addr` is not a live block. A block start that is free or waiting for
+ * its streams, or an address freed recently (its segment may be gone since:
+ * exact, empty_cache), was handed out and freed already: a double free.
+ * Anything else, an address inside a block included, was never handed out. */
+static int was_freed(ta_heap *h, uintptr_t addr) {
+  ta_segment *s = registry_find(&h->segments, addr);
+  for (ta_block *b = s ? s->first : NULL; b && b->addr <= addr; b = b->next)
+    if (b->addr == addr) return b->state != TA_BLOCK_LIVE || ta_ptrmap_get(&h->live, addr) != NULL;
+  for (int i = 0; i < TA_RECENT_FREES; i++)
+    if (h->recent_frees[i] == addr) return 1;
+  return 0;
+}
+
 static ta_noinline void report_bad_free(ta_heap *h, uintptr_t addr) {
-  if (registry_find(&h->segments, addr)) { /* includes a block freed and waiting for its streams */
+  if (was_freed(h, addr)) {
     h->stats.num_bad_double_free++;
     ta_misuse_report(h->conf->warn, TA_MISUSE_DOUBLE_FREE,
-                     "free of %p on device %d, which is not allocated (double free?); ignored", (void *)addr,
+                     "free of %p on device %d, which was already freed (double free); ignored", (void *)addr,
                      h->device);
   } else {
     h->stats.num_bad_free_unknown++;
     ta_misuse_report(h->conf->warn, TA_MISUSE_FREE_UNKNOWN,
                      "free of %p on device %d, which torchalloc never allocated; ignored", (void *)addr, h->device);
   }
+}
+
+/* record_stream of a pointer that is not a live block of any device. */
+void ta_heap_report_bad_record_stream(ta_heap *h, void *ptr) {
+  ta_lock_acquire(&h->lock);
+  h->stats.num_bad_free_unknown++;
+  ta_lock_release(&h->lock);
+  ta_misuse_report(h->conf->warn, TA_MISUSE_RECORD_STREAM_UNKNOWN,
+                   "record_stream of %p, which is not a live torchalloc block; ignored", ptr);
 }
 
 void ta_heap_free(ta_heap *h, void *ptr, size_t size, cudaStream_t stream) {
@@ -452,7 +476,9 @@ void ta_heap_free_in_phase(ta_heap *h, void *ptr, size_t size, cudaStream_t stre
                      "allocated",
                      ptr, size, b->requested);
   } else {
+    if (LOGGING(h)) ta_log_free(h->device, b, phase, b->uses ? TA_LOG_FREE_DEFERRED : 0);
     count_free(h, b, phase);
+    h->recent_frees[h->recent_pos++ % TA_RECENT_FREES] = addr;
     if (ta_unlikely(b->uses != NULL)) defer_free(h, b);
     else release_block(h, b);
   }
@@ -479,18 +505,38 @@ void ta_heap_set_limit(ta_heap *h, size_t limit) {
   ta_lock_release(&h->lock);
 }
 
+size_t ta_heap_live_blocks(ta_heap *h) {
+  ta_lock_acquire(&h->lock);
+  size_t live = (size_t)ta_stat_total(h->stats.allocation); /* pending blocks were freed by the caller */
+  ta_lock_release(&h->lock);
+  return live;
+}
+
 size_t ta_heap_release_cached(ta_heap *h) {
   int phase = ta_phase_current();
   ta_lock_acquire(&h->lock);
   h->request_phase = phase;
   size_t released = release_cached_locked(h);
+  if (LOGGING(h)) ta_log_trim(h->device, released, phase, TA_LOG_TRIM_EMPTY_CACHE);
   ta_lock_release(&h->lock);
   return released;
 }
 
 void ta_heap_get_stats(ta_heap *h, torchalloc_stats *out) {
   ta_lock_acquire(&h->lock);
-  *out = h->stats;
+  ta_stats_export(&h->stats, &h->pending_stats, out);
+  ta_lock_release(&h->lock);
+}
+
+void ta_heap_reset_peak_stats(ta_heap *h) {
+  ta_lock_acquire(&h->lock);
+  ta_stats_reset_peak(&h->stats, &h->pending_stats);
+  ta_lock_release(&h->lock);
+}
+
+void ta_heap_reset_accumulated_stats(ta_heap *h) {
+  ta_lock_acquire(&h->lock);
+  ta_stats_reset_accumulated(&h->stats, &h->pending_stats);
   ta_lock_release(&h->lock);
 }
 
@@ -503,7 +549,6 @@ void ta_heap_get_phase_stats(ta_heap *h, int phase, torchalloc_phase_stats *out)
 void ta_heap_phase_ended(ta_heap *h, int phase, uint32_t epoch) {
   ta_lock_acquire(&h->lock);
   ta_phase_acct *pa = &h->phases[phase];
-  pa->pub.occurrences++;
   int seen = pa->epoch == epoch; /* did this occurrence allocate on this device? */
   pa->pub.last_persistent_bytes = seen ? pa->occ_alloc - pa->occ_freed : 0;
   pa->pub.last_transient_bytes = seen ? pa->occ_freed : 0;
@@ -527,6 +572,7 @@ int64_t ta_heap_arena_release(ta_heap *h, int phase) {
   if (p) {
     h->backend->ops->synchronize(h->backend, h->device);
     r = (int64_t)p->ops->arena_release(p, phase);
+    if (LOGGING(h)) ta_log_trim(h->device, (size_t)r, now, TA_LOG_TRIM_ARENA);
   }
   ta_lock_release(&h->lock);
   return r;
@@ -618,7 +664,9 @@ int ta_heap_check(ta_heap *h, char *err, size_t errlen) {
     snprintf(err, errlen, "pointer map holds %zu blocks, segments hold %zu live ones", h->live.count, rc.live_blocks);
     bad = 1;
   }
-  const torchalloc_stats *s = &h->stats;
+  torchalloc_stats exported;
+  const torchalloc_stats *s = &exported;
+  ta_stats_export(&h->stats, &h->pending_stats, &exported);
   bad = bad || compare("allocation", s->allocation, rc.allocation, err, errlen) ||
         compare("allocated_bytes", s->allocated_bytes, rc.allocated_bytes, err, errlen) ||
         compare("requested_bytes", s->requested_bytes, rc.requested_bytes, err, errlen) ||

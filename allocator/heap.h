@@ -12,6 +12,7 @@
 #include "lock.h"
 #include "phase.h"
 #include "ptrmap.h"
+#include "stats.h"
 
 /* Blocks are carved from slabs and recycled through a free list: the hot
  * path never calls malloc(3) once the heap is warm. */
@@ -41,7 +42,8 @@ typedef struct ta_heap {
   int device;
   ta_backend *backend;
   const ta_config *conf;
-  torchalloc_stats stats;
+  torchalloc_stats stats;   /* hot-path layout, see stats.h; read it through ta_heap_get_stats */
+  ta_pending_stats pending_stats;
   ta_ptrmap live;
   ta_segment_registry segments;
   ta_block_slab slab;
@@ -50,7 +52,13 @@ typedef struct ta_heap {
   size_t limit; /* reserved-bytes ceiling from set_memory_fraction; 0 = none */
   ta_pending_free *pending;
   size_t npending, cap_pending;
-  int request_phase; /* phase of the call in flight: segment growth is charged to it */
+  int request_phase;
+  /* The last addresses freed: tells a double free from a wild pointer after
+   * the segment is gone (error path only; one store per free). */
+#define TA_RECENT_FREES 64
+  uintptr_t recent_frees[TA_RECENT_FREES];
+  unsigned recent_pos; /* phase of the call in flight: segment growth is charged to it */
+  int logged;        /* writes the process event log (entry.c's heaps; not replay's private one) */
   ta_phase_acct phases[TA_MAX_PHASES];
 } ta_heap;
 
@@ -70,7 +78,12 @@ ta_internal int ta_heap_set_policy(ta_heap *h, const char *name);
 ta_internal int ta_heap_record_stream(ta_heap *h, void *ptr, cudaStream_t stream);
 ta_internal void ta_heap_set_limit(ta_heap *h, size_t limit);
 ta_internal size_t ta_heap_release_cached(ta_heap *h);
+/* Blocks the caller holds (freed blocks waiting for streams are not). */
+ta_internal size_t ta_heap_live_blocks(ta_heap *h);
+ta_internal void ta_heap_report_bad_record_stream(ta_heap *h, void *ptr);
 ta_internal void ta_heap_get_stats(ta_heap *h, torchalloc_stats *out);
+ta_internal void ta_heap_reset_peak_stats(ta_heap *h);
+ta_internal void ta_heap_reset_accumulated_stats(ta_heap *h);
 ta_internal void ta_heap_get_phase_stats(ta_heap *h, int phase, torchalloc_phase_stats *out);
 /* Close occurrence `epoch` of `phase`: persistent vs transient bytes. */
 ta_internal void ta_heap_phase_ended(ta_heap *h, int phase, uint32_t epoch);

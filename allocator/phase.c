@@ -4,6 +4,7 @@
 #include "phase.h"
 
 #include "errors.h"
+#include "log.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static char names[TA_MAX_PHASES][TORCHALLOC_PHASE_NAME_MAX + 1] = {"default"};
 static _Atomic int count = 1;
 static uint32_t epochs[TA_MAX_PHASES];
+static int64_t ended[TA_MAX_PHASES];
 static int stack[STACK_MAX];
 static int depth;
 
@@ -65,6 +67,8 @@ TORCHALLOC_API int torchalloc_phase_begin(const char *name) {
   stack[depth++] = id;
   if (++epochs[id] == 0) epochs[id] = 1; /* 0 means "closed" */
   atomic_store(&ta_phase_open_epoch[id], epochs[id]);
+  /* Logged before it becomes current: records tagged with it follow it. */
+  ta_log_phase(TA_LOG_PHASE_BEGIN, id, epochs[id], names[id]);
   publish_locked();
   pthread_mutex_unlock(&lock);
   return id;
@@ -84,15 +88,24 @@ TORCHALLOC_API int torchalloc_phase_end(const char *name) {
     return -1;
   }
   uint32_t epoch = epochs[id];
+  ended[id]++;
   depth--;
   /* Still open in an outer frame (recursion)? Then it stays open. */
   int still_open = 0;
   for (int i = 0; i < depth; i++) still_open |= stack[i] == id;
   publish_locked();
+  ta_log_phase(TA_LOG_PHASE_END, id, epoch, names[id]);
   pthread_mutex_unlock(&lock);
   ta_heaps_phase_ended(id, epoch);
   if (!still_open) atomic_store(&ta_phase_open_epoch[id], 0);
   return 0;
+}
+
+int64_t ta_phase_occurrences(int phase) {
+  pthread_mutex_lock(&lock);
+  int64_t n = ended[phase];
+  pthread_mutex_unlock(&lock);
+  return n;
 }
 
 TORCHALLOC_API int torchalloc_phase_current(void) { return ta_phase_current(); }
@@ -108,6 +121,7 @@ void ta_phase_reset(void) {
   depth = 0;
   atomic_store(&count, 1);
   memset(epochs, 0, sizeof epochs);
+  memset(ended, 0, sizeof ended);
   for (int i = 0; i < TA_MAX_PHASES; i++) atomic_store(&ta_phase_open_epoch[i], 0);
   publish_locked();
   pthread_mutex_unlock(&lock);

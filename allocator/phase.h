@@ -42,6 +42,9 @@ typedef struct ta_phase_acct {
 /* Tell every heap that occurrence `epoch` of `phase` ended (entry.c). */
 ta_internal void ta_heaps_phase_ended(int phase, uint32_t epoch);
 
+/* Times `phase` has ended in this process. */
+ta_internal int64_t ta_phase_occurrences(int phase);
+
 /* Forget every phase name and the stack (torchalloc_init). */
 ta_internal void ta_phase_reset(void);
 

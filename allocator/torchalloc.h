@@ -125,8 +125,8 @@ TORCHALLOC_API void torchalloc_record_stream(void *ptr, cudaStream_t stream);
 TORCHALLOC_API void torchalloc_set_memory_fraction(double fraction, int device);
 /* set_reset_fn (torch.cuda.empty_cache()): release cached segments everywhere. */
 TORCHALLOC_API void torchalloc_reset(void);
-/* set_init_fn: prepare the heap of `device`. */
-TORCHALLOC_API void torchalloc_init_device(int device);
+/* set_init_fn: PyTorch passes the number of devices; prepare their heaps. */
+TORCHALLOC_API void torchalloc_init_devices(int device_count);
 
 /* Walk every segment and block of `device` and verify the allocator's
  * invariants (blocks tile segments, no overlap, stats equal a recount).
@@ -154,7 +154,7 @@ TORCHALLOC_API const char *torchalloc_phase_name(int id);
 TORCHALLOC_API int torchalloc_phase_count(void);
 
 typedef struct torchalloc_phase_stats {
-  int64_t occurrences;            /* times the phase ended */
+  int64_t occurrences;            /* times the phase ended (process-wide) */
   int64_t allocated_bytes;        /* block bytes requested while the phase was current */
   int64_t allocated_count;
   int64_t freed_bytes;            /* block bytes freed while the phase was current */
@@ -174,6 +174,90 @@ TORCHALLOC_API int torchalloc_get_phase_stats(int device, int phase, torchalloc_
  * its fully free segments (phase -1: every arena). -1 on error. */
 TORCHALLOC_API int64_t torchalloc_arena_reserved(int device, int phase);
 TORCHALLOC_API int64_t torchalloc_arena_trim(int device, int phase);
+
+/* ---------------------------------------------------------------------------
+ * Replay: drive a recorded allocation trace through one policy on a private
+ * simulated device (no GPU, no process-wide state touched), for
+ * `torchalloc replay`. Python fills the events from a numpy structured array
+ * in one go; the loop runs in C.
+ * ------------------------------------------------------------------------- */
+
+enum {
+  TORCHALLOC_REPLAY_ALLOC = 1,       /* addr gets `size` bytes on `stream` in `phase` */
+  TORCHALLOC_REPLAY_FREE = 2,        /* addr is freed (an unknown addr is counted, not an error) */
+  TORCHALLOC_REPLAY_PHASE_BEGIN = 3, /* a new occurrence of `phase` starts */
+  TORCHALLOC_REPLAY_PHASE_END = 4,   /* that occurrence ends */
+};
+
+/* 32 bytes, naturally aligned, no implicit padding (numpy mirrors it). */
+typedef struct torchalloc_replay_event {
+  uint64_t addr;    /* the address in the trace: only its identity matters */
+  uint64_t size;    /* requested bytes (alloc) */
+  uint64_t stream;  /* stream id from the trace */
+  uint16_t phase;   /* < TORCHALLOC_MAX_PHASES */
+  uint8_t kind;     /* TORCHALLOC_REPLAY_* */
+  uint8_t reserved_[5];
+} torchalloc_replay_event;
+
+/* Bump TORCHALLOC_REPLAY_VERSION whenever this struct changes; bindings check it. */
+#define TORCHALLOC_REPLAY_VERSION 1
+
+typedef struct torchalloc_replay_result {
+  int64_t version;
+  int64_t events;               /* events replayed: all of them, or up to and including the OOM one */
+  int64_t peak_allocated;       /* allocated_bytes peak (block bytes, as torch counts them) */
+  int64_t peak_requested;       /* requested_bytes peak */
+  int64_t peak_reserved;        /* reserved_bytes peak */
+  int64_t peak_reserved_event;  /* index of the event that first reached it; -1 when nothing was reserved */
+  int64_t free_at_peak;         /* reserved minus active bytes at that event */
+  int64_t largest_free_at_peak; /* largest free block at that event */
+  double fragmentation_at_peak; /* (free_at_peak - largest_free_at_peak) / free_at_peak; 0 when nothing is free */
+  int64_t device_allocs;        /* num_device_alloc */
+  int64_t device_frees;         /* num_device_free */
+  int64_t alloc_retries;        /* device said no, cached segments released, tried again */
+  int64_t unknown_frees;        /* frees of addresses not live in the trace (ring buffer started mid-run) */
+  int64_t replaced_allocs;      /* allocs of an address still live in the trace: the old block is freed first */
+  int64_t oom;                  /* 1 when an allocation failed at `capacity` (the replay stopped there) */
+  int64_t oom_event;            /* index of that event, -1 when none */
+  int64_t oom_size;             /* the size it asked for */
+  int64_t final_allocated;      /* allocated_bytes after the last event replayed */
+  int64_t final_reserved;       /* reserved_bytes after the last event replayed */
+} torchalloc_replay_result;
+
+TORCHALLOC_API size_t torchalloc_replay_event_size(void);
+TORCHALLOC_API size_t torchalloc_replay_result_size(void);
+
+/* Replay `n` events through `policy` on a fresh simulated device of
+ * `capacity` bytes (0: unlimited). Stops at the first allocation that fails
+ * even after releasing cached segments (out->oom). `reserved_series` (may be
+ * NULL) receives `series_len` samples: sample i is the highest reserved_bytes
+ * seen over events [i*n/series_len, (i+1)*n/series_len); samples after an OOM
+ * stay -1. Returns 0, or -1 for bad arguments or a malformed event, with the
+ * reason in torchalloc_last_error(). */
+TORCHALLOC_API int torchalloc_replay(const torchalloc_replay_event *events, size_t n, const char *policy,
+                                     uint64_t capacity, torchalloc_replay_result *out, int64_t *reserved_series,
+                                     size_t series_len);
+
+/* ---------------------------------------------------------------------------
+ * Event log: every alloc, free, segment allocation and release, OOM, trim,
+ * phase begin/end and marker as a fixed-size binary record in a memory-mapped
+ * file that survives the process being killed. Format: docs/LOG_FORMAT.md;
+ * decoder: torchalloc.log.read_log. TORCHALLOC_CONF keys: log:PATH,
+ * log_max:SIZE, stacks:1 (Python source locations), stack_depth:N.
+ * One log per process; torchalloc_init and torchalloc_teardown close it.
+ * ------------------------------------------------------------------------- */
+
+/* Start logging to `path` (%p: pid, %r: $RANK or $LOCAL_RANK or 0, %%: %),
+ * closing the open log first; the configured log_max applies. 0, or -1 with
+ * the reason in torchalloc_last_error(). */
+TORCHALLOC_API int torchalloc_log_open(const char *path);
+/* Write the end record, cut the file to its length and close it. */
+TORCHALLOC_API void torchalloc_log_close(void);
+/* The open log's path (%p and %r expanded), or NULL when none is open. */
+TORCHALLOC_API const char *torchalloc_log_path(void);
+/* A MARKER record carrying `label` (interned) and the current phase; does
+ * nothing when no log is open. 0, or -1 when label is NULL. */
+TORCHALLOC_API int torchalloc_mark(const char *label);
 
 #ifdef __cplusplus
 }

@@ -86,7 +86,7 @@ TEST(memory_fraction_caps_reservations) {
 
 TEST(reset_releases_cached_segments_on_every_device) {
   REQUIRE(sim_reset("sim_devices:2") == 0);
-  torchalloc_init_device(1);
+  torchalloc_init_devices(2);
   void *a = torchalloc_malloc(512, 0, S0);
   void *b = torchalloc_malloc(512, 1, S0);
   REQUIRE(a && b);

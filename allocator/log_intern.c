@@ -1,0 +1,189 @@
+/* Interning for the block log: strings, frames and stacks each get an id
+ * and are written to the log once, the first time they are seen, as their
+ * own record kinds (docs/LOG_FORMAT.md, "Metadata records").
+ *
+ * One hash table holds all three, keyed by a tag byte and the content;
+ * ids share one counter, so an id names one thing in the whole file. The
+ * table lives under the log's mutex: interning happens before the heap
+ * lock is taken (never under it), and only for rare events or stacks. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "log_intern.h"
+
+enum { TAG_STRING = 'S', TAG_FRAME = 'F', TAG_STACK = 'K' };
+#define STRING_CHUNK 47 /* text bytes per STRING slot */
+#define STACK_CHUNK 11  /* frame ids per STACK slot */
+
+typedef struct string_slot {
+  uint32_t id;
+  uint16_t len, chunk;
+  uint64_t seq;
+  char text[STRING_CHUNK];
+  uint8_t kind;
+} string_slot;
+
+typedef struct frame_slot {
+  uint32_t id, line;
+  uint64_t seq;
+  uint32_t file, func;
+  uint8_t pad[39];
+  uint8_t kind;
+} frame_slot;
+
+typedef struct stack_slot {
+  uint32_t id;
+  uint16_t nframes, chunk;
+  uint64_t seq;
+  uint32_t frames[STACK_CHUNK];
+  uint8_t pad[3];
+  uint8_t kind;
+} stack_slot;
+
+_Static_assert(sizeof(string_slot) == TA_LOG_RECORD_SIZE, "string slot");
+_Static_assert(sizeof(frame_slot) == TA_LOG_RECORD_SIZE, "frame slot");
+_Static_assert(sizeof(stack_slot) == TA_LOG_RECORD_SIZE, "stack slot");
+
+typedef struct entry {
+  uint64_t hash;
+  uint32_t id, len; /* len counts the tag byte */
+  char *key;        /* tag byte, then the content; NULL: empty slot */
+} entry;
+
+static struct {
+  entry *slots;
+  size_t cap, count;
+  uint32_t next_id;
+} T;
+
+static uint64_t fnv1a(uint8_t tag, const void *data, size_t len) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  h = (h ^ tag) * 0x100000001b3ull;
+  for (size_t i = 0; i < len; i++) h = (h ^ ((const uint8_t *)data)[i]) * 0x100000001b3ull;
+  return h;
+}
+
+static entry *probe(entry *slots, size_t cap, uint64_t hash, uint8_t tag, const void *data, size_t len) {
+  for (size_t i = hash & (cap - 1);; i = (i + 1) & (cap - 1)) {
+    entry *e = &slots[i];
+    if (!e->key) return e;
+    if (e->hash == hash && e->len == len + 1 && (uint8_t)e->key[0] == tag && memcmp(e->key + 1, data, len) == 0)
+      return e;
+  }
+}
+
+static int table_grow(void) {
+  size_t cap = T.cap ? T.cap * 2 : 1024;
+  entry *slots = calloc(cap, sizeof *slots);
+  if (!slots) return -1;
+  for (size_t i = 0; i < T.cap; i++) {
+    entry *e = &T.slots[i];
+    if (e->key) *probe(slots, cap, e->hash, (uint8_t)e->key[0], e->key + 1, e->len - 1) = *e;
+  }
+  free(T.slots);
+  T.slots = slots;
+  T.cap = cap;
+  return 0;
+}
+
+/* The id of (tag, data), and 1 in *fresh when it is new (the caller then
+ * writes its records). 0 when out of host memory. */
+static uint32_t intern(uint8_t tag, const void *data, size_t len, int *fresh) {
+  *fresh = 0;
+  if (2 * (T.count + 1) > T.cap && table_grow()) return 0;
+  uint64_t hash = fnv1a(tag, data, len);
+  entry *e = probe(T.slots, T.cap, hash, tag, data, len);
+  if (e->key) return e->id;
+  char *key = malloc(len + 1);
+  if (!key) return 0;
+  key[0] = (char)tag;
+  memcpy(key + 1, data, len);
+  *e = (entry){.hash = hash, .id = ++T.next_id, .len = (uint32_t)len + 1, .key = key};
+  T.count++;
+  *fresh = 1;
+  return e->id;
+}
+
+void ta_log_intern_reset(void) {
+  for (size_t i = 0; i < T.cap; i++) free(T.slots[i].key);
+  free(T.slots);
+  memset(&T, 0, sizeof T);
+}
+
+/* ------------------------------------------------------------------------
+ * Records (log mutex held)
+ * ---------------------------------------------------------------------- */
+
+static uint32_t string_locked(const char *s) {
+  size_t len = strlen(s);
+  if (len > TA_LOG_STRING_MAX) len = TA_LOG_STRING_MAX;
+  int fresh;
+  uint32_t id = intern(TAG_STRING, s, len, &fresh);
+  if (!fresh) return id;
+  uint32_t chunks = len ? (uint32_t)((len + STRING_CHUNK - 1) / STRING_CHUNK) : 1;
+  uint64_t seq;
+  char *p = ta_log_reserve(chunks, &seq);
+  for (uint32_t c = 0; p && c < chunks; c++) {
+    string_slot r = {.id = id, .len = (uint16_t)len, .chunk = (uint16_t)c, .seq = seq + c};
+    size_t at = (size_t)c * STRING_CHUNK, n = len - at < STRING_CHUNK ? len - at : STRING_CHUNK;
+    memcpy(r.text, s + at, n);
+    ta_log_commit(p + (size_t)c * TA_LOG_RECORD_SIZE, &r, TA_LOG_STRING);
+  }
+  return id;
+}
+
+static uint32_t frame_locked(const ta_log_frame_text *f) {
+  uint32_t key[3] = {string_locked(f->file ? f->file : "?"), string_locked(f->func ? f->func : "?"), f->line};
+  int fresh;
+  uint32_t id = intern(TAG_FRAME, key, sizeof key, &fresh);
+  uint64_t seq;
+  char *p = fresh ? ta_log_reserve(1, &seq) : NULL;
+  if (p) {
+    frame_slot r = {.id = id, .line = key[2], .seq = seq, .file = key[0], .func = key[1]};
+    ta_log_commit(p, &r, TA_LOG_FRAME);
+  }
+  return id;
+}
+
+static uint32_t stack_locked(const uint32_t *frames, int n) {
+  int fresh;
+  uint32_t id = intern(TAG_STACK, frames, (size_t)n * sizeof *frames, &fresh);
+  uint32_t chunks = (uint32_t)(n + STACK_CHUNK - 1) / STACK_CHUNK;
+  uint64_t seq;
+  char *p = fresh ? ta_log_reserve(chunks, &seq) : NULL;
+  for (uint32_t c = 0; p && c < chunks; c++) {
+    stack_slot r = {.id = id, .nframes = (uint16_t)n, .chunk = (uint16_t)c, .seq = seq + c};
+    int at = (int)c * STACK_CHUNK, k = n - at < STACK_CHUNK ? n - at : STACK_CHUNK;
+    memcpy(r.frames, frames + at, (size_t)k * sizeof *frames);
+    ta_log_commit(p + (size_t)c * TA_LOG_RECORD_SIZE, &r, TA_LOG_STACK);
+  }
+  return id;
+}
+
+/* ------------------------------------------------------------------------
+ * API
+ * ---------------------------------------------------------------------- */
+
+uint32_t ta_log_string(const char *s) {
+  if (!s) return 0;
+  ta_log_lock();
+  uint32_t id = ta_log_on() ? string_locked(s) : 0;
+  ta_log_unlock();
+  return id;
+}
+
+uint32_t ta_log_intern_stack(const ta_log_frame_text *frames, int n) {
+  if (n <= 0) return 0;
+  if (n > UINT16_MAX) n = UINT16_MAX;
+  uint32_t ids[64], *frame_ids = n <= 64 ? ids : malloc((size_t)n * sizeof *frame_ids);
+  if (!frame_ids) return 0;
+  ta_log_lock();
+  uint32_t id = 0;
+  if (ta_log_on()) {
+    for (int i = 0; i < n; i++) frame_ids[i] = frame_locked(&frames[i]);
+    id = stack_locked(frame_ids, n);
+  }
+  ta_log_unlock();
+  if (frame_ids != ids) free(frame_ids);
+  return id;
+}

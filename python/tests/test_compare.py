@@ -1,0 +1,166 @@
+"""`torchalloc compare`: the env-driven hook and the tabulation, without a GPU.
+
+The scripts here do not use torch: they check what the hook does to the
+process (environment, arguments, chaining, exit paths). A run with torch on
+a GPU is in test_compare_gpu below (skipped without CUDA).
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from torchalloc import compare
+
+
+def run_compare(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        status = compare.main(list(args))
+    return status, out.getvalue(), err.getvalue()
+
+
+def script(tmp_path: Path, body: str, name: str = "train.py") -> Path:
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(body))
+    return p
+
+
+def test_native_run_passes_arguments_and_unhooks_children(tmp_path: Path) -> None:
+    report = tmp_path / "seen.json"
+    s = script(tmp_path, f"""
+        import json, os, subprocess, sys
+        child = subprocess.run([sys.executable, "-c",
+            "import os, sys; print(int('TORCHALLOC_COMPARE_POLICY' in os.environ))"],
+            capture_output=True, text=True).stdout.strip()
+        json.dump({{"argv": sys.argv[1:], "env_left": "TORCHALLOC_COMPARE_POLICY" in os.environ,
+                   "child_sees_policy": child, "hooked": "sitecustomize" in sys.modules}},
+                  open({str(report)!r}, "w"))
+    """)
+    status, out, err = run_compare("--policies", "native", "--json", "--", sys.executable, str(s), "--lr", "3e-4")
+    assert status == 0, err
+    doc = json.loads(out)
+    r = doc["policies"]["native"]
+    assert r["status"] == "ok" and r["returncode"] == 0 and r["oom"] is False
+    assert r["peak_allocated"] is None and r["peak_reserved"] is None  # no torch in this script
+    assert r["wall_s"] > 0
+    seen = json.loads(report.read_text())
+    assert seen["argv"] == ["--lr", "3e-4"]
+    assert seen["env_left"] is False  # the hook took its variables out of the environment
+    assert seen["child_sees_policy"] == "0"  # so a child process is not hooked again
+    assert seen["hooked"] is True
+
+
+def test_install_failure_is_reported_and_the_script_does_not_run(tmp_path: Path) -> None:
+    ran = tmp_path / "ran"
+    s = script(tmp_path, f"open({str(ran)!r}, 'w').close()\n")
+    env_has_torch = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode == 0
+    if env_has_torch:
+        pytest.skip("torch is installed here: install() may succeed")
+    status, out, err = run_compare("--policies", "caching", "--json", "--", sys.executable, str(s))
+    r = json.loads(out)["policies"]["caching"]
+    assert r["status"] == "install failed" and r["returncode"] == 97
+    assert "torch" in r["error"]
+    assert not ran.exists()
+    assert status == 1
+
+
+def test_uncaught_oom_is_an_oom(tmp_path: Path) -> None:
+    s = script(tmp_path, """
+        class OutOfMemoryError(RuntimeError):
+            pass
+        raise OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    """)
+    status, out, err = run_compare("--policies", "native", "--json", "--", sys.executable, str(s))
+    r = json.loads(out)["policies"]["native"]
+    assert r["oom"] is True and r["status"] == "OOM" and r["returncode"] == 1
+    assert "out of memory" in r["error"]
+    assert status == 0  # an OOM is a result, not a failure of compare
+
+
+def test_other_failures_are_shown_with_stderr(tmp_path: Path) -> None:
+    s = script(tmp_path, "import sys\nprint('boom: bad flag', file=sys.stderr)\nsys.exit(3)\n")
+    status, out, err = run_compare("--policies", "native", "--", sys.executable, str(s))
+    assert status == 1
+    assert "failed (exit 3)" in out and "boom: bad flag" in out
+
+
+def test_an_existing_sitecustomize_still_runs(tmp_path: Path) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    marker = tmp_path / "theirs_ran"
+    (theirs / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    s = script(tmp_path, "pass\n")
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(theirs)
+    try:
+        status, out, err = run_compare("--policies", "native", "--json", "--", sys.executable, str(s))
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH")
+        else:
+            os.environ["PYTHONPATH"] = old
+    assert status == 0, err
+    assert marker.exists()
+
+
+def test_table_and_errors(tmp_path: Path) -> None:
+    s = script(tmp_path, "pass\n")
+    status, out, err = run_compare("--policies", "native", "--", sys.executable, str(s))
+    assert status == 0
+    assert "policy" in out and "native" in out and "wall time" in out
+    assert run_compare()[0] == 2
+    assert run_compare("--policies", "", "--", "true")[0] == 2
+    status, out, err = run_compare("--policies", "native", "--json", "--", str(tmp_path / "no-such-program"))
+    assert status == 1 and "cannot run" in json.loads(out)["policies"]["native"]["error"]
+
+
+def test_timeout(tmp_path: Path) -> None:
+    s = script(tmp_path, "import time\ntime.sleep(30)\n")
+    status, out, err = run_compare("--policies", "native", "--json", "--timeout", "1", "--", sys.executable, str(s))
+    r = json.loads(out)["policies"]["native"]
+    assert "timed out" in r["error"] and status == 1
+
+
+def test_cli_dispatches_compare(tmp_path: Path) -> None:
+    from torchalloc import cli
+
+    s = script(tmp_path, "pass\n")
+    out = io.StringIO()
+    with redirect_stdout(out), redirect_stderr(io.StringIO()):
+        status = cli.main(["compare", "--policies", "native", "--json", "--", sys.executable, str(s)])
+    assert status == 0 and "native" in json.loads(out.getvalue())["policies"]
+
+
+GPU_SCRIPT = """
+import sys, torch
+x = [torch.empty(int(sys.argv[1]) << 20, dtype=torch.uint8, device="cuda") for _ in range(4)]
+del x[1]
+y = torch.empty(3 << 20, dtype=torch.uint8, device="cuda")
+torch.cuda.synchronize()
+print(torch.cuda.max_memory_allocated())
+"""
+
+
+def test_compare_gpu(tmp_path: Path, library_path: Path) -> None:
+    probe = subprocess.run([sys.executable, "-c", "import torch; assert torch.cuda.is_available()"],
+                           capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("needs torch with a CUDA GPU")
+    s = script(tmp_path, GPU_SCRIPT)
+    status, out, err = run_compare("--json", "--", sys.executable, str(s), "8")
+    assert status == 0, out + err
+    doc = json.loads(out)["policies"]
+    for name in ("native", "caching", "exact", "phase_arena"):
+        assert doc[name]["status"] == "ok", (name, doc[name])
+        assert doc[name]["peak_allocated"] == 32 << 20, (name, doc[name])  # 4 x 8 MiB, before the del
+    assert doc["exact"]["peak_reserved"] == 32 << 20
+    # Two 20 MiB segments (8 + 8 + 4 left, then 8 + 8 + 4); y takes a 4 MiB tail: no growth.
+    assert doc["caching"]["peak_reserved"] == doc["native"]["peak_reserved"] == 40 << 20

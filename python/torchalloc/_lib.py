@@ -1,0 +1,282 @@
+"""Find, load and describe libtorchalloc.so through ctypes.
+
+This is the only module that knows the C ABI (allocator/torchalloc.h): every
+function's argument and return types and the layout of the structs. The rest
+of the package calls `lib()` and works with Python values.
+
+The library is looked up in this order:
+
+1. ``$TORCHALLOC_LIB`` (an explicit choice wins, e.g. a sanitizer build),
+2. the copy that ``pip install`` placed next to this file,
+3. ``build/libtorchalloc.so`` and ``build-py/libtorchalloc.so`` in the
+   source tree this package sits in (running from a checkout).
+
+Loading it does not initialise anything: the library configures itself on
+first use (from ``$TORCHALLOC_CONF``) or through ``torchalloc_init``.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+LIB_NAME = "libtorchalloc.so"
+ENV_LIB = "TORCHALLOC_LIB"
+
+# Must equal TORCHALLOC_STATS_VERSION in torchalloc.h; bump both together.
+STATS_VERSION = 1
+
+# Mirrors TORCHALLOC_PHASE_NAME_MAX and TORCHALLOC_MAX_PHASES.
+PHASE_NAME_MAX = 63
+MAX_PHASES = 256
+
+# Pool indices of every torchalloc_stat[3] array, in torch's order.
+POOL_ALL, POOL_SMALL, POOL_LARGE = 0, 1, 2
+POOL_NAMES = ("all", "small_pool", "large_pool")
+
+# The stat arrays of torchalloc_stats, in struct order.
+STAT_ARRAYS = (
+    "allocation",
+    "segment",
+    "active",
+    "inactive_split",
+    "allocated_bytes",
+    "reserved_bytes",
+    "active_bytes",
+    "inactive_split_bytes",
+    "requested_bytes",
+)
+# The counters that torch has too, in struct order.
+TORCH_COUNTERS = ("num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free")
+# Counters of misuse that torch does not have, in struct order.
+MISUSE_COUNTERS = (
+    "num_bad_free_unknown",
+    "num_bad_double_free",
+    "num_bad_free_size",
+    "num_bad_size",
+    "num_bad_device",
+)
+
+_REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+class LibraryError(RuntimeError):
+    """libtorchalloc.so is missing, unloadable or does not match these bindings."""
+
+
+class Stat(ctypes.Structure):
+    """torchalloc_stat: one statistic, as torch's c10 Stat."""
+
+    _fields_ = [(name, ctypes.c_int64) for name in ("current", "peak", "allocated", "freed")]
+
+
+class Stats(ctypes.Structure):
+    """torchalloc_stats, field for field."""
+
+    _fields_ = (
+        [("version", ctypes.c_int64)]
+        + [(name, Stat * 3) for name in STAT_ARRAYS]
+        + [(name, ctypes.c_int64) for name in TORCH_COUNTERS + MISUSE_COUNTERS]
+    )
+
+
+PHASE_STAT_FIELDS = (
+    "occurrences",
+    "allocated_bytes",
+    "allocated_count",
+    "freed_bytes",
+    "freed_count",
+    "live_bytes",
+    "live_peak_bytes",
+    "peak_allocated_bytes",
+    "reserved_growth_bytes",
+    "reserved_released_bytes",
+    "last_persistent_bytes",
+    "last_transient_bytes",
+)
+
+
+class PhaseStatsStruct(ctypes.Structure):
+    """torchalloc_phase_stats, field for field."""
+
+    _fields_ = [(name, ctypes.c_int64) for name in PHASE_STAT_FIELDS]
+
+
+_c_int, _c_int64, _c_size_t = ctypes.c_int, ctypes.c_int64, ctypes.c_size_t
+_c_char_p, _c_void_p, _c_double = ctypes.c_char_p, ctypes.c_void_p, ctypes.c_double
+
+# name -> (restype, argtypes). cudaStream_t and pointers travel as void*.
+_SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
+    "torchalloc_malloc": (_c_void_p, [_c_size_t, _c_int, _c_void_p]),
+    "torchalloc_free": (None, [_c_void_p, _c_size_t, _c_int, _c_void_p]),
+    "torchalloc_init": (_c_int, [_c_char_p]),
+    "torchalloc_teardown": (None, []),
+    "torchalloc_last_error": (_c_char_p, []),
+    "torchalloc_config_keys": (_c_char_p, []),
+    "torchalloc_device_count": (_c_int, []),
+    "torchalloc_set_policy": (_c_int, [_c_char_p]),
+    "torchalloc_policy_name": (_c_char_p, []),
+    "torchalloc_stats_size": (_c_size_t, []),
+    "torchalloc_get_stats": (_c_int, [_c_int, ctypes.POINTER(Stats)]),
+    "torchalloc_reset_peak_stats": (_c_int, [_c_int]),
+    "torchalloc_reset_accumulated_stats": (_c_int, [_c_int]),
+    "torchalloc_empty_cache": (_c_int64, [_c_int]),
+    "torchalloc_record_stream": (None, [_c_void_p, _c_void_p]),
+    "torchalloc_set_memory_fraction": (None, [_c_double, _c_int]),
+    "torchalloc_reset": (None, []),
+    "torchalloc_init_devices": (None, [_c_int]),
+    "torchalloc_check_invariants": (_c_int, [_c_int]),
+    "torchalloc_phase_begin": (_c_int, [_c_char_p]),
+    "torchalloc_phase_end": (_c_int, [_c_char_p]),
+    "torchalloc_phase_current": (_c_int, []),
+    "torchalloc_phase_id": (_c_int, [_c_char_p]),
+    "torchalloc_phase_name": (_c_char_p, [_c_int]),
+    "torchalloc_phase_count": (_c_int, []),
+    "torchalloc_get_phase_stats": (_c_int, [_c_int, _c_int, ctypes.POINTER(PhaseStatsStruct)]),
+    "torchalloc_arena_reserved": (_c_int64, [_c_int, _c_int]),
+    "torchalloc_arena_trim": (_c_int64, [_c_int, _c_int]),
+}
+
+# Functions that newer builds have (the event log); bound when present, so
+# this package works against a library built before they landed.
+_OPTIONAL_SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
+    "torchalloc_mark": (_c_int, [_c_char_p]),
+    "torchalloc_log_open": (_c_int, [_c_char_p]),
+    "torchalloc_log_close": (None, []),
+    "torchalloc_log_path": (_c_char_p, []),
+}
+
+_lock = threading.Lock()
+_loaded: tuple[ctypes.CDLL, Path] | None = None
+
+
+def candidate_paths() -> list[Path]:
+    """Where the library may be, most specific first (see the module docstring)."""
+    paths = []
+    env = os.environ.get(ENV_LIB)
+    if env:
+        paths.append(Path(env))
+    paths.append(Path(__file__).resolve().parent / LIB_NAME)
+    paths.append(_REPO_ROOT / "build" / LIB_NAME)
+    paths.append(_REPO_ROOT / "build-py" / LIB_NAME)
+    return paths
+
+
+def find_library() -> Path:
+    """The path of the library to load; LibraryError naming every place tried."""
+    env = os.environ.get(ENV_LIB)
+    if env and not Path(env).is_file():
+        # An explicit choice that is wrong must not silently fall back.
+        raise LibraryError(f"${ENV_LIB} is set to {env!r}, which is not a file")
+    for path in candidate_paths():
+        if path.is_file():
+            return path.resolve()
+    tried = "\n  ".join(str(p) for p in candidate_paths())
+    raise LibraryError(
+        f"cannot find {LIB_NAME}; looked in:\n  {tried}\n"
+        "Install the package with `pip install .` from the repository, or build the library "
+        "(cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DTORCHALLOC_TESTS=OFF && cmake --build build) "
+        f"or point ${ENV_LIB} at it."
+    )
+
+
+def _declare(cdll: ctypes.CDLL, path: Path) -> None:
+    for name, (restype, argtypes) in _SIGNATURES.items():
+        try:
+            fn = getattr(cdll, name)
+        except AttributeError:
+            raise LibraryError(f"{path} does not export {name}; it is not a torchalloc build these bindings match")
+        fn.restype, fn.argtypes = restype, argtypes
+    for name, (restype, argtypes) in _OPTIONAL_SIGNATURES.items():
+        if hasattr(cdll, name):
+            fn = getattr(cdll, name)
+            fn.restype, fn.argtypes = restype, argtypes
+
+
+def _check_abi(cdll: ctypes.CDLL, path: Path) -> None:
+    """Refuse a library whose stats struct differs from ours: reading it would return garbage."""
+    size = cdll.torchalloc_stats_size()
+    if size != ctypes.sizeof(Stats):
+        raise LibraryError(
+            f"{path}: sizeof(torchalloc_stats) is {size} but these bindings expect {ctypes.sizeof(Stats)}; "
+            "the library and the Python package come from different versions, reinstall both together"
+        )
+
+
+def lib() -> ctypes.CDLL:
+    """The loaded library with every prototype declared (loaded once per process)."""
+    global _loaded
+    if _loaded is None:
+        with _lock:
+            if _loaded is None:
+                path = find_library()
+                try:
+                    cdll = ctypes.CDLL(str(path))
+                except OSError as e:
+                    raise LibraryError(f"cannot load {path}: {e}") from e
+                _declare(cdll, path)
+                _check_abi(cdll, path)
+                _loaded = (cdll, path)
+    return _loaded[0]
+
+
+def library_path() -> Path:
+    """The path the library was loaded from (loading it if needed).
+
+    PyTorch's CUDAPluggableAllocator must dlopen() this very path so that
+    torch and these bindings share one copy of the allocator's state.
+    """
+    lib()
+    assert _loaded is not None
+    return _loaded[1]
+
+
+def has(name: str) -> bool:
+    """Whether the loaded library exports `name` (for functions newer than some builds)."""
+    return hasattr(lib(), name)
+
+
+def last_error() -> str:
+    """Why the last failing control call on this thread failed ("" if none)."""
+    raw = lib().torchalloc_last_error()
+    return raw.decode("utf-8", "replace") if raw else ""
+
+
+def function_address(name: str) -> int:
+    """The address of C function `name`, as the integer PyTorch's set_*_fn hooks take."""
+    address = ctypes.cast(getattr(lib(), name), ctypes.c_void_p).value
+    if not address:
+        raise LibraryError(f"{name} has no address in {library_path()}")
+    return address
+
+
+def get_stats(device: int) -> Stats:
+    """One device's torchalloc_stats; ValueError for a device the library does not have."""
+    out = Stats()
+    if lib().torchalloc_get_stats(device, ctypes.byref(out)) != 0:
+        raise ValueError(last_error() or f"cannot read the stats of device {device}")
+    if out.version != STATS_VERSION:
+        raise LibraryError(
+            f"{library_path()}: stats version {out.version}, these bindings read version {STATS_VERSION}; "
+            "reinstall the package and the library together"
+        )
+    return out
+
+
+def init(conf: str | None) -> None:
+    """torchalloc_init(conf); ValueError with the library's reason (it names the bad key)."""
+    if lib().torchalloc_init(None if conf is None else conf.encode()) != 0:
+        raise ValueError(last_error() or f"torchalloc_init({conf!r}) failed")
+
+
+def teardown() -> None:
+    """Forget every block and segment (tests and tools only: torch must hold none of ours)."""
+    lib().torchalloc_teardown()
+
+
+def config_keys() -> list[str]:
+    """The keys TORCHALLOC_CONF accepts."""
+    keys: bytes = lib().torchalloc_config_keys()
+    return keys.decode().split()

@@ -1,0 +1,138 @@
+"""The `torchalloc` command: `torchalloc <subcommand> [args]`.
+
+Each subcommand lives in its own module and is imported only when it runs,
+so `torchalloc info` works without numpy, torch or a GPU. To add one, add a
+line to COMMANDS; its function takes the remaining arguments (a list of
+str, to parse with its own argparse parser, prog="torchalloc NAME") and
+returns an exit status (None means 0).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import json
+import sys
+from typing import Any, Callable, Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    module: str  # relative to the torchalloc package
+    function: str
+    summary: str
+
+
+COMMANDS: dict[str, Command] = {
+    "info": Command("cli", "info_main", "library path, version, config keys and devices"),
+    "replay": Command("replay", "main", "replay a recorded log through a policy on a simulated device"),
+    "report": Command("report", "main", "summarise a log: peaks, phases, fragmentation"),
+    "export": Command("export", "main", "convert a log, e.g. to a torch memory snapshot"),
+    "compare": Command("compare", "main", "compare two logs or two policies"),
+}
+
+
+def _resolve(name: str) -> Callable[[list[str]], Any]:
+    command = COMMANDS[name]
+    try:
+        module = importlib.import_module(f"torchalloc.{command.module}")
+    except ModuleNotFoundError as e:
+        if e.name != f"torchalloc.{command.module}":
+            raise  # the module exists but needs something missing: say what
+        raise SystemExit(f"torchalloc {name}: not available in this installation (no torchalloc.{command.module})")
+    try:
+        function: Callable[[list[str]], Any] = getattr(module, command.function)
+    except AttributeError:
+        raise SystemExit(f"torchalloc {name}: torchalloc.{command.module} has no {command.function}()") from None
+    return function
+
+
+def _usage() -> str:
+    width = max(len(n) for n in COMMANDS)
+    lines = ["usage: torchalloc <command> [args]", "", "commands:"]
+    lines += [f"  {name:<{width}}  {cmd.summary}" for name, cmd in COMMANDS.items()]
+    lines += ["", "`torchalloc <command> --help` describes one command."]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0 if args else 2
+    if args[0] in ("-V", "--version"):
+        from . import __version__
+
+        print(f"torchalloc {__version__}")
+        return 0
+    name, rest = args[0], args[1:]
+    if name not in COMMANDS:
+        print(f"torchalloc: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    status = _resolve(name)(rest)
+    return 0 if status is None else int(status)
+
+
+# ---------------------------------------------------------------------------
+# torchalloc info
+# ---------------------------------------------------------------------------
+
+
+def _collect_info() -> dict[str, Any]:
+    """What `info` reports; never raises for a missing library or GPU, it says so."""
+    from . import __version__, _lib
+
+    info: dict[str, Any] = {"package_version": __version__, "stats_abi_version": _lib.STATS_VERSION}
+    try:
+        cdll = _lib.lib()
+    except _lib.LibraryError as e:
+        info["library"] = None
+        info["library_error"] = str(e)
+        return info
+    info["library"] = str(_lib.library_path())
+    info["config_keys"] = _lib.config_keys()
+    info["event_log"] = all(_lib.has(f) for f in ("torchalloc_mark", "torchalloc_log_open", "torchalloc_log_close"))
+    # Initialise explicitly from $TORCHALLOC_CONF: on failure (no GPU, bad conf)
+    # this returns the reason instead of printing it as first use would.
+    try:
+        _lib.init(None)
+    except ValueError as e:
+        info["devices"] = None
+        info["device_error"] = str(e)
+        return info
+    info["policy"] = cdll.torchalloc_policy_name().decode()
+    info["devices"] = int(cdll.torchalloc_device_count())
+    return info
+
+
+def _print_info(info: dict[str, Any]) -> None:
+    print(f"torchalloc {info['package_version']} (stats ABI version {info['stats_abi_version']})")
+    if info["library"] is None:
+        print(f"library:     not found\n{info['library_error']}")
+        return
+    print(f"library:     {info['library']}")
+    print(f"event log:   {'yes' if info['event_log'] else 'not in this build'}")
+    print(f"config keys: {' '.join(info['config_keys'])}")
+    if info["devices"] is None:
+        print(f"devices:     unavailable: {info['device_error']}")
+    else:
+        print(f"policy:      {info['policy']}")
+        print(f"devices:     {info['devices']}")
+
+
+def info_main(argv: list[str]) -> int:
+    """`torchalloc info [--json]`."""
+    parser = argparse.ArgumentParser(prog="torchalloc info", description="Describe the installed torchalloc.")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    info = _collect_info()
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        _print_info(info)
+    return 0 if info["library"] is not None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

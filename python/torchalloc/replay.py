@@ -1,0 +1,555 @@
+"""`torchalloc replay`: how each policy would have served a recorded trace.
+
+    torchalloc replay [TRACE] [--policies caching,exact,phase_arena] [--capacity 80GiB] [--json] [--png FILE]
+
+TRACE is a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot) or a
+torchalloc log; without one, the trace bundled with the package (recorded
+from a real training run, see torchalloc/data/default_trace.md) is used.
+Every policy runs the very C code that serves the GPU, on a simulated device
+(allocator/replay.c): no GPU needed.
+
+Per policy: peak allocated and reserved, their ratio, fragmentation at the
+peak of reserved ((free inside reserved - largest free block) / free inside
+reserved), device allocations and frees, whether the trace runs out of
+memory at --capacity (and at which event), and the smallest capacity at
+which the whole trace runs. That last one is a bisection over capacities
+(2 MiB steps between the trace's live peak and the policy's unconstrained
+peak reserved): below the unconstrained peak a policy may still succeed by
+releasing its cache and retrying, as it does on a GPU. Success is not
+strictly monotone in the capacity, so the figure is what bisection finds.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import ctypes
+import dataclasses
+import json
+import math
+import os
+import re
+import sys
+import threading
+import time
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import _lib
+from .trace import EVENT_DTYPE, Trace, TraceError, load_trace
+
+DEFAULT_POLICIES = ("caching", "exact", "phase_arena")
+DEFAULT_CAPACITY = 80 << 30
+SEARCH_GRANULARITY = 2 << 20
+DATA_DIR = Path(__file__).resolve().parent / "data"
+DEFAULT_TRACE = DATA_DIR / "default_trace.pickle.xz"
+PROGRESS_MIN_EVENTS = 1_000_000  # show a progress bar from this many events (on a terminal)
+PLOT_POINTS = 2000
+
+# Must equal TORCHALLOC_REPLAY_VERSION in torchalloc.h.
+REPLAY_VERSION = 1
+_RESULT_FIELDS = (
+    "version",
+    "events",
+    "peak_allocated",
+    "peak_requested",
+    "peak_reserved",
+    "peak_reserved_event",
+    "free_at_peak",
+    "largest_free_at_peak",
+    "fragmentation_at_peak",
+    "device_allocs",
+    "device_frees",
+    "alloc_retries",
+    "unknown_frees",
+    "replaced_allocs",
+    "oom",
+    "oom_event",
+    "oom_size",
+    "final_allocated",
+    "final_reserved",
+)
+
+
+class ReplayResultStruct(ctypes.Structure):
+    """torchalloc_replay_result, field for field."""
+
+    _fields_ = [
+        (name, ctypes.c_double if name == "fragmentation_at_peak" else ctypes.c_int64) for name in _RESULT_FIELDS
+    ]
+
+
+class ReplayError(RuntimeError):
+    """The C replay refused its input (the message is the library's)."""
+
+
+_bound_lock = threading.Lock()
+_bound: Any = None
+
+
+def _replay_fn() -> Any:
+    """torchalloc_replay with its prototype, after checking the library's struct sizes."""
+    global _bound
+    if _bound is None:
+        with _bound_lock:
+            if _bound is None:
+                cdll = _lib.lib()
+                if not hasattr(cdll, "torchalloc_replay"):
+                    raise _lib.LibraryError(
+                        f"{_lib.library_path()} has no torchalloc_replay: it was built before replay existed; "
+                        "rebuild the library"
+                    )
+                cdll.torchalloc_replay_event_size.restype = ctypes.c_size_t
+                cdll.torchalloc_replay_result_size.restype = ctypes.c_size_t
+                if cdll.torchalloc_replay_event_size() != EVENT_DTYPE.itemsize or cdll.torchalloc_replay_result_size() != ctypes.sizeof(ReplayResultStruct):
+                    raise _lib.LibraryError(
+                        f"{_lib.library_path()}: the replay structs differ from these bindings'; "
+                        "reinstall the package and the library together"
+                    )
+                fn = cdll.torchalloc_replay
+                fn.restype = ctypes.c_int
+                fn.argtypes = [
+                    ctypes.c_void_p,
+                    ctypes.c_size_t,
+                    ctypes.c_char_p,
+                    ctypes.c_uint64,
+                    ctypes.POINTER(ReplayResultStruct),
+                    ctypes.c_void_p,
+                    ctypes.c_size_t,
+                ]
+                _bound = fn
+    return _bound
+
+
+def _events_of(trace: Trace | np.ndarray) -> np.ndarray:
+    events = trace.events if isinstance(trace, Trace) else trace
+    if events.dtype != EVENT_DTYPE:
+        raise TypeError(f"events must have dtype EVENT_DTYPE, not {events.dtype}")
+    return np.ascontiguousarray(events)
+
+
+def replay_once(
+    trace: Trace | np.ndarray, policy: str, capacity: int = 0, series_len: int = 0
+) -> tuple[dict[str, Any], np.ndarray | None]:
+    """One C replay: the torchalloc_replay_result as a dict, and the reserved series if asked for.
+
+    capacity 0: unlimited. The GIL is released for the whole replay, so
+    replays on several threads run in parallel.
+    """
+    events = _events_of(trace)
+    fn = _replay_fn()
+    out = ReplayResultStruct()
+    series = np.empty(series_len, dtype=np.int64) if series_len > 0 else None
+    rc = fn(
+        events.ctypes.data if len(events) else None,
+        len(events),
+        policy.encode(),
+        capacity,
+        ctypes.byref(out),
+        series.ctypes.data if series is not None else None,
+        series_len if series is not None else 0,
+    )
+    if rc != 0:
+        raise ReplayError(_lib.last_error() or f"torchalloc_replay({policy!r}) failed")
+    result = {name: getattr(out, name) for name in _RESULT_FIELDS}
+    if result["version"] != REPLAY_VERSION:
+        raise _lib.LibraryError(f"replay result version {result['version']}, these bindings read {REPLAY_VERSION}")
+    return result, series
+
+
+def _grid(lo: int, hi: int, granularity: int) -> tuple[int, int]:
+    """Candidate indices k_lo..k_hi; capacity(k) = min(k * granularity, hi), capacity(k_hi) = hi."""
+    k_hi = -(-hi // granularity)
+    k_lo = min(max(1, -(-lo // granularity)), k_hi)
+    return k_lo, k_hi
+
+
+def search_steps(lo: int, hi: int, granularity: int = SEARCH_GRANULARITY) -> int:
+    k_lo, k_hi = _grid(lo, hi, granularity)
+    return math.ceil(math.log2(k_hi - k_lo + 1)) if k_hi > k_lo else 0
+
+
+def min_capacity(
+    trace: Trace | np.ndarray,
+    policy: str,
+    lo: int,
+    hi: int,
+    granularity: int = SEARCH_GRANULARITY,
+    on_step: Callable[[], None] | None = None,
+) -> int:
+    """Smallest capacity on the grid {multiples of granularity below hi} + {hi} that runs the whole trace.
+
+    `hi` must run (the policy's unconstrained peak reserved does, by
+    construction); `lo` is a lower bound (the trace's live peak). Bisection:
+    assumes that a capacity that runs makes every larger one run.
+    """
+    if hi <= 0:
+        return 0
+    k_lo, k_hi = _grid(lo, hi, granularity)
+    while k_lo < k_hi:
+        k = (k_lo + k_hi) // 2
+        result, _ = replay_once(trace, policy, min(k * granularity, hi))
+        if on_step:
+            on_step()
+        if result["oom"]:
+            k_lo = k + 1
+        else:
+            k_hi = k
+    return min(k_hi * granularity, hi)
+
+
+@dataclasses.dataclass
+class PolicyReport:
+    policy: str
+    peak_allocated: int
+    peak_requested: int
+    peak_reserved: int
+    peak_reserved_event: int
+    fragmentation_at_peak: float
+    free_at_peak: int
+    largest_free_at_peak: int
+    device_allocs: int
+    device_frees: int
+    unknown_frees: int
+    oom_at_capacity: bool
+    oom_event: int | None
+    min_capacity: int | None
+    seconds: float  # the unconstrained replay
+    series: np.ndarray | None = None
+
+    @property
+    def ratio(self) -> float:
+        return self.peak_reserved / self.peak_allocated if self.peak_allocated else 0.0
+
+
+@dataclasses.dataclass
+class Report:
+    trace: Trace
+    capacity: int
+    policies: list[PolicyReport]
+    native_series: np.ndarray | None = None
+    threads: int = 1
+
+
+class _Progress:
+    """A tqdm bar over replays when the trace is long and stderr a terminal; silent otherwise."""
+
+    def __init__(self, enabled: bool, desc: str) -> None:
+        self._bar: Any = None
+        self._lock = threading.Lock()
+        if enabled:
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                return
+            self._bar = tqdm(total=0, desc=desc, unit="replay", file=sys.stderr, leave=False)
+
+    def add(self, n: int) -> None:
+        if self._bar is not None and n:
+            with self._lock:
+                self._bar.total += n
+                self._bar.refresh()
+
+    def step(self) -> None:
+        if self._bar is not None:
+            with self._lock:
+                self._bar.update(1)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _run_policy(
+    trace: Trace, policy: str, capacity: int, search: bool, series_len: int, granularity: int, progress: _Progress
+) -> PolicyReport:
+    t0 = time.perf_counter()
+    free_run, series = replay_once(trace, policy, 0, series_len)
+    seconds = time.perf_counter() - t0
+    progress.step()
+    at_capacity = free_run
+    if capacity and free_run["peak_reserved"] > capacity:  # otherwise the run at capacity is this very run
+        progress.add(1)
+        at_capacity, _ = replay_once(trace, policy, capacity)
+        progress.step()
+    found: int | None = None
+    if search:
+        lo = trace.peak_rounded
+        hi = free_run["peak_reserved"]
+        progress.add(search_steps(lo, hi, granularity))
+        found = min_capacity(trace, policy, lo, hi, granularity, progress.step)
+    return PolicyReport(
+        policy=policy,
+        peak_allocated=free_run["peak_allocated"],
+        peak_requested=free_run["peak_requested"],
+        peak_reserved=free_run["peak_reserved"],
+        peak_reserved_event=free_run["peak_reserved_event"],
+        fragmentation_at_peak=free_run["fragmentation_at_peak"],
+        free_at_peak=free_run["free_at_peak"],
+        largest_free_at_peak=free_run["largest_free_at_peak"],
+        device_allocs=free_run["device_allocs"],
+        device_frees=free_run["device_frees"],
+        unknown_frees=free_run["unknown_frees"],
+        oom_at_capacity=bool(at_capacity["oom"]),
+        oom_event=at_capacity["oom_event"] if at_capacity["oom"] else None,
+        min_capacity=found,
+        seconds=seconds,
+        series=series,
+    )
+
+
+def run(
+    trace: Trace,
+    policies: Sequence[str] = DEFAULT_POLICIES,
+    capacity: int = DEFAULT_CAPACITY,
+    *,
+    search: bool = True,
+    series_len: int = 0,
+    granularity: int = SEARCH_GRANULARITY,
+    progress: bool | None = None,
+    threads: int | None = None,
+) -> Report:
+    """Replay `trace` through every policy (in parallel threads) and gather the report."""
+    if not policies:
+        raise ValueError("no policies to replay")
+    if progress is None:
+        progress = len(trace) >= PROGRESS_MIN_EVENTS and sys.stderr.isatty()
+    bar = _Progress(progress, "replay")
+    bar.add(len(policies))
+    workers = threads or min(len(policies), os.cpu_count() or 1)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = [
+                pool.submit(_run_policy, trace, p, capacity, search, series_len, granularity, bar) for p in policies
+            ]
+            reports = [f.result() for f in futures]
+    finally:
+        bar.close()
+    native = trace.native_reserved_series(series_len) if series_len else None
+    return Report(trace=trace, capacity=capacity, policies=reports, native_series=native, threads=workers)
+
+
+# ---------------------------------------------------------------------------
+# Output
+# ---------------------------------------------------------------------------
+
+
+def report_json(report: Report) -> dict[str, Any]:
+    """The --json document. Bytes are integers; fragmentation a float in [0, 1]."""
+    t = report.trace
+    known = None if t.native_peak_reserved is None else int(t.native_peak_reserved)
+    native = known if t.source == "pytorch-snapshot" else None
+    recorded = known if t.source == "torchalloc-log" else None
+    policies: dict[str, Any] = {}
+    for p in report.policies:
+        policies[p.policy] = {
+            "peak_allocated": int(p.peak_allocated),
+            "peak_reserved": int(p.peak_reserved),
+            "fragmentation_at_peak": float(p.fragmentation_at_peak),
+            "device_allocs": int(p.device_allocs),
+            "min_capacity": None if p.min_capacity is None else int(p.min_capacity),
+            "oom_at_capacity": bool(p.oom_at_capacity),
+            # Beyond the documented keys:
+            "reserved_over_allocated": round(p.ratio, 6),
+            "device_frees": int(p.device_frees),
+            "oom_event": p.oom_event,
+            "peak_reserved_event": int(p.peak_reserved_event),
+        }
+    return {
+        "trace": {
+            "events": len(t),
+            "peak_allocated": int(t.peak_requested),
+            # What PyTorch's own allocator reserved (a snapshot with segment information); null otherwise.
+            "native_peak_reserved": native,
+            # Beyond the documented keys:
+            "recorded_peak_reserved": recorded,  # a torchalloc log: what its recording policy reserved
+            "capacity": int(report.capacity),
+            "unknown_frees": int(t.unknown_frees),
+            "prelude_allocations": int(t.prelude),
+            "notes": list(t.notes),
+        },
+        "policies": policies,
+    }
+
+
+def format_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if abs(n) >= 1 << shift:
+            return f"{n / (1 << shift):.2f} {unit}"
+    return f"{n} B"
+
+
+def format_table(report: Report) -> str:
+    t = report.trace
+    cap = format_bytes(report.capacity) if report.capacity else "unlimited"
+    header = ["policy", "peak alloc", "peak reserved", "reserved/alloc", "frag@peak", "dev allocs", "dev frees",
+              f"OOM @ {cap}", "min capacity"]
+    rows: list[list[str]] = []
+    if t.native_peak_reserved is not None:
+        ratio = t.native_peak_reserved / t.peak_requested if t.peak_requested else 0.0
+        rows.append([t.native_label, format_bytes(t.peak_requested), format_bytes(t.native_peak_reserved),
+                     f"{ratio:.3f}", "-", "-", "-", "yes" if t.native_ooms else "-", "-"])
+    for p in report.policies:
+        oom = f"at event {p.oom_event}" if p.oom_at_capacity else "no"
+        rows.append([p.policy, format_bytes(p.peak_allocated), format_bytes(p.peak_reserved), f"{p.ratio:.3f}",
+                     f"{p.fragmentation_at_peak:.3f}", str(p.device_allocs), str(p.device_frees), oom,
+                     format_bytes(p.min_capacity)])
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+    lines = []
+    where = t.path or t.source
+    lines.append(f"trace: {where} ({t.source}, {len(t):,} events, peak requested {format_bytes(t.peak_requested)})")
+    for note in t.notes:
+        lines.append(f"  note: {note}")
+    lines.append("")
+    for i, r in enumerate([header] + rows):
+        cells = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]
+        lines.append("  ".join(cells).rstrip())
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    lines.append("")
+    speeds = [f"{p.policy} {len(t) / p.seconds / 1e6:.1f} M" for p in report.policies if p.seconds > 0]
+    if speeds and len(t) >= 100_000:  # too short a trace to time
+        lines.append(f"replay speed (events/s, {report.threads} policies at a time): " + ", ".join(speeds))
+    lines.append(
+        "peak alloc: block bytes (requests rounded as the policy rounds them); frag@peak: (free inside reserved - "
+        "largest free block) / free inside reserved, when reserved peaked; min capacity: smallest device size "
+        f"(in {format_bytes(SEARCH_GRANULARITY)} steps) that runs the whole trace"
+    )
+    return "\n".join(lines)
+
+
+def check_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise SystemExit(
+            "torchalloc replay: --png needs matplotlib, which is not installed (pip install matplotlib); "
+            "run without --png for the table"
+        ) from None
+
+
+def plot_png(report: Report, path: str | os.PathLike[str]) -> None:
+    """Reserved bytes over the trace, one line per policy (and PyTorch's own, when known)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(report.trace)
+    fig, ax = plt.subplots(figsize=(10, 5), dpi=120)
+    for p in report.policies:
+        if p.series is None:
+            continue
+        x = np.linspace(0, n, len(p.series), endpoint=False)
+        y = np.where(p.series >= 0, p.series, np.nan) / (1 << 30)
+        ax.plot(x, y, label=p.policy, linewidth=1.2)
+    if report.native_series is not None:
+        x = np.linspace(0, n, len(report.native_series), endpoint=False)
+        ax.plot(x, report.native_series / (1 << 30), label=report.trace.native_label, linewidth=1.2, linestyle="--",
+                color="black")
+    ax.set_xlabel("event")
+    ax.set_ylabel("reserved (GiB)")
+    ax.set_title(f"reserved memory over {Path(report.trace.path).name or report.trace.source}")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.fspath(path))
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------
+
+_UNITS = {
+    "": 1, "b": 1,
+    "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+    "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+}
+
+
+def parse_bytes(text: str) -> int:
+    """ "80GiB", "512MB", "1.5GiB", "1048576" -> bytes (the units of TORCHALLOC_CONF)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ValueError(f"not a size: {text!r} (expected e.g. 80GiB, 512MiB, 1.5GiB or a number of bytes)")
+    return int(Fraction(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def default_trace_path() -> Path:
+    if not DEFAULT_TRACE.is_file():
+        raise TraceError(
+            f"no TRACE given, and the bundled default trace is missing ({DEFAULT_TRACE}). It is recorded on a GPU "
+            "by examples/record_trace.py; meanwhile give a trace: torchalloc replay SNAPSHOT.pickle, where "
+            "SNAPSHOT.pickle comes from torch.cuda.memory._record_memory_history() + _dump_snapshot(), "
+            "or a torchalloc log"
+        )
+    return DEFAULT_TRACE
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="torchalloc replay",
+        description="Replay an allocation trace through torchalloc's policies on a simulated device (no GPU needed).",
+    )
+    ap.add_argument("trace", nargs="?", help="PyTorch memory snapshot (.pickle[.gz|.xz]) or torchalloc log; "
+                    "default: the trace bundled with torchalloc")
+    ap.add_argument("--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated (default: %(default)s)")
+    ap.add_argument("--capacity", default="80GiB", help="simulated device size (default: %(default)s)")
+    ap.add_argument("--json", action="store_true", help="print the report as JSON")
+    ap.add_argument("--png", metavar="FILE", help="plot reserved memory over the trace per policy (needs matplotlib)")
+    ap.add_argument("--device", type=int, help="which device's trace in a multi-GPU snapshot (default: the busiest)")
+    ap.add_argument("--no-search", action="store_true", help="skip the smallest-capacity search")
+    ap.add_argument("--no-prelude", action="store_true",
+                    help="do not reconstruct allocations made before a snapshot's history began")
+    ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                    help="progress bar (default: on a terminal for traces of 1M+ events)")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    prog = "torchalloc replay"
+    try:
+        capacity = parse_bytes(args.capacity)
+    except ValueError as e:
+        print(f"{prog}: error: --capacity: {e}", file=sys.stderr)
+        return 2
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if not policies:
+        print(f"{prog}: error: --policies is empty", file=sys.stderr)
+        return 2
+    if args.png:
+        check_matplotlib()
+    try:
+        path = Path(args.trace) if args.trace else default_trace_path()
+        trace = load_trace(path, device=args.device, prelude=not args.no_prelude)
+        report = run(
+            trace,
+            policies,
+            capacity,
+            search=not args.no_search,
+            series_len=min(PLOT_POINTS, max(len(trace), 1)) if args.png else 0,
+            progress=args.progress,
+        )
+    except (TraceError, ReplayError, _lib.LibraryError) as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report_json(report), indent=2))
+    else:
+        print(format_table(report))
+    if args.png:
+        plot_png(report, args.png)
+        if not args.json:
+            print(f"plot: {args.png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

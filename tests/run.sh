@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# The one test command (run from the repository root):   bash tests/run.sh
+#
+# Builds and runs every C test (ctest) in three configurations:
+#   build/        Release
+#   build-asan/   -DTORCHALLOC_SANITIZE=address,undefined
+#   build-tsan/   -DTORCHALLOC_SANITIZE=thread
+# compiles everything with clang -Werror in build-clang/ when clang is there,
+# then runs python/tests with pytest when both exist. Stops at the first
+# failure. The last line of output is always "N passed, N failed": test cases
+# summed over every ctest run (each program prints its own such line) and
+# pytest.
+#
+# Environment: JOBS (parallel jobs, default: all cores), SKIP_SANITIZERS=1
+# (Release only, for a quick local loop).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+JOBS=${JOBS:-$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)}
+export CTEST_OUTPUT_ON_FAILURE=1
+# Sanitizers: stop at the first report, with a stack.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:strict_string_checks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+
+PASSED=0
+FAILED=0
+TIMES=()
+SUMMARY_PRINTED=0
+ERR_LINE=?
+
+summary() {
+  echo "$PASSED passed, $FAILED failed"
+  SUMMARY_PRINTED=1
+}
+
+# Anything that fails outside the checks below still ends with a message and
+# the summary line.
+trap 'ERR_LINE=$LINENO' ERR
+trap 'rc=$?; if ((rc != 0 && SUMMARY_PRINTED == 0)); then
+        echo "run.sh: FAILED: unexpected error (exit $rc, line $ERR_LINE)"; ((FAILED += 1)) || true; summary
+      fi' EXIT
+
+# fail STAGE MESSAGE [LOG]: print why (and the log's tail), then the summary; exit 1.
+fail() {
+  local stage=$1 msg=$2 log=${3:-}
+  if [[ -n $log && -f $log ]]; then
+    echo "---- errors in $log ----"
+    grep -E -m 20 'error|Error|CMake Error' "$log" || true
+    echo "---- last lines of $log ----"
+    tail -n 40 "$log"
+    echo "----"
+  fi
+  echo "run.sh: FAILED in $stage: $msg"
+  ((FAILED += 1)) || true
+  summary
+  exit 1
+}
+
+stage_done() { # STAGE START_SECONDS
+  local t=$((SECONDS - $2))
+  TIMES+=("$1 ${t}s")
+  echo "== $1: ok (${t}s)"
+}
+
+# configure_and_build STAGE DIR [cmake args...]
+configure_and_build() {
+  local stage=$1 dir=$2
+  shift 2
+  local log="$dir/run-build.log"
+  mkdir -p "$dir"
+  echo "== $stage: configure and build in $dir/"
+  if ! cmake -S "$ROOT" -B "$dir" "$@" >"$log" 2>&1; then fail "$stage" "cmake configure failed" "$log"; fi
+  if ! cmake --build "$dir" -j "$JOBS" >>"$log" 2>&1; then fail "$stage" "build failed" "$log"; fi
+}
+
+# Adds the "N passed, N failed" lines the test programs printed in the last
+# ctest run of DIR; a program that failed without its line (a crash, a
+# sanitizer abort) counts as one failure.
+count_ctest() {
+  local log="$1/Testing/Temporary/LastTest.log"
+  [[ -f $log ]] || return 0
+  local counts
+  counts=$(awk '
+    /^[0-9]+\/[0-9]+ Testing: / { have = 0; p = 0; f = 0 }
+    /^[0-9]+ passed, [0-9]+ failed$/ { have = 1; p = $1; f = $3 }
+    /^Test Passed\./ { P += p; F += f }
+    /^Test Failed\./ || /^Test (Timeout|Not Run)/ || /\*\*\*Exception/ {
+      P += p; F += (have && f > 0) ? f : f + 1
+    }
+    END { printf "%d %d\n", P, F }' "$log")
+  PASSED=$((PASSED + ${counts% *}))
+  FAILED=$((FAILED + ${counts#* }))
+}
+
+# run_ctest STAGE DIR [prefix command...]: ctest in DIR, output in DIR/run-ctest.log.
+run_ctest() {
+  local stage=$1 dir=$2
+  shift 2
+  local log="$dir/run-ctest.log"
+  echo "== $stage: ctest"
+  local rc=0
+  (cd "$dir" && "$@" ctest --output-on-failure -j "$JOBS" --timeout 900) >"$log" 2>&1 || rc=$?
+  return $rc
+}
+
+# A failed ctest: count, show, stop.
+ctest_failed() { # STAGE DIR
+  count_ctest "$2"
+  ((FAILED > 0)) || FAILED=1
+  echo "---- $2/run-ctest.log ----"
+  cat "$2/run-ctest.log"
+  echo "----"
+  echo "run.sh: FAILED in $1: ctest reported failures (see above; rerun one program from $2/tests/)"
+  summary
+  exit 1
+}
+
+# --------------------------------------------------------------------------
+# 1. Release
+# --------------------------------------------------------------------------
+t0=$SECONDS
+configure_and_build release build -DCMAKE_BUILD_TYPE=Release -DTORCHALLOC_SANITIZE=
+run_ctest release build || ctest_failed release build
+count_ctest build
+stage_done release "$t0"
+
+if [[ ${SKIP_SANITIZERS:-0} != 1 ]]; then
+  # ------------------------------------------------------------------------
+  # 2. ASan + UBSan
+  # ------------------------------------------------------------------------
+  t0=$SECONDS
+  configure_and_build asan+ubsan build-asan -DTORCHALLOC_SANITIZE=address,undefined
+  run_ctest asan+ubsan build-asan || ctest_failed asan+ubsan build-asan
+  count_ctest build-asan
+  stage_done asan+ubsan "$t0"
+
+  # ------------------------------------------------------------------------
+  # 3. TSan. Some kernels map memory where TSan does not expect it ("FATAL:
+  #    ThreadSanitizer: unexpected memory mapping"): retry with ASLR off.
+  # ------------------------------------------------------------------------
+  t0=$SECONDS
+  configure_and_build tsan build-tsan -DTORCHALLOC_SANITIZE=thread
+  if ! run_ctest tsan build-tsan; then
+    if grep -q "unexpected memory mapping" build-tsan/run-ctest.log && command -v setarch >/dev/null; then
+      echo "== tsan: 'unexpected memory mapping': retrying with ASLR off (setarch $(uname -m) -R)"
+      run_ctest tsan build-tsan setarch "$(uname -m)" -R || ctest_failed tsan build-tsan
+    else
+      ctest_failed tsan build-tsan
+    fi
+  fi
+  count_ctest build-tsan
+  stage_done tsan "$t0"
+fi
+
+# --------------------------------------------------------------------------
+# 4. clang -Werror, compile only
+# --------------------------------------------------------------------------
+if command -v clang >/dev/null; then
+  t0=$SECONDS
+  CC=clang configure_and_build clang build-clang -DCMAKE_BUILD_TYPE=Release -DTORCHALLOC_SANITIZE= \
+    -DCMAKE_C_COMPILER=clang -DCMAKE_C_FLAGS=-Werror
+  stage_done "clang -Werror (compile only)" "$t0"
+else
+  echo "== clang: not installed, skipped"
+fi
+
+# --------------------------------------------------------------------------
+# 5. Python tests
+# --------------------------------------------------------------------------
+if [[ -d python/tests ]] && python3 -c 'import pytest' >/dev/null 2>&1; then
+  t0=$SECONDS
+  echo "== pytest: python3 -m pytest -q python/tests"
+  log=build/run-pytest.log
+  rc=0
+  PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" python3 -m pytest -q python/tests 2>&1 | tee "$log" || rc=${PIPESTATUS[0]}
+  # Counts from pytest's last line, e.g. "3 failed, 12 passed, 1 skipped in 0.52s".
+  counts=$(grep -E '[0-9]+ (passed|failed|errors?)' "$log" | tail -n 1 | awk '{
+      for (i = 2; i <= NF; i++) {
+        w = $i; gsub(/[^a-z]/, "", w); n = $(i - 1) + 0
+        if (w == "passed") p += n
+        else if (w == "failed" || w == "error" || w == "errors") f += n
+      }
+    } END { printf "%d %d\n", p, f }' || true)
+  counts=${counts:-0 0}
+  PASSED=$((PASSED + ${counts% *}))
+  FAILED=$((FAILED + ${counts#* }))
+  case $rc in
+    0) ;;
+    5) echo "== pytest: no tests collected (exit 5), not a failure" ;;
+    *) ((FAILED > 0)) || FAILED=1
+       echo "run.sh: FAILED in pytest: exit code $rc (see above)"
+       summary
+       exit 1 ;;
+  esac
+  stage_done pytest "$t0"
+elif [[ -d python/tests ]]; then
+  echo "== pytest: not importable, python/tests skipped"
+fi
+
+echo "== times: ${TIMES[*]}"
+summary

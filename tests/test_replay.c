@@ -1,0 +1,255 @@
+/* torchalloc_replay on synthetic traces whose answers are worked out by hand
+ * from the size rules in policies/size_classes.h:
+ *   1-10 MiB requests: large pool, 20 MiB segments, split when the rest > 1 MiB;
+ *   >= 10 MiB: own segment rounded up to 2 MiB;
+ *   exact: one device allocation per request, returned on free. */
+#include "sim.h"
+
+#define A_(addr_, size_) {.addr = (addr_), .size = (size_), .kind = TORCHALLOC_REPLAY_ALLOC}
+#define AP(addr_, size_, phase_) {.addr = (addr_), .size = (size_), .phase = (phase_), .kind = TORCHALLOC_REPLAY_ALLOC}
+#define AS(addr_, size_, stream_) {.addr = (addr_), .size = (size_), .stream = (stream_), .kind = TORCHALLOC_REPLAY_ALLOC}
+#define F_(addr_) {.addr = (addr_), .kind = TORCHALLOC_REPLAY_FREE}
+#define BEGIN(phase_) {.phase = (phase_), .kind = TORCHALLOC_REPLAY_PHASE_BEGIN}
+#define END(phase_) {.phase = (phase_), .kind = TORCHALLOC_REPLAY_PHASE_END}
+#define N(a) (sizeof(a) / sizeof((a)[0]))
+
+static torchalloc_replay_result run(const torchalloc_replay_event *ev, size_t n, const char *policy,
+                                    uint64_t capacity) {
+  torchalloc_replay_result r;
+  memset(&r, 0xff, sizeof r);
+  if (torchalloc_replay(ev, n, policy, capacity, &r, NULL, 0) != 0) {
+    fprintf(stderr, "  torchalloc_replay(%s): %s\n", policy, torchalloc_last_error());
+    g_failures++;
+  }
+  return r;
+}
+
+/* T1: A 8, B 8, C 2, free A, D 9, then free everything (MiB).
+ * caching: A and B and C are carved from one 20 MiB segment (12 -> 4 -> 2 MiB
+ *   left); freeing A leaves 8 + 2 MiB free, neither fits D, so D opens a
+ *   second 20 MiB segment: reserved 40 at event 4, when B + C + D = 19 MiB
+ *   are active, 21 MiB free, the largest free block D's 11 MiB remainder:
+ *   fragmentation (21 - 11) / 21.
+ * exact: reserved = allocated = 8, 16, 18, 10, 19, 11, 9, 0. */
+static const torchalloc_replay_event T1[] = {
+    A_(0x1000, 8 * MiB), A_(0x2000, 8 * MiB), A_(0x3000, 2 * MiB), F_(0x1000),
+    A_(0x4000, 9 * MiB), F_(0x2000),          F_(0x3000),          F_(0x4000),
+};
+
+TEST(caching_peak_and_fragmentation_by_hand) {
+  static const char *const arenas[] = {"caching", "phase_arena"}; /* one phase: phase_arena is one arena */
+  for (int k = 0; k < 2; k++) {
+    torchalloc_replay_result r = run(T1, N(T1), arenas[k], 0);
+    CHECK_EQ(r.version, TORCHALLOC_REPLAY_VERSION);
+    CHECK_EQ(r.events, 8);
+    CHECK_EQ(r.peak_reserved, 40 * MiB);
+    CHECK_EQ(r.peak_reserved_event, 4);
+    CHECK_EQ(r.peak_allocated, 19 * MiB);
+    CHECK_EQ(r.peak_requested, 19 * MiB);
+    CHECK_EQ(r.free_at_peak, 21 * MiB);
+    CHECK_EQ(r.largest_free_at_peak, 11 * MiB);
+    CHECK(r.fragmentation_at_peak > 10.0 / 21 - 1e-12 && r.fragmentation_at_peak < 10.0 / 21 + 1e-12);
+    CHECK_EQ(r.device_allocs, 2);
+    CHECK_EQ(r.device_frees, 0); /* a cache keeps its segments */
+    CHECK_EQ(r.oom, 0);
+    CHECK_EQ(r.oom_event, -1);
+    CHECK_EQ(r.unknown_frees, 0);
+    CHECK_EQ(r.final_allocated, 0);
+    CHECK_EQ(r.final_reserved, 40 * MiB);
+  }
+}
+
+TEST(exact_peak_by_hand) {
+  torchalloc_replay_result r = run(T1, N(T1), "exact", 0);
+  CHECK_EQ(r.peak_reserved, 19 * MiB);
+  CHECK_EQ(r.peak_reserved_event, 4);
+  CHECK_EQ(r.peak_allocated, 19 * MiB);
+  CHECK_EQ(r.free_at_peak, 0);
+  CHECK(r.fragmentation_at_peak == 0.0);
+  CHECK_EQ(r.device_allocs, 4);
+  CHECK_EQ(r.device_frees, 4);
+  CHECK_EQ(r.final_reserved, 0);
+}
+
+TEST(oom_event_at_small_capacity) {
+  /* caching at 30 MiB: D needs a second 20 MiB segment; the first holds B and
+   * C, so releasing cached segments frees nothing: OOM at event 4. */
+  torchalloc_replay_result r = run(T1, N(T1), "caching", 30 * MiB);
+  CHECK_EQ(r.oom, 1);
+  CHECK_EQ(r.oom_event, 4);
+  CHECK_EQ(r.oom_size, 9 * MiB);
+  CHECK_EQ(r.events, 5);
+  CHECK_EQ(r.alloc_retries, 1);
+  CHECK_EQ(r.peak_reserved, 20 * MiB);
+  r = run(T1, N(T1), "phase_arena", 30 * MiB);
+  CHECK_EQ(r.oom_event, 4);
+  /* exact at 18 MiB: 8 + 8 + 2 fits exactly; D would make 10 + 9 = 19. */
+  r = run(T1, N(T1), "exact", 18 * MiB);
+  CHECK_EQ(r.oom, 1);
+  CHECK_EQ(r.oom_event, 4);
+  CHECK_EQ(r.peak_reserved, 18 * MiB);
+  /* exact at 17 MiB: C would make 18. */
+  r = run(T1, N(T1), "exact", 17 * MiB);
+  CHECK_EQ(r.oom_event, 2);
+  CHECK_EQ(r.events, 3);
+  /* exact at 19 MiB and caching at 40 MiB: the whole trace runs. */
+  CHECK_EQ(run(T1, N(T1), "exact", 19 * MiB).oom, 0);
+  CHECK_EQ(run(T1, N(T1), "caching", 40 * MiB).oom, 0);
+  CHECK_EQ(run(T1, N(T1), "caching", 40 * MiB - 512).oom_event, 4);
+}
+
+/* T2: A 4 MiB in phase 1, B 4 MiB in phase 2, C 14 MiB in phase 1 again.
+ * caching: A, B from one 20 MiB segment (12 MiB left); C does not fit, so it
+ *   gets its own 14 MiB segment: reserved 34 at event 7, 12 MiB free in one
+ *   block: fragmentation 0.
+ * phase_arena: B opens phase 2's own 20 MiB segment: reserved 40 at event 4,
+ *   with 16 + 16 MiB free in two blocks: fragmentation 0.5; C then fits the
+ *   16 MiB left in phase 1's segment.
+ * exact: 4 + 4 + 14 = 22 MiB. */
+static const torchalloc_replay_event T2[] = {
+    BEGIN(1), AP(0x10, 4 * MiB, 1), END(1), BEGIN(2), AP(0x20, 4 * MiB, 2), END(2),
+    BEGIN(1), AP(0x30, 14 * MiB, 1), END(1),
+};
+
+TEST(phases_give_phase_arena_its_own_segments) {
+  torchalloc_replay_result r = run(T2, N(T2), "caching", 0);
+  CHECK_EQ(r.peak_reserved, 34 * MiB);
+  CHECK_EQ(r.peak_reserved_event, 7);
+  CHECK_EQ(r.free_at_peak, 12 * MiB);
+  CHECK(r.fragmentation_at_peak == 0.0);
+  CHECK_EQ(r.peak_allocated, 22 * MiB);
+  CHECK_EQ(r.device_allocs, 2);
+
+  r = run(T2, N(T2), "phase_arena", 0);
+  CHECK_EQ(r.peak_reserved, 40 * MiB);
+  CHECK_EQ(r.peak_reserved_event, 4);
+  CHECK_EQ(r.free_at_peak, 32 * MiB);
+  CHECK_EQ(r.largest_free_at_peak, 16 * MiB);
+  CHECK(r.fragmentation_at_peak == 0.5);
+  CHECK_EQ(r.peak_allocated, 22 * MiB);
+  CHECK_EQ(r.device_allocs, 2);
+
+  r = run(T2, N(T2), "exact", 0);
+  CHECK_EQ(r.peak_reserved, 22 * MiB);
+  CHECK_EQ(r.device_allocs, 3);
+}
+
+/* T3: A 12 MiB, free, B 14 MiB. caching keeps A's 12 MiB segment cached and
+ * opens 14 MiB for B (peak 26); at capacity 14 MiB the device says no, the
+ * cache is released and the retry succeeds. */
+static const torchalloc_replay_event T3[] = {A_(1, 12 * MiB), F_(1), A_(2, 14 * MiB), F_(2)};
+
+TEST(release_and_retry_runs_below_the_unconstrained_peak) {
+  torchalloc_replay_result r = run(T3, N(T3), "caching", 0);
+  CHECK_EQ(r.peak_reserved, 26 * MiB);
+  CHECK_EQ(r.free_at_peak, 12 * MiB);
+  CHECK_EQ(r.largest_free_at_peak, 12 * MiB);
+  CHECK(r.fragmentation_at_peak == 0.0);
+  r = run(T3, N(T3), "caching", 14 * MiB);
+  CHECK_EQ(r.oom, 0);
+  CHECK_EQ(r.alloc_retries, 1);
+  CHECK_EQ(r.device_frees, 1);
+  CHECK_EQ(r.peak_reserved, 14 * MiB);
+  r = run(T3, N(T3), "caching", 14 * MiB - 512);
+  CHECK_EQ(r.oom_event, 2);
+}
+
+TEST(streams_do_not_share_cached_blocks) {
+  static const torchalloc_replay_event t[] = {AS(1, 8 * MiB, 0), F_(1), AS(2, 8 * MiB, 7)};
+  CHECK_EQ(run(t, N(t), "caching", 0).peak_reserved, 40 * MiB);
+  static const torchalloc_replay_event same[] = {AS(1, 8 * MiB, 7), F_(1), AS(2, 8 * MiB, 7)};
+  CHECK_EQ(run(same, N(same), "caching", 0).peak_reserved, 20 * MiB);
+}
+
+TEST(unknown_frees_are_counted_and_reused_addresses_replace) {
+  /* A ring buffer that starts mid-run frees what it never saw allocated; a
+   * trace that lost a free allocates an address that is still live. */
+  static const torchalloc_replay_event t[] = {F_(0xdead), A_(1, 4096), A_(1, 4096), F_(1), F_(1), F_(2)};
+  torchalloc_replay_result r = run(t, N(t), "caching", 0);
+  CHECK_EQ(r.unknown_frees, 3);
+  CHECK_EQ(r.replaced_allocs, 1);
+  CHECK_EQ(r.peak_allocated, 4096);
+  CHECK_EQ(r.final_allocated, 0);
+  CHECK_EQ(r.peak_reserved, 2 * MiB); /* small pool */
+}
+
+TEST(reserved_series_takes_the_highest_value_per_bucket) {
+  int64_t s8[8], s4[4], s3[3], s16[16];
+  torchalloc_replay_result r;
+  REQUIRE(torchalloc_replay(T1, N(T1), "exact", 0, &r, s8, 8) == 0);
+  static const int64_t exact8[8] = {8, 16, 18, 10, 19, 11, 9, 0};
+  for (int i = 0; i < 8; i++) CHECK_EQ(s8[i], exact8[i] * (int64_t)MiB);
+  REQUIRE(torchalloc_replay(T1, N(T1), "exact", 0, &r, s4, 4) == 0);
+  static const int64_t exact4[4] = {16, 18, 19, 9};
+  for (int i = 0; i < 4; i++) CHECK_EQ(s4[i], exact4[i] * (int64_t)MiB);
+  REQUIRE(torchalloc_replay(T1, N(T1), "exact", 0, &r, s3, 3) == 0); /* events 0-2, 3-5, 6-7 */
+  CHECK_EQ(s3[0], 18 * MiB);
+  CHECK_EQ(s3[1], 19 * MiB);
+  CHECK_EQ(s3[2], 9 * MiB);
+  REQUIRE(torchalloc_replay(T1, N(T1), "caching", 0, &r, s16, 16) == 0); /* more buckets than events */
+  for (int i = 0; i < 16; i++) CHECK_EQ(s16[i], (i < 8 ? 20 : 40) * (int64_t)MiB);
+  /* After an OOM the replay stops: the rest stays -1. */
+  REQUIRE(torchalloc_replay(T1, N(T1), "exact", 17 * MiB, &r, s8, 8) == 0);
+  CHECK_EQ(s8[0], 8 * MiB);
+  CHECK_EQ(s8[1], 16 * MiB);
+  CHECK_EQ(s8[2], 16 * MiB); /* the failed request left reserved as it was */
+  for (int i = 3; i < 8; i++) CHECK_EQ(s8[i], -1);
+}
+
+TEST(bad_input_is_an_error_not_a_crash) {
+  torchalloc_replay_result r;
+  CHECK_EQ(torchalloc_replay(T1, N(T1), "no_such_policy", 0, &r, NULL, 0), -1);
+  CHECK(strstr(torchalloc_last_error(), "no_such_policy") != NULL);
+  torchalloc_replay_event bad_kind[] = {{.addr = 1, .size = 512, .kind = 9}};
+  CHECK_EQ(torchalloc_replay(bad_kind, 1, "caching", 0, &r, NULL, 0), -1);
+  CHECK(strstr(torchalloc_last_error(), "kind") != NULL);
+  torchalloc_replay_event bad_phase[] = {AP(1, 512, TORCHALLOC_MAX_PHASES)};
+  CHECK_EQ(torchalloc_replay(bad_phase, 1, "caching", 0, &r, NULL, 0), -1);
+  torchalloc_replay_event huge[] = {A_(1, UINT64_MAX)};
+  CHECK_EQ(torchalloc_replay(huge, 1, "caching", 0, &r, NULL, 0), -1);
+  CHECK_EQ(torchalloc_replay(NULL, 1, "caching", 0, &r, NULL, 0), -1);
+  /* An empty trace is fine. */
+  CHECK_EQ(torchalloc_replay(NULL, 0, "caching", 0, &r, NULL, 0), 0);
+  CHECK_EQ(r.events, 0);
+  CHECK_EQ(r.peak_reserved, 0);
+  CHECK_EQ(r.peak_reserved_event, -1);
+  /* A request above the capacity is an OOM, not an error. */
+  torchalloc_replay_event big[] = {A_(1, 64 * GiB)};
+  CHECK_EQ(torchalloc_replay(big, 1, "caching", 80 * GiB, &r, NULL, 0), 0);
+  CHECK_EQ(r.oom, 0);
+  CHECK_EQ(torchalloc_replay(big, 1, "exact", 32 * GiB, &r, NULL, 0), 0);
+  CHECK_EQ(r.oom_event, 0);
+}
+
+TEST(replay_leaves_the_process_allocator_alone) {
+  REQUIRE(sim_reset("") == 0);
+  void *p = torchalloc_malloc(4096, 0, S0);
+  REQUIRE(p);
+  torchalloc_stats before = stats0();
+  torchalloc_replay_result r = run(T1, N(T1), "caching", 0);
+  CHECK_EQ(r.peak_reserved, 40 * MiB);
+  torchalloc_stats after = stats0();
+  CHECK(memcmp(&before, &after, sizeof before) == 0);
+  torchalloc_free(p, 4096, 0, S0);
+  CHECK_INVARIANTS();
+}
+
+/* Many live addresses: the map grows and deletes shift entries back; every
+ * free must still find its block (no unknown frees, everything returned). */
+TEST(address_map_survives_growth_and_deletion) {
+  enum { LIVE = 20000, ROUNDS = 3 };
+  size_t n = (size_t)LIVE * 2 * ROUNDS, k = 0;
+  torchalloc_replay_event *ev = calloc(n, sizeof *ev);
+  REQUIRE(ev);
+  for (int round = 0; round < ROUNDS; round++) {
+    for (int i = 0; i < LIVE; i++) ev[k++] = (torchalloc_replay_event)A_((uint64_t)(round * LIVE + i) * 512, 512);
+    for (int i = 0; i < LIVE; i++) /* in a scrambled order: 7919 is prime to LIVE */
+      ev[k++] = (torchalloc_replay_event)F_((uint64_t)(round * LIVE + (int)((uint64_t)i * 7919 % LIVE)) * 512);
+  }
+  REQUIRE(k == n);
+  torchalloc_replay_result r = run(ev, n, "caching", 0);
+  CHECK_EQ(r.unknown_frees, 0);
+  CHECK_EQ(r.peak_allocated, (int64_t)LIVE * 512);
+  CHECK_EQ(r.final_allocated, 0);
+  free(ev);
+}
