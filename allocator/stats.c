@@ -1,9 +1,16 @@
 #include "stats.h"
 
-/* torchalloc_stats is a version field, nine per-pool arrays, then counters. */
 #define STAT_ARRAYS 9
 
-static torchalloc_stat *array(torchalloc_stats *s, int i) { return s->allocation + i * TORCHALLOC_NPOOLS; }
+/* The i-th per-pool array of torchalloc_stats, by name: stepping a pointer
+ * from one member array into the next is undefined behaviour. */
+static torchalloc_stat *array(torchalloc_stats *s, int i) {
+  torchalloc_stat *const arrays[STAT_ARRAYS] = {
+      s->allocation,   s->segment,        s->active,       s->inactive_split,       s->allocated_bytes,
+      s->reserved_bytes, s->active_bytes, s->inactive_split_bytes, s->requested_bytes,
+  };
+  return arrays[i];
+}
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 

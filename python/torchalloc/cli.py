@@ -25,10 +25,11 @@ class Command:
 
 COMMANDS: dict[str, Command] = {
     "info": Command("cli", "info_main", "library path, version, config keys and devices"),
-    "replay": Command("replay", "main", "replay a recorded log through a policy on a simulated device"),
+    "replay": Command("replay", "main", "replay a trace (PyTorch snapshot or torchalloc log) through each policy "
+                      "on a simulated device"),
     "report": Command("report", "main", "summarise a log: peaks, phases, fragmentation"),
     "export": Command("export", "main", "convert a log, e.g. to a torch memory snapshot"),
-    "compare": Command("compare", "main", "compare two logs or two policies"),
+    "compare": Command("compare", "main", "run a script once per policy on the GPU; compare peaks and time"),
 }
 
 

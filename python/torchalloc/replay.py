@@ -247,6 +247,7 @@ class _Progress:
             self._bar = tqdm(total=0, desc=desc, unit="replay", file=sys.stderr, leave=False)
 
     def add(self, n: int) -> None:
+        """Grow (or, n < 0, shrink) the total."""
         if self._bar is not None and n:
             with self._lock:
                 self._bar.total += n
@@ -278,8 +279,16 @@ def _run_policy(
     if search:
         lo = trace.peak_rounded
         hi = free_run["peak_reserved"]
-        progress.add(search_steps(lo, hi, granularity))
-        found = min_capacity(trace, policy, lo, hi, granularity, progress.step)
+        estimate = search_steps(lo, hi, granularity)
+        progress.add(estimate)
+        probes = [0]
+
+        def step() -> None:
+            probes[0] += 1
+            progress.step()
+
+        found = min_capacity(trace, policy, lo, hi, granularity, step)
+        progress.add(probes[0] - estimate)  # bisection may need one probe fewer than estimated
     return PolicyReport(
         policy=policy,
         peak_allocated=free_run["peak_allocated"],

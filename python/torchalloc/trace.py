@@ -35,7 +35,7 @@ import lzma
 import os
 import pickle
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NoReturn
 
 import numpy as np
 
@@ -233,7 +233,7 @@ def _int_field(entry: dict[str, Any], key: str, where: str, default: int | None 
     return value
 
 
-def _bad_entry(entry: dict[str, Any], keys: tuple[str, ...], where: str) -> None:
+def _bad_entry(entry: dict[str, Any], keys: tuple[str, ...], where: str) -> NoReturn:
     """Raise TraceError naming the first of `keys` that is missing or not a sane integer."""
     for key in keys:
         value = entry.get(key, 0 if key == "stream" else None)
