@@ -7,7 +7,9 @@
  *   the slot index is the record's sequence number;
  * - the file grows in 16 MiB steps with posix_fallocate (not ftruncate: a
  *   sparse file on a full disk would SIGBUS the writer), under a mutex that
- *   only the writer that crosses the current end takes. */
+ *   only the writer that crosses the current end takes;
+ * - a helper thread keeps the file allocated and its pages mapped ahead of
+ *   the writers, who would otherwise take a page fault every 64 records. */
 #include "log.h"
 
 #include <errno.h>
@@ -21,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "log_clock.h"
 #include "log_intern.h"
 #include "phase.h"
 
@@ -29,6 +32,12 @@
 #define GROW_CHUNK (16 * (uint64_t)TA_MiB)
 #define RESERVE_DEFAULT ((uint64_t)64 << 30) /* 1 G records; a log that fills it is TRUNCATED */
 #define RESERVE_MIN (256 * (uint64_t)TA_MiB)
+#define AHEAD (32 * (uint64_t)TA_MiB) /* the helper keeps this much ready past the write offset */
+#define POKE (4 * (uint64_t)TA_MiB)   /* writers wake the helper each time they cross a multiple */
+#define STEP (2 * (uint64_t)TA_MiB)   /* the helper's unit of work */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
 
 /* The file header (docs/LOG_FORMAT.md, "File header"). */
 typedef struct log_header {
@@ -62,8 +71,13 @@ static struct {
   _Atomic uint64_t size;   /* file length: every slot below it is writable */
   _Atomic uint64_t stop_end; /* non-zero once writing stopped early: end of the valid data */
   int inherited;           /* fork child: the file is the parent's, never touch it */
+  pthread_mutex_t helper_mu; /* the prefault helper's wake-ups */
+  pthread_cond_t helper_cv;
+  pthread_t helper;
+  int helper_running, helper_stop;
   char path[4096];
-} L = {.mu = PTHREAD_MUTEX_INITIALIZER, .grow_mu = PTHREAD_MUTEX_INITIALIZER, .fd = -1};
+} L = {.mu = PTHREAD_MUTEX_INITIALIZER, .grow_mu = PTHREAD_MUTEX_INITIALIZER, .fd = -1,
+       .helper_mu = PTHREAD_MUTEX_INITIALIZER, .helper_cv = PTHREAD_COND_INITIALIZER};
 
 static uint64_t clock_ns(clockid_t id) {
   struct timespec ts;
@@ -93,6 +107,12 @@ static void stop_writing(uint32_t status, uint64_t end) {
   __atomic_store_n(&header()->status, status, __ATOMIC_RELEASE);
 }
 
+/* The file is allocated up to `end`: writers may use it (grow_mu held). */
+static void publish_size(uint64_t end) {
+  if (end > atomic_load_explicit(&L.size, memory_order_relaxed))
+    atomic_store_explicit(&L.size, end, memory_order_release);
+}
+
 static ta_noinline int grow(uint64_t need) {
   pthread_mutex_lock(&L.grow_mu);
   uint64_t size = atomic_load_explicit(&L.size, memory_order_relaxed);
@@ -102,7 +122,7 @@ static ta_noinline int grow(uint64_t need) {
     if (target > L.file_max) target = L.file_max;
     int e = posix_fallocate(L.fd, (off_t)size, (off_t)(target - size));
     if (e == 0) {
-      atomic_store_explicit(&L.size, target, memory_order_release);
+      publish_size(target);
       ok = 1;
     } else {
       stop_writing(TA_LOG_STATUS_NO_SPACE, size);
@@ -114,29 +134,89 @@ static ta_noinline int grow(uint64_t need) {
   return ok;
 }
 
+/* ------------------------------------------------------------------------
+ * Prefault helper: a fresh page of the file costs its first writer a fault
+ * of about a microsecond, ~20 ns a record. This thread allocates the file
+ * and maps its pages (MADV_POPULATE_WRITE, which leaves their contents
+ * alone) AHEAD bytes past the write offset, so writers fault only when they
+ * outrun it. Where the kernel lacks MADV_POPULATE_WRITE it just stops.
+ * ---------------------------------------------------------------------- */
+
+static void *helper_main(void *arg) {
+  (void)arg;
+  uint64_t populated = 0;
+  pthread_mutex_lock(&L.helper_mu);
+  while (!L.helper_stop) {
+    /* In whole steps: madvise wants page-aligned starts. */
+    uint64_t want = ta_align_up(atomic_load_explicit(&L.next, memory_order_relaxed) + AHEAD, STEP);
+    if (want > L.file_max) want = L.file_max;
+    if (populated >= want || atomic_load(&L.stop_end)) {
+      pthread_cond_wait(&L.helper_cv, &L.helper_mu);
+      continue;
+    }
+    pthread_mutex_unlock(&L.helper_mu);
+    uint64_t end = populated + STEP < want ? populated + STEP : want;
+    uint64_t size = atomic_load_explicit(&L.size, memory_order_acquire);
+    int ok = end <= size || posix_fallocate(L.fd, (off_t)size, (off_t)(end - size)) == 0;
+    if (ok && end > size) {
+      pthread_mutex_lock(&L.grow_mu);
+      publish_size(end);
+      pthread_mutex_unlock(&L.grow_mu);
+    }
+    ok = ok && madvise(L.base + populated, end - populated, MADV_POPULATE_WRITE) == 0;
+    populated = end;
+    pthread_mutex_lock(&L.helper_mu);
+    if (!ok) break; /* writers grow the file themselves and report what went wrong */
+  }
+  pthread_mutex_unlock(&L.helper_mu);
+  return NULL;
+}
+
+static ta_noinline void poke_helper(void) {
+  pthread_mutex_lock(&L.helper_mu);
+  pthread_cond_signal(&L.helper_cv);
+  pthread_mutex_unlock(&L.helper_mu);
+}
+
+static void helper_start(void) {
+  L.helper_stop = 0;
+  L.helper_running = pthread_create(&L.helper, NULL, helper_main, NULL) == 0;
+}
+
+static void helper_stop(void) {
+  if (!L.helper_running) return;
+  pthread_mutex_lock(&L.helper_mu);
+  L.helper_stop = 1;
+  pthread_cond_signal(&L.helper_cv);
+  pthread_mutex_unlock(&L.helper_mu);
+  pthread_join(L.helper, NULL);
+  L.helper_running = 0;
+}
+
 /* The one reservation that contains the limit writes TRUNCATED in its first
  * slot (the limit keeps room for it); every later one finds nothing. */
 static ta_noinline void past_limit(uint64_t off) {
   if (off > L.limit || !grow(off + REC)) return;
-  ta_log_record r = {.time_ns = clock_ns(CLOCK_MONOTONIC), .seq = (off - HDR) / REC, .size = L.file_max,
+  ta_log_record r = {.time_ns = ta_log_now_ns(), .seq = (off - HDR) / REC, .size = L.file_max,
                      .tid = thread_id(), .device = -1, .flags = (uint8_t)L.limit_status};
-  char *p = L.base + off;
-  memcpy(p, &r, REC - 1);
-  __atomic_store_n((uint8_t *)p + REC - 1, (uint8_t)TA_LOG_TRUNCATED, __ATOMIC_RELEASE);
+  ta_log_commit(L.base + off, &r, TA_LOG_TRUNCATED);
   stop_writing(L.limit_status, off + REC);
 }
 
-char *ta_log_reserve(uint32_t nslots, uint64_t *seq) {
+static inline char *reserve(uint32_t nslots, uint64_t *seq) {
   uint64_t len = (uint64_t)nslots * REC;
   uint64_t off = atomic_fetch_add_explicit(&L.next, len, memory_order_relaxed);
   if (ta_unlikely(off + len > L.limit)) {
     past_limit(off);
     return NULL;
   }
+  if (ta_unlikely(((off + len) & (POKE - 1)) < len)) poke_helper();
   if (ta_unlikely(off + len > atomic_load_explicit(&L.size, memory_order_acquire)) && !grow(off + len)) return NULL;
   *seq = (off - HDR) / REC;
   return L.base + off;
 }
+
+char *ta_log_reserve(uint32_t nslots, uint64_t *seq) { return reserve(nslots, seq); }
 
 /* The kind goes last, with release: a reader that sees it sees the rest. */
 void ta_log_commit(char *slot, const void *body, uint8_t kind) {
@@ -150,12 +230,37 @@ void ta_log_commit(char *slot, const void *body, uint8_t kind) {
 
 void ta_log_write(ta_log_record *r) {
   uint64_t seq;
-  char *p = ta_log_reserve(1, &seq);
+  char *p = reserve(1, &seq);
   if (ta_unlikely(!p)) return;
-  r->time_ns = clock_ns(CLOCK_MONOTONIC);
+  r->time_ns = ta_log_now_ns();
   r->seq = seq;
   r->tid = thread_id();
   ta_log_commit(p, r, r->kind);
+}
+
+/* The hot records are filled in place: a reserved slot is fresh file
+ * space, all zeros, so only the non-zero fields are stored, then the kind. */
+static inline ta_log_record *begin_record(void) {
+  uint64_t seq;
+  ta_log_record *s = (ta_log_record *)reserve(1, &seq);
+  if (ta_likely(s != NULL)) {
+    s->time_ns = ta_log_now_ns();
+    s->seq = seq;
+    s->tid = thread_id();
+  }
+  return s;
+}
+
+static inline void end_record(ta_log_record *s, uint8_t kind) { __atomic_store_n(&s->kind, kind, __ATOMIC_RELEASE); }
+
+static inline void block_fields(ta_log_record *s, int device, const ta_block *b) {
+  s->addr = b->addr;
+  s->size = b->requested;
+  s->block_size = b->size;
+  s->stream = (uintptr_t)b->stream;
+  s->device = (int8_t)device;
+  s->policy = b->policy;
+  s->pool = b->segment->pool;
 }
 
 void ta_log_write_unlocked(ta_log_record *r) {
@@ -166,17 +271,22 @@ void ta_log_write_unlocked(ta_log_record *r) {
 
 void ta_log_alloc(int device, ta_block *b) {
   b->stack_id = ta_log_call_stack;
-  ta_log_record r = {.addr = b->addr, .size = b->requested, .block_size = b->size, .stream = (uintptr_t)b->stream,
-                     .stack = b->stack_id, .phase = b->phase, .device = (int8_t)device, .policy = b->policy,
-                     .pool = b->segment->pool, .kind = TA_LOG_ALLOC};
-  ta_log_write(&r);
+  ta_log_record *s = begin_record();
+  if (ta_unlikely(!s)) return;
+  block_fields(s, device, b);
+  s->stack = b->stack_id;
+  s->phase = b->phase;
+  end_record(s, TA_LOG_ALLOC);
 }
 
 void ta_log_free(int device, const ta_block *b, int phase, uint8_t flags) {
-  ta_log_record r = {.addr = b->addr, .size = b->requested, .block_size = b->size, .stream = (uintptr_t)b->stream,
-                     .stack = ta_log_call_stack, .phase = (uint16_t)phase, .device = (int8_t)device,
-                     .policy = b->policy, .pool = b->segment->pool, .flags = flags, .kind = TA_LOG_FREE};
-  ta_log_write(&r);
+  ta_log_record *s = begin_record();
+  if (ta_unlikely(!s)) return;
+  block_fields(s, device, b);
+  s->stack = ta_log_call_stack;
+  s->phase = (uint16_t)phase;
+  s->flags = flags;
+  end_record(s, TA_LOG_FREE);
 }
 
 void ta_log_segment(uint8_t kind, int device, const ta_segment *s, int phase) {
@@ -255,6 +365,7 @@ static void unmap_locked(void) {
 static void close_locked(void) {
   atomic_store(&ta_log_enabled, 0);
   if (!L.base) return;
+  helper_stop(); /* before the file is cut: it could grow it again */
   if (!L.inherited) {
     ta_log_record end = {.device = -1, .kind = TA_LOG_END};
     ta_log_write(&end); /* past the limit this becomes TRUNCATED, like any record */
@@ -278,14 +389,18 @@ static void close_locked(void) {
 static void atfork_prepare(void) {
   pthread_mutex_lock(&L.mu);
   pthread_mutex_lock(&L.grow_mu);
+  pthread_mutex_lock(&L.helper_mu);
 }
 static void atfork_parent(void) {
+  pthread_mutex_unlock(&L.helper_mu);
   pthread_mutex_unlock(&L.grow_mu);
   pthread_mutex_unlock(&L.mu);
 }
 static void atfork_child(void) {
   atomic_store(&ta_log_enabled, 0);
   L.inherited = L.base != NULL;
+  L.helper_running = 0; /* the helper thread was not forked */
+  pthread_mutex_unlock(&L.helper_mu);
   pthread_mutex_unlock(&L.grow_mu);
   pthread_mutex_unlock(&L.mu);
 }
@@ -330,13 +445,15 @@ static int open_locked(const char *pattern, size_t max_bytes, char *err, size_t 
   h->record_size = REC;
   h->byte_order = 0x01020304u;
   h->created_realtime_ns = clock_ns(CLOCK_REALTIME);
-  h->created_monotonic_ns = clock_ns(CLOCK_MONOTONIC);
+  ta_log_clock_start();
+  h->created_monotonic_ns = ta_clock_gettime_ns();
   h->pid = (uint32_t)getpid();
   const char *rank = getenv("RANK");
   h->rank = rank && *rank ? atoi(rank) : -1;
   h->max_bytes = max_bytes;
   h->status = TA_LOG_STATUS_OPEN;
   snprintf(h->producer, sizeof h->producer, "torchalloc");
+  helper_start();
   atomic_store_explicit(&ta_log_enabled, 1, memory_order_release);
   return 0;
 }

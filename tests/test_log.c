@@ -3,7 +3,7 @@
  * file is read back here with nothing but the documented layout. */
 #include <pthread.h>
 #include <signal.h>
-#include <sys/stat.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -416,12 +416,17 @@ TEST(sigkill_leaves_every_complete_record) {
       if (i % 4096 == 0) torchalloc_mark("k");
     }
   }
-  /* Let it write well past the first 16 MiB chunk, then kill it. */
-  struct stat sb;
-  for (int i = 0; i < 2000 && (stat(path, &sb) != 0 || sb.st_size <= (off_t)(16 * MiB)); i++) {
+  /* Let it write well past the first 16 MiB chunk (slot 300000 complete), then kill it. */
+  const off_t probe = TA_LOG_HEADER_SIZE + (off_t)300000 * TA_LOG_RECORD_SIZE + TA_LOG_RECORD_SIZE - 1;
+  unsigned char kind = 0;
+  for (int i = 0; i < 4000 && !kind; i++) {
     struct timespec ms = {0, 5000000};
     nanosleep(&ms, NULL);
+    FILE *f = fopen(path, "rb");
+    if (f && fseeko(f, probe, SEEK_SET) == 0 && fread(&kind, 1, 1, f) != 1) kind = 0;
+    if (f) fclose(f);
   }
+  CHECK(kind != 0);
   kill(pid, SIGKILL);
   int st;
   waitpid(pid, &st, 0);
@@ -429,7 +434,7 @@ TEST(sigkill_leaves_every_complete_record) {
   parsed p;
   REQUIRE(parse(path, &p) == 0);
   CHECK_EQ(p.status, TA_LOG_STATUS_OPEN);
-  CHECK(p.nslots > 16 * MiB / 64 / 2); /* it wrote into the second chunk */
+  CHECK(p.nslots > 300000); /* it wrote past the first 16 MiB chunk */
   CHECK(seq_contiguous(&p));
   size_t allocs = count_kind(&p, TA_LOG_ALLOC), frees = count_kind(&p, TA_LOG_FREE);
   CHECK(allocs == frees || allocs == frees + 1);
@@ -442,6 +447,89 @@ TEST(sigkill_leaves_every_complete_record) {
       CHECK(!"bad kind");
       break;
     }
+  free(p.data);
+  unlink(path);
+}
+
+static uint64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Timestamps are CLOCK_MONOTONIC (however they are read): within the span
+ * of the calls, never backwards on one thread, across clock refits. */
+TEST(timestamps_follow_clock_monotonic) {
+  char path[256];
+  temp_path(path, sizeof path, "clock");
+  REQUIRE(log_reset(path, "") == 0);
+  uint64_t before = mono_ns(), marks[20];
+  for (int round = 0; round < 20; round++) {
+    struct timespec pause = {0, 1000000 * (round % 4)};
+    nanosleep(&pause, NULL);
+    marks[round] = mono_ns();
+    torchalloc_mark("tick");
+    for (int i = 0; i < 2000; i++) torchalloc_free(torchalloc_malloc(512, 0, S0), 512, 0, S0);
+  }
+  torchalloc_teardown(); /* writes the END record */
+  uint64_t after = mono_ns();
+  parsed p;
+  REQUIRE(parse(path, &p) == 0);
+  const uint64_t slack = 20000; /* 20 us */
+  uint64_t last = 0;
+  int in_span = 1, forward = 1;
+  for (size_t i = 0; i < p.nslots; i++) {
+    const ta_log_record *r = &p.slots[i];
+    if (r->kind >= TA_LOG_STRING && r->kind <= TA_LOG_STACK) continue;
+    if (!(r->time_ns + slack >= before && r->time_ns <= after + slack) && in_span)
+      fprintf(stderr, "  record %zu (kind %d) at %+lld ns from the start, span %llu ns\n", i, r->kind,
+              (long long)(r->time_ns - before), (unsigned long long)(after - before));
+    in_span &= r->time_ns + slack >= before && r->time_ns <= after + slack;
+    forward &= r->time_ns >= last;
+    last = r->time_ns;
+  }
+  CHECK(in_span);
+  CHECK(forward);
+  for (int round = 0; round < 20; round++) {
+    const ta_log_record *m = nth_kind(&p, TA_LOG_MARKER, (size_t)round);
+    REQUIRE(m);
+    CHECK(m->time_ns + slack >= marks[round] && m->time_ns <= marks[round] + 1000000); /* within 1 ms of the call */
+  }
+  free(p.data);
+  unlink(path);
+}
+
+/* A file that cannot grow (here: RLIMIT_FSIZE, as a full disk would) stops
+ * the log, says so in the header, and the program goes on. */
+TEST(full_disk_stops_the_log_not_the_program) {
+  char path[256];
+  temp_path(path, sizeof path, "full");
+  fflush(NULL);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim = {20 * MiB, 20 * MiB};
+    setrlimit(RLIMIT_FSIZE, &lim);
+    if (log_reset(path, "") != 0) _exit(1);
+    for (int i = 0; i < 400000; i++) {
+      void *a = torchalloc_malloc(512, 0, S0);
+      if (!a) _exit(2);
+      torchalloc_free(a, 512, 0, S0);
+    }
+    if (torchalloc_check_invariants(0) != 0) _exit(3);
+    torchalloc_teardown();
+    _exit(0);
+  }
+  int st;
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  parsed p;
+  REQUIRE(parse(path, &p) == 0);
+  CHECK_EQ(p.status, TA_LOG_STATUS_NO_SPACE);
+  CHECK(p.len <= 20 * MiB);
+  CHECK(p.nslots > 100000);
+  CHECK(seq_contiguous(&p));
   free(p.data);
   unlink(path);
 }
