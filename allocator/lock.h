@@ -31,13 +31,20 @@ typedef struct ta_lock {
 
 static inline void ta_lock_init(ta_lock *l) { atomic_init(&l->held, false); }
 
+/* Exponential backoff keeps waiters off the lock's cache line while the
+ * holder works; past the backoff cap a waiter yields the core. */
 static ta_noinline void ta_lock_contended(ta_lock *l) {
-  for (unsigned spins = 0;; spins++) {
+  unsigned backoff = 1;
+  for (unsigned rounds = 0;; rounds++) {
     if (!atomic_load_explicit(&l->held, memory_order_relaxed) &&
         !atomic_exchange_explicit(&l->held, true, memory_order_acquire))
       return;
-    if (spins >= 64) sched_yield();
-    else ta_cpu_relax();
+    if (rounds >= 32) {
+      sched_yield();
+      continue;
+    }
+    for (unsigned i = 0; i < backoff; i++) ta_cpu_relax();
+    if (backoff < 256) backoff *= 2;
   }
 }
 
