@@ -1,9 +1,13 @@
 /* malloc+free pairs of mixed sizes against the simulated device.
  *
  * Each thread keeps a window of live blocks and, per iteration, frees the
- * oldest and allocates a new one: a steady state like a training loop's,
- * where almost every request is served from cache. Sizes are drawn once from
- * a fixed mix (60 % <= 64 KiB, 25 % <= 1 MiB, 12 % 1-10 MiB, 3 % 10-100 MiB).
+ * oldest and allocates a new one, so almost every request is served from
+ * cache. Sizes come from a fixed mix (60 % <= 64 KiB, 25 % <= 1 MiB, 12 %
+ * 1-10 MiB, 3 % 10-100 MiB) in two patterns:
+ *   - mixed: each new request takes a different size from the mix, so
+ *     nearly every malloc splits a block and every free merges (worst case);
+ *   - repeat: slot k always asks for the same size, as a training loop
+ *     does step after step (freed blocks are reused whole).
  * Prints ns per pair for 1 thread, 2 threads on one device (one heap, one
  * lock) and 2 threads on two devices. Not a test: figures only. */
 #include <pthread.h>
@@ -19,6 +23,7 @@
 
 static size_t sizes[NSIZES];
 static long pairs_per_thread = 4000000;
+static int repeat_pattern; /* 0: mixed, 1: repeat */
 
 typedef struct worker {
   int device;
@@ -55,21 +60,21 @@ static void *run(void *arg) {
   size_t len[WINDOW];
   unsigned s = w->seed;
   for (int i = 0; i < WINDOW; i++) {
-    len[i] = sizes[next_rand(&s) % NSIZES];
+    len[i] = repeat_pattern ? sizes[i] : sizes[next_rand(&s) % NSIZES];
     ptr[i] = torchalloc_malloc(len[i], w->device, w->stream);
   }
   /* Warm-up: reach the steady state of the cache before timing. */
   for (long i = 0; i < 200000; i++) {
     int k = (int)(i % WINDOW);
     torchalloc_free(ptr[k], len[k], w->device, w->stream);
-    len[k] = sizes[next_rand(&s) % NSIZES];
+    len[k] = repeat_pattern ? sizes[k] : sizes[next_rand(&s) % NSIZES];
     ptr[k] = torchalloc_malloc(len[k], w->device, w->stream);
   }
   double t0 = now_ns();
   for (long i = 0; i < pairs_per_thread; i++) {
     int k = (int)(i % WINDOW);
     torchalloc_free(ptr[k], len[k], w->device, w->stream);
-    len[k] = sizes[(i * 7 + k) & (NSIZES - 1)];
+    len[k] = repeat_pattern ? sizes[k] : sizes[(i * 7 + k) & (NSIZES - 1)];
     ptr[k] = torchalloc_malloc(len[k], w->device, w->stream);
     if (!ptr[k]) {
       fprintf(stderr, "bench: allocation failed\n");
@@ -109,13 +114,17 @@ int main(int argc, char **argv) {
   if (argc > 1) pairs_per_thread = atol(argv[1]);
   make_sizes();
   const char *policies[] = {"caching", "phase_arena"};
-  printf("%-12s %14s %22s %22s\n", "policy", "1 thread", "2 threads, 1 device", "2 threads, 2 devices");
-  for (int p = 0; p < 2; p++) {
-    double one = bench(policies[p], 1, 1);
-    double two_shared = bench(policies[p], 2, 1);
-    double two_split = bench(policies[p], 2, 2);
-    printf("%-12s %11.1f ns %19.1f ns %19.1f ns   (ns per malloc+free pair, per thread)\n", policies[p], one,
-           two_shared, two_split);
+  printf("%-20s %14s %22s %22s   (ns per malloc+free pair, per thread)\n", "policy / pattern", "1 thread",
+         "2 threads, 1 device", "2 threads, 2 devices");
+  for (repeat_pattern = 0; repeat_pattern < 2; repeat_pattern++) {
+    for (int p = 0; p < 2; p++) {
+      double one = bench(policies[p], 1, 1);
+      double two_shared = bench(policies[p], 2, 1);
+      double two_split = bench(policies[p], 2, 2);
+      char label[40];
+      snprintf(label, sizeof label, "%s / %s", policies[p], repeat_pattern ? "repeat" : "mixed");
+      printf("%-20s %11.1f ns %19.1f ns %19.1f ns\n", label, one, two_shared, two_split);
+    }
   }
   return 0;
 }
