@@ -5,8 +5,9 @@
 #   build/        Release
 #   build-asan/   -DTORCHALLOC_SANITIZE=address,undefined
 #   build-tsan/   -DTORCHALLOC_SANITIZE=thread
-# compiles everything with clang -Werror in build-clang/ when clang is there,
-# then runs python/tests with pytest when both exist. Stops at the first
+# builds with clang -Werror and ASan+UBSan in build-clang/ and runs ctest
+# there too when clang is there (its UBSan checks things gcc's does not), then
+# runs python/tests with pytest when both exist. Stops at the first
 # failure. The last line of output is always "N passed, N failed": test cases
 # summed over every ctest run (each program prints its own such line) and
 # pytest.
@@ -155,13 +156,18 @@ if [[ ${SKIP_SANITIZERS:-0} != 1 ]]; then
 fi
 
 # --------------------------------------------------------------------------
-# 4. clang -Werror, compile only
+# 4. clang -Werror with ASan + UBSan (clang's UBSan also checks array bounds
+#    inside structs, which gcc's does not)
 # --------------------------------------------------------------------------
 if command -v clang >/dev/null; then
   t0=$SECONDS
-  CC=clang configure_and_build clang build-clang -DCMAKE_BUILD_TYPE=Release -DTORCHALLOC_SANITIZE= \
-    -DCMAKE_C_COMPILER=clang -DCMAKE_C_FLAGS=-Werror
-  stage_done "clang -Werror (compile only)" "$t0"
+  CC=clang configure_and_build clang build-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DTORCHALLOC_SANITIZE=address,undefined -DCMAKE_C_COMPILER=clang -DCMAKE_C_FLAGS=-Werror
+  if [[ ${SKIP_SANITIZERS:-0} != 1 ]]; then
+    run_ctest clang build-clang || ctest_failed clang build-clang
+    count_ctest build-clang
+  fi
+  stage_done "clang -Werror asan+ubsan" "$t0"
 else
   echo "== clang: not installed, skipped"
 fi
