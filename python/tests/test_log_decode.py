@@ -107,6 +107,22 @@ def test_every_kind_decodes_with_fields_and_stacks(clib, tmp_path: Path) -> None
     assert len(texts) == len(set(texts)) and str(HERE) in texts
 
 
+def test_strings_longer_than_one_slot_decode_exactly(clib, tmp_path: Path) -> None:
+    # A string spans several 47-byte chunks; the last byte of each chunk sits
+    # at slot offset 62, which the decoder once dropped (every 47th char: NUL).
+    path = tmp_path / "long.talog"
+    init(clib, f"backend:sim,warn:0,log:{path}")
+    label = "".join(chr(ord("a") + i % 26) for i in range(200))
+    phase = "p" * 63  # the longest phase name
+    assert clib.torchalloc_phase_begin(phase.encode()) > 0
+    assert clib.torchalloc_mark(label.encode()) == 0
+    assert clib.torchalloc_phase_end(phase.encode()) == 0
+    clib.torchalloc_teardown()
+    log = read_log(path)
+    assert log.label(log.of_kind("marker")[0]) == label
+    assert phase in log.phase_names.values()
+
+
 def test_python_threads_get_their_own_stacks(clib, tmp_path: Path) -> None:
     init(clib, f"backend:sim,warn:0,log:{tmp_path / 't.talog'},stacks:1")
     clib.torchalloc_phase_begin(b"threads")

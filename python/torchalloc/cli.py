@@ -27,8 +27,8 @@ COMMANDS: dict[str, Command] = {
     "info": Command("cli", "info_main", "library path, version, config keys and devices"),
     "replay": Command("replay", "main", "replay a trace (PyTorch snapshot or torchalloc log) through each policy "
                       "on a simulated device"),
-    "report": Command("report", "main", "summarise a log: peaks, phases, fragmentation"),
-    "export": Command("export", "main", "convert a log, e.g. to a torch memory snapshot"),
+    "report": Command("report", "main", "explain a log: timeline, peak anatomy, lifetimes, phases (--json, --html, --png)"),
+    "export": Command("export", "main", "convert a log to a PyTorch memory snapshot pickle (memory_viz)"),
     "compare": Command("compare", "main", "run a script once per policy on the GPU; compare peaks and time"),
 }
 

@@ -82,10 +82,13 @@ FREE_DEFERRED = 1
 # Event records: docs/LOG_FORMAT.md, "Event records".
 RECORD_DTYPE = np.dtype(
     {
+        # Every byte is named ("reserved" at 62): a masked selection copies only
+        # named fields, and metadata slots reuse byte 62 for text.
         "names": ["time_ns", "seq", "addr", "size", "block_size", "stream", "tid", "stack", "phase", "device",
-                  "policy", "pool", "flags", "kind"],
-        "formats": ["<u8", "<u8", "<u8", "<u8", "<u8", "<u8", "<u4", "<u4", "<u2", "i1", "u1", "u1", "u1", "u1"],
-        "offsets": [0, 8, 16, 24, 32, 40, 48, 52, 56, 58, 59, 60, 61, 63],
+                  "policy", "pool", "flags", "reserved", "kind"],
+        "formats": ["<u8", "<u8", "<u8", "<u8", "<u8", "<u8", "<u4", "<u4", "<u2", "i1", "u1", "u1", "u1", "u1",
+                    "u1"],
+        "offsets": [0, 8, 16, 24, 32, 40, 48, 52, 56, 58, 59, 60, 61, 62, 63],
         "itemsize": RECORD_SIZE,
     }
 )

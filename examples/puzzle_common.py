@@ -1,0 +1,111 @@
+"""Shared by the puzzle_*.py examples: start torchalloc with a log, then explain the log.
+
+Each puzzle calls `start()` first thing (before any CUDA use), runs on the
+GPU with phases and markers, then `finish()` closes the log and analyses it
+with torchalloc.analysis -- the same code as `torchalloc report`. Without
+torch or a CUDA GPU, start() prints "SKIP: <reason>" and exits 0.
+
+The last line a puzzle prints is "RESULT {json}": the facts its GPU test
+(python/tests/test_examples_gpu.py) checks.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "python"))  # run from a checkout without installing
+
+import torchalloc  # noqa: E402
+
+
+def skip(reason: str) -> None:
+    print(f"SKIP: {reason}")
+    sys.exit(0)
+
+
+def start(name: str) -> tuple[Any, str]:
+    """torchalloc.install(policy="caching", log=..., stacks=True), first thing. Returns (torch, log path)."""
+    try:
+        import torch
+    except ImportError:
+        skip("torch is not installed")
+    if not torch.cuda.is_available():
+        skip("no CUDA GPU")
+    try:
+        torchalloc.library_path()
+    except Exception as e:  # noqa: BLE001 -- any reason the library cannot load
+        skip(f"libtorchalloc.so not found ({str(e).splitlines()[0]}); build it: cmake -S . -B build && cmake --build build")
+    log = os.environ.get("PUZZLE_LOG") or str(Path(tempfile.gettempdir()) / f"torchalloc-{name}-{os.getpid()}.talog")
+    # stack_depth 64: torch.utils.checkpoint and nn.Module calls put many torch frames above the user's line
+    torchalloc.install(policy="caching", log=log, stacks=True, stack_depth=64, warn=0)
+    return torch, log
+
+
+def here() -> int:
+    """The line number of the caller: `LINE = here() + 1` names the statement on the next line.
+
+    sys._getframe, not inspect.currentframe() stored in a local: that makes a
+    frame cycle which keeps the caller's frame -- and its local tensors -- alive
+    until the garbage collector runs, changing the very lifetimes shown."""
+    return sys._getframe(1).f_lineno
+
+
+def finish(log: str) -> Any:
+    """Close the log and analyse it (torchalloc.analysis.analyze). Returns the Analysis."""
+    from torchalloc import _lib
+    from torchalloc.analysis import analyze
+
+    if _lib.has("torchalloc_log_close"):
+        _lib.lib().torchalloc_log_close()
+    return analyze(log)
+
+
+def blocks_at(a: Any, file: str, line: int) -> list[int]:
+    """Indices of the blocks allocated at file:line (the user's frame)."""
+    base = os.path.basename(file)
+    out = []
+    for b in range(len(a.blocks)):
+        frame = a.sites[a.classified.site[b]].frame
+        if frame is not None and os.path.basename(frame.filename) == base and frame.line == line:
+            out.append(b)
+    return out
+
+
+def reasons_at(a: Any, file: str, line: int) -> dict[str, int]:
+    """{reason: block bytes} for the blocks allocated at file:line."""
+    from torchalloc.analysis import REASONS
+
+    out: dict[str, int] = {}
+    for b in blocks_at(a, file, line):
+        key = str(REASONS[a.classified.reason[b]])
+        out[key] = out.get(key, 0) + int(a.blocks.block_size[b])
+    return out
+
+
+def explain_line(a: Any, file: str, line: int, what: str) -> list[dict[str, Any]]:
+    """Print the report's lifetime rows for file:line; return them as dicts."""
+    from torchalloc.analysis import fmt_bytes
+
+    base = os.path.basename(file)
+    rows = [r for r in a.lifetimes() if r.site.startswith(f"{base}:{line} ")]
+    print(f"\n{what}  [{base}:{line}]")
+    for r in rows:
+        print(f"  {r.count} blocks, {fmt_bytes(r.bytes)}: {r.explanation}")
+    if not rows:
+        print("  (no blocks allocated on this line)")
+    return [r.to_dict() for r in rows]
+
+
+def print_phases(a: Any) -> None:
+    print()
+    for p in a.phases():
+        print(f"  {p.sentence}")
+
+
+def result(**facts: Any) -> None:
+    print("RESULT " + json.dumps(facts, default=str))
