@@ -43,8 +43,14 @@ SCRIPT = textwrap.dedent(
     print("ok", float(y))
     """
 )
-ALLOC_LINE = 6   # x = x + 1
-CALL_LINE = 11   # y = f(x)
+
+def line_of(text: str) -> int:
+    """1-based line of `text` in SCRIPT (counted, not hand-written)."""
+    return SCRIPT.splitlines().index(text) + 1
+
+
+ALLOC_LINE = line_of("    x = x + 1")
+CALL_LINE = line_of("y = f(x)")
 
 
 def test_free_of_a_local_is_attributed_to_the_callers_line(library_path: Path, tmp_path: Path) -> None:
