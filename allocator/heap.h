@@ -37,6 +37,8 @@ typedef struct ta_pending_free {
   void **events;
 } ta_pending_free;
 
+#define TA_RECENT_FREES 64
+
 typedef struct ta_heap {
   ta_lock lock;
   int device;
@@ -55,7 +57,6 @@ typedef struct ta_heap {
   int request_phase;
   /* The last addresses freed: tells a double free from a wild pointer after
    * the segment is gone (error path only; one store per free). */
-#define TA_RECENT_FREES 64
   uintptr_t recent_frees[TA_RECENT_FREES];
   unsigned recent_pos; /* phase of the call in flight: segment growth is charged to it */
   int logged;        /* writes the process event log (entry.c's heaps; not replay's private one) */

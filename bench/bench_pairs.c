@@ -9,7 +9,9 @@
  *   - repeat: slot k always asks for the same size, as a training loop
  *     does step after step (freed blocks are reused whole).
  * Prints ns per pair for 1 thread, 2 threads on one device (one heap, one
- * lock) and 2 threads on two devices. Not a test: figures only. */
+ * lock) and 2 threads on two devices. Not a test: figures only.
+ *
+ *   bench_pairs [PAIRS] [EXTRA_CONF]     e.g. bench_pairs 4000000 log:/tmp/bench.talog */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +26,7 @@
 static size_t sizes[NSIZES];
 static long pairs_per_thread = 4000000;
 static int repeat_pattern; /* 0: mixed, 1: repeat */
+static const char *extra_conf = "";
 
 typedef struct worker {
   int device;
@@ -87,8 +90,9 @@ static void *run(void *arg) {
 }
 
 static double bench(const char *policy, int threads, int devices) {
-  char conf[256];
-  snprintf(conf, sizeof conf, "backend:sim,sim_capacity:1TiB,sim_devices:2,policy:%s", policy);
+  char conf[1024];
+  snprintf(conf, sizeof conf, "backend:sim,sim_capacity:1TiB,sim_devices:2,policy:%s%s%s", policy,
+           *extra_conf ? "," : "", extra_conf);
   torchalloc_teardown();
   if (torchalloc_init(conf)) {
     fprintf(stderr, "bench: %s\n", torchalloc_last_error());
@@ -112,6 +116,7 @@ static double bench(const char *policy, int threads, int devices) {
 
 int main(int argc, char **argv) {
   if (argc > 1) pairs_per_thread = atol(argv[1]);
+  if (argc > 2) extra_conf = argv[2];
   make_sizes();
   const char *policies[] = {"caching", "phase_arena"};
   printf("%-20s %14s %22s %22s   (ns per malloc+free pair, per thread)\n", "policy / pattern", "1 thread",
