@@ -1154,6 +1154,21 @@ class Estimate:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def rows(self) -> list[tuple[str, int]]:
+        """(term, bytes) in the order every report shows them."""
+        return [
+            ("parameters", self.parameters),
+            ("optimizer state", self.optimizer_state),
+            ("gradients", self.gradients),
+            ("optimizer intermediates", self.optimizer_intermediates),
+            ("gradients + intermediates (peak together)", self.gradients_plus_intermediates),
+            ("activations (saved for backward)", self.activations),
+            ("temporaries (not in the estimate)", self.temporaries),
+            ("library workspaces (not in the estimate)", self.workspace),
+            ("estimate", self.estimate),
+            ("measured peak allocated", self.measured_peak),
+        ]
+
 
 @dataclasses.dataclass
 class OomRow:

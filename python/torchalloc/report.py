@@ -130,13 +130,7 @@ def render_text(a: Analysis, *, top: int = 15, at: Sequence[str | float] = ()) -
         out.append("")
     est = a.estimate()
     out.append("== The estimate, measured")
-    erow = [("parameters", fmt_bytes(est.parameters)), ("optimizer state", fmt_bytes(est.optimizer_state)),
-            ("gradients", fmt_bytes(est.gradients)), ("optimizer intermediates", fmt_bytes(est.optimizer_intermediates)),
-            ("gradients + intermediates (peak together)", fmt_bytes(est.gradients_plus_intermediates)),
-            ("activations (saved for backward)", fmt_bytes(est.activations)),
-            ("temporaries (not in the estimate)", fmt_bytes(est.temporaries)),
-            ("library workspaces (not in the estimate)", fmt_bytes(est.workspace)),
-            ("estimate", fmt_bytes(est.estimate)), ("measured peak allocated", fmt_bytes(est.measured_peak))]
+    erow = [(term, fmt_bytes(n)) for term, n in est.rows()]
     out += ["  " + line for line in _table(["term (peak live bytes)", "bytes"], erow, right=(1,))]
     out.append(f"  {est.sentence}")
     ooms = a.ooms()

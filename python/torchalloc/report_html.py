@@ -276,13 +276,7 @@ def render_html(a: Analysis, *, at: Sequence[str | float] = (), top: int = 30) -
 
     est = a.estimate()
     body.append("<h2>The usual estimate, measured</h2>")
-    erow = [("parameters", fmt_bytes(est.parameters)), ("optimizer state", fmt_bytes(est.optimizer_state)),
-            ("gradients", fmt_bytes(est.gradients)), ("optimizer intermediates", fmt_bytes(est.optimizer_intermediates)),
-            ("gradients + intermediates (peak together)", fmt_bytes(est.gradients_plus_intermediates)),
-            ("activations (saved for backward)", fmt_bytes(est.activations)),
-            ("temporaries (not in the estimate)", fmt_bytes(est.temporaries)),
-            ("library workspaces (not in the estimate)", fmt_bytes(est.workspace)),
-            ("estimate", fmt_bytes(est.estimate)), ("measured peak allocated", fmt_bytes(est.measured_peak))]
+    erow = [(term, fmt_bytes(n)) for term, n in est.rows()]
     body.append(_rows_html(["term (peak live bytes)", "bytes"], erow, "estimate", (1,)))
     body.append(f"<p>{_e(est.sentence)}</p>")
 
