@@ -123,6 +123,27 @@ def test_strings_longer_than_one_slot_decode_exactly(clib, tmp_path: Path) -> No
     assert phase in log.phase_names.values()
 
 
+def test_compressed_logs_decode_like_the_original(clib, tmp_path: Path) -> None:
+    import gzip
+    import lzma
+
+    path = tmp_path / "plain.talog"
+    init(clib, f"backend:sim,warn:0,log:{path}")
+    ptr = allocate_here(clib, 4096)
+    free_here(clib, ptr, 4096)
+    clib.torchalloc_teardown()
+    plain = read_log(path)
+    for suffix, pack in ((".xz", lzma.compress), (".gz", gzip.compress)):
+        packed = tmp_path / f"plain.talog{suffix}"
+        packed.write_bytes(pack(path.read_bytes()))
+        log = read_log(packed)
+        assert np.array_equal(log.records, plain.records) and log.complete
+    broken = tmp_path / "broken.talog.xz"
+    broken.write_bytes(lzma.compress(path.read_bytes())[:40])
+    with pytest.raises(talog.LogFormatError, match="truncated or corrupt compressed"):
+        read_log(broken)
+
+
 def test_python_threads_get_their_own_stacks(clib, tmp_path: Path) -> None:
     init(clib, f"backend:sim,warn:0,log:{tmp_path / 't.talog'},stacks:1")
     clib.torchalloc_phase_begin(b"threads")

@@ -29,6 +29,8 @@ from typing import IO, Iterator, NamedTuple, Union
 
 import numpy as np
 
+from ._compressed import decompress, is_compressed
+
 __all__ = [
     "MAGIC",
     "VERSION",
@@ -207,7 +209,16 @@ def _load(source: Union[str, os.PathLike, bytes, bytearray, memoryview]) -> tupl
     if isinstance(source, (bytes, bytearray, memoryview)):
         return "<bytes>", np.frombuffer(source, dtype=np.uint8)
     path = os.fspath(source)
-    return str(path), np.fromfile(path, dtype=np.uint8)
+    with open(path, "rb") as f:
+        compressed = is_compressed(f.read(8))
+    if not compressed:
+        return str(path), np.fromfile(path, dtype=np.uint8)
+    with open(path, "rb") as f:
+        try:
+            data = decompress(f.read())
+        except ValueError as e:
+            raise LogFormatError(f"{path}: {e}") from None
+    return str(path), np.frombuffer(data, dtype=np.uint8)
 
 
 def _parse_header(path: str, data: np.ndarray) -> LogHeader:

@@ -27,17 +27,16 @@ growth over the trace), and the estimate is named in `Trace.notes`.
 """
 from __future__ import annotations
 
-import bz2
 import dataclasses
-import gzip
 import io
-import lzma
 import os
 import pickle
 from pathlib import Path
 from typing import Any, BinaryIO, NoReturn
 
 import numpy as np
+
+from ._compressed import decompress
 
 # Mirrors torchalloc_replay_event: 32 bytes, naturally aligned.
 EVENT_DTYPE = np.dtype(
@@ -161,15 +160,9 @@ def safe_unpickle(data: bytes | BinaryIO, what: str = "trace") -> Any:
 
 def _decompress(raw: bytes, what: str) -> bytes:
     try:
-        if raw[:2] == b"\x1f\x8b":
-            return gzip.decompress(raw)
-        if raw[:6] == b"\xfd7zXZ\x00":
-            return lzma.decompress(raw)
-        if raw[:3] == b"BZh":
-            return bz2.decompress(raw)
-    except (EOFError, OSError, lzma.LZMAError, ValueError) as e:
-        raise TraceError(f"{what}: truncated or corrupt compressed file ({e})") from None
-    return raw
+        return decompress(raw)
+    except ValueError as e:
+        raise TraceError(f"{what}: {e}") from None
 
 
 def read_bytes(path: str | os.PathLike[str]) -> bytes:
