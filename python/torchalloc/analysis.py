@@ -1132,6 +1132,13 @@ class PhaseRow:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def cells(self) -> tuple[Any, ...]:
+        """The phase table's row, formatted as every report shows it: phase, occurrences,
+        allocated, freed, peak, reserved growth, persistent, handed on, transient."""
+        return (self.phase, self.occurrences, fmt_bytes(self.allocated), fmt_bytes(self.freed), fmt_bytes(self.peak),
+                fmt_bytes(self.reserved_growth), fmt_bytes(self.persistent), fmt_bytes(self.handed_on),
+                fmt_bytes(self.transient))
+
 
 @dataclasses.dataclass
 class Estimate:

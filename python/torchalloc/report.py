@@ -121,9 +121,7 @@ def render_text(a: Analysis, *, top: int = 15, at: Sequence[str | float] = ()) -
     phases = a.phases()
     if phases:
         out.append("== Phases")
-        prow = [(p.phase, p.occurrences, fmt_bytes(p.allocated), fmt_bytes(p.freed), fmt_bytes(p.peak),
-                 fmt_bytes(p.reserved_growth), fmt_bytes(p.persistent), fmt_bytes(p.handed_on), fmt_bytes(p.transient))
-                for p in phases]
+        prow = [p.cells() for p in phases]
         out += _table(["phase", "occurrences", "allocated", "freed", "peak", "reserved +", "persistent", "handed on",
                        "transient"], prow, right=range(1, 9))
         out += [f"  {p.sentence}" for p in phases]

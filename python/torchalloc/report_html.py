@@ -267,9 +267,7 @@ def render_html(a: Analysis, *, at: Sequence[str | float] = (), top: int = 30) -
     phases = a.phases()
     if phases:
         body.append("<h2>Phases</h2>")
-        prow = [(p.phase, p.occurrences, fmt_bytes(p.allocated), fmt_bytes(p.freed), fmt_bytes(p.peak),
-                 fmt_bytes(p.reserved_growth), fmt_bytes(p.persistent), fmt_bytes(p.handed_on), fmt_bytes(p.transient))
-                for p in phases]
+        prow = [p.cells() for p in phases]
         body.append(_rows_html(["phase", "occurrences", "allocated", "freed", "peak", "reserved growth", "persistent",
                                 "handed on", "transient"], prow, "phases", range(1, 9)))
         body += [f'<p class="sentence">{_e(p.sentence)}</p>' for p in phases]
