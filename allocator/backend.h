@@ -42,6 +42,9 @@ typedef struct ta_sim_options {
 } ta_sim_options;
 
 ta_internal ta_backend *ta_backend_sim_create(const ta_sim_options *opts);
+/* 1 once a sim device refused an allocation for want of addresses (4 PiB of
+ * cumulative allocations: they are never reused), not of capacity. */
+ta_internal int ta_backend_sim_address_exhausted(ta_backend *sim, int device);
 /* NULL with a message in `err` when cudart cannot be loaded. */
 ta_internal ta_backend *ta_backend_cuda_create(char *err, size_t errlen);
 

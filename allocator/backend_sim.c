@@ -21,6 +21,7 @@ typedef struct sim_device {
   size_t used;
   uintptr_t next_addr;
   uintptr_t end_addr;
+  int address_exhausted;
 } sim_device;
 
 typedef struct sim_backend {
@@ -39,7 +40,10 @@ static int sim_alloc(ta_backend *b, int device, size_t size, uintptr_t *out) {
   if (s->opts.fail_alloc_at != 0 && attempt == s->opts.fail_alloc_at) return TA_ENOMEM;
   size_t bytes = ta_align_up(size, SIM_ALIGN);
   if (bytes > s->opts.capacity - d->used) return TA_ENOMEM;
-  if (bytes > d->end_addr - d->next_addr) return TA_ENOMEM; /* address space exhausted */
+  if (bytes > d->end_addr - d->next_addr) {
+    d->address_exhausted = 1;
+    return TA_ENOMEM;
+  }
   *out = d->next_addr;
   d->next_addr += bytes;
   d->used += bytes;
@@ -99,6 +103,10 @@ static const ta_backend_ops sim_ops = {
     .event_release = sim_event_release,
     .destroy = sim_destroy,
 };
+
+int ta_backend_sim_address_exhausted(ta_backend *b, int device) {
+  return ((sim_backend *)b)->dev[device].address_exhausted;
+}
 
 ta_backend *ta_backend_sim_create(const ta_sim_options *opts) {
   if (opts->devices < 1 || opts->devices > SIM_MAX_DEVICES) return NULL;

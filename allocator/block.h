@@ -1,6 +1,7 @@
 /* Host-side descriptors of device memory: segments (one device allocation
  * each) tiled by blocks (what a request gets). Policies split and merge
- * blocks; the core never looks inside a policy, only at these structs. */
+ * blocks; the core never looks inside a policy, only at these structs, and
+ * a policy sees nothing of the core but these and policy.h. */
 #ifndef TA_BLOCK_H
 #define TA_BLOCK_H
 
@@ -47,6 +48,7 @@ typedef struct ta_segment {
   cudaStream_t stream;
   ta_block *first;  /* lowest-address block */
   void *owner;      /* arena or policy that owns it */
+  struct ta_segment *owner_prev, *owner_next; /* the owner's own list of its segments (free for its use) */
   uint8_t pool;     /* TA_POOL_SMALL or TA_POOL_LARGE */
   uint8_t policy;
 } ta_segment;

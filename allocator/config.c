@@ -9,9 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "policy.h"
+
 void ta_config_defaults(ta_config *c) {
   memset(c, 0, sizeof *c);
-  strcpy(c->policy, "caching");
+  snprintf(c->policy, sizeof c->policy, "%s", ta_policy_by_id(0)->name); /* the registry's default */
   c->backend = TA_BACKEND_CUDA;
   c->sim_capacity = 80 * TA_GiB;
   c->sim_devices = 1;
@@ -53,10 +55,6 @@ static int parse_int(const char *text, long lo, long hi, long *out) {
   return 0;
 }
 
-static int is_policy_name(const char *v) {
-  return strcmp(v, "caching") == 0 || strcmp(v, "exact") == 0 || strcmp(v, "phase_arena") == 0;
-}
-
 #define KEYS "policy backend sim_capacity sim_devices sim_fail_alloc sim_event_polls warn log log_max stacks stack_depth"
 const char *ta_config_key_list(void) { return KEYS; }
 
@@ -64,7 +62,11 @@ const char *ta_config_key_list(void) { return KEYS; }
 static int apply(ta_config *c, const char *key, const char *val, char *err, size_t errlen) {
   long n;
   if (strcmp(key, "policy") == 0) {
-    if (!is_policy_name(val)) goto bad_choice_policy;
+    if (!ta_policy_by_name(val, NULL)) {
+      snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key 'policy' (expected %s)", val,
+               ta_policy_choices());
+      return -1;
+    }
     snprintf(c->policy, sizeof c->policy, "%s", val);
   } else if (strcmp(key, "backend") == 0) {
     if (strcmp(val, "cuda") == 0) c->backend = TA_BACKEND_CUDA;
@@ -119,10 +121,6 @@ static int apply(ta_config *c, const char *key, const char *val, char *err, size
     return -1;
   }
   return 0;
-bad_choice_policy:
-  snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key 'policy' (expected caching, exact or phase_arena)",
-           val);
-  return -1;
 bad_int:
   snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key '%s' (expected an integer in range)", val, key);
   return -1;

@@ -1,18 +1,23 @@
-/* Between the log's file (log.c) and its interning tables (log_intern.c);
- * nothing else includes this. */
+/* Interning for the block log: strings, frames and stacks get an id and are
+ * written once, the first time they are seen (log_intern.c). Above the file
+ * (it writes through log_file.h), below the records (log.c) and the stack
+ * capture (pystack.c). */
 #ifndef TA_LOG_INTERN_H
 #define TA_LOG_INTERN_H
 
-#include "log.h"
+#include "log_file.h"
 
-/* `nslots` consecutive slots, or NULL when the log is full or stopped;
- * *seq is the first slot's sequence number. */
-ta_internal char *ta_log_reserve(uint32_t nslots, uint64_t *seq);
-/* Copy the first 63 bytes of `body` into `slot`, then publish `kind`. */
-ta_internal void ta_log_commit(char *slot, const void *body, uint8_t kind);
-/* The log's mutex: interning holds it. */
-ta_internal void ta_log_lock(void);
-ta_internal void ta_log_unlock(void);
+/* A Python frame as captured, before interning. */
+typedef struct ta_log_frame_text {
+  const char *file, *func;
+  uint32_t line;
+} ta_log_frame_text;
+
+/* Interned ids, written to the log the first time they are seen; 0 when
+ * the log is off. Take the file's mutex: not to be called with a heap lock
+ * held. */
+ta_internal uint32_t ta_log_string(const char *s);
+ta_internal uint32_t ta_log_intern_stack(const ta_log_frame_text *frames, int n);
 /* Forget every interned id (a new file starts from nothing). Mutex held. */
 ta_internal void ta_log_intern_reset(void);
 

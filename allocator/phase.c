@@ -1,14 +1,12 @@
-/* Phase names, the phase stack and the public phase API. Per-device
- * accounting happens in the heaps (heap.c); a phase's end is pushed to every
- * heap through ta_heaps_phase_ended (entry.c). */
+/* The phase stack and names (phase.h). */
 #include "phase.h"
-
-#include "errors.h"
-#include "log.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "errors.h"
+#include "log.h"
 
 #define STACK_MAX 64
 
@@ -22,7 +20,6 @@ static uint32_t epochs[TA_MAX_PHASES];
 static int64_t ended[TA_MAX_PHASES];
 static int stack[STACK_MAX];
 static int depth;
-
 
 static int valid_name(const char *name) {
   return name && *name && strlen(name) <= TORCHALLOC_PHASE_NAME_MAX;
@@ -43,7 +40,7 @@ static void publish_locked(void) {
   atomic_store(&ta_phase_word, (uint64_t)epochs[id] << 16 | (uint64_t)id);
 }
 
-TORCHALLOC_API int torchalloc_phase_id(const char *name) {
+int ta_phase_intern(const char *name) {
   if (!valid_name(name)) {
     ta_set_error("phase name must be 1 to %d bytes", TORCHALLOC_PHASE_NAME_MAX);
     return -1;
@@ -55,8 +52,8 @@ TORCHALLOC_API int torchalloc_phase_id(const char *name) {
   return id;
 }
 
-TORCHALLOC_API int torchalloc_phase_begin(const char *name) {
-  int id = torchalloc_phase_id(name);
+int ta_phase_push(const char *name) {
+  int id = ta_phase_intern(name);
   if (id < 0) return -1;
   pthread_mutex_lock(&lock);
   if (depth == STACK_MAX) {
@@ -74,7 +71,7 @@ TORCHALLOC_API int torchalloc_phase_begin(const char *name) {
   return id;
 }
 
-TORCHALLOC_API int torchalloc_phase_end(const char *name) {
+int ta_phase_pop(const char *name, ta_phase_ended *out) {
   pthread_mutex_lock(&lock);
   if (depth == 0) {
     pthread_mutex_unlock(&lock);
@@ -87,18 +84,20 @@ TORCHALLOC_API int torchalloc_phase_end(const char *name) {
     ta_set_error("phase_end('%s') but the innermost phase is '%s'", name, names[id]);
     return -1;
   }
-  uint32_t epoch = epochs[id];
+  out->id = id;
+  out->epoch = epochs[id];
   ended[id]++;
   depth--;
-  /* Still open in an outer frame (recursion)? Then it stays open. */
-  int still_open = 0;
-  for (int i = 0; i < depth; i++) still_open |= stack[i] == id;
+  out->still_open = 0;
+  for (int i = 0; i < depth; i++) out->still_open |= stack[i] == id;
   publish_locked();
-  ta_log_phase(TA_LOG_PHASE_END, id, epoch, names[id]);
+  ta_log_phase(TA_LOG_PHASE_END, id, out->epoch, names[id]);
   pthread_mutex_unlock(&lock);
-  ta_heaps_phase_ended(id, epoch);
-  if (!still_open) atomic_store(&ta_phase_open_epoch[id], 0);
   return 0;
+}
+
+void ta_phase_retire(const ta_phase_ended *e) {
+  if (!e->still_open) atomic_store(&ta_phase_open_epoch[e->id], 0);
 }
 
 int64_t ta_phase_occurrences(int phase) {
@@ -108,13 +107,9 @@ int64_t ta_phase_occurrences(int phase) {
   return n;
 }
 
-TORCHALLOC_API int torchalloc_phase_current(void) { return ta_phase_current(); }
+int ta_phase_count(void) { return atomic_load(&count); }
 
-TORCHALLOC_API const char *torchalloc_phase_name(int id) {
-  return id >= 0 && id < atomic_load(&count) ? names[id] : NULL;
-}
-
-TORCHALLOC_API int torchalloc_phase_count(void) { return atomic_load(&count); }
+const char *ta_phase_name(int id) { return id >= 0 && id < atomic_load(&count) ? names[id] : NULL; }
 
 void ta_phase_reset(void) {
   pthread_mutex_lock(&lock);

@@ -1,9 +1,15 @@
-/* Training phases. The current phase is process-wide: the autograd engine
- * allocates on its own threads while the main thread waits in backward(),
- * and those allocations belong to the phase the main thread set.
+/* Training phases: the process-wide phase stack and the phase names.
  *
- * The current phase and its occurrence number ("epoch") are packed in one
- * atomic word, so an allocation reads both consistently without a lock. */
+ * The current phase is process-wide: the autograd engine allocates on its
+ * own threads while the main thread waits in backward(), and those
+ * allocations belong to the phase the main thread set. The current phase
+ * and its occurrence number ("epoch") are packed in one atomic word, so an
+ * allocation reads both consistently without a lock.
+ *
+ * Per-device accounting lives in the heaps; the public API (phase_api.c)
+ * ends a phase in three steps: pop it here, tell every heap, retire it
+ * here. This file writes the PHASE_BEGIN / PHASE_END records (log.h) and
+ * calls nothing above it. */
 #ifndef TA_PHASE_H
 #define TA_PHASE_H
 
@@ -31,19 +37,30 @@ static inline ta_phase_now ta_phase_read(void) {
 
 static inline int ta_phase_current(void) { return ta_phase_read().id; }
 
-/* Per-device accounting of one phase (lives in the heap). */
-typedef struct ta_phase_acct {
-  torchalloc_phase_stats pub;
-  uint32_t epoch;     /* occurrence the occ_* counters belong to */
-  int64_t occ_alloc;  /* bytes allocated in that occurrence */
-  int64_t occ_freed;  /* of those, bytes freed while it was open */
-} ta_phase_acct;
+/* Id of `name`, interning it; -1 (and ta_set_error) for a bad name or a full table. */
+ta_internal int ta_phase_intern(const char *name);
+/* Enter phase `name`: a new occurrence, logged, then made current. Its id, or -1. */
+ta_internal int ta_phase_push(const char *name);
 
-/* Tell every heap that occurrence `epoch` of `phase` ended (entry.c). */
-ta_internal void ta_heaps_phase_ended(int phase, uint32_t epoch);
+/* What ta_phase_pop ended, for the heaps and ta_phase_retire. */
+typedef struct ta_phase_ended {
+  int id;
+  uint32_t epoch;
+  int still_open; /* the same phase is open in an outer frame (recursion) */
+} ta_phase_ended;
+
+/* Leave the innermost phase (`name`, may be NULL, must match it): logged,
+ * the outer phase made current. 0, or -1 with ta_set_error. */
+ta_internal int ta_phase_pop(const char *name, ta_phase_ended *ended);
+/* After the heaps have closed the occurrence: mark the phase closed unless
+ * it is still open further out. */
+ta_internal void ta_phase_retire(const ta_phase_ended *ended);
 
 /* Times `phase` has ended in this process. */
 ta_internal int64_t ta_phase_occurrences(int phase);
+ta_internal int ta_phase_count(void);
+/* Name of phase `id`, or NULL. */
+ta_internal const char *ta_phase_name(int id);
 
 /* Forget every phase name and the stack (torchalloc_init). */
 ta_internal void ta_phase_reset(void);

@@ -11,7 +11,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "log.h"
+#include "log_intern.h"
 
 #define TEXT_BYTES 16384 /* file and function names of one capture */
 #define NAME_MAX_BYTES 1024

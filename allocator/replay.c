@@ -15,21 +15,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../policies/size_classes.h"
 #include "errors.h"
 #include "heap.h"
 
 _Static_assert(sizeof(torchalloc_replay_event) == 32, "torchalloc_replay_event is mirrored by numpy: 32 bytes");
 
-/* Larger requests are a malformed trace: no device has a terabyte, and the
- * size rounding would overflow near SIZE_MAX (entry.c refuses them too). */
-#define REPLAY_MAX_REQUEST (((uint64_t)1 << 40) - TA_ROUND_LARGE)
 /* "Unlimited" capacity: far above any device, far below the sim's 4 PiB
  * address range per device. */
 #define REPLAY_UNLIMITED ((uint64_t)1 << 50)
 
-size_t torchalloc_replay_event_size(void) { return sizeof(torchalloc_replay_event); }
-size_t torchalloc_replay_result_size(void) { return sizeof(torchalloc_replay_result); }
+TORCHALLOC_API size_t torchalloc_replay_event_size(void) { return sizeof(torchalloc_replay_event); }
+TORCHALLOC_API size_t torchalloc_replay_result_size(void) { return sizeof(torchalloc_replay_result); }
 
 /* ------------------------------------------------------------------------
  * Trace address -> replay block: open addressing, linear probing,
@@ -115,8 +111,8 @@ static ta_noinline void note_peak(ta_heap *h, torchalloc_replay_result *r, int64
   /* Replay records no stream uses, so nothing is pending: free = reserved -
    * allocated. Walk only when something is free (never for `exact`). */
   if (reserved > ta_stat_total(h->stats.allocated_bytes)) {
-    for (size_t i = 0; i < h->segments.count; i++)
-      for (const ta_block *b = h->segments.items[i]->first; b; b = b->next)
+    for (size_t i = 0; i < h->seg.registry.count; i++)
+      for (const ta_block *b = h->seg.registry.items[i]->first; b; b = b->next)
         if (b->state == TA_BLOCK_FREE) {
           free_bytes += (int64_t)b->size;
           if ((int64_t)b->size > largest) largest = (int64_t)b->size;
@@ -168,7 +164,7 @@ static int validate(const torchalloc_replay_event *e, size_t i) {
                  TA_MAX_PHASES);
     return -1;
   }
-  if (ta_unlikely(e->kind == TORCHALLOC_REPLAY_ALLOC && e->size > REPLAY_MAX_REQUEST)) {
+  if (ta_unlikely(e->kind == TORCHALLOC_REPLAY_ALLOC && e->size > (uint64_t)TA_MAX_REQUEST)) {
     ta_set_error("replay event %zu: size %" PRIu64 " is larger than any device", i, e->size);
     return -1;
   }
@@ -207,7 +203,7 @@ static inline int replay_alloc(replay_state *st, const torchalloc_replay_event *
   return 0;
 }
 
-int torchalloc_replay(const torchalloc_replay_event *events, size_t n, const char *policy, uint64_t capacity,
+TORCHALLOC_API int torchalloc_replay(const torchalloc_replay_event *events, size_t n, const char *policy, uint64_t capacity,
                       torchalloc_replay_result *out, int64_t *reserved_series, size_t series_len) {
   if (!out || (!events && n) || !policy || (reserved_series && series_len == 0)) {
     ta_set_error("torchalloc_replay: bad arguments");
@@ -245,7 +241,7 @@ int torchalloc_replay(const torchalloc_replay_event *events, size_t n, const cha
   memset(&st, 0, sizeof st);
   st.r = &r;
   for (int p = 0; p < TA_MAX_PHASES; p++) st.epoch[p] = 1;
-  st.h = ta_heap_create(backend, 0, &conf, err, sizeof err);
+  st.h = ta_heap_create(backend, 0, &conf, 0, err, sizeof err);
   if (!st.h) {
     ta_set_error("%s", err);
     backend->ops->destroy(backend);
@@ -281,9 +277,7 @@ int torchalloc_replay(const torchalloc_replay_event *events, size_t n, const cha
           rc = -1;
           break;
         }
-        size_t free_b = 0, total_b = 0;
-        backend->ops->mem_info(backend, 0, &free_b, &total_b);
-        if (free_b >= e->size + TA_LARGE_SEGMENT) { /* not the capacity: the sim's address range */
+        if (ta_backend_sim_address_exhausted(backend, 0)) { /* not the capacity: the sim's address range */
           ta_set_error("torchalloc_replay: simulated address space exhausted at event %zu", i);
           rc = -1;
           break;

@@ -67,6 +67,9 @@ TORCHALLOC_API int torchalloc_device_count(void);
 
 TORCHALLOC_API int torchalloc_set_policy(const char *name);
 TORCHALLOC_API const char *torchalloc_policy_name(void);
+/* Every policy's name, space-separated, in id order (the id a log record's
+ * `policy` field holds). */
+TORCHALLOC_API const char *torchalloc_policy_names(void);
 
 /* ---------------------------------------------------------------------------
  * Stats, named and defined as in torch.cuda.memory_stats().

@@ -1,15 +1,31 @@
+/* The arena (arena.h): split on malloc, coalesce on free, per-stream bins. */
 #include "arena.h"
 
 #include <stdlib.h>
 
 #include "size_classes.h"
 
-ta_arena *ta_arena_create(ta_heap *heap, uint8_t policy) {
+ta_arena *ta_arena_create(ta_segments *segments, uint8_t policy) {
   ta_arena *a = calloc(1, sizeof *a);
   if (!a) return NULL;
-  a->heap = heap;
+  a->segments = segments;
   a->policy = policy;
   return a;
+}
+
+static void own(ta_arena *a, ta_segment *s) {
+  s->owner_prev = NULL;
+  s->owner_next = a->owned;
+  if (a->owned) a->owned->owner_prev = s;
+  a->owned = s;
+  a->reserved += s->size;
+}
+
+static void disown(ta_arena *a, ta_segment *s) {
+  if (s->owner_prev) s->owner_prev->owner_next = s->owner_next;
+  else a->owned = s->owner_next;
+  if (s->owner_next) s->owner_next->owner_prev = s->owner_prev;
+  a->reserved -= s->size;
 }
 
 static ta_noinline ta_stream_bins *add_stream(ta_arena *a, cudaStream_t stream) {
@@ -53,12 +69,12 @@ static inline ta_bins *bins_for(ta_arena *a, cudaStream_t stream, int pool) {
 static inline void put_free(ta_arena *a, ta_bins *bins, ta_block *b) {
   b->state = TA_BLOCK_FREE;
   ta_bins_insert(bins, b);
-  if (ta_block_is_split(b)) ta_heap_note_inactive_split(a->heap, b, +1);
+  if (ta_block_is_split(b)) ta_segments_note_inactive_split(a->segments, b, +1);
 }
 
 static inline void take_free(ta_arena *a, ta_bins *bins, ta_block *b) {
   ta_bins_remove(bins, b);
-  if (ta_block_is_split(b)) ta_heap_note_inactive_split(a->heap, b, -1);
+  if (ta_block_is_split(b)) ta_segments_note_inactive_split(a->segments, b, -1);
 }
 
 ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream) {
@@ -70,13 +86,13 @@ ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream) {
   if (b) {
     take_free(a, bins, b);
   } else {
-    ta_segment *seg = ta_heap_segment_alloc(a->heap, ta_segment_size_for(rounded), stream, pool, a, a->policy);
+    ta_segment *seg = ta_segments_alloc(a->segments, ta_segment_size_for(rounded), stream, pool, a, a->policy);
     if (!seg) return NULL;
-    a->reserved += seg->size;
+    own(a, seg);
     b = seg->first;
   }
   if (ta_should_split(b->size, rounded, pool)) {
-    ta_block *rest = ta_heap_block_new(a->heap);
+    ta_block *rest = ta_segments_block_new(a->segments);
     if (ta_likely(rest != NULL)) { /* without host memory, hand out the whole block */
       *rest = *b;
       rest->addr = b->addr + rounded;
@@ -102,30 +118,29 @@ void ta_arena_free(ta_arena *a, ta_block *b) {
     b->prev = p->prev;
     if (p->prev) p->prev->next = b;
     else b->segment->first = b;
-    ta_heap_block_delete(a->heap, p);
+    ta_segments_block_delete(a->segments, p);
   }
   if (n && n->state == TA_BLOCK_FREE) {
     take_free(a, bins, n);
     b->size += n->size;
     b->next = n->next;
     if (n->next) n->next->prev = b;
-    ta_heap_block_delete(a->heap, n);
+    ta_segments_block_delete(a->segments, n);
   }
   b->requested = 0;
   put_free(a, bins, b);
 }
 
 size_t ta_arena_release_cached(ta_arena *a) {
-  ta_segment_registry *r = &a->heap->segments;
   size_t released = 0;
-  for (size_t i = r->count; i-- > 0;) { /* backwards: release shrinks the registry */
-    ta_segment *s = r->items[i];
+  for (ta_segment *s = a->owned, *next; s; s = next) {
+    next = s->owner_next;
     ta_block *b = s->first;
-    if (s->owner != a || b->state != TA_BLOCK_FREE || b->next) continue;
+    if (b->state != TA_BLOCK_FREE || b->next) continue;
     take_free(a, bins_for(a, s->stream, s->pool), b);
     released += s->size;
-    a->reserved -= s->size;
-    ta_heap_segment_release(a->heap, s);
+    disown(a, s);
+    ta_segments_release(a->segments, s);
   }
   return released;
 }

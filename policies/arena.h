@@ -5,7 +5,7 @@
 #ifndef TA_ARENA_H
 #define TA_ARENA_H
 
-#include "../allocator/heap.h"
+#include "../allocator/policy.h"
 #include "bins.h"
 
 typedef struct ta_stream_bins {
@@ -14,15 +14,16 @@ typedef struct ta_stream_bins {
 } ta_stream_bins;
 
 typedef struct ta_arena {
-  ta_heap *heap;
+  ta_segments *segments;
   uint8_t policy;
   ta_stream_bins *streams;
   size_t nstreams, cap_streams;
-  size_t last; /* index of the last stream used: most requests repeat it */
-  size_t reserved; /* bytes of segments this arena holds */
+  size_t last;        /* index of the last stream used: most requests repeat it */
+  size_t reserved;    /* bytes of segments this arena holds */
+  ta_segment *owned;  /* this arena's segments, linked through owner_next */
 } ta_arena;
 
-ta_internal ta_arena *ta_arena_create(ta_heap *heap, uint8_t policy);
+ta_internal ta_arena *ta_arena_create(ta_segments *segments, uint8_t policy);
 ta_internal void ta_arena_destroy(ta_arena *a);
 ta_internal ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream);
 ta_internal void ta_arena_free(ta_arena *a, ta_block *b);

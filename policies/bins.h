@@ -16,7 +16,7 @@
 #ifndef TA_BINS_H
 #define TA_BINS_H
 
-#include "../allocator/block.h"
+#include "../allocator/policy.h"
 
 #define TA_UNIT_SHIFT 9
 #define TA_LINEAR_BINS 4096u
@@ -27,6 +27,9 @@
 #define TA_TOP_WORDS ((TA_MAP_WORDS + 63u) / 64u)
 #define TA_BIN_PROBE 16
 #define TA_MAX_BLOCK_SIZE (((size_t)1 << (TA_MAX_FL + 1 + TA_UNIT_SHIFT)) - 1)
+/* The core refuses requests above TA_MAX_REQUEST; rounded up by a policy
+ * (at most 2 MiB), each must still have a bin. */
+_Static_assert(TA_MAX_REQUEST + 2 * TA_MiB <= TA_MAX_BLOCK_SIZE, "bins must reach the largest request");
 
 typedef struct ta_bins {
   uint64_t top[TA_TOP_WORDS];

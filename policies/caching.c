@@ -3,19 +3,20 @@
 #include <stdlib.h>
 
 #include "arena.h"
+#include "registry.h"
 
 typedef struct caching_policy {
   ta_policy base;
   ta_arena *arena;
 } caching_policy;
 
-static ta_policy *caching_create(ta_heap *heap, uint8_t id) {
+static ta_policy *caching_create(ta_segments *segments, uint8_t id) {
   caching_policy *p = calloc(1, sizeof *p);
   if (!p) return NULL;
   p->base.ops = &ta_caching_policy;
-  p->base.heap = heap;
+  p->base.segments = segments;
   p->base.id = id;
-  p->arena = ta_arena_create(heap, id);
+  p->arena = ta_arena_create(segments, id);
   if (!p->arena) {
     free(p);
     return NULL;

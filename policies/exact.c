@@ -3,14 +3,15 @@
  * fit for compute-sanitizer, which cannot see overruns into cached slack. */
 #include <stdlib.h>
 
-#include "../allocator/heap.h"
+#include "../allocator/policy.h"
+#include "registry.h"
 #include "size_classes.h"
 
-static ta_policy *exact_create(ta_heap *heap, uint8_t id) {
+static ta_policy *exact_create(ta_segments *segments, uint8_t id) {
   ta_policy *p = calloc(1, sizeof *p);
   if (!p) return NULL;
   p->ops = &ta_exact_policy;
-  p->heap = heap;
+  p->segments = segments;
   p->id = id;
   return p;
 }
@@ -20,7 +21,7 @@ static void exact_destroy(ta_policy *p) { free(p); }
 static ta_block *exact_malloc(ta_policy *p, size_t size, cudaStream_t stream, int phase) {
   (void)phase;
   size_t rounded = ta_round_size(size);
-  ta_segment *seg = ta_heap_segment_alloc(p->heap, rounded, stream, ta_pool_for(rounded), p, p->id);
+  ta_segment *seg = ta_segments_alloc(p->segments, rounded, stream, ta_pool_for(rounded), p, p->id);
   if (!seg) return NULL;
   seg->first->state = TA_BLOCK_LIVE;
   return seg->first;
@@ -29,7 +30,7 @@ static ta_block *exact_malloc(ta_policy *p, size_t size, cudaStream_t stream, in
 static void exact_free(ta_policy *p, ta_block *b) {
   b->state = TA_BLOCK_FREE;
   b->requested = 0;
-  ta_heap_segment_release(p->heap, b->segment);
+  ta_segments_release(p->segments, b->segment);
 }
 
 static size_t exact_release_cached(ta_policy *p) {

@@ -4,26 +4,28 @@
  * short-lived activations churn through. */
 #include <stdlib.h>
 
-#include "../allocator/phase.h"
 #include "arena.h"
+#include "registry.h"
+
+#define NARENAS TORCHALLOC_MAX_PHASES
 
 typedef struct phase_arena_policy {
   ta_policy base;
-  ta_arena *arenas[TA_MAX_PHASES];
+  ta_arena *arenas[NARENAS];
 } phase_arena_policy;
 
-static ta_policy *phase_arena_create(ta_heap *heap, uint8_t id) {
+static ta_policy *phase_arena_create(ta_segments *segments, uint8_t id) {
   phase_arena_policy *p = calloc(1, sizeof *p);
   if (!p) return NULL;
   p->base.ops = &ta_phase_arena_policy;
-  p->base.heap = heap;
+  p->base.segments = segments;
   p->base.id = id;
   return &p->base;
 }
 
 static void phase_arena_destroy(ta_policy *base) {
   phase_arena_policy *p = (phase_arena_policy *)base;
-  for (int i = 0; i < TA_MAX_PHASES; i++) ta_arena_destroy(p->arenas[i]);
+  for (int i = 0; i < NARENAS; i++) ta_arena_destroy(p->arenas[i]);
   free(p);
 }
 
@@ -31,7 +33,7 @@ static ta_block *phase_arena_malloc(ta_policy *base, size_t size, cudaStream_t s
   phase_arena_policy *p = (phase_arena_policy *)base;
   ta_arena *a = p->arenas[phase];
   if (ta_unlikely(!a)) {
-    a = p->arenas[phase] = ta_arena_create(base->heap, base->id);
+    a = p->arenas[phase] = ta_arena_create(base->segments, base->id);
     if (!a) return NULL;
   }
   return ta_arena_malloc(a, size, stream);
@@ -45,7 +47,7 @@ static void phase_arena_free(ta_policy *base, ta_block *b) {
 static size_t arena_reserved(ta_policy *base, int phase) {
   phase_arena_policy *p = (phase_arena_policy *)base;
   size_t total = 0;
-  for (int i = 0; i < TA_MAX_PHASES; i++)
+  for (int i = 0; i < NARENAS; i++)
     if (p->arenas[i] && (phase < 0 || phase == i)) total += p->arenas[i]->reserved;
   return total;
 }
@@ -53,7 +55,7 @@ static size_t arena_reserved(ta_policy *base, int phase) {
 static size_t arena_release(ta_policy *base, int phase) {
   phase_arena_policy *p = (phase_arena_policy *)base;
   size_t released = 0;
-  for (int i = 0; i < TA_MAX_PHASES; i++)
+  for (int i = 0; i < NARENAS; i++)
     if (p->arenas[i] && (phase < 0 || phase == i)) released += ta_arena_release_cached(p->arenas[i]);
   return released;
 }

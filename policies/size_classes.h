@@ -9,7 +9,7 @@
 #ifndef TA_SIZE_CLASSES_H
 #define TA_SIZE_CLASSES_H
 
-#include "../allocator/block.h"
+#include "../allocator/policy.h"
 
 #define TA_MIN_BLOCK ((size_t)512)
 #define TA_SMALL_SIZE TA_MiB

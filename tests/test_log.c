@@ -8,7 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "log.h"
+#include "log_format.h"
 #include "sim.h"
 
 /* ------------------------------------------------------------------------

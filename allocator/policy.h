@@ -1,0 +1,83 @@
+/* The policy boundary: the one header a policy includes.
+ *
+ * The core owns it because the core calls it. A policy turns requests into
+ * blocks and freed blocks back into cache; the heap around it does locking,
+ * the pointer map, stats, phases and logging, so a new policy gets all of
+ * those for free. A policy sees three things and nothing else:
+ *   - the block and segment descriptors (block.h);
+ *   - the segment layer, as an opaque `ta_segments` and the five functions
+ *     below (segments.c): device memory comes only from there;
+ *   - its own entry in the registry (policies/registry.c), by which the
+ *     core finds it by name or id.
+ * Adding a policy: a file in policies/ filling a ta_policy_ops, one line in
+ * the registry (docs/ARCHITECTURE.md). */
+#ifndef TA_POLICY_H
+#define TA_POLICY_H
+
+#include "block.h"
+
+typedef struct ta_segments ta_segments; /* the segment layer: opaque here */
+typedef struct ta_policy ta_policy;
+
+/* Policies a process can have; a block stores its policy's id in a byte. */
+#define TA_MAX_POLICIES 8
+
+typedef struct ta_policy_ops {
+  const char *name;
+  ta_policy *(*create)(ta_segments *segments, uint8_t id);
+  /* Release every fully free segment and the policy's own memory; blocks
+   * still live stay with the segment layer, which frees them at teardown. */
+  void (*destroy)(ta_policy *p);
+  /* A block of at least `size` bytes on `stream` for `phase`, its state set
+   * to TA_BLOCK_LIVE; NULL when the device is out of memory. */
+  ta_block *(*malloc)(ta_policy *p, size_t size, cudaStream_t stream, int phase);
+  /* Take back a block this policy made (state TA_BLOCK_LIVE or PENDING). */
+  void (*free)(ta_policy *p, ta_block *b);
+  /* Release every fully free cached segment; returns the bytes released. */
+  size_t (*release_cached)(ta_policy *p);
+  /* Optional (NULL when the policy keeps no per-phase arenas): bytes held by
+   * the arena of `phase` (-1: all), and releasing its free segments. */
+  size_t (*arena_reserved)(ta_policy *p, int phase);
+  size_t (*arena_release)(ta_policy *p, int phase);
+} ta_policy_ops;
+
+struct ta_policy {
+  const ta_policy_ops *ops;
+  ta_segments *segments;
+  uint8_t id;
+};
+
+/* ---------------------------------------------------------------------------
+ * The registry (policies/registry.c): the only place that lists policies.
+ * Ids are indices into it, stored in every block and in the log.
+ * ------------------------------------------------------------------------- */
+
+ta_internal int ta_policy_count(void);
+/* NULL when unknown. *id (may be NULL) receives the id. */
+ta_internal const ta_policy_ops *ta_policy_by_name(const char *name, uint8_t *id);
+ta_internal const ta_policy_ops *ta_policy_by_id(uint8_t id);
+/* "caching, exact or phase_arena": for messages that list the choices. */
+ta_internal const char *ta_policy_choices(void);
+/* "caching exact phase_arena": the names in id order. */
+ta_internal const char *ta_policy_names(void);
+
+/* ---------------------------------------------------------------------------
+ * The segment layer's services (segments.c). Callers hold the heap lock.
+ * ------------------------------------------------------------------------- */
+
+/* A block descriptor from the slab (uninitialised), and back. NULL when host
+ * memory runs out. */
+ta_internal ta_block *ta_segments_block_new(ta_segments *s);
+ta_internal void ta_segments_block_delete(ta_segments *s, ta_block *b);
+/* A device allocation of `size` bytes as one segment holding one FREE block
+ * (not yet in any free index). NULL when the device (or the memory fraction)
+ * says no. */
+ta_internal ta_segment *ta_segments_alloc(ta_segments *s, size_t size, cudaStream_t stream, int pool, void *owner,
+                                         uint8_t policy);
+/* Return a segment whose only block is FREE (and out of any index) to the device. */
+ta_internal void ta_segments_release(ta_segments *s, ta_segment *seg);
+/* A free block that is part of a split segment counts as inactive_split:
+ * call with +1 when it enters a free index, -1 when it leaves. */
+ta_internal void ta_segments_note_inactive_split(ta_segments *s, const ta_block *b, int sign);
+
+#endif

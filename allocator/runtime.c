@@ -1,0 +1,183 @@
+/* The process-wide state (runtime.h): init, teardown, heaps, the log. */
+#include "runtime.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "errors.h"
+#include "log.h"
+#include "misuse.h"
+
+ta_runtime ta_rt = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* ------------------------------------------------------------------------
+ * Init / teardown (callers hold ta_rt.lock)
+ * ---------------------------------------------------------------------- */
+
+/* Close the event log once no writer can be inside it: heap-locked
+ * writers check ta_log_on() under their heap's lock, so after logging is
+ * off, taking each heap lock once waits out the last of them (log_file.h). */
+static void log_close_quiesced(void) {
+  if (!ta_log_stop()) return;
+  for (int d = 0; d < TA_MAX_DEVICES; d++) {
+    ta_heap *h = ta_runtime_heap_if_any(d);
+    if (h) {
+      ta_lock_acquire(&h->lock);
+      ta_lock_release(&h->lock);
+    }
+  }
+  ta_log_close();
+}
+
+static void destroy_all_locked(void) {
+  log_close_quiesced();
+  for (int d = 0; d < TA_MAX_DEVICES; d++) {
+    ta_heap_destroy(ta_runtime_heap_if_any(d));
+    atomic_store(&ta_rt.heaps[d], NULL);
+  }
+  if (ta_rt.backend) ta_rt.backend->ops->destroy(ta_rt.backend);
+  ta_rt.backend = NULL;
+  ta_rt.ndevices = 0;
+  ta_phase_reset();
+  atomic_store(&ta_rt.state, TA_STATE_UNINIT);
+}
+
+static ta_backend *create_backend(const ta_config *conf, char *err, size_t errlen) {
+  if (conf->backend != TA_BACKEND_SIM) return ta_backend_cuda_create(err, errlen);
+  ta_sim_options opts = {.devices = conf->sim_devices, .capacity = conf->sim_capacity,
+                         .fail_alloc_at = conf->sim_fail_alloc, .event_polls = conf->sim_event_polls};
+  ta_backend *backend = ta_backend_sim_create(&opts);
+  if (!backend) snprintf(err, errlen, "cannot create the sim backend");
+  return backend;
+}
+
+/* Make `conf` and `backend` the process state (the old state is gone). */
+static int install_locked(const ta_config *conf, ta_backend *backend, char *err, size_t errlen) {
+  if (conf->log_path[0] && ta_log_open(conf->log_path, conf->log_max, err, errlen)) {
+    backend->ops->destroy(backend);
+    return -1;
+  }
+  int n = backend->ops->device_count(backend);
+  ta_rt.conf = *conf;
+  ta_rt.backend = backend;
+  ta_rt.ndevices = n < TA_MAX_DEVICES ? n : TA_MAX_DEVICES;
+  atomic_store(&ta_rt.bad_device, 0);
+  ta_misuse_reset();
+  atomic_store(&ta_rt.state, TA_STATE_READY);
+  return 0;
+}
+
+static int init_locked(const char *text, char *err, size_t errlen) {
+  ta_config conf;
+  ta_config_defaults(&conf);
+  if (ta_config_parse(&conf, text, err, errlen)) return -1;
+  ta_backend *backend = create_backend(&conf, err, errlen);
+  return backend ? install_locked(&conf, backend, err, errlen) : -1;
+}
+
+/* A bad config is printed once and every allocation refused, never guessed at. */
+ta_noinline int ta_runtime_ensure_ready_slow(void) {
+  pthread_mutex_lock(&ta_rt.lock);
+  if (atomic_load(&ta_rt.state) == TA_STATE_UNINIT) {
+    char err[512];
+    if (init_locked(getenv("TORCHALLOC_CONF"), err, sizeof err)) {
+      snprintf(ta_rt.broken_reason, sizeof ta_rt.broken_reason, "%s", err);
+      atomic_store(&ta_rt.state, TA_STATE_BROKEN);
+      fprintf(stderr, "torchalloc: error: %s; every allocation will fail until this is fixed\n", err);
+    }
+  }
+  int ok = atomic_load(&ta_rt.state) == TA_STATE_READY;
+  pthread_mutex_unlock(&ta_rt.lock);
+  return ok;
+}
+
+ta_noinline ta_heap *ta_runtime_heap_slow(int device) {
+  if (!ta_runtime_ready()) return NULL;
+  if (device < 0 || device >= ta_rt.ndevices) return NULL;
+  pthread_mutex_lock(&ta_rt.lock);
+  ta_heap *h = atomic_load(&ta_rt.heaps[device]);
+  if (!h && atomic_load(&ta_rt.state) == TA_STATE_READY) {
+    char err[256];
+    h = ta_heap_create(ta_rt.backend, device, &ta_rt.conf, 1, err, sizeof err);
+    if (h) atomic_store_explicit(&ta_rt.heaps[device], h, memory_order_release);
+    else fprintf(stderr, "torchalloc: error: cannot create the heap of device %d: %s\n", device, err);
+  }
+  pthread_mutex_unlock(&ta_rt.lock);
+  return h;
+}
+
+ta_noinline void ta_runtime_report_bad_device(int device) {
+  atomic_fetch_add(&ta_rt.bad_device, 1);
+  int warn = atomic_load(&ta_rt.state) == TA_STATE_READY ? ta_rt.conf.warn : 1;
+  ta_misuse_report(warn, TA_MISUSE_BAD_DEVICE, "device index %d is out of range (this process has %d devices)",
+                   device, ta_rt.ndevices);
+}
+
+ta_heap *ta_runtime_heap_for_control(int device) {
+  if (!ta_runtime_ready()) {
+    ta_set_error("%s", ta_rt.broken_reason);
+    return NULL;
+  }
+  ta_heap *h = device >= 0 && device < ta_rt.ndevices ? ta_runtime_heap(device) : NULL;
+  if (!h) ta_set_error("device index %d is out of range (this process has %d devices)", device, ta_rt.ndevices);
+  return h;
+}
+
+static int any_live_locked(void) {
+  for (int d = 0; d < TA_MAX_DEVICES; d++) {
+    ta_heap *h = ta_runtime_heap_if_any(d);
+    if (h && ta_heap_live_blocks(h)) return 1;
+  }
+  return 0;
+}
+
+int ta_runtime_init(const char *text) {
+  char err[512];
+  ta_config next;
+  ta_config_defaults(&next);
+  if (ta_config_parse(&next, text, err, sizeof err)) {
+    ta_set_error("%s", err);
+    return -1;
+  }
+  pthread_mutex_lock(&ta_rt.lock);
+  if (any_live_locked()) {
+    pthread_mutex_unlock(&ta_rt.lock);
+    ta_set_error("torchalloc_init: blocks are still allocated; free them (or call torchalloc_teardown) first");
+    return -1;
+  }
+  /* Build the new backend before tearing the old state down: a failure
+   * (no GPU for backend:cuda, say) leaves what worked in place. */
+  ta_backend *backend = create_backend(&next, err, sizeof err);
+  int rc = -1;
+  if (backend) {
+    destroy_all_locked();
+    rc = install_locked(&next, backend, err, sizeof err);
+  }
+  pthread_mutex_unlock(&ta_rt.lock);
+  if (rc) ta_set_error("%s", err);
+  return rc;
+}
+
+void ta_runtime_teardown(void) {
+  pthread_mutex_lock(&ta_rt.lock);
+  destroy_all_locked();
+  pthread_mutex_unlock(&ta_rt.lock);
+}
+
+int ta_runtime_log_open(const char *path) {
+  char err[512];
+  pthread_mutex_lock(&ta_rt.lock);
+  log_close_quiesced();
+  size_t max = atomic_load(&ta_rt.state) == TA_STATE_READY ? ta_rt.conf.log_max : 0;
+  int rc = ta_log_open(path, max, err, sizeof err);
+  pthread_mutex_unlock(&ta_rt.lock);
+  if (rc) ta_set_error("%s", err);
+  return rc;
+}
+
+void ta_runtime_log_close(void) {
+  pthread_mutex_lock(&ta_rt.lock);
+  log_close_quiesced();
+  pthread_mutex_unlock(&ta_rt.lock);
+}

@@ -1,0 +1,48 @@
+/* The segment layer: device memory as segments, and the block descriptors
+ * that tile them. Below the policies (they call the services declared in
+ * policy.h), above the backend and the log.
+ *
+ * It owns: the segment registry (sorted by address, for lookups of bad
+ * pointers and for walks in address order), the slab of block descriptors
+ * (the hot path never calls malloc(3) once warm), the memory-fraction
+ * ceiling, the segment and reserved-bytes stats and the reserved growth of
+ * each phase, and the SEGMENT_ALLOC / SEGMENT_FREE log records. */
+#ifndef TA_SEGMENTS_H
+#define TA_SEGMENTS_H
+
+#include "backend.h"
+#include "policy.h"
+
+/* Block descriptors carved from chunks and recycled through a free list. */
+typedef struct ta_block_slab {
+  ta_block *free_list;
+  void **chunks;
+  size_t nchunks, cap_chunks;
+} ta_block_slab;
+
+typedef struct ta_segment_registry {
+  ta_segment **items; /* sorted by address */
+  size_t count, cap;
+} ta_segment_registry;
+
+struct ta_segments {
+  ta_backend *backend;
+  int device;
+  int logged;          /* write segment records to the process log (not replay's private heaps) */
+  int phase;           /* phase of the request in flight: growth and release are charged to it */
+  size_t limit;        /* reserved-bytes ceiling from set_memory_fraction; 0: none */
+  torchalloc_stats *stats; /* the heap's: segment, reserved_bytes, inactive_split*, num_device_* */
+  ta_segment_registry registry;
+  ta_block_slab slab;
+  int64_t phase_growth[TORCHALLOC_MAX_PHASES];   /* device bytes allocated for each phase's requests */
+  int64_t phase_released[TORCHALLOC_MAX_PHASES]; /* device bytes released while each phase was current */
+};
+
+ta_internal void ta_segments_init(ta_segments *s, ta_backend *backend, int device, torchalloc_stats *stats);
+/* Return every segment to the device, live blocks included, and free the
+ * descriptors (teardown: the caller holds none of these pointers). */
+ta_internal void ta_segments_destroy(ta_segments *s);
+/* The segment containing `addr`, or NULL. */
+ta_internal ta_segment *ta_segments_find(const ta_segments *s, uintptr_t addr);
+
+#endif

@@ -1,0 +1,223 @@
+"""The C core's layers hold: every include and every call runs downward.
+
+docs/ARCHITECTURE.md draws the layers; LAYERS below is the same list, lowest
+first, and every C file of allocator/, policies/ and bridge/ must be in it
+(a new file fails the test until it is placed). Checked:
+
+- includes: a file includes headers of its own layer or of lower ones;
+  a policy includes only allocator/policy.h of the core (it never sees the
+  heap, the segment layer's struct or the log);
+- calls: each file is compiled on its own (no LTO) and `nm` says which
+  file defines each symbol another uses; every such edge runs to the same
+  or a lower layer, and the file graph has no circle at all;
+- the core names no policy: outside policies/, no code (comments aside)
+  spells a policy's name, its ops table or an id constant for it.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Lowest first. Globs are relative to the repository root.
+LAYERS: list[tuple[str, list[str]]] = [
+    ("base", ["allocator/common.h", "allocator/torchalloc.h", "allocator/lock.h", "allocator/errors.*"]),
+    ("leaves", ["allocator/block.h", "allocator/ptrmap.*", "allocator/stats.*", "allocator/misuse.*",
+                "allocator/log_clock.*", "allocator/log_format.h"]),
+    ("device backends", ["allocator/backend.h", "allocator/backend_cuda.c", "allocator/backend_sim.c"]),
+    ("log file", ["allocator/log_file.*"]),
+    ("log interning", ["allocator/log_intern.*"]),
+    ("log records", ["allocator/log.h", "allocator/log.c"]),
+    ("policy interface", ["allocator/policy.h"]),
+    ("segments", ["allocator/segments.*"]),
+    ("policies", ["policies/arena.*", "policies/bins.*", "policies/size_classes.h", "policies/caching.c",
+                  "policies/exact.c", "policies/phase_arena.c", "policies/registry.h"]),
+    ("policy registry", ["policies/registry.c"]),
+    ("config", ["allocator/config.*"]),
+    ("phases", ["allocator/phase.h", "allocator/phase.c"]),
+    ("python stacks", ["allocator/pystack.*"]),
+    ("heap", ["allocator/heap.h", "allocator/heap.c", "allocator/heap_*.c"]),
+    ("runtime", ["allocator/runtime.*", "allocator/replay.c"]),
+    ("public API", ["allocator/entry.c", "allocator/control.c", "allocator/phase_api.c"]),
+    ("C++ bridge", ["bridge/*.cpp", "bridge/*.h"]),
+]
+
+SOURCE_DIRS = ("allocator", "policies", "bridge")
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def c_files() -> list[Path]:
+    files = []
+    for d in SOURCE_DIRS:
+        if (ROOT / d).is_dir():
+            files += [p for p in (ROOT / d).iterdir() if p.suffix in (".c", ".h", ".cpp")]
+    return sorted(files)
+
+
+def layer_of() -> dict[Path, int]:
+    table: dict[Path, int] = {}
+    for index, (_, globs) in enumerate(LAYERS):
+        for pattern in globs:
+            for path in ROOT.glob(pattern):
+                table.setdefault(path.resolve(), index)
+    return table
+
+
+def includes(path: Path) -> list[Path]:
+    """The project headers `path` includes, resolved as the compiler does ("" is relative to the file first)."""
+    out = []
+    for name in INCLUDE.findall(path.read_text()):
+        for base in (path.parent, ROOT / "allocator"):
+            candidate = (base / name).resolve()
+            if candidate.is_file():
+                out.append(candidate)
+                break
+    return out
+
+
+def rel(p: Path) -> str:
+    return str(p.relative_to(ROOT))
+
+
+def test_every_c_file_has_a_layer() -> None:
+    table = layer_of()
+    unplaced = [rel(p) for p in c_files() if p.resolve() not in table]
+    assert not unplaced, f"place these files in LAYERS (python/tests/test_c_layers.py) and docs/ARCHITECTURE.md: {unplaced}"
+
+
+def test_includes_run_downward() -> None:
+    table = layer_of()
+    upward = []
+    for path in c_files():
+        if path.resolve() not in table:
+            continue  # test_every_c_file_has_a_layer names it
+        me = table[path.resolve()]
+        for header in includes(path):
+            if header.resolve() in table and table[header.resolve()] > me:
+                upward.append(f"{rel(path)} ({LAYERS[me][0]}) includes {rel(header)} ({LAYERS[table[header]][0]})")
+    assert not upward, "includes that run upward:\n  " + "\n  ".join(upward)
+
+
+def test_policies_see_only_the_policy_interface() -> None:
+    allowed_core = {(ROOT / "allocator" / "policy.h").resolve()}
+    bad = []
+    for path in sorted((ROOT / "policies").iterdir()):
+        for header in includes(path):
+            in_core = header.parent == (ROOT / "allocator").resolve()
+            if in_core and header not in allowed_core:
+                bad.append(f"{rel(path)} includes {rel(header)}")
+    assert not bad, "a policy may include only allocator/policy.h of the core:\n  " + "\n  ".join(bad)
+
+
+def _strip_comments(text: str) -> str:
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    return re.sub(r"//[^\n]*", " ", text)
+
+
+def policy_names() -> list[str]:
+    names = []
+    for path in (ROOT / "policies").glob("*.c"):
+        names += re.findall(r'\.name\s*=\s*"([a-z_0-9]+)"', path.read_text())
+    return sorted(set(names))
+
+
+def test_the_core_names_no_policy() -> None:
+    names = policy_names()
+    assert len(names) >= 3, names  # caching, exact, phase_arena at least: the parse works
+    offenders = []
+    for path in c_files():
+        if path.parent.name == "policies":
+            continue
+        code = _strip_comments(path.read_text())
+        for name in names:
+            pattern = rf'"{name}"|\bta_{name}_policy\b|\bTA_POLICY_{name.upper()}\b'
+            if re.search(pattern, code):
+                offenders.append(f"{rel(path)} names policy {name!r}")
+    assert not offenders, "the core asks the registry, it never names a policy:\n  " + "\n  ".join(offenders)
+
+
+# ---------------------------------------------------------------------------
+# Calls, from the object files
+# ---------------------------------------------------------------------------
+
+
+def _symbols(obj: Path, nm: str) -> tuple[set[str], set[str]]:
+    out = subprocess.run([nm, "-P", str(obj)], check=True, capture_output=True, text=True).stdout
+    defined, undefined = set(), set()
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) < 2:
+            continue
+        name, kind = parts[0], parts[1]
+        if kind == "U":
+            undefined.add(name)
+        elif kind.upper() in "TDBRVWC" and kind not in "tdbr":  # global definitions only
+            defined.add(name)
+    return defined, undefined
+
+
+@pytest.fixture(scope="module")
+def call_graph(tmp_path_factory: pytest.TempPathFactory) -> dict[Path, set[Path]]:
+    cc, nm = shutil.which("cc") or shutil.which("gcc"), shutil.which("nm")
+    if not cc or not nm:
+        pytest.skip("needs a C compiler (cc) and nm to compile each file and read its symbols")
+    out = tmp_path_factory.mktemp("objects")
+    sources = [p for p in c_files() if p.suffix == ".c"]
+    defined_by: dict[str, Path] = {}
+    uses: dict[Path, set[str]] = {}
+    for src in sources:
+        obj = out / (src.parent.name + "_" + src.stem + ".o")
+        subprocess.run([cc, "-std=c11", "-D_GNU_SOURCE", "-O0", "-c", str(src), "-o", str(obj),
+                        "-I", str(ROOT / "allocator")], check=True, capture_output=True)
+        defined, undefined = _symbols(obj, nm)
+        for name in defined:
+            defined_by[name] = src.resolve()
+        uses[src.resolve()] = undefined
+    return {src: {defined_by[s] for s in names if s in defined_by and defined_by[s] != src}
+            for src, names in uses.items()}
+
+
+def test_calls_run_downward(call_graph: dict[Path, set[Path]]) -> None:
+    table = layer_of()
+    upward = [f"{rel(a)} ({LAYERS[table[a]][0]}) calls into {rel(b)} ({LAYERS[table[b]][0]})"
+              for a, callees in call_graph.items() for b in callees
+              if a in table and b in table and table[b] > table[a]]
+    assert not upward, "calls that run upward:\n  " + "\n  ".join(sorted(upward))
+
+
+def test_no_call_circle(call_graph: dict[Path, set[Path]]) -> None:
+    state: dict[Path, int] = {}  # 1: on the current path, 2: done
+    path: list[Path] = []
+
+    def visit(node: Path) -> list[Path] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(call_graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(call_graph):
+        if node not in state:
+            circle = visit(node)
+            assert circle is None, "files that call each other in a circle: " + " -> ".join(rel(p) for p in circle)
+
+
+def test_the_graph_is_not_empty(call_graph: dict[Path, set[Path]]) -> None:
+    """Guards the two tests above against a parse that finds nothing."""
+    entry = (ROOT / "allocator" / "entry.c").resolve()
+    runtime = (ROOT / "allocator" / "runtime.c").resolve()
+    assert runtime in call_graph[entry]
+    arena = (ROOT / "policies" / "arena.c").resolve()
+    assert (ROOT / "allocator" / "segments.c").resolve() in call_graph[arena]
