@@ -13,6 +13,7 @@
 typedef int cudaError_t; /* enum in CUDA; 0 = cudaSuccess, 2 = cudaErrorMemoryAllocation */
 typedef struct CUevent_st *cudaEvent_t;
 enum { CUDA_SUCCESS = 0, CUDA_ERROR_NOT_READY = 600, CUDA_EVENT_DISABLE_TIMING = 2 };
+enum { CUDA_CAPTURE_MODE_RELAXED = 2 }; /* cudaStreamCaptureModeRelaxed */
 
 typedef struct cudart_fns {
   cudaError_t (*Malloc)(void **, size_t);
@@ -28,6 +29,7 @@ typedef struct cudart_fns {
   cudaError_t (*EventRecord)(cudaEvent_t, cudaStream_t);
   cudaError_t (*EventQuery)(cudaEvent_t);
   cudaError_t (*EventDestroy)(cudaEvent_t);
+  cudaError_t (*ThreadExchangeStreamCaptureMode)(int *); /* optional: NULL on a cudart without it */
 } cudart_fns;
 
 typedef struct cuda_backend {
@@ -55,11 +57,19 @@ static void guard_exit(cuda_backend *c, device_guard g, int device) {
 
 static int cuda_device_count(ta_backend *b) { return ((cuda_backend *)b)->devices; }
 
+/* A cudaMalloc while some stream captures a CUDA graph is illegal in the
+ * default (global) capture mode and invalidates the capture; in relaxed mode
+ * it is fine, and the graph just uses the memory (PyTorch's allocator does
+ * the same, cudaMallocMaybeCapturing). The mode is per thread and cheap to
+ * swap, so it is swapped for every device allocation. */
 static int cuda_alloc(ta_backend *b, int device, size_t size, uintptr_t *out) {
   cuda_backend *c = (cuda_backend *)b;
   device_guard g = guard_enter(c, device);
   void *p = NULL;
+  int mode = CUDA_CAPTURE_MODE_RELAXED;
+  int swapped = c->fn.ThreadExchangeStreamCaptureMode && c->fn.ThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS;
   cudaError_t e = c->fn.Malloc(&p, size);
+  if (swapped) c->fn.ThreadExchangeStreamCaptureMode(&mode); /* back to the caller's mode */
   if (e != CUDA_SUCCESS) c->fn.GetLastError(); /* clear it: torch's next check must not see our OOM */
   guard_exit(c, g, device);
   if (e != CUDA_SUCCESS) return TA_ENOMEM;
@@ -193,6 +203,7 @@ ta_backend *ta_backend_cuda_create(char *err, size_t errlen) {
   LOAD(EventRecord, "cudaEventRecord");
   LOAD(EventQuery, "cudaEventQuery");
   LOAD(EventDestroy, "cudaEventDestroy");
+  *(void **)(&c->fn.ThreadExchangeStreamCaptureMode) = dlsym(c->lib, "cudaThreadExchangeStreamCaptureMode");
   cudaError_t e = c->fn.GetDeviceCount(&c->devices);
   if (e != CUDA_SUCCESS || c->devices < 1) {
     snprintf(err, errlen, "no CUDA device (cudaGetDeviceCount: %s); use backend:sim where there is no GPU",

@@ -6,10 +6,17 @@
  * lives at [(d+1) << 52, (d+2) << 52): 4 PiB of cumulative allocations each.
  * Events complete at once by default: the simulated device has no queued
  * work. With event_polls = N an event reports completion only on its Nth
- * query or after a synchronize, so tests can watch record_stream's deferral. */
+ * query or after a synchronize, so tests can watch record_stream's deferral.
+ *
+ * Stream capture is modelled too (ta_backend_sim_capture): while a stream
+ * of the device captures, each call that would invalidate a real capture
+ * under cudaStreamCaptureModeGlobal (synchronize, event record or query,
+ * cudaFree) is a counted violation. Allocations are allowed: the CUDA
+ * backend makes them in relaxed capture mode, as PyTorch does. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend.h"
 
@@ -22,6 +29,9 @@ typedef struct sim_device {
   uintptr_t next_addr;
   uintptr_t end_addr;
   int address_exhausted;
+  int capturing;                 /* streams of this device capturing now */
+  atomic_llong violations;       /* calls that would have invalidated a capture */
+  char last_violation[128];
 } sim_device;
 
 typedef struct sim_backend {
@@ -32,6 +42,12 @@ typedef struct sim_backend {
 } sim_backend;
 
 static int sim_device_count(ta_backend *b) { return ((sim_backend *)b)->opts.devices; }
+
+static void check_not_capturing(sim_device *d, const char *call) {
+  if (!d->capturing) return;
+  atomic_fetch_add(&d->violations, 1);
+  snprintf(d->last_violation, sizeof d->last_violation, "%s while a stream of the device was capturing", call);
+}
 
 static int sim_alloc(ta_backend *b, int device, size_t size, uintptr_t *out) {
   sim_backend *s = (sim_backend *)b;
@@ -53,6 +69,7 @@ static int sim_alloc(ta_backend *b, int device, size_t size, uintptr_t *out) {
 static void sim_free(ta_backend *b, int device, uintptr_t addr, size_t size) {
   (void)addr;
   sim_device *d = &((sim_backend *)b)->dev[device];
+  check_not_capturing(d, "cudaFree");
   d->used -= ta_align_up(size, SIM_ALIGN);
 }
 
@@ -68,11 +85,16 @@ typedef struct sim_event {
   uint64_t generation;
 } sim_event;
 
-static void sim_synchronize_device(ta_backend *b, int device) { ((sim_backend *)b)->dev[device].sync_generation++; }
+static void sim_synchronize_device(ta_backend *b, int device) {
+  sim_device *d = &((sim_backend *)b)->dev[device];
+  check_not_capturing(d, "cudaDeviceSynchronize");
+  d->sync_generation++;
+}
 
 static void *sim_event_record(ta_backend *b, int device, cudaStream_t stream) {
   (void)stream;
   sim_backend *s = (sim_backend *)b;
+  check_not_capturing(&s->dev[device], "cudaEventRecord");
   sim_event *ev = malloc(sizeof *ev);
   if (ev) *ev = (sim_event){s->opts.event_polls, s->dev[device].sync_generation};
   return ev;
@@ -80,6 +102,7 @@ static void *sim_event_record(ta_backend *b, int device, cudaStream_t stream) {
 
 static int sim_event_done(ta_backend *b, int device, void *event) {
   sim_event *ev = event;
+  check_not_capturing(&((sim_backend *)b)->dev[device], "cudaEventQuery");
   if (ev->generation != ((sim_backend *)b)->dev[device].sync_generation) return 1;
   return --ev->polls_left <= 0;
 }
@@ -103,6 +126,26 @@ static const ta_backend_ops sim_ops = {
     .event_release = sim_event_release,
     .destroy = sim_destroy,
 };
+
+static int is_sim(ta_backend *b, int device) {
+  return b && b->ops == &sim_ops && device >= 0 && device < ((sim_backend *)b)->opts.devices;
+}
+
+int ta_backend_sim_capture(ta_backend *b, int device, cudaStream_t stream, int capturing) {
+  (void)stream; /* any capture forbids the calls above (global mode) */
+  if (!is_sim(b, device)) return -1;
+  sim_device *d = &((sim_backend *)b)->dev[device];
+  if (!capturing && d->capturing == 0) return -1;
+  d->capturing += capturing ? 1 : -1;
+  return 0;
+}
+
+int64_t ta_backend_sim_violations(ta_backend *b, int device, char *buf, size_t len) {
+  if (!is_sim(b, device)) return -1;
+  sim_device *d = &((sim_backend *)b)->dev[device];
+  if (buf && len) snprintf(buf, len, "%s", d->last_violation);
+  return atomic_load(&d->violations);
+}
 
 int ta_backend_sim_address_exhausted(ta_backend *b, int device) {
   return ((sim_backend *)b)->dev[device].address_exhausted;

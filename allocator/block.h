@@ -15,6 +15,7 @@ enum ta_block_state {
 };
 
 struct ta_segment;
+struct ta_policy;
 
 /* Streams besides the allocation stream that used a block (record_stream). */
 typedef struct ta_stream_uses {
@@ -49,8 +50,9 @@ typedef struct ta_segment {
   ta_block *first;  /* lowest-address block */
   void *owner;      /* arena or policy that owns it */
   struct ta_segment *owner_prev, *owner_next; /* the owner's own list of its segments (free for its use) */
+  struct ta_policy *policy_instance; /* the policy object that made it: its blocks are freed there */
   uint8_t pool;     /* TA_POOL_SMALL or TA_POOL_LARGE */
-  uint8_t policy;
+  uint8_t policy;   /* that policy's registry id (the log's `policy` field) */
 } ta_segment;
 
 static inline int ta_block_is_split(const ta_block *b) { return b->prev != NULL || b->next != NULL; }

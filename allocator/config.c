@@ -55,7 +55,8 @@ static int parse_int(const char *text, long lo, long hi, long *out) {
   return 0;
 }
 
-#define KEYS "policy backend sim_capacity sim_devices sim_fail_alloc sim_event_polls warn log log_max stacks stack_depth"
+#define KEYS \
+  "policy backend sim_capacity sim_devices sim_fail_alloc sim_event_polls warn log log_max stacks stack_depth oom"
 const char *ta_config_key_list(void) { return KEYS; }
 
 /* Apply one key:value to `c`. Returns 0, or -1 with a message. */
@@ -96,6 +97,14 @@ static int apply(ta_config *c, const char *key, const char *val, char *err, size
   } else if (strcmp(key, "warn") == 0) {
     if (parse_int(val, 0, 1, &n)) goto bad_int;
     c->warn = (int)n;
+  } else if (strcmp(key, "oom") == 0) {
+    if (strcmp(val, "abort") == 0) c->oom = TA_OOM_ABORT;
+    else if (strcmp(val, "null") == 0) c->oom = TA_OOM_NULL;
+    else if (strcmp(val, "auto") == 0) c->oom = TA_OOM_AUTO;
+    else {
+      snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key 'oom' (expected abort, null or auto)", val);
+      return -1;
+    }
   } else if (strcmp(key, "log") == 0) {
     if (!*val || strlen(val) >= sizeof c->log_path) {
       snprintf(err, errlen, "TORCHALLOC_CONF: bad value for key 'log' (expected a file path, at most %zu bytes)",

@@ -21,7 +21,21 @@ typedef struct ta_config {
   size_t log_max;           /* 0 = unlimited */
   int stacks;
   int stack_depth;
+  int oom;                  /* enum ta_oom_action: what a failed torchalloc_malloc does */
 } ta_config;
+
+/* A failed torchalloc_malloc (size > 0): PyTorch's plain pluggable route
+ * builds a tensor on a NULL pointer and the next kernel kills the CUDA
+ * context, so on the real device the default is to print the reason and
+ * stop the process. The C++ bridge never stops it (it raises
+ * OutOfMemoryError instead); C programs and the simulated device get NULL. */
+enum ta_oom_action { TA_OOM_AUTO = 0, TA_OOM_ABORT = 1, TA_OOM_NULL = 2 };
+
+/* TA_OOM_ABORT or TA_OOM_NULL, `auto` resolved by the backend. */
+static inline int ta_config_oom_action(const ta_config *c) {
+  if (c->oom != TA_OOM_AUTO) return c->oom;
+  return c->backend == TA_BACKEND_CUDA ? TA_OOM_ABORT : TA_OOM_NULL;
+}
 
 ta_internal void ta_config_defaults(ta_config *c);
 

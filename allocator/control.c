@@ -117,7 +117,9 @@ TORCHALLOC_API void torchalloc_set_memory_fraction(double fraction, int device) 
     fprintf(stderr, "torchalloc: error: %s\n", ta_error_text());
     return;
   }
-  ta_heap_set_limit(h, (size_t)(fraction * (double)total));
+  /* A limit that rounds to 0 bytes must still be a limit (0 means none). */
+  size_t limit = (size_t)(fraction * (double)total);
+  ta_heap_set_limit(h, limit ? limit : 1, fraction);
 }
 
 TORCHALLOC_API void torchalloc_reset(void) { torchalloc_empty_cache(-1); }

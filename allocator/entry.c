@@ -1,7 +1,9 @@
-/* The two entry points PyTorch calls, torchalloc_malloc / torchalloc_free,
- * and the public functions that set the library up (torchalloc.h). The
- * rest of the public API is in control.c (stats, hooks, log) and
- * phase_api.c (phases); the process state they share is runtime.c's. */
+/* The entry points PyTorch calls, torchalloc_malloc / torchalloc_free (and
+ * the bridge's torchalloc_try_malloc / torchalloc_free_ptr), and the public
+ * functions that set the library up (torchalloc.h). The rest of the public
+ * API is in control.c (stats, hooks, log), phase_api.c (phases),
+ * pool_api.c (private pools) and inspect_api.c (snapshots, OOM reports);
+ * the process state they share is runtime.c's. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -37,8 +39,8 @@ static ta_noinline void *refuse_size(ta_heap *h, size_t size, int device) {
   return NULL;
 }
 
-TORCHALLOC_API void *torchalloc_malloc(size_t size, int device, cudaStream_t stream) {
-  if (ta_unlikely(size == 0)) return NULL;
+/* NULL for a request torchalloc cannot serve; never stops the process. */
+static inline void *try_malloc(size_t size, int device, cudaStream_t stream) {
   ta_heap *h = ta_runtime_heap(device);
   if (ta_unlikely(!h)) {
     if (atomic_load(&ta_rt.state) == TA_STATE_READY) ta_runtime_report_bad_device(device);
@@ -47,6 +49,57 @@ TORCHALLOC_API void *torchalloc_malloc(size_t size, int device, cudaStream_t str
   if (ta_unlikely(size > TA_MAX_REQUEST)) return refuse_size(h, size, device);
   if (ta_unlikely(ta_log_on()) && ta_rt.conf.stacks) return malloc_with_stack(h, size, stream);
   return ta_heap_malloc(h, size, stream);
+}
+
+/* PyTorch's plain pluggable route builds a tensor on whatever it gets: a
+ * NULL would only crash later, in a kernel, with the CUDA context lost and
+ * nothing said. So (oom:abort, the default on the real device) say why and
+ * stop here. */
+static ta_noinline void stop_on_failure(size_t size, int device) {
+  char why[1200];
+  ta_heap *h = device >= 0 && device < TA_MAX_DEVICES ? ta_runtime_heap_if_any(device) : NULL;
+  ta_oom_info oom;
+  if (h) ta_heap_last_oom(h, &oom);
+  if (h && oom.count && oom.requested == size) ta_heap_format_oom(&oom, device, why, sizeof why);
+  else if (atomic_load(&ta_rt.state) != TA_STATE_READY) snprintf(why, sizeof why, "%s", ta_rt.broken_reason);
+  else if (!h) snprintf(why, sizeof why, "device %d is not a device of this process", device);
+  else snprintf(why, sizeof why, "a request of %zu bytes is beyond any device", size);
+  fprintf(stderr,
+          "torchalloc: fatal: cannot allocate %zu bytes on device %d: %s\n"
+          "torchalloc: stopping the process: PyTorch's plain CUDAPluggableAllocator route cannot raise an error, "
+          "and a NULL pointer would corrupt the CUDA context. Use torchalloc.install() (the C++ bridge raises "
+          "torch.OutOfMemoryError instead), or TORCHALLOC_CONF=oom:null to get NULL back.\n",
+          size, device, why);
+  fflush(stderr);
+  abort();
+}
+
+TORCHALLOC_API void *torchalloc_malloc(size_t size, int device, cudaStream_t stream) {
+  if (ta_unlikely(size == 0)) return NULL;
+  void *p = try_malloc(size, device, stream);
+  if (ta_unlikely(!p) && ta_config_oom_action(&ta_rt.conf) == TA_OOM_ABORT) stop_on_failure(size, device);
+  return p;
+}
+
+TORCHALLOC_API void *torchalloc_try_malloc(size_t size, int device, cudaStream_t stream) {
+  return ta_likely(size != 0) ? try_malloc(size, device, stream) : NULL;
+}
+
+TORCHALLOC_API int torchalloc_free_ptr(void *ptr) {
+  if (ta_unlikely(!ptr) || !ta_runtime_ready()) return -1;
+  int with_stack = ta_unlikely(ta_log_on()) && ta_rt.conf.stacks;
+  if (with_stack) ta_log_call_stack = ta_pystack_capture(ta_rt.conf.stack_depth);
+  int found = 0;
+  for (int d = 0; !found && d < ta_rt.ndevices; d++) {
+    ta_heap *h = ta_runtime_heap_if_any(d);
+    found = h && ta_heap_free_if_live(h, ptr);
+  }
+  if (!found) {
+    ta_heap *h = ta_runtime_heap(0); /* counted on device 0: the pointer names no device */
+    if (h) ta_heap_report_bad_free(h, (uintptr_t)ptr);
+  }
+  if (with_stack) ta_log_call_stack = 0;
+  return found ? 0 : -1;
 }
 
 TORCHALLOC_API void torchalloc_free(void *ptr, size_t size, int device, cudaStream_t stream) {

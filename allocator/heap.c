@@ -59,6 +59,7 @@ void ta_heap_destroy(ta_heap *h) {
    * then the segment layer returns what is left, live blocks included. */
   for (int i = 0; i < TA_MAX_POLICIES; i++)
     if (h->policies[i]) h->policies[i]->ops->destroy(h->policies[i]);
+  ta_heap_pools_destroy(h);
   ta_backend *backend = h->seg.backend;
   for (size_t i = 0; i < h->npending; i++) {
     for (int e = 0; e < h->pending[i].nevents; e++)
@@ -76,39 +77,42 @@ void ta_heap_destroy(ta_heap *h) {
  * ---------------------------------------------------------------------- */
 
 /* Returns the drop in reserved bytes: handing back a pending block can
- * release a segment too (exact frees straight to the device). */
+ * release a segment too (exact frees straight to the device). Nothing while
+ * routing: a capture may be underway, and synchronizing would break it. */
 static size_t release_cached_locked(ta_heap *h) {
+  if (h->routing) return 0;
   int64_t before = ta_stat_total(h->stats.reserved_bytes);
   ta_backend *backend = h->seg.backend;
   backend->ops->synchronize(backend, h->device); /* queued kernels may still use cached blocks */
   if (h->npending) ta_heap_process_pending(h);    /* after the synchronize, every event is done */
   for (int i = 0; i < TA_MAX_POLICIES; i++)
     if (h->policies[i]) h->policies[i]->ops->release_cached(h->policies[i]);
+  if (h->npools) ta_heap_release_freeable_pools(h);
   return (size_t)(before - ta_stat_total(h->stats.reserved_bytes));
 }
 
-static void report_oom(ta_heap *h, size_t size) {
-  size_t free_b = 0, total_b = 0;
-  ta_backend *backend = h->seg.backend;
-  backend->ops->mem_info(backend, h->device, &free_b, &total_b);
-  const torchalloc_stats *s = &h->stats;
-  fprintf(stderr,
-          "torchalloc: out of memory on %s device %d: tried to allocate %zu bytes; device has %zu of %zu bytes "
-          "free; torchalloc holds %" PRId64 " bytes reserved, %" PRId64 " allocated (policy %s)\n",
-          backend->ops->name, h->device, size, free_b, total_b, ta_stat_total(s->reserved_bytes),
-          ta_stat_total(s->allocated_bytes), h->current->ops->name);
+void ta_heap_last_oom(ta_heap *h, ta_oom_info *out) {
+  ta_lock_acquire(&h->lock);
+  *out = h->oom;
+  ta_lock_release(&h->lock);
 }
 
-/* The device said no: release every fully free cached segment, retry once. */
-static ta_noinline ta_block *malloc_retry(ta_heap *h, size_t size, cudaStream_t stream, int phase) {
-  h->stats.num_alloc_retries++;
-  size_t released = release_cached_locked(h);
-  if (LOGGING(h)) ta_log_trim(h->device, released, phase, TA_LOG_TRIM_OOM_RETRY);
-  ta_block *b = h->current->ops->malloc(h->current, size, stream, phase);
+/* The device said no: release every fully free cached segment, retry once
+ * (not while routing: see release_cached_locked). */
+static ta_noinline ta_block *malloc_retry(ta_heap *h, ta_policy *policy, size_t size, cudaStream_t stream,
+                                          int phase) {
+  ta_block *b = NULL;
+  if (!h->routing) {
+    h->stats.num_alloc_retries++;
+    size_t released = release_cached_locked(h);
+    if (LOGGING(h)) ta_log_trim(h->device, released, phase, TA_LOG_TRIM_OOM_RETRY);
+    b = policy->ops->malloc(policy, size, stream, phase);
+  }
   if (!b) {
     h->stats.num_ooms++;
+    ta_heap_note_oom(h, policy, size, stream, phase);
     if (LOGGING(h)) ta_log_oom(h->device, size, stream, phase, (size_t)ta_stat_total(h->stats.reserved_bytes));
-    if (h->conf->warn) report_oom(h, size);
+    if (h->conf->warn && ta_config_oom_action(h->conf) == TA_OOM_NULL) ta_heap_print_oom(h);
   }
   return b;
 }
@@ -155,27 +159,40 @@ void *ta_heap_malloc(ta_heap *h, size_t size, cudaStream_t stream) {
   return ta_heap_malloc_in_phase(h, size, stream, now.id, now.epoch);
 }
 
+/* malloc from `policy` with the OOM retry (lock held). */
+static inline ta_block *malloc_locked(ta_heap *h, ta_policy *policy, size_t size, cudaStream_t stream, int phase,
+                                      uint32_t epoch) {
+  h->seg.phase = phase;
+  if (ta_unlikely(h->npending != 0) && !h->routing) ta_heap_process_pending(h);
+  ta_block *b = policy->ops->malloc(policy, size, stream, phase);
+  if (ta_unlikely(!b)) b = malloc_retry(h, policy, size, stream, phase);
+  if (ta_unlikely(b == NULL)) return NULL;
+  if (ta_unlikely(ta_ptrmap_put(&h->live, b->addr, b) != 0)) {
+    policy->ops->free(policy, b); /* host OOM: give it back */
+    return NULL;
+  }
+  b->requested = size;
+  b->phase = (uint16_t)phase;
+  b->phase_epoch = epoch;
+  count_alloc(h, b);
+  if (LOGGING(h)) ta_log_alloc(h->device, b);
+  return b;
+}
+
 void *ta_heap_malloc_in_phase(ta_heap *h, size_t size, cudaStream_t stream, int phase, uint32_t epoch) {
   ta_lock_acquire(&h->lock);
-  h->seg.phase = phase;
-  if (ta_unlikely(h->npending != 0)) ta_heap_process_pending(h);
-  ta_block *b = h->current->ops->malloc(h->current, size, stream, phase);
-  if (ta_unlikely(!b)) b = malloc_retry(h, size, stream, phase);
-  void *ptr = NULL;
-  if (ta_likely(b != NULL)) {
-    if (ta_unlikely(ta_ptrmap_put(&h->live, b->addr, b) != 0)) {
-      policy_get(h, b->policy)->ops->free(policy_get(h, b->policy), b); /* host OOM: give it back */
-    } else {
-      b->requested = size;
-      b->phase = (uint16_t)phase;
-      b->phase_epoch = epoch;
-      count_alloc(h, b);
-      if (LOGGING(h)) ta_log_alloc(h->device, b);
-      ptr = (void *)b->addr;
-    }
-  }
+  ta_block *b = malloc_locked(h, h->current, size, stream, phase, epoch);
   ta_lock_release(&h->lock);
-  return ptr;
+  return b ? (void *)b->addr : NULL;
+}
+
+void *ta_heap_pool_malloc(ta_heap *h, size_t size, cudaStream_t stream, const uint64_t id[2]) {
+  ta_phase_now now = ta_phase_read();
+  ta_lock_acquire(&h->lock);
+  ta_policy *pool = ta_heap_pool_policy(h, id);
+  ta_block *b = pool ? malloc_locked(h, pool, size, stream, now.id, now.epoch) : NULL;
+  ta_lock_release(&h->lock);
+  return b ? (void *)b->addr : NULL;
 }
 
 /* Why `addr` is not a live block. A block start that is free or waiting for
@@ -208,6 +225,15 @@ void ta_heap_free(ta_heap *h, void *ptr, size_t size, cudaStream_t stream) {
   ta_heap_free_in_phase(h, ptr, size, stream, ta_phase_current());
 }
 
+/* The caller's free of live block `b` (lock held). */
+static inline void free_locked(ta_heap *h, ta_block *b, int phase) {
+  if (LOGGING(h)) ta_log_free(h->device, b, phase, b->uses ? TA_LOG_FREE_DEFERRED : 0);
+  count_free(h, b, phase);
+  h->recent_frees[h->recent_pos++ % TA_RECENT_FREES] = b->addr;
+  if (ta_unlikely(b->uses != NULL)) ta_heap_defer_free(h, b);
+  else ta_heap_release_block(h, b);
+}
+
 void ta_heap_free_in_phase(ta_heap *h, void *ptr, size_t size, cudaStream_t stream, int phase) {
   (void)stream; /* the block knows its stream; torch passes the same one */
   uintptr_t addr = (uintptr_t)ptr;
@@ -225,13 +251,107 @@ void ta_heap_free_in_phase(ta_heap *h, void *ptr, size_t size, cudaStream_t stre
                      "allocated",
                      ptr, size, b->requested);
   } else {
-    if (LOGGING(h)) ta_log_free(h->device, b, phase, b->uses ? TA_LOG_FREE_DEFERRED : 0);
-    count_free(h, b, phase);
-    h->recent_frees[h->recent_pos++ % TA_RECENT_FREES] = addr;
-    if (ta_unlikely(b->uses != NULL)) ta_heap_defer_free(h, b);
-    else ta_heap_release_block(h, b);
+    free_locked(h, b, phase);
   }
   ta_lock_release(&h->lock);
+}
+
+void ta_heap_report_bad_free(ta_heap *h, uintptr_t addr) {
+  ta_lock_acquire(&h->lock);
+  report_bad_free(h, addr);
+  ta_lock_release(&h->lock);
+}
+
+int ta_heap_free_if_live(ta_heap *h, void *ptr) {
+  int phase = ta_phase_current();
+  ta_lock_acquire(&h->lock);
+  ta_block *b = ta_ptrmap_get(&h->live, (uintptr_t)ptr);
+  int found = b && b->state == TA_BLOCK_LIVE;
+  if (found) {
+    h->seg.phase = phase;
+    free_locked(h, b, phase);
+  }
+  ta_lock_release(&h->lock);
+  return found;
+}
+
+/* ------------------------------------------------------------------------
+ * A private pool back to a checkpoint (CUDA graph trees)
+ * ---------------------------------------------------------------------- */
+
+/* The live blocks of `policy`'s segments (lock held): a malloc'ed array. */
+static uintptr_t *live_blocks_of(ta_heap *h, const ta_policy *policy, size_t *n) {
+  const ta_segment_registry *r = &h->seg.registry;
+  size_t count = 0, cap = 16;
+  uintptr_t *out = malloc(cap * sizeof *out);
+  for (size_t i = 0; out && i < r->count; i++) {
+    if (r->items[i]->policy_instance != policy) continue;
+    for (const ta_block *b = r->items[i]->first; out && b; b = b->next) {
+      if (b->state != TA_BLOCK_LIVE) continue;
+      if (count == cap) {
+        uintptr_t *grown = realloc(out, (cap *= 2) * sizeof *out);
+        if (!grown) free(out);
+        out = grown;
+        if (!out) break;
+      }
+      out[count++] = b->addr;
+    }
+  }
+  *n = count;
+  return out;
+}
+
+int ta_heap_pool_restore(ta_heap *h, const uint64_t id[2], const torchalloc_block_info *live, size_t n,
+                         uint64_t *freed, size_t freed_cap, size_t *nfreed, char *err, size_t errlen) {
+  ta_phase_now now = ta_phase_read();
+  ta_lock_acquire(&h->lock);
+  h->seg.phase = now.id;
+  int rc = -1;
+  size_t nlive = 0;
+  uintptr_t *was_live = NULL;
+  ta_policy *pool = NULL;
+  for (size_t i = 0; i < h->npools; i++)
+    if (h->pools[i].id[0] == id[0] && h->pools[i].id[1] == id[1]) pool = h->pools[i].policy;
+  if (!pool || !pool->ops->claim) {
+    snprintf(err, errlen, "no private pool (%llu, %llu) on device %d", (unsigned long long)id[0],
+             (unsigned long long)id[1], h->device);
+    goto out;
+  }
+  /* Everything the pool hands out now is freed; the checkpoint's live
+   * blocks are then carved again at their addresses. */
+  was_live = live_blocks_of(h, pool, &nlive);
+  if (!was_live) {
+    snprintf(err, errlen, "out of host memory");
+    goto out;
+  }
+  *nfreed = nlive;
+  for (size_t i = 0; i < nlive; i++) {
+    if (i < freed_cap) freed[i] = was_live[i];
+    free_locked(h, ta_ptrmap_get(&h->live, was_live[i]), now.id);
+  }
+  for (size_t i = 0; i < n; i++) {
+    ta_segment *s = ta_segments_find(&h->seg, (uintptr_t)live[i].addr);
+    ta_block *b = s && s->policy_instance == pool ? pool->ops->claim(pool, s, (uintptr_t)live[i].addr,
+                                                                     (size_t)live[i].size)
+                                                  : NULL;
+    if (!b || ta_ptrmap_put(&h->live, b->addr, b) != 0) {
+      if (b) pool->ops->free(pool, b);
+      snprintf(err, errlen, "cannot restore block %#llx (%llu bytes) of pool (%llu, %llu): the pool's segments "
+               "no longer match its checkpoint", (unsigned long long)live[i].addr, (unsigned long long)live[i].size,
+               (unsigned long long)id[0], (unsigned long long)id[1]);
+      goto out;
+    }
+    b->requested = live[i].requested ? (size_t)live[i].requested : b->size;
+    b->phase = (uint16_t)now.id;
+    b->phase_epoch = now.epoch;
+    count_alloc(h, b);
+    if (LOGGING(h)) ta_log_alloc(h->device, b);
+  }
+  rc = 0;
+out:
+  free(was_live);
+  ta_lock_release(&h->lock);
+  return rc;
 }
 
 /* ------------------------------------------------------------------------
@@ -248,10 +368,18 @@ int ta_heap_set_policy(ta_heap *h, const char *name) {
   return p ? 0 : -1;
 }
 
-void ta_heap_set_limit(ta_heap *h, size_t limit) {
+void ta_heap_set_limit(ta_heap *h, size_t limit, double fraction) {
   ta_lock_acquire(&h->lock);
   h->seg.limit = limit;
+  h->fraction = fraction;
   ta_lock_release(&h->lock);
+}
+
+double ta_heap_fraction(ta_heap *h) {
+  ta_lock_acquire(&h->lock);
+  double f = h->fraction;
+  ta_lock_release(&h->lock);
+  return f;
 }
 
 size_t ta_heap_live_blocks(ta_heap *h) {

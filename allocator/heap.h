@@ -20,12 +20,25 @@
 #include "stats.h"
 
 /* A block freed by the caller while work on other streams may still use it
- * (record_stream): reused once every event has completed. */
+ * (record_stream): reused once every event has completed. Freed while
+ * allocations are routed to a private pool (a CUDA graph capture may be
+ * underway), its events cannot be recorded yet: nevents is -1 and b->uses
+ * keeps the streams until routing ends. */
 typedef struct ta_pending_free {
   ta_block *block;
   int nevents;
   void **events;
 } ta_pending_free;
+
+/* A private pool (heap_pools.c): the memory of a CUDA graph, or of a
+ * torch.cuda.MemPool. Its blocks are carved only from its own segments and
+ * go back only to it; its segments return to the device only once nobody
+ * uses the pool (a captured graph replays into those addresses). */
+typedef struct ta_private_pool {
+  uint64_t id[2];     /* PyTorch's MempoolId_t */
+  int use_count;      /* create/retain add one, release takes one; 0: freeable */
+  ta_policy *policy;  /* its own policy object */
+} ta_private_pool;
 
 /* Per-device accounting of one phase (the reserved growth and release of a
  * phase are counted by the segment layer, which makes them). */
@@ -37,6 +50,23 @@ typedef struct ta_phase_acct {
 } ta_phase_acct;
 
 #define TA_RECENT_FREES 64
+
+/* The last request this heap could not serve, as it stood at the failure
+ * (filled under the lock; read by torchalloc_oom_summary and the bridge's
+ * OutOfMemoryError message). */
+typedef struct ta_oom_info {
+  int64_t count;            /* failures so far; 0: none yet */
+  size_t requested;
+  uintptr_t stream;
+  size_t device_free, device_total; /* as the backend reported them */
+  size_t limit;             /* the memory fraction's ceiling, 0: none */
+  int64_t reserved, allocated;
+  size_t largest_free;      /* largest free block in the heap's segments */
+  size_t largest_free_stream; /* of those, on the request's stream */
+  int phase;
+  int routing;              /* a capture or MemPool context was open */
+  uint8_t policy;           /* registry id of the policy that failed */
+} ta_oom_info;
 
 typedef struct ta_heap {
   ta_lock lock;
@@ -50,6 +80,15 @@ typedef struct ta_heap {
   ta_policy *current;
   ta_pending_free *pending;
   size_t npending, cap_pending;
+  ta_private_pool *pools;
+  size_t npools, cap_pools;
+  /* Open beginAllocateToPool contexts (a graph capture or use_mem_pool):
+   * while any is open nothing may synchronize, query or record an event
+   * (illegal during stream capture), so cached memory is not released and
+   * record_stream frees wait (PyTorch's allocator does the same). */
+  int routing;
+  ta_oom_info oom;
+  double fraction; /* the memory fraction last set; 0: none */
   /* The last addresses freed: tells a double free from a wild pointer after
    * the segment is gone (error path only; one store per free). */
   uintptr_t recent_frees[TA_RECENT_FREES];
@@ -70,10 +109,39 @@ ta_internal void ta_heap_free(ta_heap *h, void *ptr, size_t size, cudaStream_t s
  * (replay drives a private heap through a recorded trace's phases). */
 ta_internal void *ta_heap_malloc_in_phase(ta_heap *h, size_t size, cudaStream_t stream, int phase, uint32_t epoch);
 ta_internal void ta_heap_free_in_phase(ta_heap *h, void *ptr, size_t size, cudaStream_t stream, int phase);
+/* Free `ptr` by itself (size and stream from its block) when it is a live
+ * block of this heap; 0 when it is not (nothing happens then). */
+ta_internal int ta_heap_free_if_live(ta_heap *h, void *ptr);
+/* The last failure (a copy taken under the lock). */
+ta_internal void ta_heap_last_oom(ta_heap *h, ta_oom_info *out);
+
+/* --- inspection (heap_inspect.c) --- */
+
+/* Segments and blocks in address order (torchalloc_snapshot's contract). */
+ta_internal int ta_heap_snapshot(ta_heap *h, torchalloc_segment_info *segments, size_t segments_cap,
+                                 torchalloc_block_info *blocks, size_t blocks_cap, size_t *nsegments,
+                                 size_t *nblocks);
+/* The segment holding `addr`: 1 with its base and size, 0 when none does. */
+ta_internal int ta_heap_segment_of(ta_heap *h, uintptr_t addr, uintptr_t *base, size_t *size);
+ta_internal size_t ta_heap_largest_free(ta_heap *h);
+
+/* --- out of memory (heap_oom.c) --- */
+
+/* Fill h->oom at a failure (lock held). */
+ta_internal void ta_heap_note_oom(ta_heap *h, ta_policy *policy, size_t size, cudaStream_t stream, int phase);
+/* The summary of a failure, one paragraph, starting "CUDA out of memory."
+ * Returns the length it needed (snprintf's convention). */
+ta_internal int ta_heap_format_oom(const ta_oom_info *o, int device, char *buf, size_t len);
+/* The summary on stderr (lock held). */
+ta_internal void ta_heap_print_oom(ta_heap *h);
+/* Count and report a free of an address that is not a live block. */
+ta_internal void ta_heap_report_bad_free(ta_heap *h, uintptr_t addr);
 ta_internal int ta_heap_set_policy(ta_heap *h, const char *name);
 /* 1 when `ptr` is a live block of this heap (and the use was recorded). */
 ta_internal int ta_heap_record_stream(ta_heap *h, void *ptr, cudaStream_t stream);
-ta_internal void ta_heap_set_limit(ta_heap *h, size_t limit);
+/* The memory fraction: `limit` bytes of reserve at most (0: none). */
+ta_internal void ta_heap_set_limit(ta_heap *h, size_t limit, double fraction);
+ta_internal double ta_heap_fraction(ta_heap *h);
 ta_internal size_t ta_heap_release_cached(ta_heap *h);
 /* Blocks the caller holds (freed blocks waiting for streams are not). */
 ta_internal size_t ta_heap_live_blocks(ta_heap *h);
@@ -91,18 +159,57 @@ ta_internal int64_t ta_heap_arena_release(ta_heap *h, int phase);
 /* 0, or -1 with a description in err. */
 ta_internal int ta_heap_check(ta_heap *h, char *err, size_t errlen);
 
+/* --- private pools and routing (heap_pools.c) --- */
+
+/* Create the pool, or add a user. The new use count, or -1 (host memory). */
+ta_internal int ta_heap_pool_retain(ta_heap *h, const uint64_t id[2]);
+/* Drop a user: at 0 the pool is freeable, its cached segments go back to
+ * the device at the next release of cached memory. New count, or -1 when
+ * there is no such pool. */
+ta_internal int ta_heap_pool_release(ta_heap *h, const uint64_t id[2]);
+/* Users of the pool, or -1 when there is none. */
+ta_internal int ta_heap_pool_use_count(ta_heap *h, const uint64_t id[2]);
+/* An allocation from the pool (created if needed), in the current phase. */
+ta_internal void *ta_heap_pool_malloc(ta_heap *h, size_t size, cudaStream_t stream, const uint64_t id[2]);
+/* The pool's live blocks' addresses (up to cap); returns how many there are, -1: no pool. */
+ta_internal int64_t ta_heap_pool_live(ta_heap *h, const uint64_t id[2], uint64_t *addrs, size_t cap);
+/* Release the free segments of a freeable pool (-1 for no such pool). */
+ta_internal int64_t ta_heap_pool_empty(ta_heap *h, const uint64_t id[2]);
+/* Make the pool's live blocks exactly `live` (addr, size, requested of
+ * each): every block it hands out now is freed (their addresses go to
+ * `freed`, at most freed_cap, *nfreed the count), then each of `live` is
+ * carved again at its address (they must lie in the pool's free segments).
+ * 0, or -1 with the reason in err. (heap.c) */
+ta_internal int ta_heap_pool_restore(ta_heap *h, const uint64_t id[2], const torchalloc_block_info *live, size_t n,
+                                     uint64_t *freed, size_t freed_cap, size_t *nfreed, char *err, size_t errlen);
+/* Routing contexts open and close (beginAllocateToPool / endAllocateToPool). */
+ta_internal void ta_heap_routing_begin(ta_heap *h);
+ta_internal int ta_heap_routing_end(ta_heap *h);
+/* Release the free segments of every freeable pool; delete the empty ones.
+ * Caller holds the lock, synchronized, and routing is 0. */
+ta_internal size_t ta_heap_release_freeable_pools(ta_heap *h);
+/* Free the pool objects (teardown). */
+ta_internal void ta_heap_pools_destroy(ta_heap *h);
+
 /* --- between the heap's files (caller holds h->lock) --- */
 
-/* The block leaves the pointer map and goes back to the policy that made it. */
+/* The block leaves the pointer map and goes back to the policy object that
+ * made it (a private pool's, or the heap's instance of its policy). */
 static inline void ta_heap_release_block(ta_heap *h, ta_block *b) {
   ta_ptrmap_take(&h->live, b->addr);
-  ta_policy *p = h->policies[b->policy];
+  ta_policy *p = b->segment->policy_instance;
   p->ops->free(p, b);
 }
 /* Record events on the streams that used `b` (record_stream); it is reused
  * when they complete. */
 ta_internal void ta_heap_defer_free(ta_heap *h, ta_block *b);
-/* Hand back every pending block whose events have all completed. */
+/* Hand back every pending block whose events have all completed. Not while
+ * routing: querying events during a capture would invalidate it. */
 ta_internal void ta_heap_process_pending(ta_heap *h);
+/* Routing ended: record the events of the frees that had to wait for it. */
+ta_internal void ta_heap_record_deferred_events(ta_heap *h);
+/* The policy object of pool `id`, creating the pool (use count 1) when it
+ * does not exist; NULL when host memory runs out. Lock held. */
+ta_internal ta_policy *ta_heap_pool_policy(ta_heap *h, const uint64_t id[2]);
 
 #endif

@@ -6,6 +6,7 @@
  * ids share one counter, so an id names one thing in the whole file. The
  * table lives under the log's mutex: interning happens before the heap
  * lock is taken (never under it), and only for rare events or stacks. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,10 +51,18 @@ typedef struct entry {
   char *key;        /* tag byte, then the content; NULL: empty slot */
 } entry;
 
+/* What id N names, for reading stacks back (torchalloc_stack_frames). */
+typedef struct key_ref {
+  const char *key; /* tag byte, then the content (owned by the entry) */
+  uint32_t len;    /* counts the tag byte */
+} key_ref;
+
 static struct {
   entry *slots;
   size_t cap, count;
   uint32_t next_id;
+  key_ref *by_id; /* index id - 1 */
+  size_t cap_by_id;
 } T;
 
 static uint64_t fnv1a(uint8_t tag, const void *data, size_t len) {
@@ -94,11 +103,19 @@ static uint32_t intern(uint8_t tag, const void *data, size_t len, int *fresh) {
   uint64_t hash = fnv1a(tag, data, len);
   entry *e = probe(T.slots, T.cap, hash, tag, data, len);
   if (e->key) return e->id;
+  if (T.next_id == T.cap_by_id) {
+    size_t cap = T.cap_by_id ? T.cap_by_id * 2 : 1024;
+    key_ref *by_id = realloc(T.by_id, cap * sizeof *by_id);
+    if (!by_id) return 0;
+    T.by_id = by_id;
+    T.cap_by_id = cap;
+  }
   char *key = malloc(len + 1);
   if (!key) return 0;
   key[0] = (char)tag;
   memcpy(key + 1, data, len);
   *e = (entry){.hash = hash, .id = ++T.next_id, .len = (uint32_t)len + 1, .key = key};
+  T.by_id[e->id - 1] = (key_ref){key, (uint32_t)len + 1};
   T.count++;
   *fresh = 1;
   return e->id;
@@ -107,6 +124,7 @@ static uint32_t intern(uint8_t tag, const void *data, size_t len, int *fresh) {
 void ta_log_intern_reset(void) {
   for (size_t i = 0; i < T.cap; i++) free(T.slots[i].key);
   free(T.slots);
+  free(T.by_id);
   memset(&T, 0, sizeof T);
 }
 
@@ -186,4 +204,34 @@ uint32_t ta_log_intern_stack(const ta_log_frame_text *frames, int n) {
   ta_log_unlock();
   if (frame_ids != ids) free(frame_ids);
   return id;
+}
+
+/* The content of id `id` if it is a `tag` entry; NULL otherwise. */
+static const char *content(uint32_t id, uint8_t tag, uint32_t *len) {
+  if (id == 0 || id > T.next_id) return NULL;
+  const key_ref *k = &T.by_id[id - 1];
+  if ((uint8_t)k->key[0] != tag) return NULL;
+  *len = k->len - 1;
+  return k->key + 1;
+}
+
+int ta_log_intern_visit_stack(uint32_t stack, ta_log_frame_visitor visit, void *ctx) {
+  ta_log_lock();
+  uint32_t len = 0;
+  const char *frames = content(stack, TAG_STACK, &len);
+  int n = frames ? (int)(len / sizeof(uint32_t)) : 0;
+  for (int i = 0; i < n; i++) {
+    uint32_t frame_id, key[3], flen = 0, file_len = 0, func_len = 0;
+    memcpy(&frame_id, frames + (size_t)i * sizeof frame_id, sizeof frame_id);
+    const char *frame = content(frame_id, TAG_FRAME, &flen);
+    if (!frame || flen != sizeof key) continue;
+    memcpy(key, frame, sizeof key);
+    const char *file = content(key[0], TAG_STRING, &file_len), *func = content(key[1], TAG_STRING, &func_len);
+    char file_z[TA_LOG_STRING_MAX + 1], func_z[TA_LOG_STRING_MAX + 1];
+    snprintf(file_z, sizeof file_z, "%.*s", file ? (int)file_len : 1, file ? file : "?");
+    snprintf(func_z, sizeof func_z, "%.*s", func ? (int)func_len : 1, func ? func : "?");
+    visit(ctx, file_z, func_z, key[2]);
+  }
+  ta_log_unlock();
+  return n;
 }

@@ -18,6 +18,11 @@ typedef struct ta_log_frame_text {
  * held. */
 ta_internal uint32_t ta_log_string(const char *s);
 ta_internal uint32_t ta_log_intern_stack(const ta_log_frame_text *frames, int n);
+/* Call `visit` for each frame of stack `stack`, innermost first (under the
+ * file's mutex: `visit` must not log). Returns the frame count, 0 when the
+ * id is unknown. */
+typedef void (*ta_log_frame_visitor)(void *ctx, const char *file, const char *func, uint32_t line);
+ta_internal int ta_log_intern_visit_stack(uint32_t stack, ta_log_frame_visitor visit, void *ctx);
 /* Forget every interned id (a new file starts from nothing). Mutex held. */
 ta_internal void ta_log_intern_reset(void);
 

@@ -39,6 +39,10 @@ typedef struct ta_policy_ops {
    * the arena of `phase` (-1: all), and releasing its free segments. */
   size_t (*arena_reserved)(ta_policy *p, int phase);
   size_t (*arena_release)(ta_policy *p, int phase);
+  /* Optional (NULL when the policy cannot): make exactly [addr, addr+size)
+   * of `seg`, a segment of this policy, a live block; NULL when that range
+   * is not free. Restoring a private pool's checkpoint needs it. */
+  ta_block *(*claim)(ta_policy *p, ta_segment *seg, uintptr_t addr, size_t size);
 } ta_policy_ops;
 
 struct ta_policy {
@@ -60,6 +64,10 @@ ta_internal const ta_policy_ops *ta_policy_by_id(uint8_t id);
 ta_internal const char *ta_policy_choices(void);
 /* "caching exact phase_arena": the names in id order. */
 ta_internal const char *ta_policy_names(void);
+/* The policy that serves private pools (CUDA graphs, MemPool): one that
+ * caches, since a captured graph's memory must never go back to the device
+ * while the graph lives, and frees during a capture must stay on the host. */
+ta_internal uint8_t ta_policy_for_private_pools(void);
 
 /* ---------------------------------------------------------------------------
  * The segment layer's services (segments.c). Callers hold the heap lock.
@@ -70,10 +78,11 @@ ta_internal const char *ta_policy_names(void);
 ta_internal ta_block *ta_segments_block_new(ta_segments *s);
 ta_internal void ta_segments_block_delete(ta_segments *s, ta_block *b);
 /* A device allocation of `size` bytes as one segment holding one FREE block
- * (not yet in any free index). NULL when the device (or the memory fraction)
- * says no. */
+ * (not yet in any free index), made for `policy` (its blocks are freed
+ * there) and `owner` (the policy's own bookkeeping: an arena, say). NULL
+ * when the device (or the memory fraction) says no. */
 ta_internal ta_segment *ta_segments_alloc(ta_segments *s, size_t size, cudaStream_t stream, int pool, void *owner,
-                                         uint8_t policy);
+                                         ta_policy *policy);
 /* Return a segment whose only block is FREE (and out of any index) to the device. */
 ta_internal void ta_segments_release(ta_segments *s, ta_segment *seg);
 /* A free block that is part of a split segment counts as inactive_split:

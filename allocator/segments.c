@@ -97,7 +97,7 @@ ta_segment *ta_segments_find(const ta_segments *seg, uintptr_t addr) {
 #define LOGGING(seg) (ta_unlikely(ta_log_on()) && (seg)->logged)
 
 ta_segment *ta_segments_alloc(ta_segments *seg, size_t size, cudaStream_t stream, int pool, void *owner,
-                              uint8_t policy) {
+                              ta_policy *policy) {
   ta_segment *s = malloc(sizeof *s);
   ta_block *b = ta_segments_block_new(seg);
   uintptr_t addr = 0;
@@ -105,12 +105,12 @@ ta_segment *ta_segments_alloc(ta_segments *seg, size_t size, cudaStream_t stream
   if (seg->limit && (size_t)ta_stat_total(seg->stats->reserved_bytes) + size > seg->limit) goto fail;
   if (seg->backend->ops->alloc(seg->backend, seg->device, size, &addr) != TA_OK) goto fail;
   *s = (ta_segment){.addr = addr, .size = size, .stream = stream, .first = b, .owner = owner,
-                    .pool = (uint8_t)pool, .policy = policy};
+                    .policy_instance = policy, .pool = (uint8_t)pool, .policy = policy->id};
   if (registry_insert(&seg->registry, s)) {
     seg->backend->ops->free(seg->backend, seg->device, addr, size);
     goto fail;
   }
-  *b = (ta_block){.addr = addr, .size = size, .segment = s, .stream = stream, .owner = owner, .policy = policy,
+  *b = (ta_block){.addr = addr, .size = size, .segment = s, .stream = stream, .owner = owner, .policy = policy->id,
                   .state = TA_BLOCK_FREE};
   seg->stats->num_device_alloc++;
   seg->phase_growth[seg->phase] += (int64_t)size;

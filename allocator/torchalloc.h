@@ -27,13 +27,26 @@ typedef struct CUstream_st *cudaStream_t;
  * ------------------------------------------------------------------------- */
 
 /* Size 0 returns NULL. On device OOM (after releasing cached segments and
- * retrying once) returns NULL and counts `num_ooms`. */
+ * retrying once) counts `num_ooms`, then: with TORCHALLOC_CONF oom:null
+ * (the default on the simulated device) returns NULL; with oom:abort (the
+ * default on a real GPU, where this is PyTorch's plain pluggable route and
+ * a NULL would become a tensor that kills the CUDA context) prints why and
+ * stops the process. The same for a bad device or an absurd size. */
 TORCHALLOC_API void *torchalloc_malloc(size_t size, int device, cudaStream_t stream);
 
 /* `size` is the size originally requested, `stream` the allocation stream.
  * Misuse (unknown pointer, double free, size mismatch) is reported once per
  * kind on stderr, counted in the stats, and never touches live blocks. */
 TORCHALLOC_API void torchalloc_free(void *ptr, size_t size, int device, cudaStream_t stream);
+
+/* For callers that handle failure themselves (the C++ bridge raises
+ * torch.OutOfMemoryError): NULL on any failure, whatever `oom` says. */
+TORCHALLOC_API void *torchalloc_try_malloc(size_t size, int device, cudaStream_t stream);
+
+/* Free by pointer alone, as PyTorch's raw_delete does: the block knows its
+ * device, size and stream. 0, or -1 (reported and counted as misuse) when
+ * `ptr` is not a live block. */
+TORCHALLOC_API int torchalloc_free_ptr(void *ptr);
 
 /* ---------------------------------------------------------------------------
  * Configuration. Syntax of TORCHALLOC_CONF: comma-separated key:value, e.g.
@@ -177,6 +190,112 @@ TORCHALLOC_API int torchalloc_get_phase_stats(int device, int phase, torchalloc_
  * its fully free segments (phase -1: every arena). -1 on error. */
 TORCHALLOC_API int64_t torchalloc_arena_reserved(int device, int phase);
 TORCHALLOC_API int64_t torchalloc_arena_trim(int device, int phase);
+
+/* ---------------------------------------------------------------------------
+ * Private pools: the memory of CUDA graphs and torch.cuda.MemPool, as
+ * PyTorch's allocator keeps it (the C++ bridge maps PyTorch's calls here).
+ * A pool is named by PyTorch's MempoolId_t pair (id0, id1). Its blocks come
+ * only from its own segments, and those go back to the device only after
+ * its last user released it (a captured graph replays into them).
+ * ------------------------------------------------------------------------- */
+
+/* Create the pool or add a user (createOrIncrefPool, beginAllocateToPool).
+ * The use count, or -1. */
+TORCHALLOC_API int torchalloc_pool_retain(int device, uint64_t id0, uint64_t id1);
+/* Take a user away (releasePool); at 0 the pool's cached segments are
+ * released at the next empty_cache. The use count left, or -1 (no such pool). */
+TORCHALLOC_API int torchalloc_pool_release(int device, uint64_t id0, uint64_t id1);
+/* The use count, or -1 when there is no such pool. */
+TORCHALLOC_API int torchalloc_pool_use_count(int device, uint64_t id0, uint64_t id1);
+/* torchalloc_try_malloc from the pool (created if it does not exist). */
+TORCHALLOC_API void *torchalloc_pool_malloc(size_t size, int device, cudaStream_t stream, uint64_t id0,
+                                           uint64_t id1);
+/* The addresses of the pool's live blocks, at most `cap` of them into
+ * `addrs`; returns how many there are, or -1 when there is no such pool. */
+TORCHALLOC_API int64_t torchalloc_pool_live_blocks(int device, uint64_t id0, uint64_t id1, uint64_t *addrs,
+                                                   size_t cap);
+/* Release a released pool's free segments now. Bytes released, -1: no pool. */
+TORCHALLOC_API int64_t torchalloc_pool_empty(int device, uint64_t id0, uint64_t id1);
+/* A beginAllocateToPool context opens / closes on `device`. While any is
+ * open, torchalloc never synchronizes, queries or records an event (each
+ * would invalidate a CUDA graph capture): cached memory is not released,
+ * and frees of blocks used on other streams wait until the last closes.
+ * 0, or -1 (bad device, or no context open). */
+TORCHALLOC_API int torchalloc_routing_begin(int device);
+TORCHALLOC_API int torchalloc_routing_end(int device);
+
+/* ---------------------------------------------------------------------------
+ * Inspection: segments and blocks as they are now, stacks, the last OOM.
+ * ------------------------------------------------------------------------- */
+
+enum { TORCHALLOC_BLOCK_FREE = 0, TORCHALLOC_BLOCK_LIVE = 1, TORCHALLOC_BLOCK_PENDING = 2 };
+
+typedef struct torchalloc_segment_info {
+  uint64_t addr, size;
+  uint64_t stream;
+  uint64_t pool_id[2];  /* private pool; {0, 0}: the default pool */
+  uint64_t first_block; /* index of its first block in the block array */
+  uint32_t nblocks;
+  uint8_t pool;         /* TORCHALLOC_POOL_SMALL or TORCHALLOC_POOL_LARGE */
+  uint8_t policy;       /* registry id (torchalloc_policy_names order) */
+  uint8_t reserved_[2];
+} torchalloc_segment_info;
+
+typedef struct torchalloc_block_info {
+  uint64_t addr, size;
+  uint64_t requested;   /* 0 while free */
+  uint32_t stack;       /* allocation stack id (stacks:1 with a log open), 0: none */
+  uint16_t phase;
+  uint8_t state;        /* TORCHALLOC_BLOCK_* */
+  uint8_t reserved_;
+} torchalloc_block_info;
+
+/* Every segment of `device` in address order, each followed in `blocks` by
+ * its blocks in address order (they tile it). Fills at most the capacities;
+ * *nsegments / *nblocks receive the counts needed. 0 when everything fit,
+ * 1 when the arrays were too small (call again with the counts), -1 error. */
+TORCHALLOC_API int torchalloc_snapshot(int device, torchalloc_segment_info *segments, size_t segments_cap,
+                                       torchalloc_block_info *blocks, size_t blocks_cap, size_t *nsegments,
+                                       size_t *nblocks);
+
+/* Restore a pool to a checkpoint (CUDA graph trees' setCheckpointPoolState):
+ * every block it hands out now is freed (addresses into `freed`, at most
+ * `freed_cap`; *nfreed the count), then each of the `n` blocks in `live`
+ * (addr, size, requested; as torchalloc_snapshot gave them) is allocated
+ * again at its address. 0, or -1 when the pool's segments do not match. */
+TORCHALLOC_API int torchalloc_pool_restore(int device, uint64_t id0, uint64_t id1,
+                                           const torchalloc_block_info *live, size_t n, uint64_t *freed,
+                                           size_t freed_cap, size_t *nfreed);
+/* The segment containing `ptr` on any device: its base and size. 0, or -1. */
+TORCHALLOC_API int torchalloc_segment_of(const void *ptr, void **base, size_t *size, int *device);
+
+/* Bytes of the largest free block cached on `device`, -1 for a bad device. */
+TORCHALLOC_API int64_t torchalloc_largest_cached_block(int device);
+
+/* The memory fraction set on `device` (1.0 when none was set), or -1. */
+TORCHALLOC_API double torchalloc_get_memory_fraction(int device);
+
+/* Call `visit` for each frame of interned stack `stack`, innermost first.
+ * The strings live only during the call; `visit` must not call torchalloc.
+ * Returns the number of frames, 0 for an unknown id or no log open. */
+typedef void (*torchalloc_frame_visitor)(void *ctx, const char *file, const char *function, uint32_t line);
+TORCHALLOC_API int torchalloc_stack_frames(uint32_t stack, torchalloc_frame_visitor visit, void *ctx);
+
+/* The last out-of-memory failure on `device` as one paragraph ("CUDA out of
+ * memory. Tried to allocate ..."), written to `buf`. Returns its length
+ * (snprintf's convention), 0 when there was none, -1 for a bad device. */
+TORCHALLOC_API int torchalloc_oom_summary(int device, char *buf, size_t len);
+
+/* ---------------------------------------------------------------------------
+ * The simulated device's model of CUDA stream capture, for tests and
+ * fuzzers: while `stream` of sim device `device` is capturing, any
+ * synchronize, event record, event query or device free is a violation
+ * (each would invalidate a real capture) and is counted. -1 when the
+ * backend is not sim.
+ * ------------------------------------------------------------------------- */
+TORCHALLOC_API int torchalloc_sim_capture(int device, cudaStream_t stream, int capturing);
+/* Violations so far on `device` (and the last one's description in `buf`). */
+TORCHALLOC_API int64_t torchalloc_sim_capture_violations(int device, char *buf, size_t len);
 
 /* ---------------------------------------------------------------------------
  * Replay: drive a recorded allocation trace through one policy on a private

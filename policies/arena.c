@@ -5,7 +5,7 @@
 
 #include "size_classes.h"
 
-ta_arena *ta_arena_create(ta_segments *segments, uint8_t policy) {
+ta_arena *ta_arena_create(ta_segments *segments, ta_policy *policy) {
   ta_arena *a = calloc(1, sizeof *a);
   if (!a) return NULL;
   a->segments = segments;
@@ -77,6 +77,19 @@ static inline void take_free(ta_arena *a, ta_bins *bins, ta_block *b) {
   if (ta_block_is_split(b)) ta_segments_note_inactive_split(a->segments, b, -1);
 }
 
+/* Cut `b` (out of the index) after its first `keep` bytes; the rest, in the
+ * descriptor `rest`, becomes a free block of the index. */
+static inline void split_after(ta_arena *a, ta_bins *bins, ta_block *b, size_t keep, ta_block *rest) {
+  *rest = *b;
+  rest->addr = b->addr + keep;
+  rest->size = b->size - keep;
+  rest->prev = b;
+  if (b->next) b->next->prev = rest;
+  b->next = rest;
+  b->size = keep;
+  put_free(a, bins, rest);
+}
+
 ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream) {
   size_t rounded = ta_round_size(size);
   int pool = ta_pool_for(rounded);
@@ -93,19 +106,36 @@ ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream) {
   }
   if (ta_should_split(b->size, rounded, pool)) {
     ta_block *rest = ta_segments_block_new(a->segments);
-    if (ta_likely(rest != NULL)) { /* without host memory, hand out the whole block */
-      *rest = *b;
-      rest->addr = b->addr + rounded;
-      rest->size = b->size - rounded;
-      rest->prev = b;
-      if (b->next) b->next->prev = rest;
-      b->next = rest;
-      b->size = rounded;
-      put_free(a, bins, rest);
-    }
+    if (ta_likely(rest != NULL)) split_after(a, bins, b, rounded, rest); /* without host memory: whole */
   }
   b->state = TA_BLOCK_LIVE;
   return b;
+}
+
+ta_block *ta_arena_claim(ta_arena *a, ta_segment *seg, uintptr_t addr, size_t size) {
+  if (seg->owner != a || size == 0 || size % 512 || addr < seg->addr || addr + size > seg->addr + seg->size) return NULL;
+  ta_block *b = seg->first;
+  while (b && b->addr + b->size <= addr) b = b->next;
+  if (!b || b->state != TA_BLOCK_FREE || addr + size > b->addr + b->size) return NULL;
+  ta_bins *bins = bins_for(a, b->stream, seg->pool);
+  int free_before = addr > b->addr, free_after = addr + size < b->addr + b->size;
+  /* Both descriptors first: a failure must leave the segment as it was. */
+  ta_block *claimed = free_before ? ta_segments_block_new(a->segments) : b;
+  ta_block *after = free_after ? ta_segments_block_new(a->segments) : NULL;
+  if (!bins || !claimed || (free_after && !after)) {
+    if (claimed && claimed != b) ta_segments_block_delete(a->segments, claimed);
+    if (after) ta_segments_block_delete(a->segments, after);
+    return NULL;
+  }
+  take_free(a, bins, b);
+  if (free_before) { /* b keeps the free bytes before the range */
+    split_after(a, bins, b, addr - b->addr, claimed);
+    take_free(a, bins, claimed);
+    put_free(a, bins, b); /* re-indexed: it is split now */
+  }
+  if (free_after) split_after(a, bins, claimed, size, after);
+  claimed->state = TA_BLOCK_LIVE;
+  return claimed;
 }
 
 void ta_arena_free(ta_arena *a, ta_block *b) {

@@ -15,7 +15,7 @@ typedef struct ta_stream_bins {
 
 typedef struct ta_arena {
   ta_segments *segments;
-  uint8_t policy;
+  ta_policy *policy;  /* the policy object the arena belongs to */
   ta_stream_bins *streams;
   size_t nstreams, cap_streams;
   size_t last;        /* index of the last stream used: most requests repeat it */
@@ -23,10 +23,13 @@ typedef struct ta_arena {
   ta_segment *owned;  /* this arena's segments, linked through owner_next */
 } ta_arena;
 
-ta_internal ta_arena *ta_arena_create(ta_segments *segments, uint8_t policy);
+ta_internal ta_arena *ta_arena_create(ta_segments *segments, ta_policy *policy);
 ta_internal void ta_arena_destroy(ta_arena *a);
 ta_internal ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream);
 ta_internal void ta_arena_free(ta_arena *a, ta_block *b);
 ta_internal size_t ta_arena_release_cached(ta_arena *a);
+/* Make exactly [addr, addr + size) of `seg` (this arena's) a live block,
+ * splitting the free block around it; NULL when that range is not free. */
+ta_internal ta_block *ta_arena_claim(ta_arena *a, ta_segment *seg, uintptr_t addr, size_t size);
 
 #endif

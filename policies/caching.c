@@ -16,7 +16,7 @@ static ta_policy *caching_create(ta_segments *segments, uint8_t id) {
   p->base.ops = &ta_caching_policy;
   p->base.segments = segments;
   p->base.id = id;
-  p->arena = ta_arena_create(segments, id);
+  p->arena = ta_arena_create(segments, &p->base);
   if (!p->arena) {
     free(p);
     return NULL;
@@ -40,6 +40,10 @@ static void caching_free(ta_policy *base, ta_block *b) {
   ta_arena_free((ta_arena *)b->owner, b);
 }
 
+static ta_block *caching_claim(ta_policy *base, ta_segment *seg, uintptr_t addr, size_t size) {
+  return ta_arena_claim(((caching_policy *)base)->arena, seg, addr, size);
+}
+
 static size_t caching_release_cached(ta_policy *base) {
   return ta_arena_release_cached(((caching_policy *)base)->arena);
 }
@@ -51,4 +55,5 @@ const ta_policy_ops ta_caching_policy = {
     .malloc = caching_malloc,
     .free = caching_free,
     .release_cached = caching_release_cached,
+    .claim = caching_claim,
 };

@@ -21,7 +21,7 @@ static void exact_destroy(ta_policy *p) { free(p); }
 static ta_block *exact_malloc(ta_policy *p, size_t size, cudaStream_t stream, int phase) {
   (void)phase;
   size_t rounded = ta_round_size(size);
-  ta_segment *seg = ta_segments_alloc(p->segments, rounded, stream, ta_pool_for(rounded), p, p->id);
+  ta_segment *seg = ta_segments_alloc(p->segments, rounded, stream, ta_pool_for(rounded), p, p);
   if (!seg) return NULL;
   seg->first->state = TA_BLOCK_LIVE;
   return seg->first;

@@ -33,7 +33,7 @@ static ta_block *phase_arena_malloc(ta_policy *base, size_t size, cudaStream_t s
   phase_arena_policy *p = (phase_arena_policy *)base;
   ta_arena *a = p->arenas[phase];
   if (ta_unlikely(!a)) {
-    a = p->arenas[phase] = ta_arena_create(base->segments, base->id);
+    a = p->arenas[phase] = ta_arena_create(base->segments, base);
     if (!a) return NULL;
   }
   return ta_arena_malloc(a, size, stream);

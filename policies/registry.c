@@ -31,6 +31,8 @@ const ta_policy_ops *ta_policy_by_name(const char *name, uint8_t *id) {
 
 const ta_policy_ops *ta_policy_by_id(uint8_t id) { return id < NPOLICIES ? all_policies[id] : NULL; }
 
+uint8_t ta_policy_for_private_pools(void) { return 0; /* caching */ }
+
 /* Both lists are built once from the table; after that they are only read. */
 static pthread_once_t lists_once = PTHREAD_ONCE_INIT;
 static char choices[256], names[256];

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "log_format.h"
+#include "log_intern.h" /* interning a stack by hand: C has no Python frames */
 #include "sim.h"
 
 /* ------------------------------------------------------------------------
@@ -312,6 +313,37 @@ TEST(stacks_without_python_are_empty) {
   CHECK_EQ(nth_kind(&p, TA_LOG_FREE, 0)->stack, 0);
   CHECK_EQ(count_kind(&p, TA_LOG_STACK), 0);
   free(p.data);
+  unlink(path);
+}
+
+typedef struct seen_frames {
+  int n;
+  char text[4][64];
+} seen_frames;
+
+static void collect(void *ctx, const char *file, const char *function, uint32_t line) {
+  seen_frames *s = ctx;
+  if (s->n < 4) snprintf(s->text[s->n], sizeof s->text[0], "%s:%u:%s", file, (unsigned)line, function);
+  s->n++;
+}
+
+TEST(stack_frames_reads_an_interned_stack_back) {
+  char path[256];
+  temp_path(path, sizeof path, "frames");
+  REQUIRE(log_reset(path, "stacks:1") == 0);
+  ta_log_frame_text frames[2] = {{"train.py", "step", 12}, {"main.py", "<module>", 3}};
+  uint32_t id = ta_log_intern_stack(frames, 2);
+  REQUIRE(id != 0);
+  seen_frames seen = {0};
+  CHECK_EQ(torchalloc_stack_frames(id, collect, &seen), 2);
+  CHECK_EQ(seen.n, 2);
+  CHECK(strcmp(seen.text[0], "train.py:12:step") == 0);
+  CHECK(strcmp(seen.text[1], "main.py:3:<module>") == 0);
+  CHECK_EQ(torchalloc_stack_frames(id + 1000, collect, &seen), 0); /* unknown id */
+  uint32_t file_id = ta_log_string("train.py");
+  CHECK_EQ(torchalloc_stack_frames(file_id, collect, &seen), 0); /* a string's id is no stack */
+  torchalloc_log_close();
+  CHECK_EQ(torchalloc_stack_frames(id, collect, &seen), 0); /* forgotten with the file */
   unlink(path);
 }
 

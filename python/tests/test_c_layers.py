@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LAYERS: list[tuple[str, list[str]]] = [
     ("base", ["allocator/common.h", "allocator/torchalloc.h", "allocator/lock.h", "allocator/errors.*"]),
     ("leaves", ["allocator/block.h", "allocator/ptrmap.*", "allocator/stats.*", "allocator/misuse.*",
-                "allocator/log_clock.*", "allocator/log_format.h"]),
+                "allocator/log_clock.*", "allocator/log_format.h", "allocator/text.*"]),
     ("device backends", ["allocator/backend.h", "allocator/backend_cuda.c", "allocator/backend_sim.c"]),
     ("log file", ["allocator/log_file.*"]),
     ("log interning", ["allocator/log_intern.*"]),
@@ -43,7 +43,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("python stacks", ["allocator/pystack.*"]),
     ("heap", ["allocator/heap.h", "allocator/heap.c", "allocator/heap_*.c"]),
     ("runtime", ["allocator/runtime.*", "allocator/replay.c"]),
-    ("public API", ["allocator/entry.c", "allocator/control.c", "allocator/phase_api.c"]),
+    ("public API", ["allocator/entry.c", "allocator/control.c", "allocator/phase_api.c", "allocator/pool_api.c",
+                    "allocator/inspect_api.c"]),
     ("C++ bridge", ["bridge/*.cpp", "bridge/*.h"]),
 ]
 

@@ -1,0 +1,285 @@
+/* Private pools (CUDA graphs, MemPool), routing during stream capture, and
+ * the functions the C++ bridge answers PyTorch with, on the simulated
+ * device and its model of capture. */
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "sim.h"
+
+#define POOL 7, 0 /* a graph pool id: (capture id, 0) */
+#define OTHER_POOL 0, 3
+
+static int64_t violations(void) { return torchalloc_sim_capture_violations(0, NULL, 0); }
+
+TEST(a_pool_hands_its_blocks_only_to_its_own_requests) {
+  REQUIRE(sim_reset("") == 0);
+  CHECK_EQ(torchalloc_pool_retain(0, POOL), 1);
+  void *p = torchalloc_pool_malloc(1 * MiB, 0, S0, POOL);
+  REQUIRE(p);
+  torchalloc_free(p, 1 * MiB, 0, S0); /* back to the pool, not to the default caching policy */
+  void *d = torchalloc_malloc(1 * MiB, 0, S0);
+  REQUIRE(d);
+  CHECK(d != p);
+  void *q = torchalloc_pool_malloc(1 * MiB, 0, S0, POOL);
+  CHECK(q == p); /* the pool reuses its own cached block */
+  void *other = torchalloc_pool_malloc(1 * MiB, 0, S0, OTHER_POOL); /* made on first use */
+  CHECK(other != p && other != d);
+  CHECK_EQ(torchalloc_pool_use_count(0, OTHER_POOL), 1);
+  torchalloc_stats s = stats0();
+  CHECK_EQ(s.allocation[ALL].current, 3); /* pool blocks count in the device stats, as in PyTorch */
+  CHECK_EQ(s.segment[ALL].current, 3);
+  CHECK_INVARIANTS();
+  torchalloc_free(q, 1 * MiB, 0, S0);
+  torchalloc_free(d, 1 * MiB, 0, S0);
+  torchalloc_free(other, 1 * MiB, 0, S0);
+  CHECK_INVARIANTS();
+}
+
+TEST(a_pool_keeps_its_segments_until_its_last_user_releases_it) {
+  REQUIRE(sim_reset("") == 0);
+  CHECK_EQ(torchalloc_pool_retain(0, POOL), 1);
+  CHECK_EQ(torchalloc_pool_retain(0, POOL), 2);
+  void *p = torchalloc_pool_malloc(3 * MiB, 0, S0, POOL);
+  REQUIRE(p);
+  torchalloc_free(p, 3 * MiB, 0, S0);
+  /* A captured graph replays into these addresses: empty_cache keeps them. */
+  CHECK_EQ(torchalloc_empty_cache(0), 0);
+  CHECK_EQ(stats0().reserved_bytes[ALL].current, 20 * MiB);
+  CHECK_EQ(torchalloc_pool_empty(0, POOL), 0); /* still in use: nothing */
+  CHECK_EQ(torchalloc_pool_release(0, POOL), 1);
+  CHECK_EQ(torchalloc_empty_cache(0), 0);
+  CHECK_EQ(torchalloc_pool_release(0, POOL), 0);
+  CHECK_EQ(torchalloc_pool_use_count(0, POOL), 0); /* freeable, not yet drained */
+  CHECK_EQ(torchalloc_empty_cache(0), 20 * MiB);
+  CHECK_EQ(stats0().reserved_bytes[ALL].current, 0);
+  CHECK_EQ(torchalloc_pool_use_count(0, POOL), -1); /* gone with its last segment */
+  CHECK_EQ(torchalloc_pool_release(0, POOL), -1);
+  CHECK(strstr(torchalloc_last_error(), "no pool") != NULL);
+  CHECK_INVARIANTS();
+}
+
+TEST(a_released_pool_with_a_live_block_waits_for_it) {
+  REQUIRE(sim_reset("") == 0);
+  CHECK_EQ(torchalloc_pool_retain(0, POOL), 1);
+  void *a = torchalloc_pool_malloc(2 * MiB, 0, S0, POOL);
+  void *b = torchalloc_pool_malloc(30 * MiB, 0, S0, POOL);
+  REQUIRE(a && b);
+  CHECK_EQ(torchalloc_pool_release(0, POOL), 0);
+  torchalloc_free(b, 30 * MiB, 0, S0);
+  CHECK_EQ(torchalloc_pool_empty(0, POOL), 30 * MiB); /* b's segment; a's stays while a lives */
+  CHECK_EQ(torchalloc_pool_use_count(0, POOL), 0);
+  uint64_t live[4];
+  CHECK_EQ(torchalloc_pool_live_blocks(0, POOL, live, 4), 1);
+  CHECK(live[0] == (uint64_t)(uintptr_t)a);
+  torchalloc_free(a, 2 * MiB, 0, S0); /* freed to the pool it came from, though the pool was released */
+  CHECK_EQ(torchalloc_pool_empty(0, POOL), 20 * MiB);
+  CHECK_EQ(torchalloc_pool_live_blocks(0, POOL, live, 4), -1);
+  CHECK_EQ(stats0().reserved_bytes[ALL].current, 0);
+  CHECK_INVARIANTS();
+}
+
+TEST(pool_live_blocks_lists_exactly_the_live_ones) {
+  REQUIRE(sim_reset("") == 0);
+  CHECK_EQ(torchalloc_pool_live_blocks(0, POOL, NULL, 0), -1);
+  torchalloc_pool_retain(0, POOL);
+  void *a = torchalloc_pool_malloc(4096, 0, S0, POOL);
+  void *b = torchalloc_pool_malloc(8192, 0, S0, POOL);
+  void *c = torchalloc_pool_malloc(4096, 0, S0, POOL);
+  void *outside = torchalloc_malloc(4096, 0, S0);
+  torchalloc_free(b, 8192, 0, S0);
+  uint64_t live[2] = {0, 0};
+  CHECK_EQ(torchalloc_pool_live_blocks(0, POOL, live, 1), 2); /* counts all, fills what fits */
+  CHECK_EQ(torchalloc_pool_live_blocks(0, POOL, live, 2), 2);
+  CHECK((live[0] == (uintptr_t)a && live[1] == (uintptr_t)c) || (live[0] == (uintptr_t)c && live[1] == (uintptr_t)a));
+  torchalloc_free(a, 4096, 0, S0);
+  torchalloc_free(c, 4096, 0, S0);
+  torchalloc_free(outside, 4096, 0, S0);
+  CHECK_EQ(torchalloc_pool_live_blocks(0, POOL, live, 2), 0);
+}
+
+/* A training step captured into a graph, as torch.cuda.graph() drives the
+ * allocator: begin routing, the stream captures, the step allocates and
+ * frees (some blocks used on a side stream), capture ends, routing ends. */
+TEST(capture_is_never_invalidated_and_deferred_frees_wait_for_it) {
+  REQUIRE(sim_reset("sim_event_polls:2") == 0);
+  void *before = torchalloc_malloc(1 * MiB, 0, S0); /* made before the capture, used on S1 too */
+  void *keep = torchalloc_malloc(512, 0, S0);
+  REQUIRE(before && keep);
+  torchalloc_record_stream(before, S1);
+  REQUIRE(torchalloc_pool_retain(0, POOL) == 1);
+  REQUIRE(torchalloc_routing_begin(0) == 0);
+  REQUIRE(torchalloc_sim_capture(0, S0, 1) == 0);
+
+  void *act = torchalloc_pool_malloc(6 * MiB, 0, S0, POOL); /* a device allocation during capture: allowed */
+  void *tmp = torchalloc_pool_malloc(256 * KiB, 0, S0, POOL);
+  REQUIRE(act && tmp);
+  torchalloc_free(tmp, 256 * KiB, 0, S0);
+  CHECK(torchalloc_pool_malloc(256 * KiB, 0, S0, POOL) == tmp); /* reused within the capture, stream order holds */
+  torchalloc_free(before, 1 * MiB, 0, S0); /* used on S1: no event may be recorded now */
+  torchalloc_stats s = stats0();
+  CHECK_EQ(s.active_bytes[ALL].current - s.allocated_bytes[ALL].current, 1 * MiB);
+  /* Neither empty_cache nor an OOM may synchronize during capture. */
+  CHECK_EQ(torchalloc_empty_cache(0), 0);
+  int64_t retries = stats0().num_alloc_retries;
+  CHECK(torchalloc_pool_malloc(100 * GiB, 0, S0, POOL) == NULL);
+  CHECK_EQ(stats0().num_alloc_retries, retries);
+  CHECK_EQ(stats0().num_ooms, 1);
+  char why[128];
+  CHECK_EQ(torchalloc_sim_capture_violations(0, why, sizeof why), 0);
+
+  REQUIRE(torchalloc_sim_capture(0, S0, 0) == 0);
+  REQUIRE(torchalloc_routing_end(0) == 0); /* now the deferred free records its event */
+  CHECK_EQ(violations(), 0);
+  CHECK_EQ(torchalloc_routing_end(0), -1); /* unbalanced */
+  void *x = torchalloc_malloc(1 * MiB, 0, S0); /* poll 1: not done */
+  CHECK(x != before);
+  void *y = torchalloc_malloc(1 * MiB, 0, S0); /* poll 2: done, reused */
+  CHECK(y == before);
+  CHECK_INVARIANTS();
+  torchalloc_free(x, 1 * MiB, 0, S0);
+  torchalloc_free(y, 1 * MiB, 0, S0);
+  torchalloc_free(keep, 512, 0, S0);
+  torchalloc_free(act, 6 * MiB, 0, S0);
+  torchalloc_free(tmp, 256 * KiB, 0, S0);
+  CHECK_EQ(torchalloc_pool_release(0, POOL), 0);
+  torchalloc_empty_cache(0);
+  CHECK_EQ(stats0().reserved_bytes[ALL].current, 0); /* the pool's segments too, now that it is released */
+  CHECK_EQ(violations(), 0);
+  CHECK_INVARIANTS();
+}
+
+TEST(the_capture_model_catches_a_core_that_is_not_told) {
+  /* Without routing_begin the core believes no capture is underway: a
+   * record_stream free records an event and empty_cache synchronizes, and
+   * the simulated device counts both as fatal to a real capture. */
+  REQUIRE(sim_reset("") == 0);
+  void *a = torchalloc_malloc(1 * MiB, 0, S0);
+  REQUIRE(a);
+  torchalloc_record_stream(a, S1);
+  REQUIRE(torchalloc_sim_capture(0, S0, 1) == 0);
+  torchalloc_free(a, 1 * MiB, 0, S0);
+  CHECK_EQ(violations(), 1);
+  torchalloc_empty_cache(0);
+  char why[128];
+  CHECK(torchalloc_sim_capture_violations(0, why, sizeof why) >= 2);
+  CHECK(strstr(why, "capturing") != NULL);
+  torchalloc_sim_capture(0, S0, 0);
+  CHECK_EQ(torchalloc_sim_capture(0, S0, 0), -1); /* no capture to end */
+}
+
+TEST(snapshot_lists_segments_and_blocks_in_address_order) {
+  REQUIRE(sim_reset("") == 0);
+  void *a = torchalloc_malloc(1000, 0, S0);
+  void *b = torchalloc_malloc(3000, 0, S0);
+  void *c = torchalloc_malloc(12 * MiB, 0, S1);
+  torchalloc_pool_retain(0, POOL);
+  void *p = torchalloc_pool_malloc(4096, 0, S0, POOL);
+  REQUIRE(a && b && c && p);
+  torchalloc_free(a, 1000, 0, S0);
+  size_t nseg = 0, nblk = 0;
+  CHECK_EQ(torchalloc_snapshot(0, NULL, 0, NULL, 0, &nseg, &nblk), 1);
+  CHECK_EQ(nseg, 3);
+  CHECK_EQ(nblk, 3 + 1 + 2); /* small: a(free) b rest; large: c; pool: p rest */
+  torchalloc_segment_info segs[3];
+  torchalloc_block_info blocks[6];
+  CHECK_EQ(torchalloc_snapshot(0, segs, 3, blocks, 6, &nseg, &nblk), 0);
+  int pool_segments = 0;
+  for (size_t i = 0; i < nseg; i++) {
+    if (i) CHECK(segs[i - 1].addr < segs[i].addr);
+    uint64_t at = segs[i].addr;
+    for (uint32_t k = 0; k < segs[i].nblocks; k++) {
+      const torchalloc_block_info *bl = &blocks[segs[i].first_block + k];
+      CHECK(bl->addr == at); /* the blocks tile the segment */
+      at += bl->size;
+      if (bl->state == TORCHALLOC_BLOCK_FREE) CHECK_EQ(bl->requested, 0);
+    }
+    CHECK(at == segs[i].addr + segs[i].size);
+    if (segs[i].pool_id[0] == 7) {
+      pool_segments++;
+      CHECK(blocks[segs[i].first_block].addr == (uintptr_t)p);
+    }
+  }
+  CHECK_EQ(pool_segments, 1);
+  CHECK_EQ(blocks[0].state, TORCHALLOC_BLOCK_FREE); /* a, freed */
+  CHECK_EQ(blocks[1].requested, 3000);
+  void *base = NULL;
+  size_t size = 0;
+  int dev = -1;
+  CHECK_EQ(torchalloc_segment_of((char *)b + 100, &base, &size, &dev), 0);
+  CHECK(base == (void *)(uintptr_t)segs[0].addr && size == 2 * MiB && dev == 0);
+  CHECK_EQ(torchalloc_segment_of((void *)16, &base, &size, &dev), -1);
+  /* c (>= 10 MiB) got a segment of its own size; the rest of a small segment is largest */
+  CHECK_EQ(torchalloc_largest_cached_block(0), 2 * MiB - 4096);
+  torchalloc_free(b, 3000, 0, S0);
+  torchalloc_free(c, 12 * MiB, 0, S1);
+  torchalloc_free(p, 4096, 0, S0);
+  CHECK_INVARIANTS();
+}
+
+TEST(free_ptr_frees_by_pointer_alone_on_any_device) {
+  REQUIRE(sim_reset("sim_devices:2") == 0);
+  void *a = torchalloc_try_malloc(5000, 1, S1);
+  REQUIRE(a);
+  CHECK_EQ(torchalloc_free_ptr(a), 0);
+  torchalloc_stats s1;
+  torchalloc_get_stats(1, &s1);
+  CHECK_EQ(s1.allocation[ALL].current, 0);
+  CHECK_EQ(torchalloc_free_ptr(a), -1); /* a double free, counted on device 0 */
+  CHECK_EQ(stats0().num_bad_double_free + stats0().num_bad_free_unknown, 1);
+  CHECK_EQ(torchalloc_free_ptr(NULL), -1);
+}
+
+TEST(oom_summary_says_what_failed) {
+  REQUIRE(sim_reset("sim_capacity:64MiB") == 0);
+  char text[1024];
+  CHECK_EQ(torchalloc_oom_summary(0, text, sizeof text), 0);
+  void *a = torchalloc_malloc(40 * MiB, 0, S0);
+  REQUIRE(a);
+  CHECK(torchalloc_try_malloc(40 * MiB, 0, S0) == NULL);
+  int n = torchalloc_oom_summary(0, text, sizeof text);
+  CHECK(n > 0 && (size_t)n < sizeof text);
+  const char *head = "CUDA out of memory. Tried to allocate 40.00 MiB on device 0";
+  CHECK(strncmp(text, head, strlen(head)) == 0);
+  CHECK(strstr(text, "64.00 MiB in total") != NULL);
+  CHECK(strstr(text, "policy caching") != NULL);
+  torchalloc_free(a, 40 * MiB, 0, S0);
+}
+
+TEST(oom_abort_stops_the_process_with_the_reason) {
+  REQUIRE(sim_reset("sim_capacity:64MiB,oom:abort,warn:1") == 0);
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    dup2(fds[1], 2);
+    torchalloc_malloc(100 * MiB, 0, S0);
+    _exit(0); /* not reached */
+  }
+  close(fds[1]);
+  char out[4096] = "";
+  size_t got = 0;
+  ssize_t r;
+  while (got < sizeof out - 1 && (r = read(fds[0], out + got, sizeof out - 1 - got)) > 0) got += (size_t)r;
+  out[got] = '\0';
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+  CHECK(strstr(out, "torchalloc: fatal: cannot allocate") != NULL);
+  CHECK(strstr(out, "CUDA out of memory") != NULL);
+  CHECK(strstr(out, "torch.OutOfMemoryError") != NULL);
+  /* try_malloc never stops the process. */
+  CHECK(torchalloc_try_malloc(100 * MiB, 0, S0) == NULL);
+}
+
+TEST(memory_fraction_is_readable_and_a_tiny_one_still_caps) {
+  REQUIRE(sim_reset("sim_capacity:1GiB") == 0);
+  CHECK(torchalloc_get_memory_fraction(0) == 1.0);
+  torchalloc_set_memory_fraction(0.25, 0);
+  CHECK(torchalloc_get_memory_fraction(0) == 0.25);
+  torchalloc_set_memory_fraction(1e-12, 0); /* rounds to 0 bytes: must not mean "no limit" */
+  CHECK(torchalloc_try_malloc(512, 0, S0) == NULL);
+  CHECK(torchalloc_get_memory_fraction(3) < 0);
+}
