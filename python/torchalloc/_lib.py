@@ -32,10 +32,6 @@ STATS_VERSION = 1
 PHASE_NAME_MAX = 63
 MAX_PHASES = 256
 
-# Pool indices of every torchalloc_stat[3] array, in torch's order.
-POOL_ALL, POOL_SMALL, POOL_LARGE = 0, 1, 2
-POOL_NAMES = ("all", "small_pool", "large_pool")
-
 # The stat arrays of torchalloc_stats, in struct order.
 STAT_ARRAYS = (
     "allocation",

@@ -104,10 +104,22 @@ from typing import Any, Iterable, NamedTuple, Sequence
 
 import numpy as np
 
-# Record kinds (docs/LOG_FORMAT.md).
-ALLOC, FREE, SEGMENT_ALLOC, SEGMENT_FREE, OOM, TRIM = 1, 2, 3, 4, 5, 6
-PHASE_BEGIN, PHASE_END, MARKER, TRUNCATED, END = 7, 8, 9, 10, 14
-FREE_DEFERRED = 1
+from ._records import (  # noqa: F401  (the kinds are re-exported: tests and tools build tables with them)
+    ALLOC,
+    END,
+    FREE,
+    FREE_DEFERRED,
+    MARKER,
+    OOM,
+    PHASE_BEGIN,
+    PHASE_END,
+    SEGMENT_ALLOC,
+    SEGMENT_FREE,
+    STATUS_CLOSED,
+    STATUS_OPEN,
+    TRIM,
+    TRUNCATED,
+)
 
 NEVER = np.iinfo(np.int64).max  # free index of a block never freed
 
@@ -343,7 +355,7 @@ def table_from_log(log: Any) -> EventTable:
     notes = list(getattr(log, "warnings", []))
     if getattr(log, "truncated", False):
         notes.append("the log was truncated (log_max reached or the disk filled): events after that are missing")
-    elif header is not None and getattr(header, "status", 1) == 0:
+    elif header is not None and getattr(header, "status", STATUS_CLOSED) == STATUS_OPEN:
         notes.append("the log was not closed (the process was killed or is still running): it ends at the last complete record")
     return EventTable(
         **cols,

@@ -39,10 +39,12 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from ._records import POLICY_NAMES
+
 ENV_POLICY = "TORCHALLOC_COMPARE_POLICY"
 ENV_OUT = "TORCHALLOC_COMPARE_OUT"
-DEFAULT_POLICIES = ("native", "caching", "exact", "phase_arena")
-NATIVE = "native"
+NATIVE = "native"  # PyTorch's own allocator
+DEFAULT_POLICIES = (NATIVE, *POLICY_NAMES.values())
 _STDERR_TAIL = 30  # lines of a failed run's stderr to show
 
 # The hook. Plain Python, no imports of torchalloc at module level beyond

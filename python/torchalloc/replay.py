@@ -38,9 +38,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import _lib
+from ._records import POLICY_NAMES
 from .trace import EVENT_DTYPE, Trace, TraceError, load_trace
 
-DEFAULT_POLICIES = ("caching", "exact", "phase_arena")
+DEFAULT_POLICIES = tuple(POLICY_NAMES.values())  # every policy the library has, in its registry's order
 DEFAULT_CAPACITY = 80 << 30
 SEARCH_GRANULARITY = 2 << 20
 DATA_DIR = Path(__file__).resolve().parent / "data"

@@ -36,6 +36,7 @@ from typing import Any, BinaryIO, NoReturn
 
 import numpy as np
 
+from . import _records as records
 from ._compressed import decompress
 
 # Mirrors torchalloc_replay_event: 32 bytes, naturally aligned.
@@ -56,7 +57,6 @@ _U64 = (1 << 64) - 1
 # First bytes a pickle can start with: PROTO (protocol 2+), or an opcode that
 # can open a protocol 0/1 pickle. Anything else is not tried as a pickle.
 _PICKLE_STARTS = frozenset(b"\x80(}])cINLSVFGJKMXUTB")
-_LOG_MAGIC = b"TALOG\0\0\0"
 
 
 class TraceError(ValueError):
@@ -190,7 +190,7 @@ def load_trace(path: str | os.PathLike[str], *, device: int | None = None, prelu
     """Load a PyTorch memory snapshot or a torchalloc log (recognised by content, not by name)."""
     p = Path(path)
     data = read_bytes(p)
-    if data[:8] == _LOG_MAGIC:
+    if data.startswith(records.LOG_MAGIC):
         return _from_log(p, data, device=device, prelude=prelude)
     if data[0] not in _PICKLE_STARTS:
         raise TraceError(
@@ -491,11 +491,10 @@ def _native_curve(
     trace.native_peak_reserved = initial + max(0, int(prefix.max()) if len(prefix) else 0)
 
 
-# Log record kinds (docs/LOG_FORMAT.md) -> replay event kinds; 0: not an event.
-_LOG_ALLOC, _LOG_FREE, _LOG_SEG_ALLOC, _LOG_SEG_FREE, _LOG_OOM = 1, 2, 3, 4, 5
-_LOG_PHASE_BEGIN, _LOG_PHASE_END, _LOG_TRUNCATED = 7, 8, 10
+# Log record kind -> replay event kind; 0: not an event.
 _LOG_TO_EVENT = np.zeros(256, dtype=np.uint8)
-_LOG_TO_EVENT[[_LOG_ALLOC, _LOG_FREE, _LOG_PHASE_BEGIN, _LOG_PHASE_END]] = [ALLOC, FREE, PHASE_BEGIN, PHASE_END]
+_LOG_TO_EVENT[[records.ALLOC, records.FREE, records.PHASE_BEGIN, records.PHASE_END]] = [ALLOC, FREE, PHASE_BEGIN,
+                                                                                      PHASE_END]
 
 
 def from_log(log: Any, *, device: int | None = None, prelude: bool = True, path: str = "") -> Trace:
@@ -513,14 +512,14 @@ def from_log(log: Any, *, device: int | None = None, prelude: bool = True, path:
     r = log.records
     kind = r["kind"]
     dev_of = r["device"]
-    is_block = (kind == _LOG_ALLOC) | (kind == _LOG_FREE)
+    is_block = (kind == records.ALLOC) | (kind == records.FREE)
     if device is None:
         devices, counts = np.unique(dev_of[is_block], return_counts=True)
         device = int(devices[np.argmax(counts)]) if len(devices) else 0
     elif not (dev_of[is_block] == device).any():
         raise TraceError(f"{what}: no allocations on device {device}")
     on_dev = dev_of == device
-    sel = (is_block & on_dev) | (kind == _LOG_PHASE_BEGIN) | (kind == _LOG_PHASE_END)
+    sel = (is_block & on_dev) | (kind == records.PHASE_BEGIN) | (kind == records.PHASE_END)
     picked = r[sel]
     if (picked["phase"] >= MAX_PHASES).any():
         raise TraceError(f"{what}: phase ids above {MAX_PHASES - 1}: not a log this version wrote")
@@ -567,26 +566,24 @@ def from_log(log: Any, *, device: int | None = None, prelude: bool = True, path:
         replaced_allocs=int(_replaced_allocs(events)),
         prelude=n_pre,
         phase_names=dict(getattr(log, "phase_names", {})),
-        native_ooms=int(((kind == _LOG_OOM) & on_dev).sum()),
+        native_ooms=int(((kind == records.OOM) & on_dev).sum()),
         notes=notes,
     )
     # What the recording policy reserved: its segment records on this device.
-    is_seg = ((kind == _LOG_SEG_ALLOC) | (kind == _LOG_SEG_FREE)) & on_dev
+    is_seg = ((kind == records.SEGMENT_ALLOC) | (kind == records.SEGMENT_FREE)) & on_dev
     if is_seg.any():
         before = np.cumsum(sel) - sel  # replay events before each record
         trace.native_pos = before[is_seg].astype(np.int64) + n_pre
-        trace.native_delta = np.where(kind[is_seg] == _LOG_SEG_ALLOC, 1, -1) * r["size"][is_seg].astype(np.int64)
+        trace.native_delta = np.where(kind[is_seg] == records.SEGMENT_ALLOC, 1, -1) * r["size"][is_seg].astype(np.int64)
         trace.native_initial_reserved = 0
         trace.native_peak_reserved = max(0, int(np.cumsum(trace.native_delta).max()))
         policies = sorted({int(p) for p in r["policy"][is_seg]})
-        names = ", ".join(_LOG_POLICY_NAMES.get(p, f"policy {p}") for p in policies)
+        names = ", ".join(records.POLICY_NAMES.get(p, f"policy {p}") for p in policies)
         trace.native_label = f"recorded ({names})"
         if unknown:
             trace.notes.append("the recorded reserved curve starts from 0 at the log's opening")
     return trace
 
-
-_LOG_POLICY_NAMES = {0: "caching", 1: "exact", 2: "phase_arena"}
 
 
 def _address_order(events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
