@@ -120,6 +120,7 @@ from ._records import (  # noqa: F401  (the kinds are re-exported: tests and too
     TRIM,
     TRUNCATED,
 )
+from .units import fmt_bytes
 
 NEVER = np.iinfo(np.int64).max  # free index of a block never freed
 
@@ -1032,36 +1033,6 @@ def build_timeline(
         ooms=ooms,
         duration_s=float(time_s[-1]),
     )
-
-
-# ---------------------------------------------------------------------------
-# Words
-# ---------------------------------------------------------------------------
-
-
-def fmt_bytes(n: float) -> str:
-    """1.5 GiB, 32.0 MiB, 512 B: binary units, as PyTorch's messages use."""
-    n = float(n)
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if abs(n) >= 1 << shift:
-            return f"{n / (1 << shift):.1f} {unit}"
-    return f"{int(n)} B"
-
-
-def fmt_seconds(s: float) -> str:
-    """A duration or a time since the start: 12 µs, 3.4 ms, 1.25 s."""
-    if s < 0:
-        return "until the end"
-    if s < 1e-3:
-        return f"{s * 1e6:.0f} µs"
-    if s < 1:
-        return f"{s * 1e3:.1f} ms"
-    return f"{s:.2f} s"
-
-
-def fmt_time(s: float) -> str:
-    """A moment: "t=1.250 s", "t=3.4 ms"."""
-    return f"t={fmt_seconds(s) if s < 1 else f'{s:.3f} s'}"
 
 
 # ---------------------------------------------------------------------------

@@ -27,11 +27,9 @@ import dataclasses
 import json
 import math
 import os
-import re
 import sys
 import threading
 import time
-from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -40,6 +38,7 @@ import numpy as np
 from . import _lib
 from ._records import POLICY_NAMES
 from .trace import EVENT_DTYPE, Trace, TraceError, load_trace
+from .units import GiB, fmt_bytes, parse_bytes
 
 DEFAULT_POLICIES = tuple(POLICY_NAMES.values())  # every policy the library has, in its registry's order
 DEFAULT_CAPACITY = 80 << 30
@@ -384,34 +383,25 @@ def report_json(report: Report) -> dict[str, Any]:
     }
 
 
-def format_bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if abs(n) >= 1 << shift:
-            return f"{n / (1 << shift):.2f} {unit}"
-    return f"{n} B"
-
-
 def format_table(report: Report) -> str:
     t = report.trace
-    cap = format_bytes(report.capacity) if report.capacity else "unlimited"
+    cap = fmt_bytes(report.capacity, 2) if report.capacity else "unlimited"
     header = ["policy", "peak alloc", "peak reserved", "reserved/alloc", "frag@peak", "dev allocs", "dev frees",
               f"OOM @ {cap}", "min capacity"]
     rows: list[list[str]] = []
     if t.native_peak_reserved is not None:
         ratio = t.native_peak_reserved / t.peak_requested if t.peak_requested else 0.0
-        rows.append([t.native_label, format_bytes(t.peak_requested), format_bytes(t.native_peak_reserved),
+        rows.append([t.native_label, fmt_bytes(t.peak_requested, 2), fmt_bytes(t.native_peak_reserved, 2),
                      f"{ratio:.3f}", "-", "-", "-", "yes" if t.native_ooms else "-", "-"])
     for p in report.policies:
         oom = f"at event {p.oom_event}" if p.oom_at_capacity else "no"
-        rows.append([p.policy, format_bytes(p.peak_allocated), format_bytes(p.peak_reserved), f"{p.ratio:.3f}",
+        rows.append([p.policy, fmt_bytes(p.peak_allocated, 2), fmt_bytes(p.peak_reserved, 2), f"{p.ratio:.3f}",
                      f"{p.fragmentation_at_peak:.3f}", str(p.device_allocs), str(p.device_frees), oom,
-                     format_bytes(p.min_capacity)])
+                     fmt_bytes(p.min_capacity, 2)])
     widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
     lines = []
     where = t.path or t.source
-    lines.append(f"trace: {where} ({t.source}, {len(t):,} events, peak requested {format_bytes(t.peak_requested)})")
+    lines.append(f"trace: {where} ({t.source}, {len(t):,} events, peak requested {fmt_bytes(t.peak_requested, 2)})")
     for note in t.notes:
         lines.append(f"  note: {note}")
     lines.append("")
@@ -427,7 +417,7 @@ def format_table(report: Report) -> str:
     lines.append(
         "peak alloc: block bytes (requests rounded as the policy rounds them); frag@peak: (free inside reserved - "
         "largest free block) / free inside reserved, when reserved peaked; min capacity: smallest device size "
-        f"(in {format_bytes(SEARCH_GRANULARITY)} steps) that runs the whole trace"
+        f"(in {fmt_bytes(SEARCH_GRANULARITY, 2)} steps) that runs the whole trace"
     )
     return "\n".join(lines)
 
@@ -455,11 +445,11 @@ def plot_png(report: Report, path: str | os.PathLike[str]) -> None:
         if p.series is None:
             continue
         x = np.linspace(0, n, len(p.series), endpoint=False)
-        y = np.where(p.series >= 0, p.series, np.nan) / (1 << 30)
+        y = np.where(p.series >= 0, p.series, np.nan) / GiB
         ax.plot(x, y, label=p.policy, linewidth=1.2)
     if report.native_series is not None:
         x = np.linspace(0, n, len(report.native_series), endpoint=False)
-        ax.plot(x, report.native_series / (1 << 30), label=report.trace.native_label, linewidth=1.2, linestyle="--",
+        ax.plot(x, report.native_series / GiB, label=report.trace.native_label, linewidth=1.2, linestyle="--",
                 color="black")
     ax.set_xlabel("event")
     ax.set_ylabel("reserved (GiB)")
@@ -474,22 +464,6 @@ def plot_png(report: Report, path: str | os.PathLike[str]) -> None:
 # ---------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------
-
-_UNITS = {
-    "": 1, "b": 1,
-    "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
-    "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-}
-
-
-def parse_bytes(text: str) -> int:
-    """ "80GiB", "512MB", "1.5GiB", "1048576" -> bytes (the units of TORCHALLOC_CONF)."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
-    if not m or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"not a size: {text!r} (expected e.g. 80GiB, 512MiB, 1.5GiB or a number of bytes)")
-    return int(Fraction(m.group(1)) * _UNITS[m.group(2).lower()])
-
 
 def default_trace_path() -> Path:
     if not DEFAULT_TRACE.is_file():

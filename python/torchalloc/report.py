@@ -23,7 +23,8 @@ import os
 import sys
 from typing import Any, Sequence
 
-from .analysis import Analysis, Anatomy, analyze, fmt_bytes, fmt_seconds, fmt_time
+from .analysis import Analysis, Anatomy, analyze
+from .units import fmt_bytes, fmt_seconds, fmt_time
 
 __all__ = ["report", "render_text", "main"]
 

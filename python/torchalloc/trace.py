@@ -38,6 +38,7 @@ import numpy as np
 
 from . import _records as records
 from ._compressed import decompress
+from .units import fmt_bytes
 
 # Mirrors torchalloc_replay_event: 32 bytes, naturally aligned.
 EVENT_DTYPE = np.dtype(
@@ -442,13 +443,6 @@ def _live_deltas(events: np.ndarray, amount: np.ndarray) -> np.ndarray:
     return out
 
 
-def _fmt(n: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if abs(n) >= 1 << shift:
-            return f"{n / (1 << shift):.2f} {unit}"
-    return f"{n} B"
-
-
 def _native_curve(
     trace: Trace,
     native_pos: list[int],
@@ -468,13 +462,13 @@ def _native_curve(
         initial = end_reserved - net
         if initial < 0:
             trace.notes.append(
-                f"segments at the end hold {_fmt(end_reserved)} but the trace grew by {_fmt(net)}: "
+                f"segments at the end hold {fmt_bytes(end_reserved, 2)} but the trace grew by {fmt_bytes(net, 2)}: "
                 "inconsistent snapshot, initial reserved taken as 0"
             )
             initial = 0
         elif initial > 0:
             trace.notes.append(
-                f"PyTorch held {_fmt(initial)} reserved before the history began (estimated: reserved at the end, "
+                f"PyTorch held {fmt_bytes(initial, 2)} reserved before the history began (estimated: reserved at the end, "
                 "from the snapshot's segments, minus the growth the trace records)"
             )
     else:
