@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import ctypes
 import dataclasses
 import json
 import math
@@ -36,6 +35,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import _lib
+from ._lib import ReplayError
 from ._records import POLICY_NAMES
 from .trace import EVENT_DTYPE, Trace, TraceError, load_trace
 from .units import GiB, fmt_bytes, parse_bytes
@@ -47,80 +47,6 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 DEFAULT_TRACE = DATA_DIR / "default_trace.pickle.xz"
 PROGRESS_MIN_EVENTS = 1_000_000  # show a progress bar from this many events (on a terminal)
 PLOT_POINTS = 2000
-
-# Must equal TORCHALLOC_REPLAY_VERSION in torchalloc.h.
-REPLAY_VERSION = 1
-_RESULT_FIELDS = (
-    "version",
-    "events",
-    "peak_allocated",
-    "peak_requested",
-    "peak_reserved",
-    "peak_reserved_event",
-    "free_at_peak",
-    "largest_free_at_peak",
-    "fragmentation_at_peak",
-    "device_allocs",
-    "device_frees",
-    "alloc_retries",
-    "unknown_frees",
-    "replaced_allocs",
-    "oom",
-    "oom_event",
-    "oom_size",
-    "final_allocated",
-    "final_reserved",
-)
-
-
-class ReplayResultStruct(ctypes.Structure):
-    """torchalloc_replay_result, field for field."""
-
-    _fields_ = [
-        (name, ctypes.c_double if name == "fragmentation_at_peak" else ctypes.c_int64) for name in _RESULT_FIELDS
-    ]
-
-
-class ReplayError(RuntimeError):
-    """The C replay refused its input (the message is the library's)."""
-
-
-_bound_lock = threading.Lock()
-_bound: Any = None
-
-
-def _replay_fn() -> Any:
-    """torchalloc_replay with its prototype, after checking the library's struct sizes."""
-    global _bound
-    if _bound is None:
-        with _bound_lock:
-            if _bound is None:
-                cdll = _lib.lib()
-                if not hasattr(cdll, "torchalloc_replay"):
-                    raise _lib.LibraryError(
-                        f"{_lib.library_path()} has no torchalloc_replay: it was built before replay existed; "
-                        "rebuild the library"
-                    )
-                cdll.torchalloc_replay_event_size.restype = ctypes.c_size_t
-                cdll.torchalloc_replay_result_size.restype = ctypes.c_size_t
-                if cdll.torchalloc_replay_event_size() != EVENT_DTYPE.itemsize or cdll.torchalloc_replay_result_size() != ctypes.sizeof(ReplayResultStruct):
-                    raise _lib.LibraryError(
-                        f"{_lib.library_path()}: the replay structs differ from these bindings'; "
-                        "reinstall the package and the library together"
-                    )
-                fn = cdll.torchalloc_replay
-                fn.restype = ctypes.c_int
-                fn.argtypes = [
-                    ctypes.c_void_p,
-                    ctypes.c_size_t,
-                    ctypes.c_char_p,
-                    ctypes.c_uint64,
-                    ctypes.POINTER(ReplayResultStruct),
-                    ctypes.c_void_p,
-                    ctypes.c_size_t,
-                ]
-                _bound = fn
-    return _bound
 
 
 def _events_of(trace: Trace | np.ndarray) -> np.ndarray:
@@ -139,23 +65,15 @@ def replay_once(
     replays on several threads run in parallel.
     """
     events = _events_of(trace)
-    fn = _replay_fn()
-    out = ReplayResultStruct()
     series = np.empty(series_len, dtype=np.int64) if series_len > 0 else None
-    rc = fn(
+    result = _lib.replay(
         events.ctypes.data if len(events) else None,
         len(events),
-        policy.encode(),
+        policy,
         capacity,
-        ctypes.byref(out),
         series.ctypes.data if series is not None else None,
-        series_len if series is not None else 0,
+        len(series) if series is not None else 0,
     )
-    if rc != 0:
-        raise ReplayError(_lib.last_error() or f"torchalloc_replay({policy!r}) failed")
-    result = {name: getattr(out, name) for name in _RESULT_FIELDS}
-    if result["version"] != REPLAY_VERSION:
-        raise _lib.LibraryError(f"replay result version {result['version']}, these bindings read {REPLAY_VERSION}")
     return result, series
 
 

@@ -36,22 +36,24 @@ from typing import Any, BinaryIO, NoReturn
 
 import numpy as np
 
+from . import _lib
 from . import _records as records
 from ._compressed import decompress
 from .units import fmt_bytes
 
-# Mirrors torchalloc_replay_event: 32 bytes, naturally aligned.
+# Mirrors torchalloc_replay_event field for field, naturally aligned; its size is the C ABI's
+# (_lib checks the library's against it before the first replay).
 EVENT_DTYPE = np.dtype(
     {
         "names": ["addr", "size", "stream", "phase", "kind"],
         "formats": ["<u8", "<u8", "<u8", "<u2", "u1"],
         "offsets": [0, 8, 16, 24, 26],
-        "itemsize": 32,
+        "itemsize": _lib.REPLAY_EVENT_SIZE,
     }
 )
-# Mirrors TORCHALLOC_REPLAY_*.
-ALLOC, FREE, PHASE_BEGIN, PHASE_END = 1, 2, 3, 4
-MAX_PHASES = 256
+# The kinds of replay events (TORCHALLOC_REPLAY_*).
+ALLOC, FREE, PHASE_BEGIN, PHASE_END = _lib.REPLAY_ALLOC, _lib.REPLAY_FREE, _lib.REPLAY_PHASE_BEGIN, _lib.REPLAY_PHASE_END
+MAX_PHASES = _lib.MAX_PHASES
 MAX_REQUEST = (1 << 40) - (2 << 20)  # larger requests are malformed (replay.c refuses them too)
 _U64 = (1 << 64) - 1
 
