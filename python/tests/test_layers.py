@@ -125,7 +125,8 @@ def imports_of(name: str) -> set[str]:
             if target in MODULES:
                 found.add(target)
                 # `from . import x` names a module when x is one
-                found.update(f"{target}.{alias.name}" for alias in node.names if f"{target}.{alias.name}" in MODULES)
+                named = (f"{target}.{alias.name}" for alias in node.names)
+                found.update(m for m in named if m in MODULES)
             else:
                 found.add(target.split(".")[0])
     return found
