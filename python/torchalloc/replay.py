@@ -41,7 +41,8 @@ from .trace import EVENT_DTYPE, Trace, TraceError, load_trace
 from .units import GiB, fmt_bytes, parse_bytes
 
 DEFAULT_POLICIES = tuple(POLICY_NAMES.values())  # every policy the library has, in its registry's order
-DEFAULT_CAPACITY = 80 << 30
+DEFAULT_CAPACITY_TEXT = "80GiB"  # --capacity's default, in its syntax: an 80 GB GPU
+DEFAULT_CAPACITY = parse_bytes(DEFAULT_CAPACITY_TEXT)
 SEARCH_GRANULARITY = 2 << 20
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DEFAULT_TRACE = DATA_DIR / "default_trace.pickle.xz"
@@ -402,7 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("trace", nargs="?", help="PyTorch memory snapshot (.pickle[.gz|.xz]) or torchalloc log; "
                     "default: the trace bundled with torchalloc")
     ap.add_argument("--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated (default: %(default)s)")
-    ap.add_argument("--capacity", default="80GiB", help="simulated device size (default: %(default)s)")
+    ap.add_argument("--capacity", default=DEFAULT_CAPACITY_TEXT, help="simulated device size (default: %(default)s)")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     ap.add_argument("--png", metavar="FILE", help="plot reserved memory over the trace per policy (needs matplotlib)")
     ap.add_argument("--device", type=int, help="which device's trace in a multi-GPU snapshot (default: the busiest)")
