@@ -158,7 +158,9 @@ def test_every_module_has_a_layer() -> None:
     assert not gone, f"LAYERS names modules that no longer exist: {gone}"
     staged = set(_stages("torchalloc.analysis.", ANALYSIS_STAGES))
     in_analysis = {m for m in MODULES if m == "torchalloc.analysis" or m.startswith("torchalloc.analysis.")}
-    assert staged == in_analysis, f"give every analysis module a stage in ANALYSIS_STAGES: {sorted(in_analysis ^ staged)}"
+    assert staged == in_analysis, (
+        f"give every analysis module one stage in ANALYSIS_STAGES: {sorted(in_analysis ^ staged)}"
+    )
 
 
 def test_runtime_imports_neither_tools_nor_numpy() -> None:
