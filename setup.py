@@ -10,6 +10,7 @@ CUDA.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,6 +22,15 @@ from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 LIB_NAME = "libtorchalloc.so"
+
+
+def package_version() -> str:
+    """__version__ of python/torchalloc/__init__.py: the one place the version is written."""
+    init = (ROOT / "python" / "torchalloc" / "__init__.py").read_text(encoding="utf-8")
+    found = re.search(r'^__version__ = "([^"]+)"', init, re.MULTILINE)
+    if found is None:
+        sys.exit("torchalloc: python/torchalloc/__init__.py has no __version__ = \"...\" line")
+    return found.group(1)
 
 
 def _cmake() -> str:
@@ -68,7 +78,7 @@ class BinaryDistribution(Distribution):
 
 setup(
     name="torchalloc",
-    version="0.1.0",
+    version=package_version(),
     description="A CUDA memory allocator for PyTorch that explains itself",
     python_requires=">=3.10",
     package_dir={"": "python"},

@@ -34,7 +34,7 @@ def synthesize(path: Path, n: int) -> None:
     r["tid"] = 4242
     r["device"] = 0
     r["pool"] = 1
-    r["kind"] = np.where(idx % 2 == 0, 1, 2)
+    r["kind"] = np.where(idx % 2 == 0, talog.ALLOC, talog.FREE)
     r["addr"] = 0x7F0000000000 + (idx // 2 % 4096) * 512
     r["size"] = 500 + (idx // 2 % 7) * 512
     r["block_size"] = 512 + (idx // 2 % 7) * 512
@@ -59,7 +59,7 @@ def synthesize(path: Path, n: int) -> None:
     raw[meta + 2, 4:6] = np.frombuffer(struct.pack("<H", 1), np.uint8)
     raw[meta + 2, 16:20] = (ids + 1).view(np.uint8).reshape(-1, 4)
     r["seq"][meta], r["seq"][meta + 1], r["seq"][meta + 2] = meta, meta + 1, meta + 2
-    r["kind"][-1] = talog.KIND_IDS["end"]
+    r["kind"][-1] = talog.END
     end = 128 + 64 * n
     header = struct.pack("<8sIIIIQQIiQIIQ16s", talog.MAGIC, 1, 128, 64, 0x01020304, 0, 0, os.getpid(), -1, 0, 1, 0,
                          end, b"torchalloc").ljust(128, b"\0")

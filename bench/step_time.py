@@ -26,13 +26,11 @@ Without a CUDA GPU (or without torch) it prints `SKIP: <reason>` and exits 0.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import gc
 import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -40,16 +38,16 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "python"))  # run from a checkout without installing
+
+from torchalloc import _gpu_child as child  # noqa: E402
+from torchalloc.units import MiB  # noqa: E402
+
 DEFAULT_LIB = REPO / "build" / "libtorchalloc.so"
-BUILD_HINT = (
-    "build it from the repository root with:\n"
-    "  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DTORCHALLOC_TESTS=OFF && cmake --build build -j"
-)
 RESULT_TAG = "STEP_TIME_RESULT "
 LOG_PATH = "/tmp/step_time_%p.log"
 NATIVE_MODIFIERS = {"expandable": "expandable_segments:True", "async": "backend:cudaMallocAsync"}
 TORCHALLOC_MODIFIERS = ("log", "stacks")
-MiB = 1 << 20
 
 # The workload (DESIGN.md section 5).
 D_MODEL, NHEAD, D_FF, LAYERS, DROPOUT = 1024, 16, 4096, 6, 0.1
@@ -95,70 +93,8 @@ def parse_variant(text: str, extra_conf: str) -> Variant:
 
 
 # ---------------------------------------------------------------------------
-# torchalloc stats through ctypes (layout of torchalloc_stats in torchalloc.h)
-# ---------------------------------------------------------------------------
-
-STATS_VERSION = 1
-STAT_ARRAYS = (
-    "allocation", "segment", "active", "inactive_split", "allocated_bytes",
-    "reserved_bytes", "active_bytes", "inactive_split_bytes", "requested_bytes",
-)
-STAT_COUNTERS = (
-    "num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free",
-    "num_bad_free_unknown", "num_bad_double_free", "num_bad_free_size",
-    "num_bad_size", "num_bad_device",
-)
-
-
-class Stat(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_int64) for name in ("current", "peak", "allocated", "freed")]
-
-
-class Stats(ctypes.Structure):
-    _fields_ = (
-        [("version", ctypes.c_int64)]
-        + [(name, Stat * 3) for name in STAT_ARRAYS]  # [0] all pools, [1] small, [2] large
-        + [(name, ctypes.c_int64) for name in STAT_COUNTERS]
-    )
-
-
-def load_torchalloc(path: Path) -> ctypes.CDLL:
-    """The same .so PyTorch dlopen()s (one copy per process, so state is shared)."""
-    lib = ctypes.CDLL(str(path))
-    lib.torchalloc_last_error.restype = ctypes.c_char_p
-    lib.torchalloc_policy_name.restype = ctypes.c_char_p
-    lib.torchalloc_stats_size.restype = ctypes.c_size_t
-    lib.torchalloc_get_stats.argtypes = [ctypes.c_int, ctypes.POINTER(Stats)]
-    if lib.torchalloc_stats_size() != ctypes.sizeof(Stats):
-        raise RuntimeError(f"torchalloc_stats is {lib.torchalloc_stats_size()} bytes in the library, "
-                           f"{ctypes.sizeof(Stats)} here")
-    return lib
-
-
-def torchalloc_stats(lib: ctypes.CDLL, device: int) -> Stats:
-    out = Stats()
-    if lib.torchalloc_get_stats(device, ctypes.byref(out)) != 0:
-        raise RuntimeError(f"torchalloc_get_stats: {(lib.torchalloc_last_error() or b'').decode()}")
-    if out.version != STATS_VERSION:
-        raise RuntimeError(f"torchalloc_stats version {out.version}, this script reads {STATS_VERSION}")
-    return out
-
-
-# ---------------------------------------------------------------------------
 # Child: one variant, one round
 # ---------------------------------------------------------------------------
-
-
-def install_torchalloc(torch: Any, path: Path, policy: str) -> ctypes.CDLL:
-    """Make torchalloc PyTorch's allocator. Must run before CUDA is initialised."""
-    lib = load_torchalloc(path)
-    got = (lib.torchalloc_policy_name() or b"").decode()  # parses TORCHALLOC_CONF now
-    if got != policy:
-        err = (lib.torchalloc_last_error() or b"").decode() or f"policy is {got!r}"
-        raise RuntimeError(f"TORCHALLOC_CONF={os.environ.get('TORCHALLOC_CONF')!r} rejected: {err}")
-    alloc = torch.cuda.memory.CUDAPluggableAllocator(str(path), "torchalloc_malloc", "torchalloc_free")
-    torch.cuda.memory.change_current_allocator(alloc)
-    return lib
 
 
 def step_shapes(seed: int, steps: int) -> list[tuple[int, int]]:
@@ -201,19 +137,16 @@ def native_memory(torch: Any, device: int) -> dict[str, Any]:
     return out
 
 
-def torchalloc_memory(lib: ctypes.CDLL, device: int) -> dict[str, Any]:
-    s = torchalloc_stats(lib, device)
-    return {
-        "peak_reserved": s.reserved_bytes[0].peak,
-        "peak_allocated": s.allocated_bytes[0].peak,
-        "counters": {name: getattr(s, name) for name in STAT_COUNTERS},
-    }
+def torchalloc_memory(device: int) -> dict[str, Any]:
+    peak_reserved, peak_allocated = child.peaks(device)
+    return {"peak_reserved": peak_reserved, "peak_allocated": peak_allocated, "counters": child.counters(device)}
 
 
 def child_main(args: argparse.Namespace) -> int:
     import torch
 
-    lib = install_torchalloc(torch, Path(args.lib), args.policy) if args.policy else None
+    if args.policy:
+        child.install_library(torch, Path(args.lib), args.policy)
     torch.manual_seed(args.seed)
     torch.cuda.manual_seed_all(args.seed)
     device = torch.device("cuda", torch.cuda.current_device())
@@ -232,7 +165,7 @@ def child_main(args: argparse.Namespace) -> int:
         step_ms.append(ms)
         losses.append(loss)
     gc.collect()
-    memory = native_memory(torch, device.index) if lib is None else torchalloc_memory(lib, device.index)
+    memory = torchalloc_memory(device.index) if args.policy else native_memory(torch, device.index)
     result = {
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name(device),
@@ -241,28 +174,13 @@ def child_main(args: argparse.Namespace) -> int:
         "last_loss": losses[-1] if losses else None,
         **memory,
     }
-    print(RESULT_TAG + json.dumps(result), flush=True)
+    child.print_result(RESULT_TAG, result)
     return 0
 
 
 # ---------------------------------------------------------------------------
 # Parent: rounds x variants, then the table
 # ---------------------------------------------------------------------------
-
-
-def skip_reason() -> str | None:
-    try:
-        import torch
-    except ImportError as e:
-        return f"torch is not installed ({e})"
-    if not torch.cuda.is_available():
-        return (f"no CUDA GPU: torch.cuda.is_available() is False "
-                f"(torch {torch.__version__}, built for CUDA {torch.version.cuda})")
-    return None
-
-
-def tail(text: str, lines: int = 30) -> str:
-    return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
 def child_env(v: Variant) -> dict[str, str]:
@@ -277,19 +195,10 @@ def child_env(v: Variant) -> dict[str, str]:
 
 
 def run_child(v: Variant, args: argparse.Namespace, lib: Path) -> dict[str, Any]:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--lib", str(lib),
-           "--steps", str(args.steps), "--warmup", str(args.warmup), "--seed", str(args.seed)]
+    child_args = ["--lib", str(lib), "--steps", str(args.steps), "--warmup", str(args.warmup), "--seed", str(args.seed)]
     if not v.native:
-        cmd += ["--policy", v.policy]
-    try:
-        proc = subprocess.run(cmd, env=child_env(v), capture_output=True, text=True, timeout=args.timeout)
-    except subprocess.TimeoutExpired as e:
-        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
-        return {"error": f"timed out after {args.timeout:.0f} s", "stderr": err}
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(RESULT_TAG) and proc.returncode == 0:
-            return json.loads(line[len(RESULT_TAG):])
-    return {"error": f"child exited with status {proc.returncode} and no result", "stderr": proc.stderr}
+        child_args += ["--policy", v.policy]
+    return child.run_child(__file__, child_args, child_env(v), args.timeout, RESULT_TAG)
 
 
 @dataclass
@@ -361,13 +270,12 @@ def parent_main(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    reason = skip_reason()
+    reason = child.skip_reason()
     if reason:
         print(f"SKIP: {reason}")
         return 0
     lib = Path(args.lib).resolve()
-    if any(not v.native for v in variants) and not lib.is_file():
-        print(f"error: {lib} does not exist; {BUILD_HINT}", file=sys.stderr)
+    if any(not v.native for v in variants) and child.library_missing(lib):
         return 1
     summaries = [Summary(v) for v in variants]
     for rnd in range(args.rounds):
@@ -377,7 +285,7 @@ def parent_main(args: argparse.Namespace) -> int:
             result = run_child(s.variant, args, lib)
             if "error" in result:
                 s.errors.append(f"round {rnd + 1}: {result['error']}")
-                print(f"  FAILED: {result['error']}\n{tail(result.get('stderr', ''))}", file=sys.stderr)
+                print(f"  FAILED: {result['error']}\n{child.tail(result.get('stderr', ''))}", file=sys.stderr)
             else:
                 s.rounds.append(dict(result, round=rnd))
     native = next((s for s in summaries if s.variant.name == "native"), None)

@@ -89,7 +89,7 @@ def reasons_at(a: Any, file: str, line: int) -> dict[str, int]:
 
 def explain_line(a: Any, file: str, line: int, what: str) -> list[dict[str, Any]]:
     """Print the report's lifetime rows for file:line; return them as dicts."""
-    from torchalloc.analysis import fmt_bytes
+    from torchalloc.units import fmt_bytes
 
     base = os.path.basename(file)
     rows = [r for r in a.lifetimes() if r.site.startswith(f"{base}:{line} ")]

@@ -19,12 +19,9 @@ Build the library first:
 from __future__ import annotations
 
 import argparse
-import ctypes
 import gc
-import json
 import os
 import struct
-import subprocess
 import sys
 import time
 import warnings
@@ -32,83 +29,15 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "python"))  # run from a checkout without installing
+
+from torchalloc import _gpu_child as child  # noqa: E402
+from torchalloc.units import MiB  # noqa: E402
+
 DEFAULT_LIB = REPO / "build" / "libtorchalloc.so"
-BUILD_HINT = (
-    "build it from the repository root with:\n"
-    "  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DTORCHALLOC_TESTS=OFF && cmake --build build -j"
-)
 RESULT_TAG = "TRAIN_PARITY_RESULT "
 MODELS = ("mlp_sgd", "mlp_adamw", "transformer_adamw")
 SEED = 1234
-MiB = 1 << 20
-
-
-# ---------------------------------------------------------------------------
-# torchalloc stats through ctypes (layout of torchalloc_stats in torchalloc.h)
-# ---------------------------------------------------------------------------
-
-STATS_VERSION = 1
-STAT_ARRAYS = (
-    "allocation", "segment", "active", "inactive_split", "allocated_bytes",
-    "reserved_bytes", "active_bytes", "inactive_split_bytes", "requested_bytes",
-)
-STAT_COUNTERS = (
-    "num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free",
-    "num_bad_free_unknown", "num_bad_double_free", "num_bad_free_size",
-    "num_bad_size", "num_bad_device",
-)
-
-
-class Stat(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_int64) for name in ("current", "peak", "allocated", "freed")]
-
-
-class Stats(ctypes.Structure):
-    _fields_ = (
-        [("version", ctypes.c_int64)]
-        + [(name, Stat * 3) for name in STAT_ARRAYS]  # [0] all pools, [1] small, [2] large
-        + [(name, ctypes.c_int64) for name in STAT_COUNTERS]
-    )
-
-
-class Torchalloc:
-    """The control half of the C ABI, on the same .so PyTorch dlopen()ed."""
-
-    def __init__(self, path: Path) -> None:
-        self.lib = ctypes.CDLL(str(path))
-        self.lib.torchalloc_last_error.restype = ctypes.c_char_p
-        self.lib.torchalloc_policy_name.restype = ctypes.c_char_p
-        self.lib.torchalloc_stats_size.restype = ctypes.c_size_t
-        self.lib.torchalloc_get_stats.argtypes = [ctypes.c_int, ctypes.POINTER(Stats)]
-        self.lib.torchalloc_reset_peak_stats.argtypes = [ctypes.c_int]
-        self.lib.torchalloc_empty_cache.argtypes = [ctypes.c_int]
-        self.lib.torchalloc_empty_cache.restype = ctypes.c_int64
-        size = self.lib.torchalloc_stats_size()
-        if size != ctypes.sizeof(Stats):
-            raise RuntimeError(f"torchalloc_stats is {size} bytes in the library, {ctypes.sizeof(Stats)} here")
-
-    def last_error(self) -> str:
-        return (self.lib.torchalloc_last_error() or b"").decode(errors="replace")
-
-    def policy_name(self) -> str:
-        """Initialises from TORCHALLOC_CONF; "" when the config was rejected."""
-        return (self.lib.torchalloc_policy_name() or b"").decode(errors="replace")
-
-    def stats(self, device: int) -> Stats:
-        out = Stats()
-        if self.lib.torchalloc_get_stats(device, ctypes.byref(out)) != 0:
-            raise RuntimeError(f"torchalloc_get_stats({device}) failed: {self.last_error()}")
-        if out.version != STATS_VERSION:
-            raise RuntimeError(f"torchalloc_stats version {out.version}, this script reads {STATS_VERSION}")
-        return out
-
-    def reset_peak(self, device: int) -> None:
-        if self.lib.torchalloc_reset_peak_stats(device) != 0:
-            raise RuntimeError(f"torchalloc_reset_peak_stats({device}) failed: {self.last_error()}")
-
-    def empty_cache(self, device: int) -> None:
-        if self.lib.torchalloc_empty_cache(device) < 0:
-            raise RuntimeError(f"torchalloc_empty_cache({device}) failed: {self.last_error()}")
 
 
 # ---------------------------------------------------------------------------
@@ -119,28 +48,25 @@ class Torchalloc:
 class MemoryMeter:
     """Peak reserved/allocated bytes from whichever allocator is in charge."""
 
-    def __init__(self, torch: Any, ta: Torchalloc | None, device: int) -> None:
-        self.torch, self.ta, self.device = torch, ta, device
+    def __init__(self, torch: Any, torchalloc: bool, device: int) -> None:
+        self.torch, self.torchalloc, self.device = torch, torchalloc, device
 
     def reset(self) -> None:
         gc.collect()
         self.torch.cuda.synchronize()
-        if self.ta is None:
+        if not self.torchalloc:
             self.torch.cuda.empty_cache()
             self.torch.cuda.reset_peak_memory_stats(self.device)
         else:
-            # torch.cuda.empty_cache()/reset_peak_memory_stats() do not reach
-            # a pluggable allocator's stats; ask the library directly.
-            self.ta.empty_cache(self.device)
-            self.ta.reset_peak(self.device)
+            child.empty_cache(self.device)
+            child.reset_peaks(self.device)
 
     def peaks(self) -> tuple[int, int]:
         """(peak reserved bytes, peak allocated bytes) since reset()."""
-        if self.ta is None:
+        if not self.torchalloc:
             return (self.torch.cuda.max_memory_reserved(self.device),
                     self.torch.cuda.max_memory_allocated(self.device))
-        s = self.ta.stats(self.device)
-        return s.reserved_bytes[0].peak, s.allocated_bytes[0].peak
+        return child.peaks(self.device)
 
 
 def float_bits(x: float) -> str:
@@ -235,26 +161,15 @@ def train(torch: Any, name: str, steps: int, device: Any, meter: MemoryMeter) ->
     }
 
 
-def install_torchalloc(torch: Any, lib: Path, policy: str) -> Torchalloc:
-    """Make torchalloc PyTorch's allocator. Must run before CUDA is initialised."""
-    ta = Torchalloc(lib)
-    got = ta.policy_name()  # reads TORCHALLOC_CONF now, before any allocation depends on it
-    if got != policy:
-        raise RuntimeError(f"torchalloc did not take policy {policy!r} (TORCHALLOC_CONF="
-                           f"{os.environ.get('TORCHALLOC_CONF')!r}): {ta.last_error() or 'policy is ' + repr(got)}")
-    alloc = torch.cuda.memory.CUDAPluggableAllocator(str(lib), "torchalloc_malloc", "torchalloc_free")
-    torch.cuda.memory.change_current_allocator(alloc)
-    return ta
-
-
 def child_main(args: argparse.Namespace) -> int:
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before cuBLAS starts
     import torch
 
-    ta = install_torchalloc(torch, Path(args.lib), args.policy) if args.policy else None
+    if args.policy:
+        child.install_library(torch, Path(args.lib), args.policy)
     set_determinism(torch)
     device = torch.device("cuda", torch.cuda.current_device())
-    meter = MemoryMeter(torch, ta, device.index)
+    meter = MemoryMeter(torch, bool(args.policy), device.index)
     results = {name: train(torch, name, args.steps, device, meter) for name in MODELS}
     out = {
         "allocator": f"torchalloc:{args.policy}" if args.policy else "native",
@@ -262,10 +177,9 @@ def child_main(args: argparse.Namespace) -> int:
         "gpu": torch.cuda.get_device_name(device),
         "models": results,
     }
-    if ta is not None:
-        s = ta.stats(device.index)
-        out["counters"] = {name: getattr(s, name) for name in STAT_COUNTERS}
-    print(RESULT_TAG + json.dumps(out), flush=True)
+    if args.policy:
+        out["counters"] = child.counters(device.index)
+    child.print_result(RESULT_TAG, out)
     return 0
 
 
@@ -274,40 +188,15 @@ def child_main(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------
 
 
-def skip_reason() -> str | None:
-    """Why this machine cannot run the proof, or None when it can."""
-    try:
-        import torch
-    except ImportError as e:
-        return f"torch is not installed ({e})"
-    if not torch.cuda.is_available():
-        return (f"no CUDA GPU: torch.cuda.is_available() is False "
-                f"(torch {torch.__version__}, built for CUDA {torch.version.cuda})")
-    return None
-
-
-def tail(text: str, lines: int = 30) -> str:
-    return "\n".join(text.rstrip().splitlines()[-lines:])
-
-
 def run_child(lib: Path, policy: str | None, steps: int, timeout: float) -> dict[str, Any]:
     """One training run in a fresh interpreter; returns its result or {"error": ...}."""
     env = dict(os.environ, CUBLAS_WORKSPACE_CONFIG=":4096:8")
     env.pop("TORCHALLOC_CONF", None)
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--lib", str(lib), "--steps", str(steps)]
+    args = ["--lib", str(lib), "--steps", str(steps)]
     if policy:
         env["TORCHALLOC_CONF"] = f"policy:{policy}"
-        cmd += ["--policy", policy]
-    try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
-        return {"error": f"timed out after {timeout:.0f} s", "stderr": err}
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(RESULT_TAG) and proc.returncode == 0:
-            return json.loads(line[len(RESULT_TAG):])
-    return {"error": f"child exited with status {proc.returncode} and no result",
-            "stderr": proc.stderr, "stdout": proc.stdout}
+        args += ["--policy", policy]
+    return child.run_child(__file__, args, env, timeout, RESULT_TAG)
 
 
 def first_difference(ref: dict[str, Any], got: dict[str, Any]) -> str | None:
@@ -344,14 +233,13 @@ def print_table(runs: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def parent_main(args: argparse.Namespace) -> int:
-    reason = skip_reason()
+    reason = child.skip_reason()
     if reason:
         print(f"SKIP: {reason}")
         return 0
     lib = Path(args.lib).resolve()
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    if policies and not lib.is_file():
-        print(f"error: {lib} does not exist; {BUILD_HINT}", file=sys.stderr)
+    if policies and child.library_missing(lib):
         return 1
     runs: dict[str, dict[str, Any]] = {}
     failures: list[str] = []
@@ -360,7 +248,7 @@ def parent_main(args: argparse.Namespace) -> int:
         print(f"running {name} ({args.steps} steps per model) ...", flush=True)
         result = run_child(lib, policy, args.steps, args.timeout)
         if "error" in result:
-            failures.append(f"{name}: {result['error']}\n--- stderr (tail) ---\n{tail(result.get('stderr', ''))}")
+            failures.append(f"{name}: {result['error']}\n--- stderr (tail) ---\n{child.tail(result.get('stderr', ''))}")
             if policy is None:
                 break  # nothing to compare against
         else:

@@ -210,6 +210,33 @@ def test_without_stacks_falls_back_to_phases_and_says_so() -> None:
     assert "no stacks" in render_text(a)
 
 
+def test_without_stacks_or_phases() -> None:
+    """A log written with log:PATH alone: classification, categories and every section cope without either."""
+    L = SynthLog()
+    L.alloc(0, MiB)
+    L.alloc(MiB, 2 * MiB)
+    L.free(0)
+    L.alloc(3 * MiB, MiB)
+    L.free(MiB)
+    t = L.table()
+    # the stages that need occurrences, alone: there are none
+    blocks, _ = A.pair_blocks(t)
+    occ = A.phase_occurrences(t)
+    assert len(occ.phase) == 0
+    in_backward, how = A.backward_mask(t, occ)
+    reasons = A.classify(t, blocks, occ, in_backward, sites=A.SiteTable())
+    assert [A.REASONS[r] for r in reasons.reason] == [A.Reason.SAME_PHASE, A.Reason.SAME_PHASE, A.Reason.PERSISTENT]
+    assert how == "none" and not reasons.has_stacks
+    assert len(A.categorize(t, blocks, occ, reasons).category) == 3
+    # and the whole report
+    a = A.analyze(t)
+    assert {r.reason for r in a.lifetimes()} == {"freed within its phase", "persistent"}
+    assert [p.phase for p in a.phases()] == ["default"] and a.phases()[0].transient == 3 * MiB
+    assert any("no stacks" in n for n in a.notes)
+    assert "== Lifetimes" in render_text(a)
+    json.dumps(a.to_dict())
+
+
 # ---------------------------------------------------------------------------
 # A training-shaped log: phases, peak anatomy, the estimate
 # ---------------------------------------------------------------------------

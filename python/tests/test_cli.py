@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -65,3 +66,27 @@ def test_missing_subcommand_module_is_a_clear_error(monkeypatch: pytest.MonkeyPa
     monkeypatch.setitem(cli.COMMANDS, "later", cli.Command("not_written_yet", "main", "test"))
     with pytest.raises(SystemExit, match="not available in this installation"):
         cli.main(["later"])
+
+
+def test_every_command_resolves() -> None:
+    """Each COMMANDS entry names a module and function that exist (a moved module would break one)."""
+    for name in cli.COMMANDS:
+        assert callable(cli._resolve(name)), name
+
+
+def test_version_is_written_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """setup.py takes the version from torchalloc/__init__.py instead of writing it again."""
+    import runpy
+
+    import setuptools
+
+    import torchalloc
+
+    setup_py = PYTHON_DIR.parent / "setup.py"
+    assert not re.search(r"version\s*=\s*['\"]\d", setup_py.read_text()), "setup.py writes a version literal"
+    captured: dict[str, object] = {}
+    monkeypatch.setattr(setuptools, "setup", lambda **kw: captured.update(kw))
+    runpy.run_path(str(setup_py), run_name="setup_under_test")
+    assert captured["version"] == torchalloc.__version__
+    done = run_cli("--version")
+    assert done.stdout.strip() == f"torchalloc {torchalloc.__version__}"

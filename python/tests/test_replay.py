@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from torchalloc import replay, trace
+from torchalloc import replay, trace, units
 from torchalloc.trace import ALLOC, FREE, PHASE_BEGIN, PHASE_END, TraceError
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -444,7 +444,7 @@ def test_bad_capacity() -> None:
      ("2g", 2 << 30)],
 )
 def test_parse_bytes(text: str, value: int) -> None:
-    assert replay.parse_bytes(text) == value
+    assert units.parse_bytes(text) == value
 
 
 def test_cli_dispatches_replay(lib: Path) -> None:

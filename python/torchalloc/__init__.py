@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place: setup.py reads it from here
 
 # public name -> (submodule, attribute in it)
 _EXPORTS: dict[str, tuple[str, str]] = {

@@ -2,7 +2,10 @@
 
 This is the only module that knows the C ABI (allocator/torchalloc.h): every
 function's argument and return types and the layout of the structs. The rest
-of the package calls `lib()` and works with Python values.
+of the package calls `lib()` (or `replay()`) and works with Python values.
+The one mirror of a C struct elsewhere is trace.EVENT_DTYPE, the numpy view
+of torchalloc_replay_event, whose size is checked against REPLAY_EVENT_SIZE,
+which `replay()` checks against the library's.
 
 The library is looked up in this order:
 
@@ -32,10 +35,6 @@ STATS_VERSION = 1
 PHASE_NAME_MAX = 63
 MAX_PHASES = 256
 
-# Pool indices of every torchalloc_stat[3] array, in torch's order.
-POOL_ALL, POOL_SMALL, POOL_LARGE = 0, 1, 2
-POOL_NAMES = ("all", "small_pool", "large_pool")
-
 # The stat arrays of torchalloc_stats, in struct order.
 STAT_ARRAYS = (
     "allocation",
@@ -64,6 +63,10 @@ _REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
 class LibraryError(RuntimeError):
     """libtorchalloc.so is missing, unloadable or does not match these bindings."""
+
+
+class ReplayError(RuntimeError):
+    """The C replay refused its input (the message is the library's)."""
 
 
 class Stat(ctypes.Structure):
@@ -102,6 +105,44 @@ class PhaseStatsStruct(ctypes.Structure):
     """torchalloc_phase_stats, field for field."""
 
     _fields_ = [(name, ctypes.c_int64) for name in PHASE_STAT_FIELDS]
+
+
+# Replay (allocator/replay.c). Must equal TORCHALLOC_REPLAY_VERSION in torchalloc.h.
+REPLAY_VERSION = 1
+# TORCHALLOC_REPLAY_*: what a torchalloc_replay_event does.
+REPLAY_ALLOC, REPLAY_FREE, REPLAY_PHASE_BEGIN, REPLAY_PHASE_END = 1, 2, 3, 4
+# sizeof(torchalloc_replay_event); its fields are laid out by trace.EVENT_DTYPE (numpy, not runtime).
+REPLAY_EVENT_SIZE = 32
+REPLAY_RESULT_FIELDS = (
+    "version",
+    "events",
+    "peak_allocated",
+    "peak_requested",
+    "peak_reserved",
+    "peak_reserved_event",
+    "free_at_peak",
+    "largest_free_at_peak",
+    "fragmentation_at_peak",
+    "device_allocs",
+    "device_frees",
+    "alloc_retries",
+    "unknown_frees",
+    "replaced_allocs",
+    "oom",
+    "oom_event",
+    "oom_size",
+    "final_allocated",
+    "final_reserved",
+)
+
+
+class ReplayResultStruct(ctypes.Structure):
+    """torchalloc_replay_result, field for field."""
+
+    _fields_ = [
+        (name, ctypes.c_double if name == "fragmentation_at_peak" else ctypes.c_int64)
+        for name in REPLAY_RESULT_FIELDS
+    ]
 
 
 _c_int, _c_int64, _c_size_t = ctypes.c_int, ctypes.c_int64, ctypes.c_size_t
@@ -146,6 +187,13 @@ _OPTIONAL_SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "torchalloc_log_open": (_c_int, [_c_char_p]),
     "torchalloc_log_close": (None, []),
     "torchalloc_log_path": (_c_char_p, []),
+    "torchalloc_replay_event_size": (_c_size_t, []),
+    "torchalloc_replay_result_size": (_c_size_t, []),
+    # events, n, policy, capacity, result, reserved series (or NULL), series length
+    "torchalloc_replay": (
+        _c_int,
+        [_c_void_p, _c_size_t, _c_char_p, ctypes.c_uint64, ctypes.POINTER(ReplayResultStruct), _c_void_p, _c_size_t],
+    ),
 }
 
 _lock = threading.Lock()
@@ -280,3 +328,46 @@ def config_keys() -> list[str]:
     """The keys TORCHALLOC_CONF accepts."""
     keys: bytes = lib().torchalloc_config_keys()
     return keys.decode().split()
+
+
+_replay_abi_checked = False
+
+
+def _check_replay_abi(cdll: ctypes.CDLL) -> None:
+    """Refuse a library without replay, or whose replay structs differ from these bindings'."""
+    global _replay_abi_checked
+    if _replay_abi_checked:
+        return
+    if not hasattr(cdll, "torchalloc_replay"):
+        raise LibraryError(
+            f"{library_path()} has no torchalloc_replay: it was built before replay existed; rebuild the library"
+        )
+    if (cdll.torchalloc_replay_event_size() != REPLAY_EVENT_SIZE
+            or cdll.torchalloc_replay_result_size() != ctypes.sizeof(ReplayResultStruct)):
+        raise LibraryError(
+            f"{library_path()}: the replay structs differ from these bindings'; "
+            "reinstall the package and the library together"
+        )
+    _replay_abi_checked = True  # a race only repeats the check
+
+
+def replay(
+    events: int | None, count: int, policy: str, capacity: int, series: int | None = None, series_len: int = 0
+) -> dict[str, Any]:
+    """torchalloc_replay: `count` torchalloc_replay_event structs at address `events` through `policy`
+    on a simulated device of `capacity` bytes (0: unlimited). With `series` (the address of
+    `series_len` int64s), the library fills in the highest reserved bytes per bucket of events.
+
+    Returns the torchalloc_replay_result as a dict; ReplayError with the library's reason when it
+    refuses the input. ctypes releases the GIL for the call, so replays on threads run in parallel.
+    """
+    cdll = lib()
+    _check_replay_abi(cdll)
+    out = ReplayResultStruct()
+    if cdll.torchalloc_replay(events, count, policy.encode(), capacity, ctypes.byref(out), series,
+                              series_len if series is not None else 0) != 0:
+        raise ReplayError(last_error() or f"torchalloc_replay({policy!r}) failed")
+    result = {name: getattr(out, name) for name in REPLAY_RESULT_FIELDS}
+    if result["version"] != REPLAY_VERSION:
+        raise LibraryError(f"replay result version {result['version']}, these bindings read {REPLAY_VERSION}")
+    return result

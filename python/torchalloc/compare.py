@@ -39,10 +39,13 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from ._records import POLICY_NAMES
+from .units import GiB, fmt_bytes
+
 ENV_POLICY = "TORCHALLOC_COMPARE_POLICY"
 ENV_OUT = "TORCHALLOC_COMPARE_OUT"
-DEFAULT_POLICIES = ("native", "caching", "exact", "phase_arena")
-NATIVE = "native"
+NATIVE = "native"  # PyTorch's own allocator
+DEFAULT_POLICIES = (NATIVE, *POLICY_NAMES.values())
 _STDERR_TAIL = 30  # lines of a failed run's stderr to show
 
 # The hook. Plain Python, no imports of torchalloc at module level beyond
@@ -237,10 +240,11 @@ def run_one(policy: str, command: Sequence[str], workdir: Path, timeout: float |
     )
 
 
-def _fmt_bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    return f"{n / (1 << 30):.2f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
+def _fmt_peak(n: int | None) -> str:
+    """A peak in GiB (two decimals) or, below 1 GiB, in MiB (one): a script's peaks come in those two sizes."""
+    if n is None or n < GiB:
+        return fmt_bytes(n, 1, unit="MiB")
+    return fmt_bytes(n, 2)
 
 
 def format_table(command: Sequence[str], results: list[RunResult]) -> str:
@@ -248,7 +252,7 @@ def format_table(command: Sequence[str], results: list[RunResult]) -> str:
     rows = []
     for r in results:
         ratio = f"{r.peak_reserved / r.peak_allocated:.3f}" if r.peak_allocated and r.peak_reserved else "-"
-        rows.append([r.policy, r.status, _fmt_bytes(r.peak_allocated), _fmt_bytes(r.peak_reserved), ratio,
+        rows.append([r.policy, r.status, _fmt_peak(r.peak_allocated), _fmt_peak(r.peak_reserved), ratio,
                      f"{r.wall_s:.1f} s"])
     widths = [max(len(x[i]) for x in [header] + rows) for i in range(len(header))]
     lines = [f"command: {shlex.join(command)}", ""]

@@ -35,7 +35,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .analysis import ALLOC, FREE, OOM, SEGMENT_ALLOC, SEGMENT_FREE, EventTable, Stack, load
+from ._records import ALLOC, FREE, OOM, SEGMENT_ALLOC, SEGMENT_FREE
+from .analysis import EventTable, Stack, load
 
 __all__ = ["to_snapshot", "write_snapshot", "main", "check_snapshot"]
 

@@ -30,6 +30,37 @@ from typing import IO, Iterator, NamedTuple, Union
 import numpy as np
 
 from ._compressed import decompress, is_compressed
+# The record kinds, flags, statuses, policy and pool names: defined in _records
+# (one source for the whole package), re-exported here for users of the decoder.
+from ._records import (  # noqa: F401
+    ALLOC,
+    END,
+    FRAME,
+    FREE,
+    FREE_DEFERRED,
+    KIND_IDS,
+    KIND_NAMES,
+    LABELLED_KINDS,
+    LOG_MAGIC,
+    MARKER,
+    MAX_KIND,
+    METADATA_KINDS,
+    OOM,
+    PHASE_BEGIN,
+    PHASE_END,
+    POLICY_NAMES,
+    POOL_NAMES,
+    SEGMENT_ALLOC,
+    SEGMENT_FREE,
+    STACK,
+    STATUS_CUT_SHORT,
+    STATUS_NAMES,
+    STATUS_NO_SPACE,
+    STRING,
+    TRIM,
+    TRIM_REASONS,
+    TRUNCATED,
+)
 
 __all__ = [
     "MAGIC",
@@ -47,39 +78,12 @@ __all__ = [
     "to_jsonl",
 ]
 
-MAGIC = b"TALOG\0\0\0"
+MAGIC = LOG_MAGIC
 VERSION = 1
 HEADER_SIZE = 128
 RECORD_SIZE = 64
 BYTE_ORDER_MARK = 0x01020304
 
-# Record kinds (allocator/log.h, enum ta_log_kind).
-KIND_NAMES: dict[int, str] = {
-    1: "alloc",
-    2: "free",
-    3: "segment_alloc",
-    4: "segment_free",
-    5: "oom",
-    6: "trim",
-    7: "phase_begin",
-    8: "phase_end",
-    9: "marker",
-    10: "truncated",
-    11: "string",
-    12: "frame",
-    13: "stack",
-    14: "end",
-}
-KIND_IDS: dict[str, int] = {name: kind for kind, name in KIND_NAMES.items()}
-MAX_KIND = max(KIND_NAMES)
-STRING, FRAME, STACK = KIND_IDS["string"], KIND_IDS["frame"], KIND_IDS["stack"]
-METADATA_KINDS = (STRING, FRAME, STACK)
-
-POLICY_NAMES = {0: "caching", 1: "exact", 2: "phase_arena"}
-POOL_NAMES = {0: "", 1: "small", 2: "large"}
-TRIM_REASONS = {0: "empty_cache", 1: "oom_retry", 2: "arena_trim"}
-STATUS_NAMES = {0: "open", 1: "closed", 2: "log_max reached", 3: "file could not grow", 4: "address space used up"}
-FREE_DEFERRED = 1
 
 # Event records: docs/LOG_FORMAT.md, "Event records".
 RECORD_DTYPE = np.dtype(
@@ -140,7 +144,7 @@ class LogHeader:
     pid: int
     rank: int                  # $RANK of the writer, -1 when unset
     max_bytes: int             # log_max, 0 for none
-    status: int                # 0 open/killed, 1 closed, 2 log_max reached, 3 disk full, 4 no address space
+    status: int                # STATUS_NAMES: open (or killed), closed, log_max reached, disk full, ...
     end_offset: int            # with status != 0: bytes of valid data
     producer: str
 
@@ -182,7 +186,7 @@ class Log:
 
     def label(self, record: np.void) -> str:
         """The name of a phase_begin/phase_end record, the text of a marker; "" otherwise."""
-        if int(record["kind"]) in (KIND_IDS["phase_begin"], KIND_IDS["phase_end"], KIND_IDS["marker"]):
+        if int(record["kind"]) in LABELLED_KINDS:
             return self.strings.get(int(record["stack"]), "")
         return ""
 
@@ -356,12 +360,12 @@ def read_log(source: Union[str, os.PathLike, bytes, bytearray, memoryview], *, w
     # structured dtype (numpy copies that field by field, 5x slower).
     events = (kinds != 0) & ((kinds < STRING) | (kinds > STACK))
     records = slots[:last].view(np.dtype((np.void, RECORD_SIZE))).reshape(-1)[events].view(RECORD_DTYPE)
-    truncated = bool(np.any(records["kind"] == KIND_IDS["truncated"])) or header.status in (2, 3, 4)
-    complete = bool(len(records)) and int(records["kind"][-1]) == KIND_IDS["end"]
-    if header.status == 3:
+    truncated = bool(np.any(records["kind"] == TRUNCATED)) or header.status in STATUS_CUT_SHORT
+    complete = bool(len(records)) and int(records["kind"][-1]) == END
+    if header.status == STATUS_NO_SPACE:
         damage.note(f"the writer could not grow the file (disk full?); it stopped at byte offset {header.end_offset}")
     phase_names = {0: "default"}
-    begins = records[records["kind"] == KIND_IDS["phase_begin"]]
+    begins = records[records["kind"] == PHASE_BEGIN]
     for phase, label in set(zip(begins["phase"].tolist(), begins["stack"].tolist())):
         phase_names[phase] = strings.get(label, f"phase{phase}")
     if warn:
@@ -381,7 +385,7 @@ COLUMNS = ("seq", "time_ns", "kind", "device", "stream", "addr", "size", "block_
 def _rows(log: Log) -> Iterator[tuple]:
     r = log.records
     kinds = kind_names(r["kind"]).tolist()
-    labelled = np.isin(r["kind"], [KIND_IDS["phase_begin"], KIND_IDS["phase_end"], KIND_IDS["marker"]]).tolist()
+    labelled = np.isin(r["kind"], LABELLED_KINDS).tolist()
     columns = [r[name].tolist() for name in ("seq", "time_ns", "device", "stream", "addr", "size", "block_size",
                                               "phase", "policy", "pool", "flags", "tid", "stack")]
     for i, (seq, t, dev, stream, addr, size, block, phase, policy, pool, flags, tid, stack) in enumerate(zip(*columns)):

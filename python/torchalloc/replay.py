@@ -22,105 +22,32 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import ctypes
 import dataclasses
 import json
 import math
 import os
-import re
 import sys
 import threading
 import time
-from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from . import _lib
+from ._lib import ReplayError
+from ._records import POLICY_NAMES
 from .trace import EVENT_DTYPE, Trace, TraceError, load_trace
+from .units import GiB, fmt_bytes, parse_bytes
 
-DEFAULT_POLICIES = ("caching", "exact", "phase_arena")
-DEFAULT_CAPACITY = 80 << 30
+DEFAULT_POLICIES = tuple(POLICY_NAMES.values())  # every policy the library has, in its registry's order
+DEFAULT_CAPACITY_TEXT = "80GiB"  # --capacity's default, in its syntax: an 80 GB GPU
+DEFAULT_CAPACITY = parse_bytes(DEFAULT_CAPACITY_TEXT)
 SEARCH_GRANULARITY = 2 << 20
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DEFAULT_TRACE = DATA_DIR / "default_trace.pickle.xz"
 PROGRESS_MIN_EVENTS = 1_000_000  # show a progress bar from this many events (on a terminal)
 PLOT_POINTS = 2000
-
-# Must equal TORCHALLOC_REPLAY_VERSION in torchalloc.h.
-REPLAY_VERSION = 1
-_RESULT_FIELDS = (
-    "version",
-    "events",
-    "peak_allocated",
-    "peak_requested",
-    "peak_reserved",
-    "peak_reserved_event",
-    "free_at_peak",
-    "largest_free_at_peak",
-    "fragmentation_at_peak",
-    "device_allocs",
-    "device_frees",
-    "alloc_retries",
-    "unknown_frees",
-    "replaced_allocs",
-    "oom",
-    "oom_event",
-    "oom_size",
-    "final_allocated",
-    "final_reserved",
-)
-
-
-class ReplayResultStruct(ctypes.Structure):
-    """torchalloc_replay_result, field for field."""
-
-    _fields_ = [
-        (name, ctypes.c_double if name == "fragmentation_at_peak" else ctypes.c_int64) for name in _RESULT_FIELDS
-    ]
-
-
-class ReplayError(RuntimeError):
-    """The C replay refused its input (the message is the library's)."""
-
-
-_bound_lock = threading.Lock()
-_bound: Any = None
-
-
-def _replay_fn() -> Any:
-    """torchalloc_replay with its prototype, after checking the library's struct sizes."""
-    global _bound
-    if _bound is None:
-        with _bound_lock:
-            if _bound is None:
-                cdll = _lib.lib()
-                if not hasattr(cdll, "torchalloc_replay"):
-                    raise _lib.LibraryError(
-                        f"{_lib.library_path()} has no torchalloc_replay: it was built before replay existed; "
-                        "rebuild the library"
-                    )
-                cdll.torchalloc_replay_event_size.restype = ctypes.c_size_t
-                cdll.torchalloc_replay_result_size.restype = ctypes.c_size_t
-                if cdll.torchalloc_replay_event_size() != EVENT_DTYPE.itemsize or cdll.torchalloc_replay_result_size() != ctypes.sizeof(ReplayResultStruct):
-                    raise _lib.LibraryError(
-                        f"{_lib.library_path()}: the replay structs differ from these bindings'; "
-                        "reinstall the package and the library together"
-                    )
-                fn = cdll.torchalloc_replay
-                fn.restype = ctypes.c_int
-                fn.argtypes = [
-                    ctypes.c_void_p,
-                    ctypes.c_size_t,
-                    ctypes.c_char_p,
-                    ctypes.c_uint64,
-                    ctypes.POINTER(ReplayResultStruct),
-                    ctypes.c_void_p,
-                    ctypes.c_size_t,
-                ]
-                _bound = fn
-    return _bound
 
 
 def _events_of(trace: Trace | np.ndarray) -> np.ndarray:
@@ -139,23 +66,15 @@ def replay_once(
     replays on several threads run in parallel.
     """
     events = _events_of(trace)
-    fn = _replay_fn()
-    out = ReplayResultStruct()
     series = np.empty(series_len, dtype=np.int64) if series_len > 0 else None
-    rc = fn(
+    result = _lib.replay(
         events.ctypes.data if len(events) else None,
         len(events),
-        policy.encode(),
+        policy,
         capacity,
-        ctypes.byref(out),
         series.ctypes.data if series is not None else None,
-        series_len if series is not None else 0,
+        len(series) if series is not None else 0,
     )
-    if rc != 0:
-        raise ReplayError(_lib.last_error() or f"torchalloc_replay({policy!r}) failed")
-    result = {name: getattr(out, name) for name in _RESULT_FIELDS}
-    if result["version"] != REPLAY_VERSION:
-        raise _lib.LibraryError(f"replay result version {result['version']}, these bindings read {REPLAY_VERSION}")
     return result, series
 
 
@@ -383,34 +302,25 @@ def report_json(report: Report) -> dict[str, Any]:
     }
 
 
-def format_bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if abs(n) >= 1 << shift:
-            return f"{n / (1 << shift):.2f} {unit}"
-    return f"{n} B"
-
-
 def format_table(report: Report) -> str:
     t = report.trace
-    cap = format_bytes(report.capacity) if report.capacity else "unlimited"
+    cap = fmt_bytes(report.capacity, 2) if report.capacity else "unlimited"
     header = ["policy", "peak alloc", "peak reserved", "reserved/alloc", "frag@peak", "dev allocs", "dev frees",
               f"OOM @ {cap}", "min capacity"]
     rows: list[list[str]] = []
     if t.native_peak_reserved is not None:
         ratio = t.native_peak_reserved / t.peak_requested if t.peak_requested else 0.0
-        rows.append([t.native_label, format_bytes(t.peak_requested), format_bytes(t.native_peak_reserved),
+        rows.append([t.native_label, fmt_bytes(t.peak_requested, 2), fmt_bytes(t.native_peak_reserved, 2),
                      f"{ratio:.3f}", "-", "-", "-", "yes" if t.native_ooms else "-", "-"])
     for p in report.policies:
         oom = f"at event {p.oom_event}" if p.oom_at_capacity else "no"
-        rows.append([p.policy, format_bytes(p.peak_allocated), format_bytes(p.peak_reserved), f"{p.ratio:.3f}",
+        rows.append([p.policy, fmt_bytes(p.peak_allocated, 2), fmt_bytes(p.peak_reserved, 2), f"{p.ratio:.3f}",
                      f"{p.fragmentation_at_peak:.3f}", str(p.device_allocs), str(p.device_frees), oom,
-                     format_bytes(p.min_capacity)])
+                     fmt_bytes(p.min_capacity, 2)])
     widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
     lines = []
     where = t.path or t.source
-    lines.append(f"trace: {where} ({t.source}, {len(t):,} events, peak requested {format_bytes(t.peak_requested)})")
+    lines.append(f"trace: {where} ({t.source}, {len(t):,} events, peak requested {fmt_bytes(t.peak_requested, 2)})")
     for note in t.notes:
         lines.append(f"  note: {note}")
     lines.append("")
@@ -426,7 +336,7 @@ def format_table(report: Report) -> str:
     lines.append(
         "peak alloc: block bytes (requests rounded as the policy rounds them); frag@peak: (free inside reserved - "
         "largest free block) / free inside reserved, when reserved peaked; min capacity: smallest device size "
-        f"(in {format_bytes(SEARCH_GRANULARITY)} steps) that runs the whole trace"
+        f"(in {fmt_bytes(SEARCH_GRANULARITY, 2)} steps) that runs the whole trace"
     )
     return "\n".join(lines)
 
@@ -454,11 +364,11 @@ def plot_png(report: Report, path: str | os.PathLike[str]) -> None:
         if p.series is None:
             continue
         x = np.linspace(0, n, len(p.series), endpoint=False)
-        y = np.where(p.series >= 0, p.series, np.nan) / (1 << 30)
+        y = np.where(p.series >= 0, p.series, np.nan) / GiB
         ax.plot(x, y, label=p.policy, linewidth=1.2)
     if report.native_series is not None:
         x = np.linspace(0, n, len(report.native_series), endpoint=False)
-        ax.plot(x, report.native_series / (1 << 30), label=report.trace.native_label, linewidth=1.2, linestyle="--",
+        ax.plot(x, report.native_series / GiB, label=report.trace.native_label, linewidth=1.2, linestyle="--",
                 color="black")
     ax.set_xlabel("event")
     ax.set_ylabel("reserved (GiB)")
@@ -473,22 +383,6 @@ def plot_png(report: Report, path: str | os.PathLike[str]) -> None:
 # ---------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------
-
-_UNITS = {
-    "": 1, "b": 1,
-    "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
-    "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-}
-
-
-def parse_bytes(text: str) -> int:
-    """ "80GiB", "512MB", "1.5GiB", "1048576" -> bytes (the units of TORCHALLOC_CONF)."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
-    if not m or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"not a size: {text!r} (expected e.g. 80GiB, 512MiB, 1.5GiB or a number of bytes)")
-    return int(Fraction(m.group(1)) * _UNITS[m.group(2).lower()])
-
 
 def default_trace_path() -> Path:
     if not DEFAULT_TRACE.is_file():
@@ -509,7 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("trace", nargs="?", help="PyTorch memory snapshot (.pickle[.gz|.xz]) or torchalloc log; "
                     "default: the trace bundled with torchalloc")
     ap.add_argument("--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated (default: %(default)s)")
-    ap.add_argument("--capacity", default="80GiB", help="simulated device size (default: %(default)s)")
+    ap.add_argument("--capacity", default=DEFAULT_CAPACITY_TEXT, help="simulated device size (default: %(default)s)")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     ap.add_argument("--png", metavar="FILE", help="plot reserved memory over the trace per policy (needs matplotlib)")
     ap.add_argument("--device", type=int, help="which device's trace in a multi-GPU snapshot (default: the busiest)")

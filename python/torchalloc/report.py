@@ -12,8 +12,9 @@ From Python the same data:
     data = report("run.talog")                   # dict, as --json prints it
     print(render_text(analyze("run.talog")))     # the text
 
-The analysis itself is torchalloc.analysis (see its docstring for the
-rules behind every reason).
+The analysis itself is the torchalloc.analysis package (its docstring lists
+the stages; torchalloc.analysis.classify's gives the rules behind every
+reason).
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ import os
 import sys
 from typing import Any, Sequence
 
-from .analysis import Analysis, Anatomy, analyze, fmt_bytes, fmt_seconds, fmt_time
+from .analysis import Analysis, Anatomy, analyze
+from .units import fmt_bytes, fmt_seconds, fmt_time
 
 __all__ = ["report", "render_text", "main"]
 

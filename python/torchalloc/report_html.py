@@ -24,7 +24,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .analysis import Analysis, Anatomy, fmt_bytes, fmt_seconds, fmt_time
+from .analysis import Analysis, Anatomy
+from .units import byte_unit, fmt_axis_seconds, fmt_bytes, fmt_seconds, fmt_time
 
 __all__ = ["render_html", "write_html", "PALETTE"]
 
@@ -55,17 +56,9 @@ def _byte_ticks(top: float) -> list[int]:
     """About five round tick values in binary units up to `top`."""
     if top <= 0:
         return [0]
-    unit = 1 << (30 if top >= 1 << 30 else 20 if top >= 1 << 20 else 10 if top >= 1 << 10 else 0)
+    _, unit = byte_unit(top)
     step = _nice_step(top / unit, 5) * unit
     return [int(i * step) for i in range(int(top // step) + 1)]
-
-
-def _seconds_tick(v: float, span: float) -> str:
-    if span < 2e-3:
-        return f"{v * 1e6:g} µs"
-    if span < 2:
-        return f"{v * 1e3:g} ms"
-    return f"{v:g} s"
 
 
 def phase_colors(names: Sequence[str]) -> dict[str, str]:
@@ -99,7 +92,7 @@ def render_svg(a: Analysis) -> str:
         x = float(X(k * step))
         parts.append(f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{TOP + plot_h}" stroke="#eeeef4"/>')
         parts.append(f'<text x="{x:.1f}" y="{TOP + plot_h + STRIP + 18}" text-anchor="middle" class="tick">'
-                     f'{_e(_seconds_tick(k * step, x_max))}</text>')
+                     f'{_e(fmt_axis_seconds(k * step, x_max))}</text>')
         k += 1
     # stacked phase areas
     names = list(tl.by_phase)

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import os
 
-from .analysis import Analysis, fmt_bytes
+from .analysis import Analysis
 from .report_html import phase_colors
+from .units import byte_unit, fmt_bytes
 
 __all__ = ["write_png"]
 
@@ -34,8 +35,7 @@ def write_png(a: Analysis, path: str | os.PathLike[str], *, width: float = 11.0,
     try:
         names = list(tl.by_phase)
         colors = phase_colors(names)
-        scale, unit = next(((1 << s, u) for s, u in ((30, "GiB"), (20, "MiB"), (10, "KiB"))
-                            if max(tl.peak_reserved, tl.peak_allocated) >= 1 << s), (1, "B"))
+        unit, scale = byte_unit(max(tl.peak_reserved, tl.peak_allocated))
         if len(tl.t_s):
             ax.stackplot(tl.t_s, [tl.by_phase[n] / scale for n in names], labels=names,
                          colors=[colors[n] for n in names], alpha=0.85)

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from . import _lib
 from ._device import DeviceLike, device_index
+from ._records import POOL_ALL, STAT_POOL_KEYS
 
 # Keys torch.cuda.memory_stats_as_nested_dict() has (torch 2.11,
 # torch/csrc/cuda/Module.cpp) that torchalloc has no counterpart for, and
@@ -32,7 +33,7 @@ def _stat_dict(stat: _lib.Stat) -> dict[str, int]:
 
 
 def _stat_array_dict(array: Any) -> dict[str, dict[str, int]]:
-    return {pool: _stat_dict(array[i]) for i, pool in enumerate(_lib.POOL_NAMES)}
+    return {pool: _stat_dict(array[i]) for i, pool in enumerate(STAT_POOL_KEYS)}
 
 
 def memory_stats_as_nested_dict(device: DeviceLike = None) -> dict[str, Any]:
@@ -75,7 +76,7 @@ def memory_stats(device: DeviceLike = None) -> collections.OrderedDict[str, int]
 
 def _all_pools(name: str, field: str, device: DeviceLike) -> int:
     s = _lib.get_stats(device_index(device))
-    return int(getattr(getattr(s, name)[_lib.POOL_ALL], field))
+    return int(getattr(getattr(s, name)[POOL_ALL], field))
 
 
 def memory_allocated(device: DeviceLike = None) -> int:

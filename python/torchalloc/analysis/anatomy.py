@@ -1,0 +1,115 @@
+"""Peak anatomy: the blocks live at one moment, grouped by allocation site and phase, largest first.
+
+Takes a `Derived` and a moment -- "peak" (default), "peak_reserved", "end",
+"oom", a marker label or a time in seconds -- and gives an `Anatomy`: the
+allocated and reserved bytes then, one `AnatomyRow` per (site, phase,
+reason) group of live blocks, and the live bytes by category and by phase.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from .._records import MARKER, OOM
+from .categorize import CATEGORIES
+from .classify import REASONS
+from .derived import Derived, bytes_by, dominant
+from .events import time_base_ns
+
+
+@dataclasses.dataclass
+class AnatomyRow:
+    site: str
+    location: str
+    phase: str
+    category: str
+    reason: str
+    count: int
+    bytes: int
+    requested: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class Anatomy:
+    """The blocks live at one moment, grouped by allocation site and phase, largest first."""
+
+    at: str  # "peak", "marker 'x'", "t=1.2s", "oom"
+    index: int
+    t_s: float
+    allocated: int
+    reserved: int
+    rows: list[AnatomyRow]
+    by_category: dict[str, int]
+    by_phase: dict[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["rows"] = [r.to_dict() for r in self.rows]
+        return d
+
+
+def index_at(d: Derived, at: str | float | int | None = None) -> tuple[int, str]:
+    """The event index for "peak" (default), "peak_reserved", "end", "oom", a marker label, or a time in seconds,
+    and how to name that moment. ValueError for a marker the log does not have."""
+    t = d.table
+    n = len(t)
+    if n == 0:
+        return 0, "empty log"
+    if at is None or at == "peak":
+        return d.timeline.peak_index, "peak"
+    if at == "peak_reserved":
+        return int(np.argmax(d.reserved)), "peak reserved"
+    if at == "end":
+        return n - 1, "end"
+    if at == "oom":
+        ooms = np.flatnonzero(t.kind == OOM)
+        if not ooms.size:
+            raise ValueError("the log has no OOM record")
+        return int(ooms[0]), "OOM"
+    if isinstance(at, str):
+        marks = [i for i in np.flatnonzero(t.kind == MARKER).tolist() if t.label(i) == at]
+        if marks:
+            return marks[0], f"marker '{at}'"
+        try:
+            at = float(at.rstrip("s"))
+        except ValueError:
+            labels = sorted({t.label(i) for i in np.flatnonzero(t.kind == MARKER).tolist()})
+            raise ValueError(
+                f"no marker {at!r}; markers: {', '.join(labels) or 'none'}; or give a time in seconds"
+            ) from None
+    target = float(at)
+    rel = (t.time_ns - time_base_ns(t)) / 1e9
+    i = int(np.searchsorted(rel, target, side="right")) - 1
+    return max(0, min(i, n - 1)), f"t={target:g}s"
+
+
+def anatomy(d: Derived, at: str | float | int | None = None, top: int | None = None) -> Anatomy:
+    """What was live at `at` (see index_at), the `top` largest groups (all without top)."""
+    i, label = index_at(d, at)
+    live = d.live_at(i)
+    c, b = d.classified, d.blocks
+    groups: dict[tuple[int, int, int], list[int]] = defaultdict(list)
+    for k, s, p, r in zip(live.tolist(), c.site[live].tolist(), b.alloc_phase[live].tolist(), c.reason[live].tolist()):
+        groups[(s, p, r)].append(k)
+    rows = []
+    for (s, p, _r), members in groups.items():
+        m = np.array(members)
+        size = b.block_size[m]
+        cat = dominant(c.category[m], size, CATEGORIES)
+        reason = dominant(c.reason[m], size, REASONS)
+        rows.append(AnatomyRow(d.sites[s].label, d.sites[s].location, d.phase_name(p), str(cat), str(reason),
+                               int(m.size), int(size.sum()), int(b.size[m].sum())))
+    rows.sort(key=lambda r: (-r.bytes, r.site))
+    by_cat = bytes_by(c.category[live], b.block_size[live], CATEGORIES)
+    by_phase: dict[str, int] = defaultdict(int)
+    for p, s in zip(b.alloc_phase[live].tolist(), b.block_size[live].tolist()):
+        by_phase[d.phase_name(p)] += s
+    n = len(d.table)
+    return Anatomy(label, i, d.time_s(i), int(d.allocated[i]) if n else 0, int(d.reserved[i]) if n else 0,
+                   rows[:top] if top else rows, by_cat, dict(sorted(by_phase.items(), key=lambda kv: -kv[1])))

@@ -1,0 +1,156 @@
+"""The event table: the one adapter between the log format and the analysis.
+
+Takes a decoded log (`torchalloc.log.read_log`) or a log file; gives an
+`EventTable` -- parallel numpy arrays (kind, time_ns, addr, size,
+block_size, stream, tid, stack, phase, device, seq, flags) plus the interned
+strings, stacks and phase names. Every later stage reads only this table, so
+the log format can change behind `table_from_log`, and tests build tables by
+hand (`EventTable.from_rows`). The `kind` column holds the record kinds of
+torchalloc._records.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from .._records import ALLOC, STATUS_CLOSED, STATUS_OPEN
+from ..log import read_log
+from .frames import Frame, Stack
+
+_COLUMNS: dict[str, Any] = {
+    "kind": np.uint8,
+    "time_ns": np.int64,
+    "addr": np.uint64,
+    "size": np.int64,
+    "block_size": np.int64,
+    "stream": np.uint64,
+    "tid": np.int64,
+    "stack": np.int64,
+    "phase": np.int32,
+    "device": np.int16,
+    "seq": np.int64,
+    "flags": np.uint8,
+}
+
+
+@dataclasses.dataclass
+class EventTable:
+    """Event records as parallel arrays, plus what they refer to.
+
+    `stack` holds a stack id for alloc/free/oom records and a string id (the
+    label) for phase and marker records. `stacks` maps stack ids to frames,
+    innermost first; `strings` string ids to text.
+    """
+
+    kind: np.ndarray
+    time_ns: np.ndarray
+    addr: np.ndarray
+    size: np.ndarray
+    block_size: np.ndarray
+    stream: np.ndarray
+    tid: np.ndarray
+    stack: np.ndarray
+    phase: np.ndarray
+    device: np.ndarray
+    seq: np.ndarray
+    flags: np.ndarray
+    strings: dict[int, str] = dataclasses.field(default_factory=dict)
+    stacks: dict[int, Stack] = dataclasses.field(default_factory=dict)
+    phase_names: dict[int, str] = dataclasses.field(default_factory=lambda: {0: "default"})
+    start_ns: int | None = None  # CLOCK_MONOTONIC when the log was opened
+    wall_offset_ns: int = 0  # add to time_ns for Unix time
+    path: str = ""
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def __len__(self) -> int:
+        return int(self.kind.shape[0])
+
+    @classmethod
+    def from_rows(
+        cls,
+        rows: Iterable[dict[str, Any]],
+        *,
+        strings: dict[int, str] | None = None,
+        stacks: dict[int, Sequence[Sequence[Any]]] | None = None,
+        phase_names: dict[int, str] | None = None,
+        **extra: Any,
+    ) -> "EventTable":
+        """A table from dicts (tests, other tools); missing columns are 0, time_ns and seq default to the row index."""
+        rows = list(rows)
+        cols: dict[str, np.ndarray] = {}
+        for name, dtype in _COLUMNS.items():
+            # time_ns and seq count up with the row; every other missing column is 0
+            values = [r.get(name, i * 1000 if name == "time_ns" else i if name == "seq" else 0)
+                      for i, r in enumerate(rows)]
+            cols[name] = np.array(values, dtype=dtype) if rows else np.zeros(0, dtype=dtype)
+        names = {0: "default"}
+        names.update(phase_names or {})
+        frames = {int(k): tuple(Frame(str(f[0]), int(f[1]), str(f[2])) for f in v) for k, v in (stacks or {}).items()}
+        return cls(**cols, strings=dict(strings or {}), stacks=frames, phase_names=names, **extra)
+
+    def select(self, mask: np.ndarray) -> "EventTable":
+        """The rows where mask is true, with the same dictionaries."""
+        cols = {name: getattr(self, name)[mask] for name in _COLUMNS}
+        return dataclasses.replace(self, **cols)
+
+    def label(self, i: int) -> str:
+        return self.strings.get(int(self.stack[i]), "")
+
+    def stack_of(self, stack_id: int) -> Stack:
+        return self.stacks.get(int(stack_id), ())
+
+
+def table_from_log(log: Any) -> EventTable:
+    """The adapter: a `torchalloc.log.Log` (read_log's result) as an EventTable."""
+    r = log.records
+    cols = {name: np.asarray(r[name]).astype(dtype) for name, dtype in _COLUMNS.items()}
+    stacks = {int(k): tuple(Frame(str(f[0]), int(f[1]), str(f[2])) for f in v) for k, v in log.stacks.items()}
+    header = getattr(log, "header", None)
+    start = getattr(header, "created_monotonic_ns", None)
+    wall = (header.created_realtime_ns - header.created_monotonic_ns) if header is not None else 0
+    notes = list(getattr(log, "warnings", []))
+    if getattr(log, "truncated", False):
+        notes.append("the log was truncated (log_max reached or the disk filled): events after that are missing")
+    elif header is not None and getattr(header, "status", STATUS_CLOSED) == STATUS_OPEN:
+        notes.append("the log was not closed (the process was killed or is still running): "
+                     "it ends at the last complete record")
+    return EventTable(
+        **cols,
+        strings=dict(log.strings),
+        stacks=stacks,
+        phase_names=dict(log.phase_names),
+        start_ns=start,
+        wall_offset_ns=int(wall),
+        path=str(getattr(log, "path", "")),
+        notes=notes,
+    )
+
+
+def load(path: str | os.PathLike[str]) -> EventTable:
+    """Read a torchalloc log file into an EventTable."""
+    return table_from_log(read_log(path))
+
+
+def devices_in(table: EventTable) -> list[int]:
+    """Devices with alloc records, most allocations first."""
+    allocs = table.device[table.kind == ALLOC]
+    if allocs.size == 0:
+        return sorted({int(d) for d in table.device if d >= 0})
+    values, counts = np.unique(allocs, return_counts=True)
+    return [int(v) for v in values[np.argsort(-counts, kind="stable")]]
+
+
+
+
+def time_base_ns(t: EventTable) -> int:
+    """Time zero of the report: when the log was opened (else the first event)."""
+    if not len(t):
+        return 0
+    first = int(t.time_ns[0])
+    if t.start_ns is not None and 0 <= first - int(t.start_ns) < 3600 * 10**9:
+        return int(t.start_ns)
+    return first
+

@@ -1,0 +1,113 @@
+"""The analysis as one object: `analyze` runs the stages, `Analysis` answers with rows and words.
+
+Takes a log (a path, a decoded `torchalloc.log.Log`, or an `EventTable`);
+gives an `Analysis`: the derived data of derived.py, and one method per
+section of the report -- anatomy, lifetimes, phases, estimate, ooms, and
+to_dict for all of them -- each a row stage followed by the wording stage.
+Nothing is computed here that a stage could compute.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from typing import Any, Iterable
+
+from .anatomy import Anatomy, anatomy, index_at
+from .categorize import Category
+from .derived import Derived, derive
+from .estimate import Estimate, category_total, estimate
+from .events import EventTable, load, table_from_log
+from .lifetimes import LifetimeRow, lifetime_rows
+from .ooms import OomRow, oom_rows
+from .phase_summary import PhaseRow, phase_rows
+from .wording import estimate_sentence, explain_block, explain_group, oom_explanation, phase_sentence
+
+
+@dataclasses.dataclass
+class Analysis(Derived):
+    """Everything derived from one device's events, and the report's sections. Build with `analyze`."""
+
+    @classmethod
+    def of(cls, derived: Derived) -> "Analysis":
+        return cls(**{field.name: getattr(derived, field.name) for field in dataclasses.fields(derived)})
+
+    def explanation(self, b: int) -> str:
+        """Why block b was freed when it was, in words."""
+        return explain_block(self, b)
+
+    def index_at(self, at: str | float | int | None = None) -> tuple[int, str]:
+        """The event index for "peak" (default), "peak_reserved", "end", "oom", a marker label, or a time in seconds."""
+        return index_at(self, at)
+
+    def anatomy(self, at: str | float | int | None = None, top: int | None = None) -> Anatomy:
+        return anatomy(self, at, top)
+
+    def lifetimes(self, top: int | None = None) -> list[LifetimeRow]:
+        """Per allocation site and reason: count, bytes, typical lifetime, and why it was freed then."""
+        return lifetime_rows(self, functools.partial(explain_group, self), top)
+
+    def phases(self) -> list[PhaseRow]:
+        """Per phase: allocated, freed, peak, reserved growth, persistent/handed on/transient, a sentence."""
+        rows = phase_rows(self)
+        params = category_total(self, Category.PARAMETERS)
+        for row in rows:
+            row.sentence = phase_sentence(row, params)
+        return rows
+
+    def estimate(self) -> Estimate:
+        est = estimate(self)
+        est.sentence = estimate_sentence(est)
+        return est
+
+    def ooms(self) -> list[OomRow]:
+        """Each OOM record, with the free memory in reserved segments and its largest contiguous range."""
+        rows = oom_rows(self)
+        for row in rows:
+            row.explanation = oom_explanation(row)
+        return rows
+
+    def to_dict(self, top: int = 50) -> dict[str, Any]:
+        """The report as plain data (what `torchalloc report --json` prints)."""
+        t = self.table
+        return {
+            "log": t.path,
+            "device": self.device,
+            "events": len(t),
+            "blocks": len(self.blocks),
+            "has_stacks": self.has_stacks,
+            "backward_detected_from": self.backward_from,
+            "notes": list(self.notes),
+            "peak_allocated": self.timeline.peak_allocated,
+            "peak_reserved": self.timeline.peak_reserved,
+            "timeline": self.timeline.to_dict(),
+            "peak_anatomy": self.anatomy("peak", top=top).to_dict() if len(t) else None,
+            "markers": [self.anatomy(lab, top=top).to_dict() for lab in _unique([m[1] for m in self.timeline.markers])],
+            "lifetimes": [r.to_dict() for r in self.lifetimes(top=top)],
+            "phases": [r.to_dict() for r in self.phases()],
+            "estimate": self.estimate().to_dict(),
+            "ooms": [r.to_dict() for r in self.ooms()],
+        }
+
+
+def _unique(items: Iterable[str]) -> list[str]:
+    """The items in first-seen order, each once."""
+    return list(dict.fromkeys(items))
+
+
+def analyze(
+    source: EventTable | Any | str | os.PathLike[str],
+    *,
+    device: int | None = None,
+    max_points: int = 1500,
+    progress: bool = False,
+) -> Analysis:
+    """Analyze a log (a path, a decoded `torchalloc.log.Log`, or an EventTable) for one device
+    (default: the one with the most allocations)."""
+    if isinstance(source, (str, os.PathLike)):
+        table = load(source)
+    elif isinstance(source, EventTable):
+        table = source
+    else:
+        table = table_from_log(source)
+    return Analysis.of(derive(table, device=device, max_points=max_points, progress=progress))

@@ -1,0 +1,175 @@
+"""The words: every sentence of the report, from the numbers the earlier stages give.
+
+Takes a `Derived` and the result rows (lifetimes, phase_summary, estimate,
+ooms); gives the sentences: why a block was freed when it was
+(`explain_block`, `explain_group`), what a phase kept and threw away
+(`phase_sentence`), how the estimate compares with the measured peak
+(`estimate_sentence`), and whether an OOM was fragmentation
+(`oom_explanation`). Nothing here computes a figure; a sentence says what is
+missing (stacks, phases) when its figures come from less.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..units import fmt_bytes
+from .categorize import CATEGORIES, Category
+from .classify import REASONS, Reason
+from .derived import Derived
+from .estimate import Estimate
+from .ooms import OomRow
+from .phase_summary import PhaseRow
+from .sites import NO_PYTHON
+
+
+def explain_block(d: Derived, b: int) -> str:
+    """Why block b was freed when it was, in words."""
+    c, blocks = d.classified, d.blocks
+    site = d.sites[c.site[b]].label
+    free_site = d.sites[c.free_site[b]].label if c.free_site[b] >= 0 else None
+    fn = c.functions[c.returned[b]] if c.returned[b] >= 0 else None
+    phase = d.phase_name(int(blocks.alloc_phase[b]))
+    free_phase = d.phase_name(int(blocks.free_phase[b])) if blocks.free_phase[b] >= 0 else ""
+    rows = np.flatnonzero(d.occ.phase == blocks.alloc_phase[b])
+    if rows.size > 1 and c.alloc_occ[b] == rows[0]:
+        phase = f"the first occurrence of {phase}"
+    return reason_sentence(REASONS[c.reason[b]], CATEGORIES[c.category[b]], site, free_site, fn, phase, free_phase,
+                           bool(c.rerun[b]), d.has_stacks)
+
+
+def explain_group(d: Derived, b: int, phases: list[str]) -> str:
+    """explain_block for a lifetime row: block b speaks for its group, whose blocks were made in `phases`."""
+    text = explain_block(d, b)
+    if len(phases) == 1:
+        return text
+    return text.replace(f"in {d.phase_name(int(d.blocks.alloc_phase[b]))}", f"in {', '.join(phases)}")
+
+
+def reason_sentence(reason: Reason, category: Category, site: str, free_site: str | None, fn: str | None, phase: str,
+                    free_phase: str, rerun: bool, has_stacks: bool) -> str:
+    """Why a block was freed when it was, from its reason, category, sites (labels) and phases (names)."""
+    if reason is Reason.TEMPORARY:
+        return (f"temporary: made and freed on the same line ({site}); invisible to memory measured before and "
+                "after that line, but part of its peak")
+    if reason is Reason.FUNCTION_RETURNED:
+        return (f"freed when its function returned: {fn}() kept it in a local variable until its frame exited, "
+                f"back at the caller's line {free_site}")
+    if reason is Reason.REBINDING:
+        if rerun:
+            return (f"freed on rebinding: the same line ({free_site}) ran again and assigned its name a new value, "
+                    "freeing this one")
+        via = f", after {fn}() returned it" if fn else ""
+        return (f"freed on rebinding at {free_site}: it lived until the name holding it was assigned again "
+                f"(or deleted) on that line{via}")
+    if reason is Reason.SAVED_FOR_BACKWARD:
+        return (f"saved for backward: allocated in {phase}, kept alive by autograd for the backward pass "
+                f"and freed during it{f' ({free_phase})' if free_phase and free_phase != phase else ''}")
+    if reason is Reason.PERSISTENT:
+        detail = {
+            Category.PARAMETERS: "model parameters or buffers",
+            Category.GRADIENTS: f".grad of parameters, allocated in {phase}",
+            Category.OPTIMIZER_STATE: f"optimizer state (e.g. Adam's exp_avg and exp_avg_sq), allocated in {phase}",
+            Category.WORKSPACE: (f"a library workspace (cuBLAS's, per thread and stream), allocated at the first "
+                                 f"matmul in {phase} and never freed"),
+        }.get(category, f"allocated in {phase}, still referenced when the log ended")
+        return f"persistent: still live at the end of the log -- {detail}"
+    no_stacks = " (logged without stacks:1: only phases are known)" if not has_stacks else ""
+    if reason is Reason.SAME_PHASE:
+        return f"freed within the same occurrence of {phase} that allocated it{no_stacks}"
+    if reason is Reason.LATER_PHASE:
+        return f"outlived {phase}; freed later, in {free_phase}{no_stacks}"
+    if category is Category.BEFORE_LOG:
+        return "allocated before the log began; freed during it"
+    if free_site is None:
+        if category in (Category.BACKWARD_TEMPORARIES, Category.GRADIENTS):
+            return (f"allocated and freed by autograd's engine during backward ({free_phase or phase}): gradients of "
+                    "intermediate results, or recomputation")
+        return f"freed on a thread without Python (autograd's engine or a C++ thread), in {free_phase or phase}"
+    if site == NO_PYTHON.label:
+        return f"allocated on a thread without Python (autograd's engine, in {phase}); freed at {free_site}"
+    return f"freed at {free_site}, from a different call path than the one that made it{no_stacks}"
+
+
+def phase_sentence(row: PhaseRow, params: int) -> str:
+    """The phase's row in words, `params` the parameters' bytes (category_total). E.g. "optimizer: reserved
+    6.3 GiB more; 4.2 GiB is optimizer state that stays (2.0 × parameters), 2.1 GiB transient"."""
+    growth = row.reserved_growth
+    if growth > 0:
+        head = f"{row.phase}: reserved {fmt_bytes(growth)} more"
+    elif growth < 0:
+        head = f"{row.phase}: reserved {fmt_bytes(-growth)} less"
+    else:
+        head = f"{row.phase}: reserved unchanged"
+    if row.occurrences > 1:
+        head += f" over {row.occurrences} occurrences"
+    parts = []
+    if row.persistent:
+        cats = row.persistent_by_category
+        main, main_bytes = next(iter(cats.items())) if cats else ("", 0)
+        what = f"{fmt_bytes(row.persistent)} stays ({', '.join(f'{k} {fmt_bytes(v)}' for k, v in cats.items())})"
+        if main and main_bytes >= 0.9 * row.persistent:
+            what = f"{fmt_bytes(row.persistent)} is {main} that stays"
+            if main == str(Category.OPTIMIZER_STATE) and params:
+                what += f" ({row.persistent / params:.1f} × parameters)"
+        first = row.first_occurrence_persistent
+        if row.occurrences > 1 and first and first >= row.persistent * 0.9:
+            what += ", all from the first occurrence"
+        parts.append(what)
+    if row.handed_on:
+        to = ", ".join(row.handed_on_to)
+        if row.role == "forward" and "backward" in " ".join(row.handed_on_to).lower():
+            parts.append(f"{fmt_bytes(row.handed_on)} saved for backward (freed in {to})")
+        else:
+            parts.append(f"{fmt_bytes(row.handed_on)} outlived it (freed in {to})")
+    if row.transient:
+        rise = f"; peak {fmt_bytes(row.peak_over_start)} above its start" if row.peak_over_start else ""
+        parts.append(f"{fmt_bytes(row.transient)} transient (freed within it{rise})")
+    if not parts:
+        parts.append("allocated nothing")
+    return f"{head}; " + ", ".join(parts) + "."
+
+
+def estimate_sentence(e: Estimate) -> str:
+    """The estimate's formula with the measured terms, and how far the measured peak is from it."""
+    P, O, GI, A, est, peak = (e.parameters, e.optimizer_state, e.gradients_plus_intermediates, e.activations,
+                              e.estimate, e.measured_peak)
+    gap = peak - est
+    which = "gradients + optimizer intermediates" if GI >= A else "activations"
+    sentence = (
+        f"Estimate parameters + optimizer state + max(gradients + optimizer intermediates, activations) = "
+        f"{fmt_bytes(P)} + {fmt_bytes(O)} + max({fmt_bytes(GI)}, {fmt_bytes(A)}) = {fmt_bytes(est)} "
+        f"(the max is {which}); measured peak allocated {fmt_bytes(peak)}"
+    )
+    if peak:
+        sentence += f", {'above' if gap >= 0 else 'below'} the estimate by {fmt_bytes(abs(gap))}"
+        outside = {str(c) for c in (Category.TEMPORARIES, Category.BACKWARD_TEMPORARIES, Category.WORKSPACE,
+                                    Category.OTHER_PERSISTENT, Category.OTHER, Category.BEFORE_LOG)}
+        extra = {k: v for k, v in e.at_peak.items() if k in outside and v}
+        if gap > 0 and extra:
+            sentence += "; live at the peak and not in the estimate: " + ", ".join(
+                f"{k} {fmt_bytes(v)}" for k, v in sorted(extra.items(), key=lambda kv: -kv[1]))
+    return sentence + "."
+
+
+def oom_explanation(o: OomRow) -> str:
+    """Whether the OOM was fragmentation, and what to do about it."""
+    free, reserved, requested, largest = o.free_in_reserved, o.reserved, o.requested, o.largest_free_range
+    if o.fragmentation:
+        return (
+            f"fragmentation: {fmt_bytes(free)} of the {fmt_bytes(reserved)} reserved was free -- more than the "
+            f"{fmt_bytes(requested)} asked for -- but split between live blocks: the largest free range in "
+            f"the {o.segments} segments was {fmt_bytes(largest)}, and the device had no room for a new segment. "
+            "Blocks that stay alive between freed ones pin the segments: allocate long-lived tensors first, "
+            "free the interleaved ones together, or reuse buffers of one size."
+        )
+    if free >= requested:
+        return (
+            f"{fmt_bytes(free)} of the {fmt_bytes(reserved)} reserved was free, enough for the "
+            f"{fmt_bytes(requested)} asked for, and its largest range ({fmt_bytes(largest)}) too, yet the "
+            "allocator could not use it (another stream's blocks, or the small pool's segments)."
+        )
+    return (
+        f"not fragmentation: only {fmt_bytes(free)} of the {fmt_bytes(reserved)} reserved was free, less "
+        f"than the {fmt_bytes(requested)} asked for; {fmt_bytes(o.allocated)} was in use by live blocks "
+        "(see the anatomy at the OOM)."
+    )
