@@ -6,6 +6,13 @@ torchalloc package, where torchalloc._lib finds it first. CMake and a C
 compiler come from the system; the library has no link-time CUDA dependency
 (cudart is dlopen'ed at run time), so the wheel builds on a machine without
 CUDA.
+
+The C++ bridge's source (bridge/torchalloc_bridge.cpp and the public header
+it includes) goes into the package as bridge_src/, so torchalloc.install()
+can build it on first use against whatever torch is installed. When torch
+with CUDA is importable during the build itself (pip install
+--no-build-isolation .), the bridge is built now and shipped beside the
+library instead; a failure there only warns (first use builds it).
 """
 from __future__ import annotations
 
@@ -61,12 +68,41 @@ def build_library(out_dir: Path) -> Path:
         return target
 
 
+def copy_bridge_source(package_dir: Path) -> None:
+    """The bridge's source, laid out as in the repository, under the package's bridge_src/."""
+    for relative in ("bridge/torchalloc_bridge.cpp", "allocator/torchalloc.h"):
+        target = package_dir / "bridge_src" / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / relative, target)
+
+
+def maybe_build_bridge(package_dir: Path) -> None:
+    """Build the bridge now when torch with CUDA is importable here (else first use builds it)."""
+    sys.path.insert(0, str(package_dir.parent))
+    try:
+        from torchalloc import bridge  # the copy just laid out in build_lib
+    finally:
+        sys.path.pop(0)
+    try:
+        bridge._torch()
+    except bridge.BridgeUnavailable as e:
+        print(f"torchalloc: not building the C++ bridge now ({e}); torchalloc.install() builds it on first use")
+        return
+    try:
+        bridge.build(package_dir / bridge.BRIDGE_NAME)
+    except bridge.BridgeUnavailable as e:
+        print(f"torchalloc: warning: the C++ bridge did not build ({e}); torchalloc.install() will try again")
+
+
 class BuildPyWithLibrary(build_py):
-    """build_py that also builds the C library into the package."""
+    """build_py that also builds the C library (and, when it can, the C++ bridge) into the package."""
 
     def run(self) -> None:
         super().run()
-        build_library(Path(self.build_lib) / "torchalloc")
+        package_dir = Path(self.build_lib) / "torchalloc"
+        build_library(package_dir)
+        copy_bridge_source(package_dir)
+        maybe_build_bridge(package_dir)
 
 
 class BinaryDistribution(Distribution):
@@ -83,7 +119,7 @@ setup(
     python_requires=">=3.10",
     package_dir={"": "python"},
     packages=find_packages(where="python", exclude=["tests", "tests.*"]),
-    package_data={"torchalloc": [LIB_NAME, "data/*"]},
+    package_data={"torchalloc": [LIB_NAME, "data/*", "bridge_src/*/*", "libtorchalloc_bridge.so"]},
     install_requires=["numpy", "tqdm"],
     extras_require={"plot": ["matplotlib"]},
     entry_points={"console_scripts": ["torchalloc=torchalloc.cli:main"]},

@@ -225,12 +225,15 @@ void ta_heap_free(ta_heap *h, void *ptr, size_t size, cudaStream_t stream) {
   ta_heap_free_in_phase(h, ptr, size, stream, ta_phase_current());
 }
 
-/* The caller's free of live block `b` (lock held). */
+/* The caller's free of live block `b` (lock held). While routing, a block
+ * whose policy would hand its memory straight back to the device waits
+ * (a device free during a capture invalidates it). */
 static inline void free_locked(ta_heap *h, ta_block *b, int phase) {
   if (LOGGING(h)) ta_log_free(h->device, b, phase, b->uses ? TA_LOG_FREE_DEFERRED : 0);
   count_free(h, b, phase);
   h->recent_frees[h->recent_pos++ % TA_RECENT_FREES] = b->addr;
-  if (ta_unlikely(b->uses != NULL)) ta_heap_defer_free(h, b);
+  if (ta_unlikely(b->uses != NULL) || (ta_unlikely(h->routing) && b->segment->policy_instance->ops->frees_to_device))
+    ta_heap_defer_free(h, b);
   else ta_heap_release_block(h, b);
 }
 
@@ -451,7 +454,7 @@ int64_t ta_heap_arena_release(ta_heap *h, int phase) {
   h->seg.phase = now;
   int64_t r = 0;
   int synced = 0;
-  for (int i = 0; i < TA_MAX_POLICIES; i++) {
+  for (int i = 0; i < TA_MAX_POLICIES && !h->routing; i++) { /* never during a capture: see release_cached_locked */
     ta_policy *p = h->policies[i];
     if (!p || !p->ops->arena_release) continue;
     if (!synced) { /* queued kernels may still use the cached blocks */

@@ -153,7 +153,10 @@ void ta_heap_routing_begin(ta_heap *h) {
 int ta_heap_routing_end(ta_heap *h) {
   ta_lock_acquire(&h->lock);
   int ok = h->routing > 0;
-  if (ok && --h->routing == 0 && h->npending) ta_heap_record_deferred_events(h);
+  if (ok && --h->routing == 0 && h->npending) {
+    ta_heap_record_deferred_events(h);
+    ta_heap_process_pending(h); /* frees that waited only for routing go back now */
+  }
   ta_lock_release(&h->lock);
   return ok ? 0 : -1;
 }

@@ -42,11 +42,16 @@ void ta_heap_report_bad_record_stream(ta_heap *h, void *ptr) {
                    "record_stream of %p, which is not a live torchalloc block; ignored", ptr);
 }
 
-/* Record an event on every stream that used `p->block`. Returns 0, or -1
- * when they could not all be recorded (out of host memory or events). */
+/* Record an event on every stream that used `p->block` (none when no other
+ * stream did: it waited only for routing to end). Returns 0, or -1 when
+ * they could not all be recorded (out of host memory or events). */
 static int record_events(ta_heap *h, ta_pending_free *p) {
   ta_backend *backend = h->seg.backend;
   ta_stream_uses *u = p->block->uses;
+  if (!u) {
+    p->nevents = 0;
+    return 0;
+  }
   p->block->uses = NULL;
   void **events = malloc((size_t)u->count * sizeof *events);
   int n = 0;
@@ -108,7 +113,8 @@ static void release_untracked(ta_heap *h, ta_block *b) {
 
 /* The block is reused only when the work queued on every stream that used
  * it has completed (ta_heap_process_pending). While routing, recording the
- * events has to wait (ta_heap_record_deferred_events). */
+ * events has to wait (ta_heap_record_deferred_events); so does a block that
+ * waits only for routing to end (no other streams). */
 ta_noinline void ta_heap_defer_free(ta_heap *h, ta_block *b) {
   if (add_pending(h, b) != 0) {
     release_untracked(h, b);
@@ -119,6 +125,8 @@ ta_noinline void ta_heap_defer_free(ta_heap *h, ta_block *b) {
 }
 
 void ta_heap_record_deferred_events(ta_heap *h) {
+  /* Entries whose events were recorded now with none outstanding are handed
+   * back by the next ta_heap_process_pending. */
   for (size_t i = 0; i < h->npending;) {
     ta_pending_free *p = &h->pending[i];
     if (p->nevents >= 0 || record_events(h, p) == 0) {

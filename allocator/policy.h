@@ -43,6 +43,10 @@ typedef struct ta_policy_ops {
    * of `seg`, a segment of this policy, a live block; NULL when that range
    * is not free. Restoring a private pool's checkpoint needs it. */
   ta_block *(*claim)(ta_policy *p, ta_segment *seg, uintptr_t addr, size_t size);
+  /* 1 when `free` may give memory back to the device (exact): the heap then
+   * holds such frees while a capture may be underway, when a device free
+   * would invalidate it. */
+  int frees_to_device;
 } ta_policy_ops;
 
 struct ta_policy {

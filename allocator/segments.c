@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "observer.h"
 #include "stats.h"
 
 /* ------------------------------------------------------------------------
@@ -117,6 +118,7 @@ ta_segment *ta_segments_alloc(ta_segments *seg, size_t size, cudaStream_t stream
   ta_stats_add(seg->stats->segment, pool, 1);
   ta_stats_add(seg->stats->reserved_bytes, pool, (int64_t)size);
   if (LOGGING(seg)) ta_log_segment(TA_LOG_SEGMENT_ALLOC, seg->device, s, seg->phase);
+  if (seg->logged) ta_observe_segment(seg->device, TORCHALLOC_SEGMENT_ALLOC, addr, size, stream);
   return s;
 fail:
   free(s);
@@ -133,6 +135,7 @@ void ta_segments_release(ta_segments *seg, ta_segment *s) {
   ta_stats_sub(seg->stats->segment, s->pool, 1);
   ta_stats_sub(seg->stats->reserved_bytes, s->pool, (int64_t)s->size);
   if (LOGGING(seg)) ta_log_segment(TA_LOG_SEGMENT_FREE, seg->device, s, seg->phase);
+  if (seg->logged) ta_observe_segment(seg->device, TORCHALLOC_SEGMENT_FREE, s->addr, s->size, s->stream);
   ta_segments_block_delete(seg, s->first);
   free(s);
 }

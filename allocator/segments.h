@@ -28,7 +28,7 @@ typedef struct ta_segment_registry {
 struct ta_segments {
   ta_backend *backend;
   int device;
-  int logged;          /* write segment records to the process log (not replay's private heaps) */
+  int logged;          /* tell the process log and observer (not replay's private heaps) */
   int phase;           /* phase of the request in flight: growth and release are charged to it */
   size_t limit;        /* reserved-bytes ceiling from set_memory_fraction; 0: none */
   torchalloc_stats *stats; /* the heap's: segment, reserved_bytes, inactive_split*, num_device_* */

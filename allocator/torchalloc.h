@@ -281,6 +281,15 @@ TORCHALLOC_API double torchalloc_get_memory_fraction(int device);
 typedef void (*torchalloc_frame_visitor)(void *ctx, const char *file, const char *function, uint32_t line);
 TORCHALLOC_API int torchalloc_stack_frames(uint32_t stack, torchalloc_frame_visitor visit, void *ctx);
 
+/* Segment observer: `fn` is called for every device allocation (event 1)
+ * and release (event 2) of a segment, under the allocator's lock: it must
+ * be quick, must not call torchalloc and must not take Python's GIL. One
+ * observer at a time; NULL removes it. */
+enum { TORCHALLOC_SEGMENT_ALLOC = 1, TORCHALLOC_SEGMENT_FREE = 2 };
+typedef void (*torchalloc_segment_observer)(void *ctx, int device, int event, uint64_t addr, uint64_t size,
+                                            uint64_t stream);
+TORCHALLOC_API void torchalloc_set_segment_observer(torchalloc_segment_observer fn, void *ctx);
+
 /* The last out-of-memory failure on `device` as one paragraph ("CUDA out of
  * memory. Tried to allocate ..."), written to `buf`. Returns its length
  * (snprintf's convention), 0 when there was none, -1 for a bad device. */

@@ -47,7 +47,7 @@ DEFAULT_LIB = REPO / "build" / "libtorchalloc.so"
 RESULT_TAG = "STEP_TIME_RESULT "
 LOG_PATH = "/tmp/step_time_%p.log"
 NATIVE_MODIFIERS = {"expandable": "expandable_segments:True", "async": "backend:cudaMallocAsync"}
-TORCHALLOC_MODIFIERS = ("log", "stacks")
+TORCHALLOC_MODIFIERS = ("log", "stacks", "bridge")
 
 # The workload (DESIGN.md section 5).
 D_MODEL, NHEAD, D_FF, LAYERS, DROPOUT = 1024, 16, 4096, 6, 0.1
@@ -67,10 +67,11 @@ class Variant:
     native: bool
     conf: str  # TORCHALLOC_CONF, or PYTORCH_CUDA_ALLOC_CONF for native ("" = unset)
     policy: str = ""
+    route: str = "plain"  # torchalloc: "plain" (CUDAPluggableAllocator) or "bridge" (torchalloc.install)
 
 
 def parse_variant(text: str, extra_conf: str) -> Variant:
-    """`native[+expandable|+async]` or `POLICY[+log][+stacks]`."""
+    """`native[+expandable|+async]` or `POLICY[+log][+stacks][+bridge]`."""
     base, *mods = [part.strip() for part in text.split("+")]
     if not base:
         raise ValueError(f"variant {text!r}: empty name")
@@ -89,7 +90,7 @@ def parse_variant(text: str, extra_conf: str) -> Variant:
         conf.append("stacks:1")
     if extra_conf.strip():
         conf.append(extra_conf.strip().strip(","))
-    return Variant(text, False, ",".join(conf), policy=base)
+    return Variant(text, False, ",".join(conf), policy=base, route="bridge" if "bridge" in mods else "plain")
 
 
 # ---------------------------------------------------------------------------
@@ -146,7 +147,7 @@ def child_main(args: argparse.Namespace) -> int:
     import torch
 
     if args.policy:
-        child.install_library(torch, Path(args.lib), args.policy)
+        child.install_library(torch, Path(args.lib), args.policy, args.route)
     torch.manual_seed(args.seed)
     torch.cuda.manual_seed_all(args.seed)
     device = torch.device("cuda", torch.cuda.current_device())
@@ -197,7 +198,7 @@ def child_env(v: Variant) -> dict[str, str]:
 def run_child(v: Variant, args: argparse.Namespace, lib: Path) -> dict[str, Any]:
     child_args = ["--lib", str(lib), "--steps", str(args.steps), "--warmup", str(args.warmup), "--seed", str(args.seed)]
     if not v.native:
-        child_args += ["--policy", v.policy]
+        child_args += ["--policy", v.policy, "--route", v.route]
     return child.run_child(__file__, child_args, child_env(v), args.timeout, RESULT_TAG)
 
 
@@ -318,6 +319,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=600, help="seconds allowed per child (default: %(default)s)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--policy", default="", help=argparse.SUPPRESS)
+    p.add_argument("--route", default="plain", choices=child.ROUTES, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.steps < 1 or args.rounds < 1 or args.warmup < 0:
         p.error("--steps and --rounds must be at least 1, --warmup at least 0")

@@ -166,7 +166,7 @@ def child_main(args: argparse.Namespace) -> int:
     import torch
 
     if args.policy:
-        child.install_library(torch, Path(args.lib), args.policy)
+        child.install_library(torch, Path(args.lib), args.policy, args.route)
     set_determinism(torch)
     device = torch.device("cuda", torch.cuda.current_device())
     meter = MemoryMeter(torch, bool(args.policy), device.index)
@@ -188,11 +188,11 @@ def child_main(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------
 
 
-def run_child(lib: Path, policy: str | None, steps: int, timeout: float) -> dict[str, Any]:
+def run_child(lib: Path, policy: str | None, steps: int, timeout: float, route: str) -> dict[str, Any]:
     """One training run in a fresh interpreter; returns its result or {"error": ...}."""
     env = dict(os.environ, CUBLAS_WORKSPACE_CONFIG=":4096:8")
     env.pop("TORCHALLOC_CONF", None)
-    args = ["--lib", str(lib), "--steps", str(steps)]
+    args = ["--lib", str(lib), "--steps", str(steps), "--route", route]
     if policy:
         env["TORCHALLOC_CONF"] = f"policy:{policy}"
         args += ["--policy", policy]
@@ -246,7 +246,7 @@ def parent_main(args: argparse.Namespace) -> int:
     for policy in [None, *policies]:
         name = f"torchalloc:{policy}" if policy else "native"
         print(f"running {name} ({args.steps} steps per model) ...", flush=True)
-        result = run_child(lib, policy, args.steps, args.timeout)
+        result = run_child(lib, policy, args.steps, args.timeout, args.route)
         if "error" in result:
             failures.append(f"{name}: {result['error']}\n--- stderr (tail) ---\n{child.tail(result.get('stderr', ''))}")
             if policy is None:
@@ -273,6 +273,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="comma-separated torchalloc policies to compare (default: %(default)s)")
     p.add_argument("--steps", type=int, default=5, help="training steps per model (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=600, help="seconds allowed per child (default: %(default)s)")
+    p.add_argument("--route", default="plain", choices=child.ROUTES,
+                   help="plain: the bare CUDAPluggableAllocator; bridge: torchalloc.install() through the C++ bridge "
+                        "(default: %(default)s)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--policy", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)

@@ -45,4 +45,5 @@ const ta_policy_ops ta_exact_policy = {
     .malloc = exact_malloc,
     .free = exact_free,
     .release_cached = exact_release_cached,
+    .frees_to_device = 1,
 };

@@ -132,12 +132,11 @@ TEST(capture_is_never_invalidated_and_deferred_frees_wait_for_it) {
   REQUIRE(torchalloc_routing_end(0) == 0); /* now the deferred free records its event */
   CHECK_EQ(violations(), 0);
   CHECK_EQ(torchalloc_routing_end(0), -1); /* unbalanced */
-  void *x = torchalloc_malloc(1 * MiB, 0, S0); /* poll 1: not done */
-  CHECK(x != before);
+  s = stats0(); /* routing_end polled the event once: not done, still waiting */
+  CHECK_EQ(s.active_bytes[ALL].current - s.allocated_bytes[ALL].current, 1 * MiB);
   void *y = torchalloc_malloc(1 * MiB, 0, S0); /* poll 2: done, reused */
   CHECK(y == before);
   CHECK_INVARIANTS();
-  torchalloc_free(x, 1 * MiB, 0, S0);
   torchalloc_free(y, 1 * MiB, 0, S0);
   torchalloc_free(keep, 512, 0, S0);
   torchalloc_free(act, 6 * MiB, 0, S0);
@@ -145,6 +144,27 @@ TEST(capture_is_never_invalidated_and_deferred_frees_wait_for_it) {
   CHECK_EQ(torchalloc_pool_release(0, POOL), 0);
   torchalloc_empty_cache(0);
   CHECK_EQ(stats0().reserved_bytes[ALL].current, 0); /* the pool's segments too, now that it is released */
+  CHECK_EQ(violations(), 0);
+  CHECK_INVARIANTS();
+}
+
+TEST(exact_frees_during_a_capture_wait_for_it_to_end) {
+  /* exact hands memory back to the device on free: during a capture that
+   * cudaFree would invalidate the graph, so the free waits for routing. */
+  REQUIRE(sim_reset("policy:exact") == 0);
+  void *a = torchalloc_malloc(4 * MiB, 0, S0);
+  REQUIRE(a);
+  REQUIRE(torchalloc_routing_begin(0) == 0);
+  REQUIRE(torchalloc_sim_capture(0, S0, 1) == 0);
+  torchalloc_free(a, 4 * MiB, 0, S0);
+  torchalloc_stats s = stats0();
+  CHECK_EQ(s.allocated_bytes[ALL].current, 0);
+  CHECK_EQ(s.reserved_bytes[ALL].current, 4 * MiB); /* not yet back to the device */
+  CHECK_EQ(torchalloc_arena_trim(0, -1), 0);
+  CHECK_EQ(violations(), 0);
+  REQUIRE(torchalloc_sim_capture(0, S0, 0) == 0);
+  REQUIRE(torchalloc_routing_end(0) == 0);
+  CHECK_EQ(stats0().reserved_bytes[ALL].current, 0);
   CHECK_EQ(violations(), 0);
   CHECK_INVARIANTS();
 }
@@ -282,4 +302,36 @@ TEST(memory_fraction_is_readable_and_a_tiny_one_still_caps) {
   torchalloc_set_memory_fraction(1e-12, 0); /* rounds to 0 bytes: must not mean "no limit" */
   CHECK(torchalloc_try_malloc(512, 0, S0) == NULL);
   CHECK(torchalloc_get_memory_fraction(3) < 0);
+}
+
+typedef struct seen_segments {
+  int allocs, frees;
+  uint64_t last_addr, last_size;
+} seen_segments;
+
+static void watch(void *ctx, int device, int event, uint64_t addr, uint64_t size, uint64_t stream) {
+  seen_segments *s = ctx;
+  (void)device, (void)stream;
+  if (event == TORCHALLOC_SEGMENT_ALLOC) s->allocs++;
+  if (event == TORCHALLOC_SEGMENT_FREE) s->frees++;
+  s->last_addr = addr;
+  s->last_size = size;
+}
+
+TEST(the_segment_observer_sees_every_device_allocation_and_release) {
+  REQUIRE(sim_reset("") == 0);
+  seen_segments seen = {0};
+  torchalloc_set_segment_observer(watch, &seen);
+  void *a = torchalloc_malloc(12 * MiB, 0, S0);
+  REQUIRE(a);
+  CHECK_EQ(seen.allocs, 1);
+  CHECK(seen.last_addr == (uintptr_t)a && seen.last_size == 12 * MiB);
+  torchalloc_free(a, 12 * MiB, 0, S0);
+  CHECK_EQ(seen.frees, 0); /* cached */
+  torchalloc_empty_cache(0);
+  CHECK_EQ(seen.frees, 1);
+  torchalloc_set_segment_observer(NULL, NULL);
+  void *b = torchalloc_malloc(12 * MiB, 0, S0);
+  CHECK_EQ(seen.allocs, 1);
+  torchalloc_free(b, 12 * MiB, 0, S0);
 }

@@ -33,6 +33,7 @@ LAYERS: dict[str, str] = {
     "torchalloc.stats": RUNTIME,
     "torchalloc.phases": RUNTIME,
     "torchalloc.tracking": RUNTIME,
+    "torchalloc.bridge": RUNTIME,  # builds and loads the C++ bridge; torch only inside functions
     "torchalloc._records": SHARED,
     "torchalloc.units": SHARED,
     "torchalloc._compressed": SHARED,

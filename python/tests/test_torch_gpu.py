@@ -6,47 +6,23 @@ is initialised, so every test runs its scenario in a fresh Python process
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
+
+from gpu_child import run_child
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 if not torch.cuda.is_available():  # asks the driver; does not initialise CUDA here
     pytest.skip("no CUDA GPU visible to torch", allow_module_level=True)
 
-PYTHON_DIR = Path(__file__).resolve().parents[1]
-RESULT = "RESULT "
 
-
-def run_child(code: str, library_path: Path, timeout: float = 300) -> dict[str, Any]:
-    """Run `code` in a fresh interpreter; return the JSON it printed after RESULT."""
-    env = dict(os.environ, TORCHALLOC_LIB=str(library_path), PYTHONPATH=str(PYTHON_DIR))
-    env.pop("TORCHALLOC_CONF", None)
-    prelude = f"import json\nRESULT = {RESULT!r}\ndef emit(**kw): print(RESULT + json.dumps(kw), flush=True)\n"
-    done = subprocess.run(
-        [sys.executable, "-c", prelude + textwrap.dedent(code)],
-        capture_output=True, text=True, env=env, timeout=timeout, check=False,
-    )
-    assert done.returncode == 0, f"child failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
-    lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
-    assert lines, f"child printed no result:\n{done.stdout}\n{done.stderr}"
-    result = json.loads(lines[-1][len(RESULT):])
-    result["_stderr"] = done.stderr
-    return result
-
-
-def test_patch_torch_makes_torchs_stats_work(library_path: Path) -> None:
+def test_patch_torch_makes_torchs_stats_work_on_the_plain_route(library_path: Path) -> None:
     r = run_child(
         """
         import torch, torchalloc
         from torchalloc import plug
-        torchalloc.install(policy="caching", patch_torch=True)
+        torchalloc.install(policy="caching", patch_torch=True, bridge=False)  # the plain route needs the patch
         x = torch.empty(1000, device="cuda")          # 4000 bytes: a 4096-byte block
         forms = [torch.cuda.memory_allocated(), torch.cuda.memory_allocated(0),
                  torch.cuda.memory_allocated("cuda:0"), torch.cuda.memory_allocated(torch.device("cuda")),

@@ -85,17 +85,29 @@ def run_child(script: str | os.PathLike[str], args: Sequence[str], env: dict[str
 # ---------------------------------------------------------------------------
 
 
-def install_library(torch: Any, lib: Path, policy: str) -> None:
+ROUTES = ("plain", "bridge")
+
+
+def install_library(torch: Any, lib: Path, policy: str, route: str = "plain") -> None:
     """Make the library at `lib` PyTorch's allocator, configured by $TORCHALLOC_CONF, and check that it
-    took `policy`. Must run before CUDA is initialised."""
+    took `policy`. Must run before CUDA is initialised.
+
+    route "plain": the bare CUDAPluggableAllocator usage README.md shows;
+    "bridge": torchalloc.install(bridge=True), the C++ bridge (built on first use).
+    """
     # This package's bindings load the very file torch dlopen()s: one copy of the allocator's state.
     os.environ[_lib.ENV_LIB] = str(lib)
+    if route == "bridge":
+        from . import plug
+
+        plug.install(policy=policy, bridge=True)
     got = (_lib.lib().torchalloc_policy_name() or b"").decode(errors="replace")  # reads TORCHALLOC_CONF now
     if got != policy:
         raise RuntimeError(f"torchalloc did not take policy {policy!r} (TORCHALLOC_CONF="
                            f"{os.environ.get('TORCHALLOC_CONF')!r}): {_lib.last_error() or 'policy is ' + repr(got)}")
-    alloc = torch.cuda.memory.CUDAPluggableAllocator(str(lib), "torchalloc_malloc", "torchalloc_free")
-    torch.cuda.memory.change_current_allocator(alloc)
+    if route == "plain":
+        alloc = torch.cuda.memory.CUDAPluggableAllocator(str(lib), "torchalloc_malloc", "torchalloc_free")
+        torch.cuda.memory.change_current_allocator(alloc)
 
 
 def peaks(device: int) -> tuple[int, int]:

@@ -147,6 +147,7 @@ class ReplayResultStruct(ctypes.Structure):
 
 _c_int, _c_int64, _c_size_t = ctypes.c_int, ctypes.c_int64, ctypes.c_size_t
 _c_char_p, _c_void_p, _c_double = ctypes.c_char_p, ctypes.c_void_p, ctypes.c_double
+_c_uint64 = ctypes.c_uint64
 
 # name -> (restype, argtypes). cudaStream_t and pointers travel as void*.
 _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
@@ -178,6 +179,23 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "torchalloc_get_phase_stats": (_c_int, [_c_int, _c_int, ctypes.POINTER(PhaseStatsStruct)]),
     "torchalloc_arena_reserved": (_c_int64, [_c_int, _c_int]),
     "torchalloc_arena_trim": (_c_int64, [_c_int, _c_int]),
+    "torchalloc_try_malloc": (_c_void_p, [_c_size_t, _c_int, _c_void_p]),
+    "torchalloc_free_ptr": (_c_int, [_c_void_p]),
+    "torchalloc_policy_names": (_c_char_p, []),
+    "torchalloc_get_memory_fraction": (_c_double, [_c_int]),
+    "torchalloc_largest_cached_block": (_c_int64, [_c_int]),
+    "torchalloc_oom_summary": (_c_int, [_c_int, _c_char_p, _c_size_t]),
+    # private pools: device, id0, id1 (PyTorch's MempoolId_t)
+    "torchalloc_pool_retain": (_c_int, [_c_int, _c_uint64, _c_uint64]),
+    "torchalloc_pool_release": (_c_int, [_c_int, _c_uint64, _c_uint64]),
+    "torchalloc_pool_use_count": (_c_int, [_c_int, _c_uint64, _c_uint64]),
+    "torchalloc_pool_malloc": (_c_void_p, [_c_size_t, _c_int, _c_void_p, _c_uint64, _c_uint64]),
+    "torchalloc_pool_live_blocks": (_c_int64, [_c_int, _c_uint64, _c_uint64, _c_void_p, _c_size_t]),
+    "torchalloc_pool_empty": (_c_int64, [_c_int, _c_uint64, _c_uint64]),
+    "torchalloc_routing_begin": (_c_int, [_c_int]),
+    "torchalloc_routing_end": (_c_int, [_c_int]),
+    "torchalloc_sim_capture": (_c_int, [_c_int, _c_void_p, _c_int]),
+    "torchalloc_sim_capture_violations": (_c_int64, [_c_int, _c_char_p, _c_size_t]),
 }
 
 # Functions that newer builds have (the event log); bound when present, so
@@ -371,3 +389,18 @@ def replay(
     if result["version"] != REPLAY_VERSION:
         raise LibraryError(f"replay result version {result['version']}, these bindings read {REPLAY_VERSION}")
     return result
+
+
+def policy_names() -> list[str]:
+    """Every policy's name in id order: the registry the C library was built with."""
+    names: bytes = lib().torchalloc_policy_names()
+    return names.decode().split()
+
+
+def oom_summary(device: int) -> str:
+    """The last out-of-memory failure on `device` in one paragraph, "" when there was none."""
+    buf = ctypes.create_string_buffer(4096)
+    n = lib().torchalloc_oom_summary(device, buf, len(buf))
+    if n < 0:
+        raise ValueError(last_error() or f"no device {device}")
+    return buf.value.decode("utf-8", "replace")

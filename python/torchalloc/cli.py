@@ -107,6 +107,16 @@ def _collect_info() -> dict[str, Any]:
     return info
 
 
+def _route_info() -> dict[str, Any]:
+    """Which route torchalloc.install() takes here, and why (builds nothing)."""
+    from . import bridge
+
+    found = bridge.describe()
+    if found["bridge"] == "unavailable":
+        return {"route": "plain", "route_reason": found["bridge_reason"], **found}
+    return {"route": "bridge", "route_reason": f"C++ bridge {found['bridge']}", **found}
+
+
 def _print_info(info: dict[str, Any]) -> None:
     print(f"torchalloc {info['package_version']} (stats ABI version {info['stats_abi_version']})")
     if info["library"] is None:
@@ -120,6 +130,9 @@ def _print_info(info: dict[str, Any]) -> None:
     else:
         print(f"policy:      {info['policy']}")
         print(f"devices:     {info['devices']}")
+    print(f"route:       {info['route']}: {info['route_reason']}")
+    if info.get("bridge_path"):
+        print(f"bridge:      {info['bridge_path']}")
 
 
 def info_main(argv: list[str]) -> int:
@@ -128,6 +141,7 @@ def info_main(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     info = _collect_info()
+    info.update(_route_info())
     if args.json:
         print(json.dumps(info, indent=2))
     else:

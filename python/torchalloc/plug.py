@@ -5,7 +5,17 @@ PyTorch can swap its allocator only before CUDA is initialised
 allocator" afterwards). So:
 
 - install() first thing in the program: every CUDA allocation goes through
-  torchalloc, including the autograd engine's threads.
+  torchalloc, including the autograd engine's threads. It takes one of two
+  routes (Installation.route says which, and why):
+    "bridge": the C++ bridge (torchalloc.bridge) is PyTorch's allocator in
+      full: OOM raises torch.OutOfMemoryError, CUDA graphs, torch.compile
+      (reduce-overhead), cudnn.benchmark, torch.cuda.memory_* and MemPool
+      work. The default wherever torch has CUDA and a C++ compiler exists.
+    "plain": torch.cuda.memory.CUDAPluggableAllocator with our C entry
+      points and hooks. Eager training works; an OOM stops the process with
+      the reason (PyTorch cannot raise it on this route); torch.cuda.memory_*
+      need patch_torch=True; graphs and the rest fail as under any
+      pluggable allocator.
 - pool() when CUDA is already up: a context in which this thread's
   allocations go to a torch.cuda.MemPool backed by torchalloc. Inside it the
   native caching allocator stays in charge and asks torchalloc only for
@@ -20,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Iterator
@@ -56,10 +67,14 @@ class Installation:
 
     library: Path
     conf: str
-    allocator: Any  # torch.cuda.memory.CUDAPluggableAllocator
-    hooks: dict[str, str]  # torch hook setter -> C function wired to it
+    route: str  # "bridge" or "plain"
+    route_reason: str  # why this route was taken
+    allocator: Any  # plain: torch.cuda.memory.CUDAPluggableAllocator; bridge: None (the bridge keeps its own)
+    hooks: dict[str, str]  # plain: torch hook setter -> C function wired to it
     log: str | None = None
     patched_torch: bool = False
+    bridge_path: Path | None = None
+    bridge_build_seconds: float | None = None  # set when this install() built the bridge
 
 
 _lock = threading.RLock()
@@ -132,10 +147,16 @@ def _import_torch() -> Any:
     return torch
 
 
-def _make_allocator(torch: Any) -> tuple[Any, dict[str, str]]:
-    """A CUDAPluggableAllocator on our library with every hook this torch offers wired."""
+def _make_allocator(torch: Any, malloc_function: str = "torchalloc_malloc") -> tuple[Any, dict[str, str]]:
+    """A CUDAPluggableAllocator on our library with every hook this torch offers wired.
+
+    torchalloc_malloc stops the process when it cannot allocate (as the only
+    allocator, a NULL would become a tensor); behind a MemPool, where the
+    native allocator asks us for segments and raises its own OutOfMemoryError
+    on NULL, torchalloc_try_malloc is the one to use.
+    """
     path = str(_lib.library_path())  # the very file our ctypes handle has open: one shared state
-    allocator = torch.cuda.memory.CUDAPluggableAllocator(path, "torchalloc_malloc", "torchalloc_free")
+    allocator = torch.cuda.memory.CUDAPluggableAllocator(path, malloc_function, "torchalloc_free")
     raw = allocator.allocator()
     wired = {}
     for setter, c_function in _HOOKS:
@@ -150,12 +171,29 @@ def _open_log(path: str) -> None:
         raise RuntimeError(f"cannot open the torchalloc log {path!r}: {_lib.last_error()}")
 
 
+def _choose_bridge(want: bool | None) -> tuple[Any, str]:
+    """The loaded bridge (or None for the plain route) and why."""
+    from . import bridge
+
+    if want is False:
+        return None, "install(bridge=False)"
+    try:
+        found = bridge.find_or_build()
+    except bridge.BridgeUnavailable as e:
+        if want:
+            raise RuntimeError(f"torchalloc: install(bridge=True) but the C++ bridge is unavailable: {e}") from None
+        return None, f"the C++ bridge is unavailable: {e}"
+    how = f"built in {found.build_seconds:.1f} s" if found.built_now else f"loaded from {found.path}"
+    return found, f"C++ bridge {how}"
+
+
 def install(
     policy: str | None = None,
     log: str | os.PathLike[str] | None = None,
     stacks: bool | None = None,
     *,
     patch_torch: bool = False,
+    bridge: bool | None = None,
     **conf: Any,
 ) -> Installation:
     """Load libtorchalloc and make it PyTorch's CUDA allocator. Call before any CUDA use.
@@ -164,8 +202,12 @@ def install(
     log: write the event log to this file. stacks: record allocation stacks.
     conf: any other TORCHALLOC_CONF key (warn=0, log_max="1GiB", ...).
     Keyword arguments override $TORCHALLOC_CONF, which supplies the rest.
-    patch_torch: make torch.cuda.memory_allocated(), memory_stats() and
-    friends answer from torchalloc (under a pluggable allocator they raise).
+    bridge: None (default) uses the C++ bridge when it can be built or found
+    and says in one line why not otherwise; True insists on it; False takes
+    the plain route. $TORCHALLOC_BRIDGE=0 turns it off too.
+    patch_torch: on the plain route, make torch.cuda.memory_allocated(),
+    memory_stats() and friends answer from torchalloc (there they raise);
+    the bridge answers them itself, so it is not needed there.
 
     Raises RuntimeError if CUDA is already initialised (see pool()),
     ValueError naming the key for a bad option. Calling it again with the
@@ -188,23 +230,34 @@ def install(
                     f"torchalloc is already installed with {_installed.conf!r}; "
                     "a process's CUDA allocator can be chosen only once"
                 )
-            if patch_torch:
+            if patch_torch and _installed.route == "plain":
                 _apply_torch_patch()
             return _installed
         if not torch.cuda.is_available():  # asks the driver; does not initialise torch's CUDA
             raise RuntimeError(f"torch {torch.__version__} sees no CUDA GPU; torchalloc has nothing to manage")
         if torch.cuda.is_initialized():
             raise RuntimeError(_CUDA_ALREADY_INITIALISED)
+        found, why = _choose_bridge(bridge)
         _lib.init(text)
         if log_via_api:
             assert log_path is not None
             _open_log(log_path)
+        if found is not None:
+            from . import bridge as bridge_module
+
+            bridge_module.install(found)
+            _installed = Installation(_lib.library_path(), text, "bridge", why, None, {}, log_path,
+                                      bridge_path=found.path,
+                                      bridge_build_seconds=found.build_seconds if found.built_now else None)
+            return _installed
+        print(f"torchalloc: plain pluggable route ({why}); an out-of-memory stops the process, CUDA graphs, "
+              "torch.compile(mode='reduce-overhead') and cudnn.benchmark do not work", file=sys.stderr)
         allocator, wired = _make_allocator(torch)
         try:
             torch.cuda.memory.change_current_allocator(allocator)
         except RuntimeError as e:
             raise RuntimeError(f"{_CUDA_ALREADY_INITIALISED} (torch said: {e})") from e
-        _installed = Installation(_lib.library_path(), text, allocator, wired, log_path)
+        _installed = Installation(_lib.library_path(), text, "plain", why, allocator, wired, log_path)
     if patch_torch:
         _apply_torch_patch()
     return _installed
@@ -224,7 +277,7 @@ def _shared_mempool(torch: Any) -> Any:
     global _pool_allocator, _pool_mempool
     with _lock:
         if _pool_mempool is None:
-            allocator, _ = _make_allocator(torch)
+            allocator, _ = _make_allocator(torch, "torchalloc_try_malloc")
             _pool_allocator = allocator  # MemPool holds the C++ allocator; keep the wrapper too
             _pool_mempool = torch.cuda.MemPool(allocator.allocator())
     return _pool_mempool

@@ -1,0 +1,48 @@
+"""Running a GPU scenario in a fresh Python process, for the GPU tests.
+
+torchalloc.install() must run before CUDA is initialised, so every GPU
+scenario runs in its own interpreter. The scenario's code gets `emit(**kw)`,
+which prints one RESULT line of JSON that the test reads back.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+PYTHON_DIR = Path(__file__).resolve().parents[1]
+RESULT = "RESULT "
+PRELUDE = f"import json\nRESULT = {RESULT!r}\ndef emit(**kw): print(RESULT + json.dumps(kw), flush=True)\n"
+
+
+@dataclasses.dataclass
+class Finished:
+    returncode: int
+    result: dict[str, Any] | None  # the last RESULT line, None when there was none
+    stdout: str
+    stderr: str
+
+
+def run_python(code: str, library_path: Path, timeout: float = 300, env: dict[str, str] | None = None) -> Finished:
+    """Run `code` (dedented) in a fresh interpreter with this checkout's package and library."""
+    full_env = dict(os.environ, TORCHALLOC_LIB=str(library_path), PYTHONPATH=str(PYTHON_DIR))
+    full_env.pop("TORCHALLOC_CONF", None)
+    full_env.update(env or {})
+    done = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], capture_output=True, text=True,
+                          env=full_env, timeout=timeout, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
+    result = json.loads(lines[-1][len(RESULT):]) if lines else None
+    return Finished(done.returncode, result, done.stdout, done.stderr)
+
+
+def run_child(code: str, library_path: Path, timeout: float = 300, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """run_python for a scenario that must succeed; its result, with its stderr under "_stderr"."""
+    done = run_python(code, library_path, timeout, env)
+    assert done.returncode == 0, f"child failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+    assert done.result is not None, f"child printed no result:\n{done.stdout}\n{done.stderr}"
+    return {**done.result, "_stderr": done.stderr}
