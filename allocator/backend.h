@@ -27,6 +27,8 @@ typedef struct ta_backend_ops {
   void *(*event_record)(ta_backend *, int device, cudaStream_t stream);
   int (*event_done)(ta_backend *, int device, void *event);
   void (*event_release)(ta_backend *, int device, void *event);
+  /* 1 when `stream` is capturing a CUDA graph now. */
+  int (*stream_capturing)(ta_backend *, int device, cudaStream_t stream);
   void (*destroy)(ta_backend *);
 } ta_backend_ops;
 

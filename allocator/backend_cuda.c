@@ -30,6 +30,7 @@ typedef struct cudart_fns {
   cudaError_t (*EventQuery)(cudaEvent_t);
   cudaError_t (*EventDestroy)(cudaEvent_t);
   cudaError_t (*ThreadExchangeStreamCaptureMode)(int *); /* optional: NULL on a cudart without it */
+  cudaError_t (*StreamIsCapturing)(cudaStream_t, int *);  /* optional likewise */
 } cudart_fns;
 
 typedef struct cuda_backend {
@@ -136,6 +137,17 @@ static void cuda_event_release(ta_backend *b, int device, void *event) {
   guard_exit(c, g, device);
 }
 
+static int cuda_stream_capturing(ta_backend *b, int device, cudaStream_t stream) {
+  (void)device;
+  cuda_backend *c = (cuda_backend *)b;
+  int status = 0; /* cudaStreamCaptureStatusNone */
+  if (!c->fn.StreamIsCapturing || c->fn.StreamIsCapturing(stream, &status) != CUDA_SUCCESS) {
+    if (c->fn.StreamIsCapturing) c->fn.GetLastError();
+    return 0;
+  }
+  return status != 0; /* active, or invalidated: either way a capture */
+}
+
 static void cuda_destroy(ta_backend *b) {
   /* cudart stays loaded: torch may share it, and unloading cudart is unsafe. */
   free(b);
@@ -151,6 +163,7 @@ static const ta_backend_ops cuda_ops = {
     .event_record = cuda_event_record,
     .event_done = cuda_event_done,
     .event_release = cuda_event_release,
+    .stream_capturing = cuda_stream_capturing,
     .destroy = cuda_destroy,
 };
 
@@ -204,6 +217,7 @@ ta_backend *ta_backend_cuda_create(char *err, size_t errlen) {
   LOAD(EventQuery, "cudaEventQuery");
   LOAD(EventDestroy, "cudaEventDestroy");
   *(void **)(&c->fn.ThreadExchangeStreamCaptureMode) = dlsym(c->lib, "cudaThreadExchangeStreamCaptureMode");
+  *(void **)(&c->fn.StreamIsCapturing) = dlsym(c->lib, "cudaStreamIsCapturing");
   cudaError_t e = c->fn.GetDeviceCount(&c->devices);
   if (e != CUDA_SUCCESS || c->devices < 1) {
     snprintf(err, errlen, "no CUDA device (cudaGetDeviceCount: %s); use backend:sim where there is no GPU",

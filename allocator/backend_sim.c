@@ -112,6 +112,11 @@ static void sim_event_release(ta_backend *b, int device, void *event) {
   free(event);
 }
 
+static int sim_stream_capturing(ta_backend *b, int device, cudaStream_t stream) {
+  (void)stream; /* the model does not tell streams apart */
+  return ((sim_backend *)b)->dev[device].capturing > 0;
+}
+
 static void sim_destroy(ta_backend *b) { free(b); }
 
 static const ta_backend_ops sim_ops = {
@@ -124,6 +129,7 @@ static const ta_backend_ops sim_ops = {
     .event_record = sim_event_record,
     .event_done = sim_event_done,
     .event_release = sim_event_release,
+    .stream_capturing = sim_stream_capturing,
     .destroy = sim_destroy,
 };
 

@@ -74,10 +74,30 @@ static ta_noinline void stop_on_failure(size_t size, int device) {
   abort();
 }
 
+/* A CUDA graph capture on the plain route: PyTorch does not tell a plain
+ * pluggable allocator about it, so the graph's memory would come from the
+ * shared cache, and after the capture other tensors would reuse addresses
+ * the graph writes on every replay. Stop, with the reason, rather than let
+ * that corrupt training silently. */
+static ta_noinline void stop_on_capture(int device) {
+  fprintf(stderr,
+          "torchalloc: fatal: a CUDA graph is being captured on device %d, and on PyTorch's plain "
+          "CUDAPluggableAllocator route torchalloc is not told, so the graph's memory could not be kept private "
+          "(other tensors would reuse it between replays). Use torchalloc.install(), whose C++ bridge gives each "
+          "graph its own pool, as PyTorch's allocator does. Stopping the process.\n",
+          device);
+  fflush(stderr);
+  abort();
+}
+
 TORCHALLOC_API void *torchalloc_malloc(size_t size, int device, cudaStream_t stream) {
   if (ta_unlikely(size == 0)) return NULL;
+  int plain_route = ta_config_oom_action(&ta_rt.conf) == TA_OOM_ABORT;
+  if (ta_unlikely(plain_route) && ta_rt.backend && (unsigned)device < (unsigned)ta_rt.ndevices &&
+      ta_rt.backend->ops->stream_capturing(ta_rt.backend, device, stream))
+    stop_on_capture(device);
   void *p = try_malloc(size, device, stream);
-  if (ta_unlikely(!p) && ta_config_oom_action(&ta_rt.conf) == TA_OOM_ABORT) stop_on_failure(size, device);
+  if (ta_unlikely(!p) && plain_route) stop_on_failure(size, device);
   return p;
 }
 

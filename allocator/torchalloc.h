@@ -31,7 +31,9 @@ typedef struct CUstream_st *cudaStream_t;
  * (the default on the simulated device) returns NULL; with oom:abort (the
  * default on a real GPU, where this is PyTorch's plain pluggable route and
  * a NULL would become a tensor that kills the CUDA context) prints why and
- * stops the process. The same for a bad device or an absurd size. */
+ * stops the process. The same for a bad device or an absurd size, and, with
+ * oom:abort, for a request made while `stream` captures a CUDA graph (that
+ * route cannot keep the graph's memory private; the C++ bridge can). */
 TORCHALLOC_API void *torchalloc_malloc(size_t size, int device, cudaStream_t stream);
 
 /* `size` is the size originally requested, `stream` the allocation stream.

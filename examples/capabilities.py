@@ -76,11 +76,15 @@ SCENARIOS: dict[str, tuple[str, str]] = {
     """),
     "compile": ('torch.compile(model, mode="reduce-overhead")', """
         m = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 128)).cuda()
+        opt = torch.optim.SGD(m.parameters(), lr=0.05)
         f = torch.compile(m, mode="reduce-overhead")
-        x = torch.randn(32, 128, device="cuda")
-        for _ in range(4):
-            f(x).sum().backward()
-        say("works")
+        x, y = torch.randn(32, 128, device="cuda"), torch.randn(32, 128, device="cuda")
+        losses = []
+        for _ in range(6):
+            loss = torch.nn.functional.mse_loss(f(x), y)
+            loss.backward(); opt.step(); opt.zero_grad()
+            losses.append(loss.item())
+        say("works, trains" if losses[-1] < losses[0] else f"runs, loss did not fall: {losses}")
     """),
     "cudnn": ("torch.backends.cudnn.benchmark = True and a conv net", """
         torch.backends.cudnn.benchmark = True
