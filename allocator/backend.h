@@ -41,6 +41,7 @@ typedef struct ta_sim_options {
   size_t capacity;        /* bytes per device */
   uint64_t fail_alloc_at; /* fail the Nth device allocation (1-based); 0: never */
   int event_polls;        /* an event completes on its Nth query (or a synchronize); 0: at once */
+  size_t held_elsewhere;  /* bytes of each device taken by someone else: never available */
 } ta_sim_options;
 
 ta_internal ta_backend *ta_backend_sim_create(const ta_sim_options *opts);

@@ -43,6 +43,11 @@ typedef struct sim_backend {
 
 static int sim_device_count(ta_backend *b) { return ((sim_backend *)b)->opts.devices; }
 
+static size_t sim_free_bytes(const sim_backend *s, const sim_device *d) {
+  size_t taken = d->used + s->opts.held_elsewhere;
+  return taken < s->opts.capacity ? s->opts.capacity - taken : 0;
+}
+
 static void check_not_capturing(sim_device *d, const char *call) {
   if (!d->capturing) return;
   atomic_fetch_add(&d->violations, 1);
@@ -55,7 +60,7 @@ static int sim_alloc(ta_backend *b, int device, size_t size, uintptr_t *out) {
   uint64_t attempt = atomic_fetch_add_explicit(&s->allocs_attempted, 1, memory_order_relaxed) + 1;
   if (s->opts.fail_alloc_at != 0 && attempt == s->opts.fail_alloc_at) return TA_ENOMEM;
   size_t bytes = ta_align_up(size, SIM_ALIGN);
-  if (bytes > s->opts.capacity - d->used) return TA_ENOMEM;
+  if (bytes > sim_free_bytes(s, d)) return TA_ENOMEM;
   if (bytes > d->end_addr - d->next_addr) {
     d->address_exhausted = 1;
     return TA_ENOMEM;
@@ -76,7 +81,7 @@ static void sim_free(ta_backend *b, int device, uintptr_t addr, size_t size) {
 static int sim_mem_info(ta_backend *b, int device, size_t *free_bytes, size_t *total_bytes) {
   sim_backend *s = (sim_backend *)b;
   *total_bytes = s->opts.capacity;
-  *free_bytes = s->opts.capacity - s->dev[device].used;
+  *free_bytes = sim_free_bytes(s, &s->dev[device]);
   return TA_OK;
 }
 

@@ -32,7 +32,10 @@ typedef struct ta_block {
   struct ta_segment *segment;
   cudaStream_t stream; /* the allocation stream (its segment's) */
   void *owner;         /* the arena (or policy) that made it: frees go back there */
-  uint32_t bin;        /* free-index bin while free */
+  union {
+    uint32_t bin;       /* while free: its free-index bin */
+    uint32_t alloc_seq; /* while live: the heap's allocation count when it was made (its age) */
+  };
   uint8_t state;       /* enum ta_block_state */
   uint8_t policy;      /* id of the policy that made it */
   uint16_t phase;      /* phase current at allocation */

@@ -56,7 +56,8 @@ static int parse_int(const char *text, long lo, long hi, long *out) {
 }
 
 #define KEYS \
-  "policy backend sim_capacity sim_devices sim_fail_alloc sim_event_polls warn log log_max stacks stack_depth oom"
+  "policy backend sim_capacity sim_devices sim_fail_alloc sim_event_polls sim_held_elsewhere warn log log_max stacks " \
+  "stack_depth oom oom_report"
 const char *ta_config_key_list(void) { return KEYS; }
 
 /* Apply one key:value to `c`. Returns 0, or -1 with a message. */
@@ -91,6 +92,14 @@ static int apply(ta_config *c, const char *key, const char *val, char *err, size
   } else if (strcmp(key, "sim_fail_alloc") == 0) {
     if (parse_int(val, 0, 0x7fffffffL, &n)) goto bad_int;
     c->sim_fail_alloc = (uint64_t)n;
+  } else if (strcmp(key, "sim_held_elsewhere") == 0) {
+    size_t bytes;
+    if (ta_parse_bytes(val, &bytes)) {
+      snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key 'sim_held_elsewhere' (expected a size such as "
+               "2GiB)", val);
+      return -1;
+    }
+    c->sim_held_elsewhere = bytes;
   } else if (strcmp(key, "sim_event_polls") == 0) {
     if (parse_int(val, 0, 1000000, &n)) goto bad_int;
     c->sim_event_polls = (int)n;
@@ -105,6 +114,13 @@ static int apply(ta_config *c, const char *key, const char *val, char *err, size
       snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key 'oom' (expected abort, null or auto)", val);
       return -1;
     }
+  } else if (strcmp(key, "oom_report") == 0) {
+    if (!*val || strlen(val) >= sizeof c->oom_report) {
+      snprintf(err, errlen, "TORCHALLOC_CONF: bad value for key 'oom_report' (expected on, off or a directory, at "
+               "most %zu bytes)", sizeof c->oom_report - 1);
+      return -1;
+    }
+    snprintf(c->oom_report, sizeof c->oom_report, "%s", strcmp(val, "on") == 0 ? "" : val);
   } else if (strcmp(key, "log") == 0) {
     if (!*val || strlen(val) >= sizeof c->log_path) {
       snprintf(err, errlen, "TORCHALLOC_CONF: bad value for key 'log' (expected a file path, at most %zu bytes)",

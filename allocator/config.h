@@ -16,12 +16,14 @@ typedef struct ta_config {
   int sim_devices;
   uint64_t sim_fail_alloc;  /* fail the Nth device allocation; 0: never */
   int sim_event_polls;      /* sim events complete on their Nth query; 0: at once */
+  size_t sim_held_elsewhere; /* bytes of each sim device another user holds (another process, say) */
   int warn;                 /* print misuse lines on stderr */
   char log_path[TA_PATH_MAX]; /* "" = no log */
   size_t log_max;           /* 0 = unlimited */
   int stacks;
   int stack_depth;
   int oom;                  /* enum ta_oom_action: what a failed torchalloc_malloc does */
+  char oom_report[TA_PATH_MAX]; /* "": beside the log, else the working directory; "off"; or a directory */
 } ta_config;
 
 /* A failed torchalloc_malloc (size > 0): PyTorch's plain pluggable route

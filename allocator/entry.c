@@ -47,8 +47,10 @@ static inline void *try_malloc(size_t size, int device, cudaStream_t stream) {
     return NULL;
   }
   if (ta_unlikely(size > TA_MAX_REQUEST)) return refuse_size(h, size, device);
-  if (ta_unlikely(ta_log_on()) && ta_rt.conf.stacks) return malloc_with_stack(h, size, stream);
-  return ta_heap_malloc(h, size, stream);
+  void *p = ta_unlikely(ta_log_on()) && ta_rt.conf.stacks ? malloc_with_stack(h, size, stream)
+                                                           : ta_heap_malloc(h, size, stream);
+  if (ta_unlikely(!p)) ta_runtime_after_oom(h);
+  return p;
 }
 
 /* PyTorch's plain pluggable route builds a tensor on whatever it gets: a
@@ -56,11 +58,11 @@ static inline void *try_malloc(size_t size, int device, cudaStream_t stream) {
  * nothing said. So (oom:abort, the default on the real device) say why and
  * stop here. */
 static ta_noinline void stop_on_failure(size_t size, int device) {
-  char why[1200];
+  char why[2048];
   ta_heap *h = device >= 0 && device < TA_MAX_DEVICES ? ta_runtime_heap_if_any(device) : NULL;
   ta_oom_info oom;
   if (h) ta_heap_last_oom(h, &oom);
-  if (h && oom.count && oom.requested == size) ta_heap_format_oom(&oom, device, why, sizeof why);
+  if (h && oom.count && oom.facts.requested == size) ta_heap_format_oom(&oom, device, why, sizeof why);
   else if (atomic_load(&ta_rt.state) != TA_STATE_READY) snprintf(why, sizeof why, "%s", ta_rt.broken_reason);
   else if (!h) snprintf(why, sizeof why, "device %d is not a device of this process", device);
   else snprintf(why, sizeof why, "a request of %zu bytes is beyond any device", size);

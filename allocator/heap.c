@@ -69,6 +69,7 @@ void ta_heap_destroy(ta_heap *h) {
   free(h->pending);
   ta_segments_destroy(&h->seg);
   ta_ptrmap_destroy(&h->live);
+  free(h->oom_report);
   free(h);
 }
 
@@ -111,8 +112,7 @@ static ta_noinline ta_block *malloc_retry(ta_heap *h, ta_policy *policy, size_t 
   if (!b) {
     h->stats.num_ooms++;
     ta_heap_note_oom(h, policy, size, stream, phase);
-    if (LOGGING(h)) ta_log_oom(h->device, size, stream, phase, (size_t)ta_stat_total(h->stats.reserved_bytes));
-    if (h->conf->warn && ta_config_oom_action(h->conf) == TA_OOM_NULL) ta_heap_print_oom(h);
+    if (LOGGING(h)) ta_log_oom(h->device, &h->oom.facts, stream, phase, h->oom.verdict);
   }
   return b;
 }
@@ -174,6 +174,7 @@ static inline ta_block *malloc_locked(ta_heap *h, ta_policy *policy, size_t size
   b->requested = size;
   b->phase = (uint16_t)phase;
   b->phase_epoch = epoch;
+  b->alloc_seq = h->alloc_seq++;
   count_alloc(h, b);
   if (LOGGING(h)) ta_log_alloc(h->device, b);
   return b;

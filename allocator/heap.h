@@ -52,20 +52,19 @@ typedef struct ta_phase_acct {
 #define TA_RECENT_FREES 64
 
 /* The last request this heap could not serve, as it stood at the failure
- * (filled under the lock; read by torchalloc_oom_summary and the bridge's
- * OutOfMemoryError message). */
+ * (filled under the lock by heap_oom.c; read by torchalloc_last_oom, the
+ * summary in the bridge's OutOfMemoryError, the report file). */
 typedef struct ta_oom_info {
   int64_t count;            /* failures so far; 0: none yet */
-  size_t requested;
+  torchalloc_oom_facts facts;
+  int verdict;              /* TORCHALLOC_OOM_* */
   uintptr_t stream;
-  size_t device_free, device_total; /* as the backend reported them */
-  size_t limit;             /* the memory fraction's ceiling, 0: none */
-  int64_t reserved, allocated;
-  size_t largest_free;      /* largest free block in the heap's segments */
-  size_t largest_free_stream; /* of those, on the request's stream */
+  int64_t pending;          /* freed bytes still waiting for other streams */
+  size_t largest_free;      /* largest free block in the heap's segments, any stream */
   int phase;
   int routing;              /* a capture or MemPool context was open */
   uint8_t policy;           /* registry id of the policy that failed */
+  char report_path[1024];   /* where the full report went ("" until written, or when it could not be) */
 } ta_oom_info;
 
 typedef struct ta_heap {
@@ -87,7 +86,9 @@ typedef struct ta_heap {
    * (illegal during stream capture), so cached memory is not released and
    * record_stream frees wait (PyTorch's allocator does the same). */
   int routing;
+  uint32_t alloc_seq; /* allocations made so far (wraps): blocks keep theirs as their age */
   ta_oom_info oom;
+  char *oom_report;   /* the full text of the last failure's report (heap_oom.c) */
   double fraction; /* the memory fraction last set; 0: none */
   /* The last addresses freed: tells a double free from a wild pointer after
    * the segment is gone (error path only; one store per free). */
@@ -127,13 +128,17 @@ ta_internal size_t ta_heap_largest_free(ta_heap *h);
 
 /* --- out of memory (heap_oom.c) --- */
 
-/* Fill h->oom at a failure (lock held). */
+/* Fill h->oom and build the report at a failure (lock held). */
 ta_internal void ta_heap_note_oom(ta_heap *h, ta_policy *policy, size_t size, cudaStream_t stream, int phase);
 /* The summary of a failure, one paragraph, starting "CUDA out of memory."
  * Returns the length it needed (snprintf's convention). */
 ta_internal int ta_heap_format_oom(const ta_oom_info *o, int device, char *buf, size_t len);
 /* The summary on stderr (lock held). */
 ta_internal void ta_heap_print_oom(ta_heap *h);
+/* A copy of the last report's text (malloc'ed, the caller frees), NULL when none. */
+ta_internal char *ta_heap_oom_report_copy(ta_heap *h);
+/* Write the last report to `path` (outside the lock: file I/O) and remember where. */
+ta_internal void ta_heap_write_oom_report(ta_heap *h, const char *path);
 /* Count and report a free of an address that is not a live block. */
 ta_internal void ta_heap_report_bad_free(ta_heap *h, uintptr_t addr);
 ta_internal int ta_heap_set_policy(ta_heap *h, const char *name);

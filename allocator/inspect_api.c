@@ -1,6 +1,9 @@
 /* Public inspection functions (torchalloc.h): snapshots, the segment around
  * a pointer, the largest cached block, stacks, the last OOM, and the
  * simulated device's capture model. */
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "errors.h"
 #include "log_intern.h"
 #include "runtime.h"
@@ -57,6 +60,37 @@ TORCHALLOC_API int torchalloc_oom_summary(int device, char *buf, size_t len) {
     return 0;
   }
   return ta_heap_format_oom(&oom, device, buf, len);
+}
+
+TORCHALLOC_API int torchalloc_last_oom(int device, torchalloc_oom_facts *facts, int *verdict) {
+  ta_heap *h = ta_runtime_heap_for_control(device);
+  if (!h) return -1;
+  ta_oom_info oom;
+  ta_heap_last_oom(h, &oom);
+  if (facts) *facts = oom.count ? oom.facts : (torchalloc_oom_facts){0};
+  if (verdict) *verdict = oom.count ? oom.verdict : TORCHALLOC_OOM_NONE;
+  return 0;
+}
+
+TORCHALLOC_API int torchalloc_oom_report(int device, char *buf, size_t len) {
+  ta_heap *h = ta_runtime_heap_for_control(device);
+  if (!h) return -1;
+  char *text = ta_heap_oom_report_copy(h);
+  int n = snprintf(buf, buf ? len : 0, "%s", text ? text : "");
+  free(text);
+  return n;
+}
+
+TORCHALLOC_API const char *torchalloc_oom_report_path(int device) {
+  static _Thread_local char path[1024];
+  ta_heap *h = ta_runtime_heap_for_control(device);
+  path[0] = '\0';
+  if (h) {
+    ta_oom_info oom;
+    ta_heap_last_oom(h, &oom);
+    snprintf(path, sizeof path, "%s", oom.report_path);
+  }
+  return path;
 }
 
 TORCHALLOC_API int torchalloc_sim_capture(int device, cudaStream_t stream, int capturing) {

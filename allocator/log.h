@@ -21,7 +21,9 @@ ta_internal void ta_log_close(void);
 ta_internal void ta_log_alloc(int device, ta_block *b);
 ta_internal void ta_log_free(int device, const ta_block *b, int phase, uint8_t flags);
 ta_internal void ta_log_segment(uint8_t kind, int device, const ta_segment *s, int phase);
-ta_internal void ta_log_oom(int device, size_t size, cudaStream_t stream, int phase, size_t reserved);
+/* OOM and its OOM_DEVICE record (the numbers and the verdict behind it). */
+ta_internal void ta_log_oom(int device, const torchalloc_oom_facts *facts, cudaStream_t stream, int phase,
+                            int verdict);
 ta_internal void ta_log_trim(int device, size_t released, int phase, uint8_t reason);
 /* PHASE_BEGIN / PHASE_END of occurrence `epoch` of `phase` (no heap lock). */
 ta_internal void ta_log_phase(uint8_t kind, int phase, uint32_t epoch, const char *name);

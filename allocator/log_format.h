@@ -36,7 +36,10 @@ enum ta_log_kind {
   TA_LOG_FRAME = 12,
   TA_LOG_STACK = 13,
   TA_LOG_END = 14,
+  TA_LOG_OOM_DEVICE = 15, /* follows every OOM: what the device and the diagnosis said */
 };
+
+/* flags of an OOM_DEVICE record: the verdict (torchalloc.h, TORCHALLOC_OOM_*) */
 
 /* flags of a FREE record */
 #define TA_LOG_FREE_DEFERRED 1 /* other streams used it: reused once their work completes */

@@ -37,7 +37,9 @@ TORCHALLOC_API void *torchalloc_pool_malloc(size_t size, int device, cudaStream_
   }
   if (size > TA_MAX_REQUEST) return NULL;
   const uint64_t id[2] = {id0, id1};
-  return ta_heap_pool_malloc(h, size, stream, id);
+  void *p = ta_heap_pool_malloc(h, size, stream, id);
+  if (!p) ta_runtime_after_oom(h);
+  return p;
 }
 
 TORCHALLOC_API int64_t torchalloc_pool_live_blocks(int device, uint64_t id0, uint64_t id1, uint64_t *addrs,

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "errors.h"
 #include "log.h"
@@ -46,7 +47,8 @@ static void destroy_all_locked(void) {
 static ta_backend *create_backend(const ta_config *conf, char *err, size_t errlen) {
   if (conf->backend != TA_BACKEND_SIM) return ta_backend_cuda_create(err, errlen);
   ta_sim_options opts = {.devices = conf->sim_devices, .capacity = conf->sim_capacity,
-                         .fail_alloc_at = conf->sim_fail_alloc, .event_polls = conf->sim_event_polls};
+                         .fail_alloc_at = conf->sim_fail_alloc, .event_polls = conf->sim_event_polls,
+                         .held_elsewhere = conf->sim_held_elsewhere};
   ta_backend *backend = ta_backend_sim_create(&opts);
   if (!backend) snprintf(err, errlen, "cannot create the sim backend");
   return backend;
@@ -163,6 +165,35 @@ void ta_runtime_teardown(void) {
   pthread_mutex_lock(&ta_rt.lock);
   destroy_all_locked();
   pthread_mutex_unlock(&ta_rt.lock);
+}
+
+/* The report goes beside the log when there is one (a user who has the log
+ * of a crashed job finds it there), else into the configured directory or
+ * the working directory; /tmp when that cannot be written. */
+static void oom_report_path(int device, int fallback, char *buf, size_t len) {
+  const char *log = ta_log_path(), *dir = ta_rt.conf.oom_report;
+  if (fallback) snprintf(buf, len, "/tmp/torchalloc-oom-%ld-cuda%d.txt", (long)getpid(), device);
+  else if (dir[0]) snprintf(buf, len, "%s/torchalloc-oom-%ld-cuda%d.txt", dir, (long)getpid(), device);
+  else if (log) snprintf(buf, len, "%s.oom-cuda%d.txt", log, device);
+  else snprintf(buf, len, "torchalloc-oom-%ld-cuda%d.txt", (long)getpid(), device);
+}
+
+ta_noinline void ta_runtime_after_oom(ta_heap *h) {
+  ta_oom_info oom;
+  ta_heap_last_oom(h, &oom);
+  if (!oom.count) return;
+  char path[1024];
+  for (int fallback = 0; fallback < 2 && !oom.report_path[0] && strcmp(ta_rt.conf.oom_report, "off") != 0;
+       fallback++) {
+    oom_report_path(h->device, fallback, path, sizeof path);
+    ta_heap_write_oom_report(h, path);
+    ta_heap_last_oom(h, &oom);
+  }
+  if (ta_rt.conf.warn && ta_config_oom_action(&ta_rt.conf) == TA_OOM_NULL) {
+    char text[2048];
+    ta_heap_format_oom(&oom, h->device, text, sizeof text);
+    fprintf(stderr, "torchalloc: %s\n", text);
+  }
 }
 
 int ta_runtime_log_open(const char *path) {

@@ -60,6 +60,11 @@ ta_internal void ta_runtime_report_bad_device(int device);
 /* torchalloc_init / torchalloc_teardown (runtime.c says what they keep). */
 ta_internal int ta_runtime_init(const char *conf_text);
 ta_internal void ta_runtime_teardown(void);
+/* After a request of `h` failed: write the OOM report file (beside the log,
+ * else in the working directory, else /tmp) and, with warn and oom:null,
+ * print the summary. Outside any lock. */
+ta_internal void ta_runtime_after_oom(ta_heap *h);
+
 /* Open / close the event log once no writer can be inside it. */
 ta_internal int ta_runtime_log_open(const char *path);
 ta_internal void ta_runtime_log_close(void);

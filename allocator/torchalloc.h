@@ -292,10 +292,48 @@ typedef void (*torchalloc_segment_observer)(void *ctx, int device, int event, ui
                                             uint64_t stream);
 TORCHALLOC_API void torchalloc_set_segment_observer(torchalloc_segment_observer fn, void *ctx);
 
+/* ---------------------------------------------------------------------------
+ * Out of memory: why, in numbers and in words.
+ * ------------------------------------------------------------------------- */
+
+enum {
+  TORCHALLOC_OOM_NONE = 0,
+  TORCHALLOC_OOM_FRAGMENTATION = 1, /* the bytes were there, cached but split between live blocks */
+  TORCHALLOC_OOM_CAPACITY = 2,      /* live tensors plus the request exceed the device */
+  TORCHALLOC_OOM_HELD_ELSEWHERE = 3 /* others hold the device's memory, or a memory fraction caps it */
+};
+
+typedef struct torchalloc_oom_facts {
+  uint64_t requested;    /* bytes asked for */
+  uint64_t allocated;    /* bytes in live blocks at the failure */
+  uint64_t reserved;     /* bytes torchalloc held in segments */
+  uint64_t device_total; /* 0 when unknown */
+  uint64_t device_free;  /* as the device said at the failure */
+  uint64_t limit;        /* the memory fraction's ceiling, 0 for none */
+  uint64_t largest_free; /* largest free cached block on the request's stream */
+} torchalloc_oom_facts;
+
+/* The verdict (TORCHALLOC_OOM_*) for these numbers: the one rule behind the
+ * failure report, torchalloc.last_oom() and `torchalloc report`. -1 for NULL. */
+TORCHALLOC_API int torchalloc_oom_verdict(const torchalloc_oom_facts *facts);
+
+/* The last failure on `device`: its numbers and verdict. 0 (and *verdict
+ * TORCHALLOC_OOM_NONE) when there was none; -1 for a bad device. */
+TORCHALLOC_API int torchalloc_last_oom(int device, torchalloc_oom_facts *facts, int *verdict);
+
 /* The last out-of-memory failure on `device` as one paragraph ("CUDA out of
- * memory. Tried to allocate ..."), written to `buf`. Returns its length
- * (snprintf's convention), 0 when there was none, -1 for a bad device. */
+ * memory. Tried to allocate ..."), with the verdict and where the full report
+ * was written, into `buf`. Returns its length (snprintf's convention), 0 when
+ * there was none, -1 for a bad device. */
 TORCHALLOC_API int torchalloc_oom_summary(int device, char *buf, size_t len);
+
+/* The full report of that failure: the numbers, the verdict and advice, a
+ * map of the segments, and the live blocks that pin the most fragmented ones
+ * with their sites, phases and ages. Same return convention. It is also
+ * written, at the failure, to the file torchalloc_oom_report_path names. */
+TORCHALLOC_API int torchalloc_oom_report(int device, char *buf, size_t len);
+/* Where the last report of `device` was written ("" when none could be). */
+TORCHALLOC_API const char *torchalloc_oom_report_path(int device);
 
 /* ---------------------------------------------------------------------------
  * The simulated device's model of CUDA stream capture, for tests and

@@ -16,7 +16,8 @@
 /* Start from nothing on a simulated device; `extra` is appended to the conf. */
 static inline int sim_reset(const char *extra) {
   char conf[512];
-  snprintf(conf, sizeof conf, "backend:sim,warn:0%s%s", extra && *extra ? "," : "", extra ? extra : "");
+  /* No OOM report files from tests (a test that wants one says oom_report:on). */
+  snprintf(conf, sizeof conf, "backend:sim,warn:0,oom_report:off%s%s", extra && *extra ? "," : "", extra ? extra : "");
   torchalloc_teardown();
   if (torchalloc_init(conf) != 0) {
     fprintf(stderr, "  torchalloc_init(%s): %s\n", conf, torchalloc_last_error());

@@ -26,7 +26,7 @@ static void check_accepted(const char *conf) {
  * `bytes` + 512 at once. */
 static void check_capacity(const char *conf, size_t bytes) {
   char full[256];
-  snprintf(full, sizeof full, "backend:sim,warn:0,policy:exact,%s", conf);
+  snprintf(full, sizeof full, "backend:sim,warn:0,oom_report:off,policy:exact,%s", conf);
   torchalloc_teardown();
   if (torchalloc_init(full) != 0) {
     fprintf(stderr, "  torchalloc_init(\"%s\") failed: %s\n", full, torchalloc_last_error());
@@ -178,7 +178,7 @@ TEST(missing_colon_is_an_error) {
 
 TEST(whitespace_and_empty_items_are_tolerated) {
   torchalloc_teardown();
-  check_accepted("  backend : sim ,\tsim_capacity :\t1GiB ,, policy: exact , warn:0 ,");
+  check_accepted("  backend : sim ,\tsim_capacity :\t1GiB ,, policy: exact , warn:0 , oom_report:off");
   CHECK(strcmp(torchalloc_policy_name(), "exact") == 0);
   void *p = torchalloc_malloc(1 * GiB, 0, S0);
   CHECK(p != NULL);
@@ -214,17 +214,17 @@ TEST(size_units) {
 TEST(decimal_units_are_not_binary) {
   /* 1000 B: two 512 B requests need 1024. */
   torchalloc_teardown();
-  check_accepted("backend:sim,warn:0,policy:exact,sim_capacity:1KB");
+  check_accepted("backend:sim,warn:0,oom_report:off,policy:exact,sim_capacity:1KB");
   void *a = torchalloc_malloc(1, 0, S0);
   CHECK(a != NULL);
   CHECK(torchalloc_malloc(1, 0, S0) == NULL);
   if (a) torchalloc_free(a, 1, 0, S0);
   /* 512 MB is not 512 MiB. */
   torchalloc_teardown();
-  check_accepted("backend:sim,warn:0,policy:exact,sim_capacity:512MB");
+  check_accepted("backend:sim,warn:0,oom_report:off,policy:exact,sim_capacity:512MB");
   CHECK(torchalloc_malloc(512 * MiB, 0, S0) == NULL);
   torchalloc_teardown();
-  check_accepted("backend:sim,warn:0,policy:exact,sim_capacity:512MiB");
+  check_accepted("backend:sim,warn:0,oom_report:off,policy:exact,sim_capacity:512MiB");
   void *b = torchalloc_malloc(512 * MiB, 0, S0);
   CHECK(b != NULL);
   if (b) torchalloc_free(b, 512 * MiB, 0, S0);

@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 LAYERS: list[tuple[str, list[str]]] = [
     ("base", ["allocator/common.h", "allocator/torchalloc.h", "allocator/lock.h", "allocator/errors.*"]),
     ("leaves", ["allocator/block.h", "allocator/ptrmap.*", "allocator/stats.*", "allocator/misuse.*",
-                "allocator/log_clock.*", "allocator/log_format.h", "allocator/text.*", "allocator/observer.*"]),
+                "allocator/log_clock.*", "allocator/log_format.h", "allocator/text.*", "allocator/observer.*",
+                "allocator/oom_verdict.*"]),
     ("device backends", ["allocator/backend.h", "allocator/backend_cuda.c", "allocator/backend_sim.c"]),
     ("log file", ["allocator/log_file.*"]),
     ("log interning", ["allocator/log_intern.*"]),

@@ -121,3 +121,27 @@ def test_puzzle_7_oom_explained_by_fragmentation(library_path: Path, tmp_path: P
     assert oom["free_in_reserved"] >= 100 * MiB > oom["largest_free_range"], oom
     assert oom["largest_free_range"] < 12 * MiB
     assert oom["site"] == f"puzzle_7_fragmentation_oom.py:{r['oom_line']} <module>"
+
+
+def test_fragmentation_demo_diagnoses_and_fixes(library_path: Path, tmp_path: Path) -> None:
+    """PyTorch's allocator and torchalloc caching run out with live memory far below the cap; torchalloc
+    says fragmentation and blames the cache entries; phase_arena completes the same workload."""
+    out = tmp_path / "demo.json"
+    env = {**os.environ, "TORCHALLOC_LIB": str(library_path), "PYTHONPATH": str(REPO / "python")}
+    env.pop("TORCHALLOC_CONF", None)
+    done = subprocess.run([sys.executable, str(EXAMPLES / "fragmentation_demo.py"), "--json", str(out)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    print(done.stdout[-6000:])
+    assert done.returncode == 0, f"{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    r = json.loads(out.read_text())
+    native, caching, arena = r["native"], r["caching"], r["phase_arena"]
+    assert not native["completed"] and "CUDA out of memory" in native["error"]
+    assert native["live_at_failure"] < 0.8 * 150 * MiB
+    assert not caching["completed"] and caching["verdict"] == "fragmentation"
+    assert "a rolling-cache entry" not in caching["report"]  # sites are lines, not comments ...
+    assert "fragmentation_demo.py:" in caching["report"]  # ... of the demo: the blocks that pin the segments
+    diagnosis = r["caching_log_report"]
+    assert diagnosis["verdict"] == "fragmentation"
+    fits = {a["policy"]: a["fits"] for a in diagnosis["alternatives"]}
+    assert fits["phase_arena"] and not fits["caching"]
+    assert arena["completed"]

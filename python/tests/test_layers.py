@@ -33,7 +33,8 @@ LAYERS: dict[str, str] = {
     "torchalloc.stats": RUNTIME,
     "torchalloc.phases": RUNTIME,
     "torchalloc.tracking": RUNTIME,
-    "torchalloc.bridge": RUNTIME,  # builds and loads the C++ bridge; torch only inside functions
+    "torchalloc.bridge": RUNTIME,
+    "torchalloc.oom": RUNTIME,  # builds and loads the C++ bridge; torch only inside functions
     "torchalloc._records": SHARED,
     "torchalloc.units": SHARED,
     "torchalloc._compressed": SHARED,
@@ -47,6 +48,7 @@ LAYERS: dict[str, str] = {
     "torchalloc.report_html": TOOL,
     "torchalloc.report_png": TOOL,
     "torchalloc.export": TOOL,
+    "torchalloc.oom_alternatives": TOOL,
     "torchalloc.compare": TOOL,
     "torchalloc.cli": TOOL,
     "torchalloc._gpu_child": TOOL,  # imported by examples/ and bench/ scripts, never by the package

@@ -83,7 +83,11 @@ def test_every_kind_decodes_with_fields_and_stacks(clib, tmp_path: Path) -> None
     assert log.header.pid == os.getpid() and log.header.status_name == "closed"
     names = talog.kind_names(log.records["kind"]).tolist()
     assert names == ["phase_begin", "segment_alloc", "alloc", "marker", "free", "phase_end", "segment_free",
-                     "trim", "trim", "oom", "end"]  # a trim record follows the segment_free records it caused
+                     "trim", "trim", "oom", "oom_device", "end"]  # a trim record follows the segment_free records it caused
+    oom, device = log.of_kind("oom")[0], log.of_kind("oom_device")[0]
+    assert (oom["size"], oom["addr"]) == (1 << 30, 64 << 20)  # requested; the device's free bytes
+    assert (device["addr"], device["size"], device["block_size"]) == (64 << 20, 0, 0)  # total, no fraction, allocated
+    assert device["flags"] == 2  # the verdict: capacity (1 GiB on a 64 MiB device)
     assert np.array_equal(np.diff(log.records["seq"].astype(np.int64)) > 0, np.ones(len(names) - 1, bool))
 
     alloc, free = log.of_kind("alloc")[0], log.of_kind("free")[0]

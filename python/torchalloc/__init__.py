@@ -48,6 +48,9 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "PhaseStats": ("phases", "PhaseStats"),
     "mark": ("phases", "mark"),
     "track": ("tracking", "track"),
+    # oom.py
+    "last_oom": ("oom", "last_oom"),
+    "OomReport": ("oom", "OomReport"),
     # log.py (another module's): decode an event log
     "read_log": ("log", "read_log"),
     # _lib.py

@@ -145,6 +145,17 @@ class ReplayResultStruct(ctypes.Structure):
     ]
 
 
+OOM_FACT_FIELDS = ("requested", "allocated", "reserved", "device_total", "device_free", "limit", "largest_free")
+# TORCHALLOC_OOM_*: the verdict of an out-of-memory failure.
+OOM_VERDICTS = {0: "none", 1: "fragmentation", 2: "capacity", 3: "held elsewhere"}
+
+
+class OomFacts(ctypes.Structure):
+    """torchalloc_oom_facts, field for field."""
+
+    _fields_ = [(name, ctypes.c_uint64) for name in OOM_FACT_FIELDS]
+
+
 _c_int, _c_int64, _c_size_t = ctypes.c_int, ctypes.c_int64, ctypes.c_size_t
 _c_char_p, _c_void_p, _c_double = ctypes.c_char_p, ctypes.c_void_p, ctypes.c_double
 _c_uint64 = ctypes.c_uint64
@@ -185,6 +196,10 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "torchalloc_get_memory_fraction": (_c_double, [_c_int]),
     "torchalloc_largest_cached_block": (_c_int64, [_c_int]),
     "torchalloc_oom_summary": (_c_int, [_c_int, _c_char_p, _c_size_t]),
+    "torchalloc_oom_report": (_c_int, [_c_int, _c_char_p, _c_size_t]),
+    "torchalloc_oom_report_path": (_c_char_p, [_c_int]),
+    "torchalloc_oom_verdict": (_c_int, [ctypes.POINTER(OomFacts)]),
+    "torchalloc_last_oom": (_c_int, [_c_int, ctypes.POINTER(OomFacts), ctypes.POINTER(_c_int)]),
     # private pools: device, id0, id1 (PyTorch's MempoolId_t)
     "torchalloc_pool_retain": (_c_int, [_c_int, _c_uint64, _c_uint64]),
     "torchalloc_pool_release": (_c_int, [_c_int, _c_uint64, _c_uint64]),
@@ -397,10 +412,46 @@ def policy_names() -> list[str]:
     return names.decode().split()
 
 
-def oom_summary(device: int) -> str:
-    """The last out-of-memory failure on `device` in one paragraph, "" when there was none."""
-    buf = ctypes.create_string_buffer(4096)
-    n = lib().torchalloc_oom_summary(device, buf, len(buf))
+def _text(function: Any, device: int) -> str:
+    """A text the library writes with snprintf's convention (returns the length it needed)."""
+    n = function(device, None, 0)
     if n < 0:
         raise ValueError(last_error() or f"no device {device}")
+    buf = ctypes.create_string_buffer(n + 1)
+    function(device, buf, len(buf))
     return buf.value.decode("utf-8", "replace")
+
+
+def oom_summary(device: int) -> str:
+    """The last out-of-memory failure on `device` in one paragraph, "" when there was none."""
+    return _text(lib().torchalloc_oom_summary, device)
+
+
+def oom_report(device: int) -> str:
+    """The full report of that failure, "" when there was none."""
+    return _text(lib().torchalloc_oom_report, device)
+
+
+def oom_report_path(device: int) -> str:
+    """Where that report was written ("" when nowhere)."""
+    raw = lib().torchalloc_oom_report_path(device)
+    return raw.decode("utf-8", "replace") if raw else ""
+
+
+def last_oom(device: int) -> tuple[dict[str, int], str] | None:
+    """The last failure's numbers and verdict name, None when there was none."""
+    facts, verdict = OomFacts(), _c_int(0)
+    if lib().torchalloc_last_oom(device, ctypes.byref(facts), ctypes.byref(verdict)) != 0:
+        raise ValueError(last_error() or f"no device {device}")
+    if verdict.value == 0:
+        return None
+    return {name: int(getattr(facts, name)) for name in OOM_FACT_FIELDS}, OOM_VERDICTS[verdict.value]
+
+
+def oom_verdict(**facts: int) -> str:
+    """The verdict name the library gives these numbers (OOM_FACT_FIELDS; missing ones are 0: unknown)."""
+    unknown = set(facts) - set(OOM_FACT_FIELDS)
+    if unknown:
+        raise TypeError(f"unknown OOM facts {sorted(unknown)}")
+    code = lib().torchalloc_oom_verdict(ctypes.byref(OomFacts(**{k: int(v) for k, v in facts.items()})))
+    return OOM_VERDICTS.get(code, f"verdict {code}")

@@ -33,6 +33,7 @@ STRING = 11
 FRAME = 12
 STACK = 13
 END = 14
+OOM_DEVICE = 15
 
 KIND_NAMES: dict[int, str] = {
     ALLOC: "alloc",
@@ -49,6 +50,7 @@ KIND_NAMES: dict[int, str] = {
     FRAME: "frame",
     STACK: "stack",
     END: "end",
+    OOM_DEVICE: "oom_device",
 }
 KIND_IDS: dict[str, int] = {name: kind for kind, name in KIND_NAMES.items()}
 MAX_KIND = max(KIND_NAMES)

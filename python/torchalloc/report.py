@@ -138,9 +138,15 @@ def render_text(a: Analysis, *, top: int = 15, at: Sequence[str | float] = ()) -
         out.append("")
         out.append("== Out of memory")
         for o in ooms:
+            device = (f"; device {fmt_bytes(o.device_total)}, {fmt_bytes(o.device_free)} free"
+                      if o.device_total is not None else "")
             out.append(f"{fmt_time(o.t_s)} in {o.phase}, at {o.site}: asked for {fmt_bytes(o.requested)}; "
-                       f"{fmt_bytes(o.allocated)} allocated, {fmt_bytes(o.reserved)} reserved")
+                       f"{fmt_bytes(o.allocated)} allocated, {fmt_bytes(o.reserved)} reserved{device}. "
+                       f"Verdict: {o.verdict} (from {o.verdict_from})")
             out.append(f"    {o.explanation}")
+            for blocker in o.blockers:
+                age = fmt_seconds(blocker.age_s) if blocker.age_s >= 0 else "before the log"
+                out.append(f"      {fmt_bytes(blocker.size):>10}  {blocker.site}  phase {blocker.phase}, age {age}")
     return "\n".join(out) + "\n"
 
 

@@ -275,9 +275,9 @@ def render_html(a: Analysis, *, at: Sequence[str | float] = (), top: int = 30) -
     if ooms:
         body.append("<h2>Out of memory</h2>")
         orow = [(fmt_time(o.t_s), o.phase, o.site, fmt_bytes(o.requested), fmt_bytes(o.allocated), fmt_bytes(o.reserved),
-                 fmt_bytes(o.largest_free_range), o.explanation) for o in ooms]
-        body.append(_rows_html(["time", "phase", "at", "asked", "allocated", "reserved", "largest free range", "why"],
-                               orow, "ooms", (3, 4, 5, 6)))
+                 fmt_bytes(o.largest_free_range), o.verdict, o.explanation) for o in ooms]
+        body.append(_rows_html(["time", "phase", "at", "asked", "allocated", "reserved", "largest free range", "verdict",
+                                "why"], orow, "ooms", (3, 4, 5, 6)))
 
     return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
             f"<meta name=viewport content='width=device-width, initial-scale=1'><title>{_e(title)}</title>"

@@ -61,11 +61,15 @@ class Analysis(Derived):
         return est
 
     def ooms(self) -> list[OomRow]:
-        """Each OOM record, with the free memory in reserved segments and its largest contiguous range."""
-        rows = oom_rows(self)
-        for row in rows:
-            row.explanation = oom_explanation(row)
-        return rows
+        """Each OOM record diagnosed: verdict, blocks to blame, and (the last) replayed under every policy.
+        Computed once: the replays take a moment."""
+        cached = self.__dict__.get("_ooms")
+        if cached is None:
+            cached = oom_rows(self)
+            for row in cached:
+                row.explanation = oom_explanation(row)
+            self.__dict__["_ooms"] = cached
+        return cached
 
     def to_dict(self, top: int = 50) -> dict[str, Any]:
         """The report as plain data (what `torchalloc report --json` prints)."""

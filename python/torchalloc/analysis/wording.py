@@ -4,15 +4,17 @@ Takes a `Derived` and the result rows (lifetimes, phase_summary, estimate,
 ooms); gives the sentences: why a block was freed when it was
 (`explain_block`, `explain_group`), what a phase kept and threw away
 (`phase_sentence`), how the estimate compares with the measured peak
-(`estimate_sentence`), and whether an OOM was fragmentation
-(`oom_explanation`). Nothing here computes a figure; a sentence says what is
+(`estimate_sentence`), and why an OOM happened, who to blame and what the
+replays showed (`oom_explanation`). Nothing here computes a figure; a sentence says what is
 missing (stacks, phases) when its figures come from less.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from ..units import fmt_bytes
+from ..units import fmt_bytes, fmt_seconds
 from .categorize import CATEGORIES, Category
 from .classify import REASONS, Reason
 from .derived import Derived
@@ -152,24 +154,59 @@ def estimate_sentence(e: Estimate) -> str:
 
 
 def oom_explanation(o: OomRow) -> str:
-    """Whether the OOM was fragmentation, and what to do about it."""
-    free, reserved, requested, largest = o.free_in_reserved, o.reserved, o.requested, o.largest_free_range
-    if o.fragmentation:
-        return (
-            f"fragmentation: {fmt_bytes(free)} of the {fmt_bytes(reserved)} reserved was free -- more than the "
-            f"{fmt_bytes(requested)} asked for -- but split between live blocks: the largest free range in "
-            f"the {o.segments} segments was {fmt_bytes(largest)}, and the device had no room for a new segment. "
-            "Blocks that stay alive between freed ones pin the segments: allocate long-lived tensors first, "
-            "free the interleaved ones together, or reuse buffers of one size."
-        )
-    if free >= requested:
-        return (
-            f"{fmt_bytes(free)} of the {fmt_bytes(reserved)} reserved was free, enough for the "
-            f"{fmt_bytes(requested)} asked for, and its largest range ({fmt_bytes(largest)}) too, yet the "
-            "allocator could not use it (another stream's blocks, or the small pool's segments)."
-        )
-    return (
-        f"not fragmentation: only {fmt_bytes(free)} of the {fmt_bytes(reserved)} reserved was free, less "
-        f"than the {fmt_bytes(requested)} asked for; {fmt_bytes(o.allocated)} was in use by live blocks "
-        "(see the anatomy at the OOM)."
-    )
+    """The verdict in words, with the numbers behind it, the blocks to blame and what the replays showed."""
+    parts = [_oom_verdict_sentence(o)]
+    if o.blockers:
+        what = "Blocks that pin the most fragmented segments" if o.fragmentation else "The largest live blocks"
+        parts.append(what + ": " + "; ".join(_blocker_words(b) for b in o.blockers[:5]) + ".")
+    if o.alternatives:
+        parts.append(alternatives_sentence(o))
+    if o.unknown:
+        parts.append("Not known from this log: " + "; ".join(o.unknown) + ".")
+    return " ".join(parts)
+
+
+def _oom_verdict_sentence(o: OomRow) -> str:
+    free, requested = o.free_in_reserved, o.requested
+    if o.verdict == "fragmentation":
+        return (f"fragmentation: {fmt_bytes(free)} of the {fmt_bytes(o.reserved)} torchalloc reserved was free -- "
+                f"{'more than' if free > requested else 'as much as'} the {fmt_bytes(requested)} asked for -- but "
+                f"split between live blocks: the largest free range in the {o.segments} segments was "
+                f"{fmt_bytes(o.largest_free_range)}, and the device gave no new segment. Keep long-lived tensors "
+                "apart from short-lived ones (policy phase_arena with phases), allocate long-lived ones first, or "
+                "reuse buffers of one size.")
+    if o.verdict == "capacity":
+        total = f"the device's {fmt_bytes(o.device_total)}" if o.device_total else "what the device could give"
+        return (f"capacity: live tensors ({fmt_bytes(o.allocated)}) and the {fmt_bytes(requested)} asked for "
+                f"exceed {total}: no allocator could have served it. Shrink what lives (batch or sequence, "
+                "activation checkpointing, lower precision, sharding).")
+    if o.verdict == "held elsewhere":
+        why = []
+        if o.held_elsewhere:
+            why.append(f"{fmt_bytes(o.held_elsewhere)} of the device was held outside torchalloc (another process, "
+                       "another allocator, the CUDA context)")
+        if o.limit:
+            why.append(f"a memory fraction capped torchalloc at {fmt_bytes(o.limit)}")
+        return (f"held elsewhere: {' and '.join(why) or 'the device had no room'}, although live tensors and the "
+                f"request ({fmt_bytes(o.allocated + requested)}) fit the device. Free that memory or raise the "
+                "fraction.")
+    return f"Verdict: {o.verdict}."
+
+
+def _blocker_words(b: Any) -> str:
+    age = f", {fmt_seconds(b.age_s)} old" if b.age_s >= 0 else ", from before the log"
+    return f"{fmt_bytes(b.size)} at {b.site} (phase {b.phase}{age})"
+
+
+def alternatives_sentence(o: OomRow) -> str:
+    """'Replayed up to the failure: phase_arena would have needed 120.0 MiB and fits; caching ...'."""
+    assert o.usable is not None
+    said = []
+    for k, alt in enumerate(o.alternatives):
+        verb = "would have needed" if k == 0 else "needed"
+        fit = "fits" if alt.fits else "does not fit"
+        cost = " (but one device call per request: slow)" if alt.policy == "exact" else ""
+        said.append(f"{alt.policy} {verb} {fmt_bytes(alt.needed)} and {fit}{cost}")
+    cap = (f"the device has {fmt_bytes(o.usable)}" if not o.limit and not o.held_elsewhere
+           else f"torchalloc could use {fmt_bytes(o.usable)}")
+    return "Replayed up to the failure: " + "; ".join(said) + f"; {cap}."
