@@ -46,6 +46,7 @@ LAYERS: dict[str, str] = {
     "torchalloc.replay": TOOL,
     "torchalloc.report": TOOL,
     "torchalloc.report_html": TOOL,
+    "torchalloc.report_svg": TOOL,
     "torchalloc.report_png": TOOL,
     "torchalloc.export": TOOL,
     "torchalloc.oom_alternatives": TOOL,

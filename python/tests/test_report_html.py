@@ -20,7 +20,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_analysis import training_log  # noqa: E402
 
-from torchalloc.report_html import LEFT, PALETTE, TOP, H, W, render_html  # noqa: E402
+from torchalloc.report_html import render_html  # noqa: E402
+from torchalloc.report_svg import LEFT, PALETTE, TOP, H, W  # noqa: E402
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
