@@ -5,6 +5,7 @@ Chromium is Debian's `chromium` (.ci/run installs it); tests skip with the reaso
 """
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -45,6 +46,14 @@ def dump_dom(binary: str, url: str, profile: Path, *, script: bool = True) -> st
 def screenshot(binary: str, url: str, out: Path, profile: Path, size: tuple[int, int] = (1200, 900)) -> None:
     done = _run(binary, [f"--screenshot={out}", f"--window-size={size[0]},{size[1]}", url], profile)
     assert out.is_file(), f"chromium wrote no screenshot (exit {done.returncode}):\n{done.stderr[-3000:]}"
+
+
+def without_script(page: str) -> str:
+    """A report page as a browser with JavaScript off uses it: its inline script gone (the JSON element is
+    inert anyway). Chromium's --dump-dom and --screenshot need scripts on, so switching them off is no option."""
+    stripped, n = re.subn(r"<script>\n.*?</script>", "", page, flags=re.S)
+    assert n == 1, f"expected one inline script, found {n}"
+    return stripped
 
 
 class Node:

@@ -47,6 +47,7 @@ LAYERS: dict[str, str] = {
     "torchalloc.report": TOOL,
     "torchalloc.report_html": TOOL,
     "torchalloc.report_svg": TOOL,
+    "torchalloc.report_data": TOOL,
     "torchalloc.report_png": TOOL,
     "torchalloc.export": TOOL,
     "torchalloc.oom_alternatives": TOOL,

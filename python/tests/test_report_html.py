@@ -3,7 +3,9 @@
 Skips (with the reason) when no chromium binary is installed; on Debian:
 apt-get install chromium. The screenshot is decoded here (PNG with zlib and
 struct, no imaging library) and the timeline's area must hold the colours
-of every phase's stacked area and the red of the peak marker.
+of every phase's stacked area and the red of the peak marker: as the page's
+script draws it, and as the static SVG is without the script.
+(test_report_page.py clicks the page.)
 """
 from __future__ import annotations
 
@@ -85,12 +87,14 @@ def test_html_elements() -> None:
     assert page.split('<table class="phases">')[1].split("</table>")[0].count("<tr>") - 1 == 4
 
 
-def test_timeline_draws_in_headless_chromium(tmp_path: Path) -> None:
+@pytest.mark.parametrize("script", [True, False], ids=["drawn by the script", "static"])
+def test_timeline_draws_in_headless_chromium(tmp_path: Path, script: bool) -> None:
     browser = headless.browser()
     if browser is None:
         pytest.skip(headless.NO_BROWSER)
     page = tmp_path / "report.html"
-    page.write_text(render_html(training_log().analyze()), encoding="utf-8")
+    html = render_html(training_log().analyze())
+    page.write_text(html if script else headless.without_script(html), encoding="utf-8")
     shot = tmp_path / "shot.png"
     headless.screenshot(browser, headless.page_url(page), shot, tmp_path / "profile")
     width, height, rows = decode_png(shot.read_bytes())
