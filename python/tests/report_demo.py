@@ -6,8 +6,9 @@ and stacks), then a fourth forward whose 96 MiB activation does not fit.
 
     PYTHONPATH=python python3 python/tests/report_demo.py docs/report.png
 
-renders its report in headless Chromium with the peak selected and the
-largest block's detail open (docs/REPORT.md shows the picture).
+renders its report in headless Chromium with the peak selected, one of its
+temporary blocks open (both stacks) and the tooltip up (docs/REPORT.md shows
+the picture).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from synthlog import LINEAR, MODULE, MiB, SynthLog  # noqa: E402
 from test_analysis import main, training_log  # noqa: E402
 
 OOM_ASKED = 96 * MiB
-SCREENSHOT_STEPS = "click-peak,click-first-block"
+SCREENSHOT_STEPS = "click-peak,click-block:9,hover-at:0.62"  # a block with both stacks; the tooltip
 
 
 def demo_log() -> SynthLog:
@@ -45,7 +46,7 @@ def write_screenshot(out: Path) -> None:
         page = Path(tmp) / "report.html"
         write_html(demo_log().analyze(), page)
         headless.screenshot(binary, headless.page_url(page, SCREENSHOT_STEPS), out, Path(tmp) / "profile",
-                            size=(1200, 1000))
+                            size=(1200, 1120))
 
 
 if __name__ == "__main__":
