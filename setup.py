@@ -121,7 +121,7 @@ setup(
     packages=find_packages(where="python", exclude=["tests", "tests.*"]),
     package_data={"torchalloc": [LIB_NAME, "data/*", "report_page.js", "report_page.css", "bridge_src/*/*", "libtorchalloc_bridge.so"]},
     install_requires=["numpy", "tqdm"],
-    extras_require={"plot": ["matplotlib"]},
+    extras_require={"plot": ["matplotlib"], "lightning": ["lightning"], "huggingface": ["transformers", "accelerate"]},
     entry_points={"console_scripts": ["torchalloc=torchalloc.cli:main"]},
     cmdclass={"build_py": BuildPyWithLibrary},
     distclass=BinaryDistribution,

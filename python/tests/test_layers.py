@@ -29,6 +29,7 @@ LAYERS: dict[str, str] = {
     "torchalloc": RUNTIME,  # __init__: lazy attributes, imports nothing at import time
     "torchalloc._lib": RUNTIME,
     "torchalloc._device": RUNTIME,
+    "torchalloc._cuda_init": RUNTIME,
     "torchalloc.plug": RUNTIME,
     "torchalloc.stats": RUNTIME,
     "torchalloc.phases": RUNTIME,
@@ -54,6 +55,10 @@ LAYERS: dict[str, str] = {
     "torchalloc.compare": TOOL,
     "torchalloc.cli": TOOL,
     "torchalloc._gpu_child": TOOL,  # imported by examples/ and bench/ scripts, never by the package
+    "torchalloc.integrations": TOOL,  # trainer callbacks: run in training, but write the report at its end
+    "torchalloc.integrations._session": TOOL,
+    "torchalloc.integrations.lightning": TOOL,
+    "torchalloc.integrations.huggingface": TOOL,
     "torchalloc.analysis": TOOL,
     "torchalloc.analysis.frames": TOOL,
     "torchalloc.analysis.roles": TOOL,
