@@ -21,45 +21,27 @@ its library.
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
+from gpu_child import child_env, gpu_skip_reason
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 
 
-def _gpu_reason() -> str | None:
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    if not torch.cuda.is_available():
-        return "no CUDA GPU"
-    return None
-
-
-_WHY = _gpu_reason()
+_WHY = gpu_skip_reason()
 pytestmark = pytest.mark.skipif(_WHY is not None, reason=f"GPU integrations: {_WHY}")
 
 
-def _env(library_path: Path) -> dict[str, str]:
-    env = {**os.environ, "TORCHALLOC_LIB": str(library_path), "PYTHONPATH": str(REPO / "python"),
-           "HF_HUB_OFFLINE": "1"}
-    env.pop("TORCHALLOC_CONF", None)
-    return env
-
-
 def _run(args: list[str], library_path: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=_env(library_path),
-                          cwd=cwd, timeout=500)
+    done = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=cwd, timeout=500,
+                          env=child_env(library_path, HF_HUB_OFFLINE="1"))
     print(done.stdout[-3000:], done.stderr[-3000:])
     return done
 

@@ -19,7 +19,6 @@ Each case runs in its own process. Skipped without torch or a CUDA GPU.
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -28,21 +27,12 @@ import time
 from pathlib import Path
 
 import pytest
+from gpu_child import child_env, gpu_skip_reason
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _gpu_reason() -> str | None:
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    if not torch.cuda.is_available():
-        return "no CUDA GPU"
-    return None
-
-
-_WHY = _gpu_reason()
+_WHY = gpu_skip_reason()
 pytestmark = pytest.mark.skipif(_WHY is not None, reason=f"GPU reliability: {_WHY}")
 
 KILL_CHILD = """\
@@ -67,12 +57,6 @@ while True:
 """
 
 
-def _env(library_path: Path) -> dict[str, str]:
-    env = {**os.environ, "TORCHALLOC_LIB": str(library_path), "PYTHONPATH": str(REPO / "python")}
-    env.pop("TORCHALLOC_CONF", None)
-    return env
-
-
 def test_sigkill_mid_training_loses_no_completed_record(library_path: Path, tmp_path: Path) -> None:
     from torchalloc.analysis import analyze
     from torchalloc.export import main as export_main
@@ -82,7 +66,7 @@ def test_sigkill_mid_training_loses_no_completed_record(library_path: Path, tmp_
     script = tmp_path / "kill_child.py"
     script.write_text(KILL_CHILD.format(python=str(REPO / "python"), log=str(log_path)))
     child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=_env(library_path))
+                             text=True, env=child_env(library_path))
     reported: dict[int, tuple[int, int]] = {}
     assert child.stdout is not None
     deadline = time.monotonic() + 240
@@ -153,7 +137,7 @@ print("RESULT " + json.dumps(dict(rounds=rounds, free0=free0, total=total, num_o
 def test_repeated_oom_keeps_stats_exact_and_leaks_nothing(policy: str, library_path: Path, tmp_path: Path) -> None:
     script = tmp_path / "oom_child.py"
     script.write_text(OOM_CHILD.format(python=str(REPO / "python"), policy=policy))
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=_env(library_path),
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=child_env(library_path),
                           timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     r = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[7:])
