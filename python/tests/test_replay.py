@@ -19,7 +19,9 @@ reserved 46 MiB at e11. Then free = 20 (S1) + 1.5 (S0's tail), largest 20:
 fragmentation 1.5 / 21.5 = 3/43. Device allocations 3, frees 0.
 At capacity C: e0-e10 need 22 MiB; at e11 22 + 24 > C for C < 46, so the
 retry releases S1 (wholly free) and needs 2 + 24 = 26 <= C. Smallest
-capacity: 26 MiB; at 25 MiB: OOM at event 11.
+capacity: 26 MiB; at 25 MiB: OOM at event 11. So at 30 MiB the run peaks
+at 26 MiB reserved at e11, with 1 device free (S1), and the only free
+bytes at the peak are S0's 1.5 MiB tail (fragmentation 0).
 
 exact: reserved = live bytes: 4, 4.5, 12.5, 20.5, 16.5, 18.5, 10.5, 19.5,
 11.5, 9.5, 0.5, 24.5: peak 24.5 MiB at e11; 7 device allocations, 5 frees;
@@ -49,6 +51,7 @@ from torchalloc.trace import ALLOC, FREE, PHASE_BEGIN, PHASE_END, TraceError
 DATA = Path(__file__).resolve().parent / "data"
 SNAPSHOT = DATA / "small_snapshot.pickle"
 MiB = 1 << 20
+GiB = 1 << 30
 KiB = 1 << 10
 
 POLICIES = ("caching", "exact", "phase_arena")
@@ -250,12 +253,37 @@ def test_garbage_and_missing_files(tmp_path: Path) -> None:
         ({"device_traces": [[{"action": "free_completed", "addr": None}]]}, "no 'addr'"),
         ({"device_traces": [[{"action": "segment_alloc", "addr": 1}]]}, "no 'size'"),
         ({"device_traces": [[{"action": "alloc", "addr": 1, "size": 1}]], "segments": [7]}, r"segments\[0\] is a int"),
+        # Sizes that would overflow the int64 reserved curve (2**80 ended in OverflowError).
+        ({"device_traces": [[{"action": "segment_alloc", "addr": 1, "size": 1 << 80}]]}, "negative or larger"),
+        ({"device_traces": [[{"action": "alloc", "addr": 1, "size": 1}]],
+          "segments": [{"address": 0, "total_size": 1 << 80, "blocks": []}]}, "'total_size' .* (larger than|beyond) any device"),
+        ({"device_traces": [[{"action": "alloc", "addr": 1, "size": 1}]],
+          "segments": [{"address": 0, "total_size": 512, "blocks": [{"size": 1 << 80}]}]}, "'size' .* (larger than|beyond) any device"),
+        ({"device_traces": [[{"action": "alloc", "addr": 1 << 70, "size": 1}]], "segments": []}, None),
+        ({"device_traces": [[{"action": "alloc", "addr": 1, "size": 1}]],
+          "segments": [{"address": 1 << 70, "total_size": 512}]}, "'address' is .*beyond any device"),
     ],
 )
-def test_malformed_snapshots(tmp_path: Path, snapshot: Any, message: str) -> None:
+def test_malformed_snapshots(tmp_path: Path, snapshot: Any, message: str | None) -> None:
     p = tmp_path / "bad.pickle"
     p.write_bytes(pickle.dumps(snapshot))
+    if message is None:  # masked to 64 bits like a real address: loads
+        assert len(trace.load_trace(p)) == 1
+        return
     with pytest.raises(TraceError, match=message):
+        trace.load_trace(p)
+
+
+def test_deeply_nested_value_gets_a_clear_error(tmp_path: Path) -> None:
+    """A value nested 200,000 levels deep in an entry: the error describes it without repr() (which raised
+    RecursionError), and the unpickler itself (iterative) builds it."""
+    marker = 0x7A7A7A7A
+    raw = pickle.dumps({"device_traces": [[{"action": "alloc", "addr": 16, "size": marker}]]}, protocol=2)
+    packed = b"J" + marker.to_bytes(4, "little")  # BININT: the opcode pickle writes for this int
+    nested = b"]" * 200_000 + b"a" * 199_999  # EMPTY_LIST x N, then APPEND each into the one before
+    p = tmp_path / "deep.pickle"
+    p.write_bytes(raw.replace(packed, nested))
+    with pytest.raises(TraceError, match="'size' is a list of 1 items, not an integer"):
         trace.load_trace(p)
 
 
@@ -272,23 +300,43 @@ def test_unknown_actions_are_noted_not_fatal() -> None:
 
 def test_each_policy_by_hand(lib: Path) -> None:
     t = trace.load_trace(SNAPSHOT)
-    report = replay.run(t, POLICIES, capacity=30 * MiB)
+    report = replay.run(t, POLICIES, capacity=80 * GiB)
     got = {p.policy: p for p in report.policies}
     for name in ("caching", "phase_arena"):
         p = got[name]
+        assert not p.capped and p.unlimited_peak_reserved == 46 * MiB
         assert p.peak_reserved == 46 * MiB and p.peak_reserved_event == 11
         assert p.peak_allocated == 24 * MiB + 512 * KiB
         assert p.free_at_peak == 21 * MiB + 512 * KiB and p.largest_free_at_peak == 20 * MiB
         assert p.fragmentation_at_peak == pytest.approx(3 / 43)
         assert (p.device_allocs, p.device_frees) == (3, 0)
         assert p.min_capacity == 26 * MiB
-        assert not p.oom_at_capacity and p.oom_event is None  # 30 MiB: the retry after releasing S1 fits
     e = got["exact"]
     assert e.peak_reserved == e.peak_allocated == 24 * MiB + 512 * KiB
     assert e.fragmentation_at_peak == 0.0
     assert (e.device_allocs, e.device_frees) == (7, 5)
     assert e.min_capacity == 24 * MiB + 512 * KiB
     assert not e.oom_at_capacity
+
+
+def test_columns_under_a_capacity_are_the_capped_run(lib: Path) -> None:
+    """30 MiB: caching and phase_arena release S1 and retry at e11 (see the module docstring); the peaks shown
+    are that run's, and the unconstrained peak is kept beside them. exact never exceeds 30 MiB: not capped."""
+    t = trace.load_trace(SNAPSHOT)
+    got = {p.policy: p for p in replay.run(t, POLICIES, capacity=30 * MiB, search=False).policies}
+    for name in ("caching", "phase_arena"):
+        p = got[name]
+        assert p.capped and p.unlimited_peak_reserved == 46 * MiB
+        assert p.peak_reserved == 26 * MiB and p.peak_reserved_event == 11
+        assert p.free_at_peak == p.largest_free_at_peak == 1 * MiB + 512 * KiB and p.fragmentation_at_peak == 0.0
+        assert (p.device_allocs, p.device_frees) == (3, 1)
+        assert not p.oom_at_capacity and p.oom_event is None
+    assert not got["exact"].capped and got["exact"].peak_reserved == 24 * MiB + 512 * KiB
+    doc = replay.report_json(replay.Report(trace=t, capacity=30 * MiB, policies=list(got.values())))
+    assert doc["policies"]["caching"]["peak_reserved"] == 26 * MiB
+    assert doc["policies"]["caching"]["unlimited_peak_reserved"] == 46 * MiB
+    text = replay.format_table(replay.Report(trace=t, capacity=30 * MiB, policies=list(got.values())))
+    assert "no (cache released)" in text and "caching peaked at 46.00 MiB reserved without a limit" in text
 
 
 def test_oom_event_at_capacity(lib: Path) -> None:

@@ -34,6 +34,7 @@ from .units import fmt_bytes
 # can open a protocol 0/1 pickle. Anything else is not tried as a pickle.
 _PICKLE_STARTS = frozenset(b"\x80(}])cINLSVFGJKMXUTB")
 _U64 = (1 << 64) - 1  # addresses and streams are unsigned 64-bit in the replay events
+MAX_SIZE = MAX_REQUEST  # a segment or block beyond this is malformed (and would overflow the int64 curves)
 
 
 def looks_like_pickle(data: bytes) -> bool:
@@ -85,12 +86,32 @@ def load_snapshot(data: bytes, what: str, *, device: int | None, prelude: bool) 
     return trace
 
 
-def _int_field(entry: dict[str, Any], key: str, where: str, default: int | None = None) -> int:
+def _describe(value: Any) -> str:
+    """A value for an error message: its type, and its repr only when that is a short scalar. A hostile
+    snapshot can nest a value 200,000 levels deep, and repr() of that raises RecursionError."""
+    if isinstance(value, (list, tuple, dict, set, frozenset)):
+        return f"a {type(value).__name__} of {len(value)} items"
+    text = repr(value) if isinstance(value, (str, bytes, float, int)) else ""
+    return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}".rstrip()
+
+
+def _int_field(entry: dict[str, Any], key: str, where: str, default: int | None = None, limit: int = _U64) -> int:
+    """entry[key] as an int in [-limit, limit]: addresses may be negative in hand-made snapshots and are
+    masked to 64 bits; sizes are checked by the caller."""
     value = entry.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int):
         if value is None:
             raise TraceError(f"{where}: no '{key}'")
-        raise TraceError(f"{where}: '{key}' is {type(value).__name__} {value!r}, not an integer")
+        raise TraceError(f"{where}: '{key}' is {_describe(value)}, not an integer")
+    if not -limit <= value <= limit:
+        raise TraceError(f"{where}: '{key}' is {value}, beyond any device's address space")
+    return value
+
+
+def _size_field(entry: dict[str, Any], key: str, where: str) -> int:
+    value = _int_field(entry, key, where)
+    if not 0 <= value <= MAX_SIZE:
+        raise TraceError(f"{where}: '{key}' {value} is negative or larger than any device")
     return value
 
 
@@ -101,7 +122,7 @@ def _bad_entry(entry: dict[str, Any], keys: tuple[str, ...], where: str) -> NoRe
         if value is None:
             raise TraceError(f"{where}: no '{key}'")
         if type(value) is not int:
-            raise TraceError(f"{where}: '{key}' is {type(value).__name__} {value!r}, not an integer")
+            raise TraceError(f"{where}: '{key}' is {_describe(value)}, not an integer")
         if key == "size" and not 0 <= value <= MAX_REQUEST:
             raise TraceError(f"{where}: size {value} is negative or larger than any device")
     raise TraceError(f"{where}: malformed entry")
@@ -190,7 +211,7 @@ def from_snapshot(snapshot: Any, *, device: int | None = None, prelude: bool = T
             streams.append(stream & _U64)
         elif action in _SEGMENT_SIGN:
             size = get("size")
-            if type(size) is not int or size < 0:
+            if type(size) is not int or not 0 <= size <= MAX_SIZE:
                 _bad_entry(entry, ("size",), f"{what}: device_traces[{dev}][{i}]")
             native_pos.append(len(kinds))
             native_delta.append(size * _SEGMENT_SIGN[action])
@@ -215,7 +236,7 @@ def from_snapshot(snapshot: Any, *, device: int | None = None, prelude: bool = T
             if seg.get("device", dev) != dev:
                 continue
             where = f"{what}: segments[{s}]"
-            end_reserved += _int_field(seg, "total_size", where)
+            end_reserved += _size_field(seg, "total_size", where)
             offset = _int_field(seg, "address", where, 0)
             seg_stream = _int_field(seg, "stream", where, 0) & _U64
             blocks = seg.get("blocks", [])
@@ -225,12 +246,12 @@ def from_snapshot(snapshot: Any, *, device: int | None = None, prelude: bool = T
                 bwhere = f"{where}.blocks[{b}]"
                 if not isinstance(block, dict):
                     raise TraceError(f"{bwhere} is a {type(block).__name__}, not a dict")
-                bsize = _int_field(block, "size", bwhere)
+                bsize = _size_field(block, "size", bwhere)
                 addr = _int_field(block, "address", bwhere, offset) & _U64
                 offset = addr + bsize
                 if prelude and block.get("state") in _ACTIVE_BLOCK_STATES and addr not in seen:
                     req = block.get("requested_size")
-                    pre.append((addr, req if isinstance(req, int) and req > 0 else bsize, seg_stream))
+                    pre.append((addr, req if type(req) is int and 0 < req <= MAX_SIZE else bsize, seg_stream))
 
     n_pre = len(pre)
     if unknown:
