@@ -17,6 +17,11 @@ which the whole trace runs. That last one is a bisection over capacities
 peak reserved): below the unconstrained peak a policy may still succeed by
 releasing its cache and retrying, as it does on a GPU. Success is not
 strictly monotone in the capacity, so the figure is what bisection finds.
+
+When a policy's unconstrained run reserves more than --capacity, its peak
+columns are those of the run under the capacity (with the cache released
+and retried, or up to its OOM), and the unconstrained peak is printed below
+the table (JSON: "capped", "unlimited_peak_reserved").
 """
 from __future__ import annotations
 
@@ -136,6 +141,8 @@ class PolicyReport:
     oom_event: int | None
     min_capacity: int | None
     seconds: float  # the unconstrained replay
+    unlimited_peak_reserved: int  # without a capacity; min_capacity's search runs up to it
+    capped: bool  # the columns above come from the run under the capacity (it peaked past it unconstrained)
     series: np.ndarray | None = None
 
     @property
@@ -189,10 +196,12 @@ def _run_policy(
     free_run, series = replay_once(trace, policy, 0, series_len)
     seconds = time.perf_counter() - t0
     progress.step()
-    at_capacity = free_run
-    if capacity and free_run["peak_reserved"] > capacity:  # otherwise the run at capacity is this very run
+    shown = free_run
+    if capacity and free_run["peak_reserved"] > capacity:
+        # Under the capacity the run differs (the policy releases its cache and retries, or stops at an OOM):
+        # the columns must describe that run, not the unconstrained one.
         progress.add(1)
-        at_capacity, _ = replay_once(trace, policy, capacity)
+        shown, series = replay_once(trace, policy, capacity, series_len)
         progress.step()
     found: int | None = None
     if search:
@@ -210,20 +219,22 @@ def _run_policy(
         progress.add(probes[0] - estimate)  # bisection may need one probe fewer than estimated
     return PolicyReport(
         policy=policy,
-        peak_allocated=free_run["peak_allocated"],
-        peak_requested=free_run["peak_requested"],
-        peak_reserved=free_run["peak_reserved"],
-        peak_reserved_event=free_run["peak_reserved_event"],
-        fragmentation_at_peak=free_run["fragmentation_at_peak"],
-        free_at_peak=free_run["free_at_peak"],
-        largest_free_at_peak=free_run["largest_free_at_peak"],
-        device_allocs=free_run["device_allocs"],
-        device_frees=free_run["device_frees"],
-        unknown_frees=free_run["unknown_frees"],
-        oom_at_capacity=bool(at_capacity["oom"]),
-        oom_event=at_capacity["oom_event"] if at_capacity["oom"] else None,
+        peak_allocated=shown["peak_allocated"],
+        peak_requested=shown["peak_requested"],
+        peak_reserved=shown["peak_reserved"],
+        peak_reserved_event=shown["peak_reserved_event"],
+        fragmentation_at_peak=shown["fragmentation_at_peak"],
+        free_at_peak=shown["free_at_peak"],
+        largest_free_at_peak=shown["largest_free_at_peak"],
+        device_allocs=shown["device_allocs"],
+        device_frees=shown["device_frees"],
+        unknown_frees=shown["unknown_frees"],
+        oom_at_capacity=bool(shown["oom"]),
+        oom_event=shown["oom_event"] if shown["oom"] else None,
         min_capacity=found,
         seconds=seconds,
+        unlimited_peak_reserved=free_run["peak_reserved"],
+        capped=shown is not free_run,
         series=series,
     )
 
@@ -284,6 +295,10 @@ def report_json(report: Report) -> dict[str, Any]:
             "device_frees": int(p.device_frees),
             "oom_event": p.oom_event,
             "peak_reserved_event": int(p.peak_reserved_event),
+            # The peaks above are of the run under the capacity (up to its OOM, if any) when `capped`;
+            # this is the unconstrained run's, which exceeded the capacity.
+            "capped": p.capped,
+            "unlimited_peak_reserved": int(p.unlimited_peak_reserved),
         }
     return {
         "trace": {
@@ -313,7 +328,7 @@ def format_table(report: Report) -> str:
         rows.append([t.native_label, fmt_bytes(t.peak_requested, 2), fmt_bytes(t.native_peak_reserved, 2),
                      f"{ratio:.3f}", "-", "-", "-", "yes" if t.native_ooms else "-", "-"])
     for p in report.policies:
-        oom = f"at event {p.oom_event}" if p.oom_at_capacity else "no"
+        oom = f"at event {p.oom_event}" if p.oom_at_capacity else ("no (cache released)" if p.capped else "no")
         rows.append([p.policy, fmt_bytes(p.peak_allocated, 2), fmt_bytes(p.peak_reserved, 2), f"{p.ratio:.3f}",
                      f"{p.fragmentation_at_peak:.3f}", str(p.device_allocs), str(p.device_frees), oom,
                      fmt_bytes(p.min_capacity, 2)])
@@ -333,6 +348,16 @@ def format_table(report: Report) -> str:
     speeds = [f"{p.policy} {len(t) / p.seconds / 1e6:.1f} M" for p in report.policies if p.seconds > 0]
     if speeds and len(t) >= 100_000:  # too short a trace to time
         lines.append(f"replay speed (events/s, {report.threads} policies at a time): " + ", ".join(speeds))
+    capped = [p for p in report.policies if p.capped]
+    if capped:
+        lines.append(
+            f"under {cap}: " + "; ".join(
+                f"{p.policy} peaked at {fmt_bytes(p.unlimited_peak_reserved, 2)} reserved without a limit, "
+                + (f"so the row is its run up to the OOM at event {p.oom_event}" if p.oom_at_capacity
+                   else "so the row is its run with the cache released and retried at the limit")
+                for p in capped
+            )
+        )
     lines.append(
         "peak alloc: block bytes (requests rounded as the policy rounds them); frag@peak: (free inside reserved - "
         "largest free block) / free inside reserved, when reserved peaked; min capacity: smallest device size "
