@@ -72,6 +72,25 @@ def test_install_failure_is_reported_and_the_script_does_not_run(tmp_path: Path)
     assert status == 1
 
 
+def test_an_install_failure_of_the_environment_skips_the_other_policies(tmp_path: Path) -> None:
+    """No torch, or no GPU: every torchalloc policy would fail alike, so the first says why and the rest are
+    skipped (each printed the same error twice and ran before); native still runs."""
+    has_gpu = subprocess.run([sys.executable, "-c", "import torch; assert torch.cuda.is_available()"],
+                             capture_output=True).returncode == 0
+    if has_gpu:
+        pytest.skip("a CUDA GPU is visible: install() would succeed")
+    s = script(tmp_path, "pass\n")
+    status, out, err = run_compare("--policies", "caching,exact,native", "--", sys.executable, str(s))
+    assert status == 1
+    rows = {line.split()[0]: line for line in out.splitlines() if line.split()[:1] in (["caching"], ["exact"],
+                                                                                          ["native"])}
+    assert "install failed" in rows["caching"] and "skipped" in rows["exact"] and " ok " in rows["native"]
+    assert "exact: not run: torchalloc cannot be installed in this environment (caching failed)" in out
+    install_error = next(line for line in out.splitlines() if line.startswith("caching: "))
+    assert out.count(install_error.split(": ", 2)[-1]) == 1, out  # the reason once, not echoed from stderr
+    assert "running exact" not in err
+
+
 def test_uncaught_oom_is_an_oom(tmp_path: Path) -> None:
     s = script(tmp_path, """
         class OutOfMemoryError(RuntimeError):

@@ -145,6 +145,12 @@ del _chain_previous_sitecustomize
 '''
 
 
+_SKIPPED = -1000  # RunResult.returncode of a policy not run
+# Install failures that do not depend on the policy (no torch, no CUDA, no library): the remaining policies
+# are skipped instead of failing the same way.
+_ENVIRONMENT_ERRORS = ("ImportError", "ModuleNotFoundError", "LibraryError", "RuntimeError")
+
+
 @dataclasses.dataclass
 class RunResult:
     policy: str
@@ -164,6 +170,8 @@ class RunResult:
             return "ok"
         if self.returncode == 97:
             return "install failed"
+        if self.returncode == _SKIPPED:
+            return "skipped"
         return f"failed (exit {self.returncode})" if self.returncode else "failed"
 
 
@@ -265,7 +273,7 @@ def format_table(command: Sequence[str], results: list[RunResult]) -> str:
         if r.error or r.status != "ok":
             lines.append("")
             lines.append(f"{r.policy}: {r.error or r.status}")
-            if r.stderr_tail and r.status != "ok":
+            if r.stderr_tail and r.status not in ("ok", "install failed", "skipped"):  # those say why in one line
                 lines.extend("  | " + line for line in r.stderr_tail.splitlines()[-10:])
     return "\n".join(lines)
 
@@ -317,12 +325,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not policies:
         print("torchalloc compare: error: --policies is empty", file=sys.stderr)
         return 2
-    results = []
+    results: list[RunResult] = []
+    environment_error: str | None = None  # an install failure every torchalloc policy would repeat
     with tempfile.TemporaryDirectory(prefix="torchalloc-compare-") as tmp:
         for policy in policies:
+            if environment_error and policy != NATIVE:
+                results.append(RunResult(policy, _SKIPPED, 0.0, None, None, False,
+                                         f"not run: {environment_error}"))
+                continue
             if not args.json:
                 print(f"running {policy} ...", file=sys.stderr, flush=True)
-            results.append(run_one(policy, command, Path(tmp), args.timeout, args.show_output))
+            result = run_one(policy, command, Path(tmp), args.timeout, args.show_output)
+            results.append(result)
+            if result.status == "install failed" and (result.error or "").startswith(_ENVIRONMENT_ERRORS):
+                environment_error = f"torchalloc cannot be installed in this environment ({result.policy} failed)"
     if args.json:
         print(json.dumps(results_json(command, results), indent=2))
     else:
