@@ -8,14 +8,14 @@ data, batch and sequence length drawn anew each step (batch 4-16, length
 64-1024): the variable shapes that make a caching allocator fragment.
 Unmodified PyTorch code: compare installs torchalloc through its start-up
 hook. Prints the step time and the peaks torch reports at the end.
+Without torch or without a CUDA GPU it prints `SKIP: <reason>` and exits 0,
+as the other examples do.
 """
 from __future__ import annotations
 
 import argparse
 import random
 import time
-
-import torch
 
 
 def main() -> None:
@@ -24,6 +24,14 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--d-model", type=int, default=512)
     args = ap.parse_args()
+    try:
+        import torch
+    except ImportError as e:
+        print(f"SKIP: torch is not installed ({e})")
+        return
+    if not torch.cuda.is_available():
+        print("SKIP: no CUDA GPU")
+        return
     rng = random.Random(0)
     torch.manual_seed(0)
     layer = torch.nn.TransformerEncoderLayer(args.d_model, 8, 4 * args.d_model, batch_first=True)
