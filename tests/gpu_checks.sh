@@ -11,7 +11,6 @@ cd "$(dirname "$0")/.."
 checks=("$@")
 ((${#checks[@]})) || checks=(all)
 out=${OUT:-build-gpu/out}
-mkdir -p "$out"
 lib=$PWD/build-gpu/libtorchalloc.so
 export TORCHALLOC_LIB=$lib PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 status=0
@@ -20,6 +19,7 @@ if ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else
   echo "gpu_checks.sh: no CUDA GPU visible to torch here (or no torch): NOTHING RAN"
   exit 2
 fi
+mkdir -p "$out"
 if [ ! -f "$lib" ] || [ -n "$(find allocator policies -newer "$lib" -name '*.[ch]' | head -1)" ]; then
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DTORCHALLOC_TESTS=OFF >/dev/null && cmake --build build-gpu -j >/dev/null || {
     echo "build failed"; exit 1; }

@@ -7,7 +7,8 @@
 #   build-tsan/   -DTORCHALLOC_SANITIZE=thread
 # builds with clang -Werror and ASan+UBSan in build-clang/ and runs ctest
 # there too when clang is there (its UBSan checks things gcc's does not), then
-# runs python/tests with pytest when both exist. Stops at the first
+# runs python/tests with pytest (failing when python3 cannot import pytest and
+# numpy: the suite must not pass by being skipped). Stops at the first
 # failure. The last line of output is always "N passed, N failed": test cases
 # summed over every ctest run (each program prints its own such line) and
 # pytest.
@@ -175,35 +176,35 @@ fi
 # --------------------------------------------------------------------------
 # 5. Python tests
 # --------------------------------------------------------------------------
-if [[ -d python/tests ]] && python3 -c 'import pytest' >/dev/null 2>&1; then
-  t0=$SECONDS
-  echo "== pytest: python3 -m pytest -q python/tests"
-  log=build/run-pytest.log
-  rc=0
-  PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" python3 -m pytest -q python/tests 2>&1 | tee "$log" || rc=${PIPESTATUS[0]}
-  # Counts from pytest's last line, e.g. "3 failed, 12 passed, 1 skipped in 0.52s".
-  counts=$(grep -E '[0-9]+ (passed|failed|errors?)' "$log" | tail -n 1 | awk '{
-      for (i = 2; i <= NF; i++) {
-        w = $i; gsub(/[^a-z]/, "", w); n = $(i - 1) + 0
-        if (w == "passed") p += n
-        else if (w == "failed" || w == "error" || w == "errors") f += n
-      }
-    } END { printf "%d %d\n", p, f }' || true)
-  counts=${counts:-0 0}
-  PASSED=$((PASSED + ${counts% *}))
-  FAILED=$((FAILED + ${counts#* }))
-  case $rc in
-    0) ;;
-    5) echo "== pytest: no tests collected (exit 5), not a failure" ;;
-    *) ((FAILED > 0)) || FAILED=1
-       echo "run.sh: FAILED in pytest: exit code $rc (see above)"
-       summary
-       exit 1 ;;
-  esac
-  stage_done pytest "$t0"
-elif [[ -d python/tests ]]; then
-  echo "== pytest: not importable, python/tests skipped"
+# The Python suite is half the tests: a machine that cannot run it fails here
+# rather than passing with it skipped.
+if ! python3 -c 'import pytest, numpy' >/dev/null 2>&1; then
+  fail pytest "python3 cannot import pytest and numpy, so python/tests cannot run: install them (python3 -m pip install pytest numpy tqdm) or run .ci/run, which does"
 fi
+t0=$SECONDS
+echo "== pytest: python3 -m pytest -q python/tests"
+log=build/run-pytest.log
+rc=0
+PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" python3 -m pytest -q python/tests 2>&1 | tee "$log" || rc=${PIPESTATUS[0]}
+# Counts from pytest's last line, e.g. "3 failed, 12 passed, 1 skipped in 0.52s".
+counts=$(grep -E '[0-9]+ (passed|failed|errors?)' "$log" | tail -n 1 | awk '{
+    for (i = 2; i <= NF; i++) {
+      w = $i; gsub(/[^a-z]/, "", w); n = $(i - 1) + 0
+      if (w == "passed") p += n
+      else if (w == "failed" || w == "error" || w == "errors") f += n
+    }
+  } END { printf "%d %d\n", p, f }' || true)
+counts=${counts:-0 0}
+PASSED=$((PASSED + ${counts% *}))
+FAILED=$((FAILED + ${counts#* }))
+case $rc in
+  0) ;;
+  *) ((FAILED > 0)) || FAILED=1
+     echo "run.sh: FAILED in pytest: exit code $rc (see above)"
+     summary
+     exit 1 ;;
+esac
+stage_done pytest "$t0"
 
 echo "== times: ${TIMES[*]}"
 summary
