@@ -233,8 +233,26 @@ def test_without_stacks_or_phases() -> None:
     assert {r.reason for r in a.lifetimes()} == {"freed within its phase", "persistent"}
     assert [p.phase for p in a.phases()] == ["default"] and a.phases()[0].transient == 3 * MiB
     assert any("no stacks" in n for n in a.notes)
-    assert "== Lifetimes" in render_text(a)
+    text = render_text(a)
+    assert "== Lifetimes" in text
+    # The default phase never began: its table row says so instead of "0" occurrences beside its bytes.
+    row = next(line for line in text.splitlines() if line.strip().startswith("default "))
+    assert "- (outside phases)" in row and " 0 " not in row.split("- (outside phases)")[0]
     json.dumps(a.to_dict())
+
+
+def test_a_block_freed_within_the_first_occurrence_reads_plainly() -> None:
+    """It said "freed within the same occurrence of the first occurrence of backward that allocated it"."""
+    L = SynthLog()
+    for _ in range(2):
+        L.begin("backward")
+        L.alloc(0, MiB)
+        L.free(0)
+        L.end()
+    a = L.analyze()
+    texts = [r.explanation for r in a.lifetimes()]
+    assert any(t.startswith("freed within the first occurrence of backward, which allocated it") for t in texts), texts
+    assert not any("same occurrence of the first occurrence" in t for t in texts)
 
 
 # ---------------------------------------------------------------------------
@@ -533,7 +551,11 @@ def test_end_to_end_report_on_a_sim_log(sim: ctypes.CDLL, tmp_path: Path) -> Non
 def test_report_cli_errors(tmp_path: Path) -> None:
     from torchalloc.report import main as report_main
 
-    assert report_main([str(tmp_path / "missing.talog")]) == 2
+    with pytest.raises(SystemExit) as exit_info:
+        report_main([str(tmp_path / "missing.talog")])
+    assert exit_info.value.code == 2
     bad = tmp_path / "bad.talog"
     bad.write_bytes(b"not a log at all")
-    assert report_main([str(bad)]) == 2
+    with pytest.raises(SystemExit) as exit_info:
+        report_main([str(bad)])
+    assert exit_info.value.code == 2

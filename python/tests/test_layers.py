@@ -54,6 +54,7 @@ LAYERS: dict[str, str] = {
     "torchalloc.oom_alternatives": TOOL,
     "torchalloc.compare": TOOL,
     "torchalloc.cli": TOOL,
+    "torchalloc.tool_args": TOOL,
     "torchalloc._gpu_child": TOOL,  # imported by examples/ and bench/ scripts, never by the package
     "torchalloc.integrations": TOOL,  # trainer callbacks: run in training, but write the report at its end
     "torchalloc.integrations._session": TOOL,

@@ -12,8 +12,11 @@ import argparse
 import dataclasses
 import importlib
 import json
+import os
 import sys
-from typing import Any, Callable, Sequence
+import traceback
+import warnings
+from typing import Any, Callable, Sequence, TextIO
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,8 +74,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"torchalloc: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    status = _resolve(name)(rest)
+    try:
+        with warnings.catch_warnings():
+            # Notes the readers raise as warnings (a damaged or cut log) are the tool's own lines here,
+            # not Python's "file:line: SomeWarning:" text.
+            warnings.simplefilter("default")
+            warnings.showwarning = _note_printer(name)
+            status = _resolve(name)(rest)
+    except KeyboardInterrupt:
+        print(f"torchalloc {name}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - every tool error is one line; the traceback only on request
+        if os.environ.get("TORCHALLOC_DEBUG"):
+            traceback.print_exc()
+        print(f"torchalloc {name}: error: {describe_error(e)}", file=sys.stderr)
+        return 1
     return 0 if status is None else int(status)
+
+
+def _note_printer(name: str) -> Callable[..., None]:
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: TextIO | None = None, line: str | None = None) -> None:
+        print(f"torchalloc {name}: note: {' '.join(str(message).split())}", file=file or sys.stderr)
+
+    return show
+
+
+# Errors a user's input or machine can cause; anything else is a bug in torchalloc.
+_EXPECTED = ("LogFormatError", "TraceError", "ReplayError", "LibraryError", "ValueError", "RecursionError",
+             "MemoryError", "ImportError", "ModuleNotFoundError", "UnicodeDecodeError")
+
+
+def describe_error(e: BaseException) -> str:
+    """One line for an exception that escaped a subcommand."""
+    if isinstance(e, OSError):
+        where = f"{e.filename}: " if e.filename else ""
+        return f"{where}{e.strerror or e}"
+    if isinstance(e, RecursionError):
+        return "the input is nested too deeply to read"
+    if isinstance(e, MemoryError):
+        return "out of memory while reading the input"
+    text = " ".join(str(e).split()) or type(e).__name__
+    if type(e).__name__ in _EXPECTED or any(c.__name__ in _EXPECTED for c in type(e).__mro__):
+        return text
+    return (f"internal error ({type(e).__name__}: {text}); this is a bug in torchalloc: please report it "
+            "with the output of TORCHALLOC_DEBUG=1, which shows the traceback")
 
 
 # ---------------------------------------------------------------------------
@@ -101,6 +147,8 @@ def _collect_info() -> dict[str, Any]:
     except ValueError as e:
         info["devices"] = None
         info["device_error"] = str(e)
+        # The library's configuration errors all start so (config.c); no GPU is a state, a bad conf a mistake.
+        info["config_error"] = str(e).startswith("TORCHALLOC_CONF")
         return info
     info["policy"] = cdll.torchalloc_policy_name().decode()
     info["devices"] = int(cdll.torchalloc_device_count())
@@ -146,7 +194,7 @@ def info_main(argv: list[str]) -> int:
         print(json.dumps(info, indent=2))
     else:
         _print_info(info)
-    return 0 if info["library"] is not None else 1
+    return 0 if info["library"] is not None and not info.get("config_error") else 1
 
 
 if __name__ == "__main__":

@@ -238,15 +238,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-o", "--output", required=True, help="the snapshot to write (.pickle, or .pickle.gz)")
     args = parser.parse_args(argv)
     from .log import LogFormatError
+    from .tool_args import fail, input_problem, output_problem, snapshot_pointer
 
+    problem = input_problem(args.log) or snapshot_pointer(args.log, "export")
+    bad_output = output_problem(args.output)
+    if problem or bad_output:
+        fail(parser.prog, problem or f"-o {bad_output}")
     try:
         table = load(args.log)
-    except FileNotFoundError:
-        print(f"torchalloc export: {args.log}: no such file", file=sys.stderr)
-        return 2
     except LogFormatError as e:
-        print(f"torchalloc export: {e}", file=sys.stderr)
-        return 2
+        fail(parser.prog, str(e))
     snapshot, notes = to_snapshot(table)
     write_snapshot(snapshot, args.output)
     for note in notes:

@@ -42,7 +42,7 @@ import numpy as np
 from . import _lib
 from ._lib import ReplayError
 from ._records import POLICY_NAMES
-from .trace import EVENT_DTYPE, Trace, TraceError, load_trace
+from .trace import ALLOC, EVENT_DTYPE, Trace, TraceError, load_trace
 from .units import GiB, fmt_bytes, parse_bytes
 
 DEFAULT_POLICIES = tuple(POLICY_NAMES.values())  # every policy the library has, in its registry's order
@@ -370,10 +370,10 @@ def check_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise SystemExit(
-            "torchalloc replay: --png needs matplotlib, which is not installed (pip install matplotlib); "
-            "run without --png for the table"
-        ) from None
+        from .tool_args import fail
+
+        fail("torchalloc replay", "--png needs matplotlib, which is not installed (pip install matplotlib); "
+             "run without --png for the table", 1)
 
 
 def plot_png(report: Report, path: str | os.PathLike[str]) -> None:
@@ -441,22 +441,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from .tool_args import fail, output_problem
+
     args = build_parser().parse_args(argv)
     prog = "torchalloc replay"
     try:
         capacity = parse_bytes(args.capacity)
     except ValueError as e:
-        print(f"{prog}: error: --capacity: {e}", file=sys.stderr)
-        return 2
+        fail(prog, f"--capacity: {e}")
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     if not policies:
-        print(f"{prog}: error: --policies is empty", file=sys.stderr)
-        return 2
+        fail(prog, "--policies is empty")
     if args.png:
+        bad_output = output_problem(args.png)
+        if bad_output:
+            fail(prog, f"--png {bad_output}")
         check_matplotlib()
     try:
         path = Path(args.trace) if args.trace else default_trace_path()
         trace = load_trace(path, device=args.device, prelude=not args.no_prelude)
+        if not args.json and not (trace.events["kind"] == ALLOC).any():  # (--json still gives its zeros)
+            print(f"{prog}: nothing to replay: {path} holds no allocation", file=sys.stderr)
+            return 0
         report = run(
             trace,
             policies,
@@ -466,8 +472,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             progress=args.progress,
         )
     except (TraceError, ReplayError, _lib.LibraryError) as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return 2
+        fail(prog, str(e))
     if args.json:
         print(json.dumps(report_json(report), indent=2))
     else:

@@ -94,6 +94,11 @@ def render_text(a: Analysis, *, top: int = 15, at: Sequence[str | float] = ()) -
     for note in a.notes:
         out.append(f"note: {note}")
     out.append("")
+    if len(a.blocks) == 0 and not a.ooms():
+        out.append(f"Nothing to report: the log holds no allocation on device {a.device}. Either the process "
+                   "allocated nothing while the log was open, or torchalloc was not its allocator "
+                   "(torchalloc.install() must run before the first CUDA tensor).")
+        return "\n".join(out) + "\n"
     out.append("== Timeline")
     out.append(f"peak allocated {fmt_bytes(tl.peak_allocated)} at {fmt_time(tl.peak_t)}; peak reserved "
                f"{fmt_bytes(tl.peak_reserved)} at {fmt_time(tl.peak_reserved_t)}; {fmt_seconds(tl.duration_s)} in all")
@@ -181,22 +186,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from .log import LogFormatError
+    from .tool_args import fail, input_problem, output_problem, snapshot_pointer
 
+    problem = input_problem(args.log) or snapshot_pointer(args.log, "report")
+    for option, path in (("--html", args.html), ("--png", args.png)):
+        bad_output = output_problem(path) if path is not None else None
+        if bad_output and not problem:
+            problem = f"{option} {bad_output}"
+    if args.top < 1 or args.points < 2:
+        problem = problem or ("--top must be at least 1" if args.top < 1 else "--points must be at least 2")
+    if problem:
+        fail(parser.prog, problem)
     try:
         a = analyze(args.log, device=args.device, max_points=args.points, progress=args.progress)
-    except FileNotFoundError:
-        print(f"torchalloc report: {args.log}: no such file", file=sys.stderr)
-        return 2
     except (LogFormatError, ValueError) as e:
-        print(f"torchalloc report: {e}", file=sys.stderr)
-        return 2
+        fail(parser.prog, str(e))
     at = [_at_value(x) for x in args.at]
     try:
         for x in at:
             a.index_at(x)
     except ValueError as e:
-        print(f"torchalloc report: {e}", file=sys.stderr)
-        return 2
+        fail(parser.prog, str(e))
     if args.html:
         from .report_html import write_html
 
@@ -208,8 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             write_png(a, args.png)
         except ImportError as e:
-            print(f"torchalloc report: {e}", file=sys.stderr)
-            return 1
+            fail(parser.prog, str(e), 1)
         print(f"wrote {args.png}", file=sys.stderr)
     if args.json:
         data = a.to_dict(top=max(args.top, 50))

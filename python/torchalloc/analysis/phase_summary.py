@@ -51,7 +51,9 @@ class PhaseRow:
     def cells(self) -> tuple[Any, ...]:
         """The phase table's row, formatted as every report shows it: phase, occurrences,
         allocated, freed, peak, reserved growth, persistent, handed on, transient."""
-        return (self.phase, self.occurrences, fmt_bytes(self.allocated), fmt_bytes(self.freed), fmt_bytes(self.peak),
+        # A phase that never began (the default phase: outside every phase) has no occurrences to count.
+        occurrences = self.occurrences if self.occurrences else "- (outside phases)"
+        return (self.phase, occurrences, fmt_bytes(self.allocated), fmt_bytes(self.freed), fmt_bytes(self.peak),
                 fmt_bytes(self.reserved_growth), fmt_bytes(self.persistent), fmt_bytes(self.handed_on),
                 fmt_bytes(self.transient))
 

@@ -77,6 +77,8 @@ def reason_sentence(reason: Reason, category: Category, site: str, free_site: st
         return f"persistent: still live at the end of the log -- {detail}"
     no_stacks = " (logged without stacks:1: only phases are known)" if not has_stacks else ""
     if reason is Reason.SAME_PHASE:
+        if phase.startswith("the first occurrence of "):  # explain_block's wording for a phase that repeats
+            return f"freed within {phase}, which allocated it{no_stacks}"
         return f"freed within the same occurrence of {phase} that allocated it{no_stacks}"
     if reason is Reason.LATER_PHASE:
         return f"outlived {phase}; freed later, in {free_phase}{no_stacks}"

@@ -1,0 +1,80 @@
+"""Checks the command-line tools make before their work, so a mistake is one clear line at once.
+
+A report on a 10 GB log takes minutes; finding only then that `--html`
+names a directory that does not exist, or that the "log" is a PyTorch
+snapshot that `torchalloc replay` reads, wastes them. Every message here is
+what follows "torchalloc VERB: error: ".
+"""
+from __future__ import annotations
+
+import bz2
+import lzma
+import os
+import sys
+import zlib
+from typing import NoReturn
+
+from ._records import LOG_MAGIC
+from .trace_snapshot import looks_like_pickle
+
+_SNIFF_BYTES = 64 << 10  # a compressed file's first block: enough to show what it starts with
+
+
+def _first_bytes(head: bytes) -> bytes:
+    """The first bytes of the content `head` starts (a file's first bytes, decompressed when gzip, xz or bz2)."""
+    try:
+        if head.startswith(b"\x1f\x8b"):
+            return zlib.decompressobj(wbits=31).decompress(head, 16)
+        if head.startswith(b"\xfd7zXZ\x00"):
+            return lzma.LZMADecompressor().decompress(head, 16)
+        if head.startswith(b"BZh"):
+            return bz2.BZ2Decompressor().decompress(head)[:16]
+    except (OSError, EOFError, ValueError, lzma.LZMAError, zlib.error):
+        return b""
+    return head[:16]
+
+
+def fail(prog: str, message: str, status: int = 2) -> NoReturn:
+    """Print "PROG: error: MESSAGE" (one line: argparse's style, without its usage text) and exit."""
+    print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr)
+    raise SystemExit(status)
+
+
+def output_problem(path: str) -> str | None:
+    """Why `path` cannot be written as an output file, or None."""
+    if not path:
+        return "the output path is empty"
+    if os.path.isdir(path):
+        return f"{path}: is a directory (give a file name)"
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        return f"{path}: directory {parent} does not exist"
+    if not os.access(parent, os.W_OK):
+        return f"{path}: cannot write in {parent} (permission denied)"
+    return None
+
+
+def input_problem(path: str) -> str | None:
+    """Why `path` cannot be read as an input file, or None (its content is checked by the reader)."""
+    if not os.path.exists(path):
+        return f"{path}: no such file"
+    if os.path.isdir(path):
+        return f"{path}: is a directory, not a log"
+    if not os.access(path, os.R_OK):
+        return f"{path}: cannot read it (permission denied)"
+    return None
+
+
+def snapshot_pointer(path: str, verb: str) -> str | None:
+    """When `path` is a PyTorch memory snapshot rather than a torchalloc log: what to run instead."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_SNIFF_BYTES)
+    except OSError:
+        return None
+    data = _first_bytes(head)
+    if data.startswith(LOG_MAGIC) or not looks_like_pickle(data):
+        return None
+    return (f"{path} is a PyTorch memory snapshot (a pickle), not a torchalloc log, so `torchalloc {verb}` "
+            f"cannot read it: `torchalloc replay {path}` replays it through each policy, and "
+            "https://pytorch.org/memory_viz draws it")
