@@ -159,10 +159,10 @@ static void report_segments(ta_text *t, const ta_heap *h) {
   for (size_t i = 0; i < shown; i++) {
     char bar[MAP_WIDTH + 1];
     draw(views[i].s, bar);
-    ta_text_printf(t, "  %#" PRIxPTR " %10s %-5s stream %#" PRIxPTR " [%s] %s free in %d holes, largest %s\n",
+    ta_text_printf(t, "  %#" PRIxPTR " %10s %-5s stream %#" PRIxPTR " [%s] %s free in %d hole%s, largest %s\n",
                    views[i].s->addr, SZ(views[i].s->size), views[i].s->pool == TA_POOL_SMALL ? "small" : "large",
                    (uintptr_t)views[i].s->stream, bar, SZ(views[i].free), views[i].holes,
-                   SZ(views[i].largest_hole));
+                   views[i].holes == 1 ? "" : "s", SZ(views[i].largest_hole));
   }
   size_t rest_free = 0;
   for (size_t i = shown; i < r->count; i++) rest_free += views[i].free;
