@@ -333,8 +333,8 @@ def test_not_a_log_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_unknown_version_is_a_clear_error() -> None:
     data = bytearray(synth(1))
-    data[8:12] = struct.pack("<I", 2)
-    with pytest.raises(LogFormatError, match="version 2; this decoder reads version 1"):
+    data[8:12] = struct.pack("<I", 3)
+    with pytest.raises(LogFormatError, match="version 3; this decoder reads versions 1, 2"):
         read_log(bytes(data))
     data = bytearray(synth(1))
     data[20:24] = struct.pack(">I", 0x01020304)
