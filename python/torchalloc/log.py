@@ -12,12 +12,14 @@ bytes, so the whole file is one ``np.frombuffer`` call; only the few
 string/frame/stack records are assembled in Python.
 
 A log cut short (the writer was killed, the file was copied while being
-written, the disk filled) decodes up to the damage: a ``LogDamageWarning``
-names the byte offset and ``Log.warnings`` keeps the messages. In a
-version-2 log every slot and the header carry a checksum: a record whose
-bytes changed (a flipped bit on disk or in a copy) is dropped and named in
-the warnings, never decoded as different numbers. A file that is not a
-torchalloc log raises ``LogFormatError``.
+written, the disk filled) decodes up to the damage. In a version-2 log every
+slot and the header carry a checksum: a record whose bytes changed (a
+flipped bit on disk or in a copy) is dropped, never decoded as different
+numbers. Whatever was skipped or dropped is said in ``Log.damage``, one line
+each naming the byte offset: the tools print those lines as their own notes
+(``read_log(..., warn=True)`` also raises them as ``LogDamageWarning``, for
+callers that want Python's warnings). A file that is not a torchalloc log
+raises ``LogFormatError``.
 
 ``Log.writer`` says what became of the writer: "closed", "stopped early"
 (log_max, a full disk), and for a log that was never closed, "running"
@@ -196,8 +198,13 @@ class Log:
     phase_names: dict[int, str] = field(default_factory=dict)
     truncated: bool = False  # the writer stopped early: log_max reached, disk full
     complete: bool = False   # closed cleanly: an END record is last
-    warnings: list[str] = field(default_factory=list)
+    damage: list[str] = field(default_factory=list)  # what was skipped or dropped, one line each
     writer: str = WRITER_UNKNOWN  # WRITER_*: closed, stopped early, running, killed, unknown
+
+    @property
+    def warnings(self) -> list[str]:
+        """The damage notes under their old name (the same list)."""
+        return self.damage
 
     def __len__(self) -> int:
         return len(self.records)
@@ -339,7 +346,7 @@ def _parse_header(path: str, data: np.ndarray) -> LogHeader:
 
 
 class _Damage:
-    """Collects warnings; each names a byte offset."""
+    """Collects damage notes; each names a byte offset."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -441,12 +448,13 @@ def _stacks(raw: np.ndarray, frames: dict[int, Frame]) -> dict[int, list[Frame]]
     return {sid: [frames.get(f, unknown) for f in fids] for sid, fids in ids.items()}
 
 
-def read_log(source: Union[str, os.PathLike, bytes, bytearray, memoryview], *, warn: bool = True) -> Log:
+def read_log(source: Union[str, os.PathLike, bytes, bytearray, memoryview], *, warn: bool = False) -> Log:
     """Decode a torchalloc log (a path, or its bytes).
 
     Raises LogFormatError when it is not a torchalloc log or of an unknown
     version. Damage (a cut or corrupted file) is decoded up to the damage,
-    reported in ``Log.warnings`` and, with ``warn``, as LogDamageWarning.
+    said in ``Log.damage`` (one line each) and, with ``warn``, also raised
+    as LogDamageWarning.
     """
     path, data, is_file = _load(source)
     header = _parse_header(path, data)
@@ -553,13 +561,13 @@ def to_jsonl(log: Log, target: Union[str, os.PathLike, IO[str]], *, frames: bool
 
 
 def to_text(log: Log) -> str:
-    """A short human summary: counts per kind, the state, the warnings."""
+    """A short human summary: counts per kind, the state, the damage notes."""
     buf = io.StringIO()
     buf.write(f"{log.path}: {len(log.records)} records, pid {log.header.pid}, {log.header.status_name}"
               f"{', truncated' if log.truncated else ''}, writer {log.writer}\n")
     names, counts = np.unique(log.records["kind"], return_counts=True)
     for k, c in zip(names.tolist(), counts.tolist()):
         buf.write(f"  {KIND_NAMES.get(k, k):>14} {c}\n")
-    for w in log.warnings:
-        buf.write(f"  warning: {w}\n")
+    for note in log.damage:
+        buf.write(f"  damage: {note}\n")
     return buf.getvalue()

@@ -197,6 +197,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         print(f"torchalloc report: {e}", file=sys.stderr)
         return 2
+    if args.json or args.html or args.png:
+        # The text report shows its notes at the top; the other outputs carry
+        # them too, but a damaged log must be said where the user looks.
+        for note in a.notes:
+            print(f"torchalloc report: note: {note}", file=sys.stderr)
     if args.html:
         from .report_html import write_html
 

@@ -111,7 +111,7 @@ def table_from_log(log: Any) -> EventTable:
     header = getattr(log, "header", None)
     start = getattr(header, "created_monotonic_ns", None)
     wall = (header.created_realtime_ns - header.created_monotonic_ns) if header is not None else 0
-    notes = list(getattr(log, "warnings", []))
+    notes = list(getattr(log, "damage", getattr(log, "warnings", [])))
     writer = getattr(log, "writer", None)
     pid = getattr(header, "pid", "?")
     if getattr(log, "truncated", False):
@@ -138,8 +138,8 @@ def table_from_log(log: Any) -> EventTable:
 
 
 def load(path: str | os.PathLike[str]) -> EventTable:
-    """Read a torchalloc log file into an EventTable."""
-    return table_from_log(read_log(path))
+    """Read a torchalloc log file into an EventTable (damage is in its notes, which the tools print)."""
+    return table_from_log(read_log(path, warn=False))
 
 
 def devices_in(table: EventTable) -> list[int]:
