@@ -52,6 +52,12 @@ static inline void ta_lock_acquire(ta_lock *l) {
   if (ta_unlikely(atomic_exchange_explicit(&l->held, true, memory_order_acquire))) ta_lock_contended(l);
 }
 
+/* One attempt, no wait: for callers that must not block (the exit path). */
+static inline bool ta_lock_try(ta_lock *l) {
+  return !atomic_load_explicit(&l->held, memory_order_relaxed) &&
+         !atomic_exchange_explicit(&l->held, true, memory_order_acquire);
+}
+
 static inline void ta_lock_release(ta_lock *l) { atomic_store_explicit(&l->held, false, memory_order_release); }
 
 #endif

@@ -18,34 +18,41 @@ void ta_log_close(void) {
   ta_log_unlock();
 }
 
-static inline void block_fields(ta_log_record *s, int device, const ta_block *b) {
+/* Fills the fields alloc and free share, and returns the XOR of the words
+ * they and the rest of the record occupy (the checksum's share, log_file.h). */
+static inline uint64_t block_fields(ta_log_record *s, int device, const ta_block *b, uint32_t stack, uint16_t phase,
+                                    uint8_t flags) {
+  uintptr_t stream = (uintptr_t)b->stream;
+  uint8_t pool = b->segment->pool;
   s->addr = b->addr;
   s->size = b->requested;
   s->block_size = b->size;
-  s->stream = (uintptr_t)b->stream;
+  s->stream = stream;
+  s->stack = stack;
+  s->phase = phase;
   s->device = (int8_t)device;
   s->policy = b->policy;
-  s->pool = b->segment->pool;
+  s->pool = pool;
+  s->flags = flags;
+  return b->addr ^ b->requested ^ b->size ^ stream ^ (uint64_t)stack << 32 ^
+         ta_log_tail_word(phase, (int8_t)device, b->policy, pool, flags, 0);
 }
 
 void ta_log_alloc(int device, ta_block *b) {
   b->stack_id = ta_log_call_stack;
-  ta_log_record *s = ta_log_begin();
+  uint64_t sum;
+  ta_log_record *s = ta_log_begin(&sum);
   if (ta_unlikely(!s)) return;
-  block_fields(s, device, b);
-  s->stack = b->stack_id;
-  s->phase = b->phase;
-  ta_log_end(s, TA_LOG_ALLOC);
+  sum ^= block_fields(s, device, b, b->stack_id, b->phase, 0);
+  ta_log_end(s, sum, TA_LOG_ALLOC);
 }
 
 void ta_log_free(int device, const ta_block *b, int phase, uint8_t flags) {
-  ta_log_record *s = ta_log_begin();
+  uint64_t sum;
+  ta_log_record *s = ta_log_begin(&sum);
   if (ta_unlikely(!s)) return;
-  block_fields(s, device, b);
-  s->stack = ta_log_call_stack;
-  s->phase = (uint16_t)phase;
-  s->flags = flags;
-  ta_log_end(s, TA_LOG_FREE);
+  sum ^= block_fields(s, device, b, ta_log_call_stack, (uint16_t)phase, flags);
+  ta_log_end(s, sum, TA_LOG_FREE);
 }
 
 void ta_log_segment(uint8_t kind, int device, const ta_segment *s, int phase) {

@@ -9,7 +9,11 @@
  *   sparse file on a full disk would SIGBUS the writer), under a mutex that
  *   only the writer that crosses the current end takes;
  * - a helper thread keeps the file allocated and its pages mapped ahead of
- *   the writers, who would otherwise take a page fault every 64 records. */
+ *   the writers, who would otherwise take a page fault every 64 records;
+ * - every slot carries a checksum (byte 62, log_format.h), computed from
+ *   the values a writer stores, so a bit flipped on disk is caught, not
+ *   decoded as a different number.
+ * Which file may be used, and its lock, are log_path.c's. */
 #include "log_file.h"
 
 #include <errno.h>
@@ -24,6 +28,7 @@
 #include <unistd.h>
 
 #include "log_clock.h"
+#include "log_path.h"
 
 #define HDR TA_LOG_HEADER_SIZE
 #define REC TA_LOG_RECORD_SIZE
@@ -36,22 +41,6 @@
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif
-
-/* The file header (docs/LOG_FORMAT.md, "File header"). */
-typedef struct log_header {
-  char magic[8];
-  uint32_t version, header_size, record_size, byte_order;
-  uint64_t created_realtime_ns, created_monotonic_ns;
-  uint32_t pid;
-  int32_t rank;
-  uint64_t max_bytes;
-  uint32_t status; /* TA_LOG_STATUS_*, stored atomically: the writer may be killed any time */
-  uint32_t reserved0;
-  uint64_t end_offset; /* with status != OPEN: the bytes of valid data */
-  char producer[16];
-  uint8_t pad[40];
-} log_header;
-_Static_assert(sizeof(log_header) == HDR, "header layout");
 
 atomic_int ta_log_enabled;
 
@@ -68,6 +57,7 @@ static struct {
   _Atomic uint64_t size;   /* file length: every slot below it is writable */
   _Atomic uint64_t stop_end; /* non-zero once writing stopped early: end of the valid data */
   int inherited;           /* fork child: the file is the parent's, never touch it */
+  int created;             /* this open created the file: only then may a failure delete it */
   pthread_mutex_t helper_mu; /* the prefault helper's wake-ups */
   pthread_cond_t helper_cv;
   pthread_t helper;
@@ -88,7 +78,13 @@ static uint32_t thread_id(void) {
   return tid;
 }
 
-static log_header *header(void) { return (log_header *)L.base; }
+static ta_log_header *header(void) { return (ta_log_header *)L.base; }
+
+/* After status or end_offset change: the header's checksum follows them. */
+static void refresh_header_checksum(void) {
+  ta_log_header *h = header();
+  h->checksum = ta_log_header_checksum(h);
+}
 
 /* ------------------------------------------------------------------------
  * Stopping early, growing, reserving
@@ -102,6 +98,7 @@ static void stop_writing(uint32_t status, uint64_t end) {
   if (!atomic_compare_exchange_strong(&L.stop_end, &none, end)) return; /* someone stopped first */
   __atomic_store_n(&header()->end_offset, end, __ATOMIC_RELAXED);
   __atomic_store_n(&header()->status, status, __ATOMIC_RELEASE);
+  refresh_header_checksum();
 }
 
 /* The file is allocated up to `end`: writers may use it (grow_mu held). */
@@ -215,9 +212,15 @@ static inline char *reserve(uint32_t nslots, uint64_t *seq) {
 
 char *ta_log_reserve(uint32_t nslots, uint64_t *seq) { return reserve(nslots, seq); }
 
-/* The kind goes last, with release: a reader that sees it sees the rest. */
+/* The kind goes last, with release: a reader that sees it sees the rest.
+ * The checksum is taken over the copy as it will be on disk. */
 void ta_log_commit(char *slot, const void *body, uint8_t kind) {
-  memcpy(slot, body, REC - 1);
+  unsigned char image[REC];
+  memcpy(image, body, REC - 1);
+  image[REC - 1] = kind;
+  image[TA_LOG_CHECKSUM_OFFSET] = 0;
+  image[TA_LOG_CHECKSUM_OFFSET] = ta_log_slot_checksum(image);
+  memcpy(slot, image, REC - 1);
   __atomic_store_n((uint8_t *)slot + REC - 1, kind, __ATOMIC_RELEASE);
 }
 
@@ -235,13 +238,16 @@ void ta_log_write(ta_log_record *r) {
   ta_log_commit(p, r, r->kind);
 }
 
-ta_log_record *ta_log_begin(void) {
+ta_log_record *ta_log_begin(uint64_t *sum) {
   uint64_t seq;
   ta_log_record *s = (ta_log_record *)reserve(1, &seq);
   if (ta_likely(s != NULL)) {
-    s->time_ns = ta_log_now_ns();
+    uint64_t now = ta_log_now_ns();
+    uint32_t tid = thread_id();
+    s->time_ns = now;
     s->seq = seq;
-    s->tid = thread_id();
+    s->tid = tid;
+    *sum = now ^ seq ^ tid; /* words 0, 1 and the low half of word 6 */
   }
   return s;
 }
@@ -255,28 +261,6 @@ void ta_log_write_unlocked(ta_log_record *r) {
 /* ------------------------------------------------------------------------
  * Open / close
  * ---------------------------------------------------------------------- */
-
-/* %p: pid; %r: the rank torchrun exports; %%: %. */
-static int expand_path(const char *pattern, char *out, size_t outlen) {
-  const char *rank = getenv("RANK");
-  if (!rank || !*rank) rank = getenv("LOCAL_RANK");
-  if (!rank || !*rank) rank = "0";
-  size_t n = 0;
-  for (const char *c = pattern; *c; c++) {
-    char piece[32];
-    const char *add = piece;
-    if (c[0] == '%' && c[1] == 'p') snprintf(piece, sizeof piece, "%ld", (long)getpid()), c++;
-    else if (c[0] == '%' && c[1] == 'r') add = rank, c++;
-    else if (c[0] == '%' && c[1] == '%') add = "%", c++;
-    else piece[0] = *c, piece[1] = '\0';
-    size_t len = strlen(add);
-    if (n + len >= outlen) return -1;
-    memcpy(out + n, add, len);
-    n += len;
-  }
-  out[n] = '\0';
-  return 0;
-}
 
 /* Map as much address space as the system grants, at most `want`. */
 static char *map_reservation(int fd, uint64_t want, uint64_t *got) {
@@ -292,7 +276,7 @@ static char *map_reservation(int fd, uint64_t want, uint64_t *got) {
 
 static void unmap_locked(void) {
   if (L.base) munmap(L.base, L.reserve);
-  if (L.fd >= 0) close(L.fd);
+  ta_log_path_release(L.fd); /* a forked child has closed its copy already (atfork_child) */
   L.base = NULL;
   L.fd = -1;
   L.path[0] = '\0';
@@ -310,6 +294,7 @@ static void close_locked(void) {
     if (!stop) {
       __atomic_store_n(&header()->end_offset, len, __ATOMIC_RELAXED);
       __atomic_store_n(&header()->status, (uint32_t)TA_LOG_STATUS_CLOSED, __ATOMIC_RELEASE);
+      refresh_header_checksum();
     }
     if (ftruncate(L.fd, (off_t)len) != 0)
       fprintf(stderr, "torchalloc: warning: cannot trim the log %s to %llu bytes: %s\n", L.path,
@@ -321,7 +306,10 @@ static void close_locked(void) {
 
 /* A forked child (a DataLoader worker) inherits the mapping; if it wrote,
  * parent and child would claim the same slots. It logs nothing and leaves
- * the parent's file alone. */
+ * the parent's file alone. It closes its copy of the descriptor at once
+ * (never unlocking it: the lock belongs to the parent's open file too), so
+ * a child that outlives its parent does not keep the lock, and a reader
+ * can tell that the parent died. */
 static void atfork_prepare(void) {
   pthread_mutex_lock(&L.mu);
   pthread_mutex_lock(&L.grow_mu);
@@ -335,6 +323,8 @@ static void atfork_parent(void) {
 static void atfork_child(void) {
   atomic_store(&ta_log_enabled, 0);
   L.inherited = L.base != NULL;
+  if (L.fd >= 0) close(L.fd);
+  L.fd = -1;
   L.helper_running = 0; /* the helper thread was not forked */
   pthread_mutex_unlock(&L.helper_mu);
   pthread_mutex_unlock(&L.grow_mu);
@@ -347,13 +337,13 @@ static int open_locked(const char *pattern, size_t max_bytes, char *err, size_t 
     snprintf(err, errlen, "log_max %zu is below the minimum of %d bytes", max_bytes, TA_LOG_MIN_MAX_BYTES);
     return -1;
   }
-  if (expand_path(pattern, L.path, sizeof L.path)) {
+  if (ta_log_path_expand(pattern, L.path, sizeof L.path)) {
     snprintf(err, errlen, "log path '%s' is too long once expanded", pattern);
+    L.path[0] = '\0';
     return -1;
   }
-  L.fd = open(L.path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  L.fd = ta_log_path_claim(L.path, &L.created, err, errlen);
   if (L.fd < 0) {
-    snprintf(err, errlen, "cannot create the log %s: %s", L.path, strerror(errno));
     L.path[0] = '\0';
     return -1;
   }
@@ -366,15 +356,18 @@ static int open_locked(const char *pattern, size_t max_bytes, char *err, size_t 
   int e = L.base ? posix_fallocate(L.fd, 0, (off_t)first) : ENOMEM;
   if (e) {
     snprintf(err, errlen, "cannot map the log %s: %s", L.path, strerror(e));
-    unlink(L.path);
-    unmap_locked();
+    if (L.base) munmap(L.base, L.reserve);
+    L.base = NULL;
+    ta_log_path_abandon(L.path, L.fd, L.created);
+    L.fd = -1;
+    L.path[0] = '\0';
     return -1;
   }
   L.limit = HDR + ((L.file_max - HDR) / REC - 1) * REC;
   atomic_store(&L.next, HDR);
   atomic_store(&L.size, first);
   atomic_store(&L.stop_end, 0);
-  log_header *h = header();
+  ta_log_header *h = header();
   memcpy(h->magic, TA_LOG_MAGIC, 8);
   h->version = TA_LOG_VERSION;
   h->header_size = HDR;
@@ -389,6 +382,7 @@ static int open_locked(const char *pattern, size_t max_bytes, char *err, size_t 
   h->max_bytes = max_bytes;
   h->status = TA_LOG_STATUS_OPEN;
   snprintf(h->producer, sizeof h->producer, "torchalloc");
+  refresh_header_checksum();
   helper_start();
   atomic_store_explicit(&ta_log_enabled, 1, memory_order_release);
   return 0;
@@ -423,6 +417,13 @@ void ta_log_file_close(void) {
 }
 
 const char *ta_log_path(void) { return L.path[0] ? L.path : NULL; }
+
+int ta_log_file_is_ours(void) {
+  pthread_mutex_lock(&L.mu);
+  int ours = L.base != NULL && !L.inherited;
+  pthread_mutex_unlock(&L.mu);
+  return ours;
+}
 
 void ta_log_lock(void) { pthread_mutex_lock(&L.mu); }
 void ta_log_unlock(void) { pthread_mutex_unlock(&L.mu); }

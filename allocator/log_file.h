@@ -28,7 +28,8 @@ static inline int ta_log_on(void) { return atomic_load_explicit(&ta_log_enabled,
 
 /* Create `pattern` (%p: pid, %r: $RANK or $LOCAL_RANK or 0, %%: %), closing
  * the open file first. max_bytes caps the file (0: no cap). 0, or -1 with
- * the reason in err. */
+ * the reason in err: the path is not ours to use (log_path.h says which
+ * are), or another process is writing it. */
 ta_internal int ta_log_file_open(const char *pattern, size_t max_bytes, char *err, size_t errlen);
 /* Turn logging off; returns 1 when a file was open. */
 ta_internal int ta_log_stop(void);
@@ -36,6 +37,9 @@ ta_internal int ta_log_stop(void);
 ta_internal void ta_log_file_close(void);
 /* The expanded path of the open file, or NULL. */
 ta_internal const char *ta_log_path(void);
+/* 1 when this process has a log open that it writes (not one a forked
+ * child inherited from its parent). */
+ta_internal int ta_log_file_is_ours(void);
 
 /* The file's mutex: writers that hold no heap lock, and interning. */
 ta_internal void ta_log_lock(void);
@@ -49,9 +53,16 @@ ta_internal void ta_log_write_unlocked(ta_log_record *r);
 
 /* The hot records are filled in place: a reserved slot is fresh file space,
  * all zeros, so only the non-zero fields are stored, then the kind with
- * ta_log_end. NULL when the log is full or stopped. */
-ta_internal ta_log_record *ta_log_begin(void);
-static inline void ta_log_end(ta_log_record *r, uint8_t kind) { __atomic_store_n(&r->kind, kind, __ATOMIC_RELEASE); }
+ * ta_log_end. NULL when the log is full or stopped. The checksum is
+ * computed from the values stored, not read back: *sum starts as the XOR
+ * of the words ta_log_begin stored (time, seq, tid), the writer XORs in
+ * each 8-byte word it fills (log_format.h: word 7 by ta_log_tail_word with
+ * kind 0), and ta_log_end adds the kind, folds, and publishes. */
+ta_internal ta_log_record *ta_log_begin(uint64_t *sum);
+static inline void ta_log_end(ta_log_record *r, uint64_t sum, uint8_t kind) {
+  r->checksum = ta_log_fold(sum ^ (uint64_t)kind << 56);
+  __atomic_store_n(&r->kind, kind, __ATOMIC_RELEASE);
+}
 
 /* For records longer than one slot (strings, stacks): `nslots` consecutive
  * slots, or NULL; *seq is the first slot's sequence number. ta_log_commit

@@ -13,7 +13,7 @@
 #include "log_intern.h"
 
 enum { TAG_STRING = 'S', TAG_FRAME = 'F', TAG_STACK = 'K' };
-#define STRING_CHUNK 47 /* text bytes per STRING slot */
+#define STRING_CHUNK 46 /* text bytes per STRING slot (byte 62 is the checksum) */
 #define STACK_CHUNK 11  /* frame ids per STACK slot */
 
 typedef struct string_slot {
@@ -21,6 +21,7 @@ typedef struct string_slot {
   uint16_t len, chunk;
   uint64_t seq;
   char text[STRING_CHUNK];
+  uint8_t checksum; /* ta_log_commit fills it */
   uint8_t kind;
 } string_slot;
 

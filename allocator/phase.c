@@ -19,6 +19,7 @@ static _Atomic int count = 1;
 static uint32_t epochs[TA_MAX_PHASES];
 static int64_t ended[TA_MAX_PHASES];
 static int stack[STACK_MAX];
+static uint32_t stack_epoch[STACK_MAX]; /* each open frame's occurrence: a phase open twice has two */
 static int depth;
 
 static int valid_name(const char *name) {
@@ -53,16 +54,26 @@ int ta_phase_intern(const char *name) {
 }
 
 int ta_phase_push(const char *name) {
-  int id = ta_phase_intern(name);
-  if (id < 0) return -1;
+  if (!valid_name(name)) {
+    ta_set_error("phase name must be 1 to %d bytes", TORCHALLOC_PHASE_NAME_MAX);
+    return -1;
+  }
   pthread_mutex_lock(&lock);
+  /* Depth first: a begin refused for depth must not take a name slot. */
   if (depth == STACK_MAX) {
     pthread_mutex_unlock(&lock);
     ta_set_error("phases nested deeper than %d", STACK_MAX);
     return -1;
   }
-  stack[depth++] = id;
+  int id = intern_locked(name);
+  if (id < 0) {
+    pthread_mutex_unlock(&lock);
+    ta_set_error("too many distinct phase names (limit %d)", TA_MAX_PHASES);
+    return -1;
+  }
   if (++epochs[id] == 0) epochs[id] = 1; /* 0 means "closed" */
+  stack_epoch[depth] = epochs[id];
+  stack[depth++] = id;
   atomic_store(&ta_phase_open_epoch[id], epochs[id]);
   /* Logged before it becomes current: records tagged with it follow it. */
   ta_log_phase(TA_LOG_PHASE_BEGIN, id, epochs[id], names[id]);
@@ -94,6 +105,15 @@ int ta_phase_pop(const char *name, ta_phase_ended *out) {
   ta_log_phase(TA_LOG_PHASE_END, id, out->epoch, names[id]);
   pthread_mutex_unlock(&lock);
   return 0;
+}
+
+int ta_phase_open_log(const char *pattern, size_t max_bytes, char *err, size_t errlen) {
+  pthread_mutex_lock(&lock);
+  int rc = ta_log_open(pattern, max_bytes, err, errlen);
+  for (int i = 0; rc == 0 && i < depth; i++)
+    ta_log_phase(TA_LOG_PHASE_BEGIN, stack[i], stack_epoch[i], names[stack[i]]);
+  pthread_mutex_unlock(&lock);
+  return rc;
 }
 
 void ta_phase_retire(const ta_phase_ended *e) {

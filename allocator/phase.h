@@ -56,6 +56,15 @@ ta_internal int ta_phase_pop(const char *name, ta_phase_ended *ended);
  * it is still open further out. */
 ta_internal void ta_phase_retire(const ta_phase_ended *ended);
 
+/* Open the log (log.h: ta_log_open) and write a PHASE_BEGIN for every
+ * phase open now, outermost first, with the occurrence it is in: the log's
+ * rule that a phase_begin precedes every record tagged with its occurrence
+ * then holds for phases begun before the log. Under the phase lock, so no
+ * phase begins or ends in between (none is logged twice or missed). The
+ * caller keeps block records out until it returns (holds the heap locks,
+ * or no heap exists yet). 0, or -1 with the reason in err. */
+ta_internal int ta_phase_open_log(const char *pattern, size_t max_bytes, char *err, size_t errlen);
+
 /* Times `phase` has ended in this process. */
 ta_internal int64_t ta_phase_occurrences(int phase);
 ta_internal int ta_phase_count(void);

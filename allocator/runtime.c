@@ -4,11 +4,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "errors.h"
 #include "log.h"
 #include "misuse.h"
+#include "phase.h"
 
 ta_runtime ta_rt = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -29,6 +31,75 @@ static void log_close_quiesced(void) {
     }
   }
   ta_log_close();
+}
+
+/* ------------------------------------------------------------------------
+ * The log at exit. A process that exits normally (returns from main, calls
+ * exit, or Python finalises) closes its log: the END record, the file cut
+ * to its length, the lock released. Without this the log says "not closed"
+ * like a killed one and keeps its 16 MiB preallocation. Closing touches no
+ * device (PyTorch may have torn CUDA down already) and nothing in a forked
+ * child (the log is its parent's). Other threads may still run: they are
+ * waited for a bounded time, and one stuck holding a lock leaves the log
+ * open (as a killed process would) rather than the exit hung.
+ * ---------------------------------------------------------------------- */
+
+#define EXIT_WAIT_TRIES 1000 /* of 1 ms */
+
+static void pause_1ms(void) {
+  struct timespec ms = {0, 1000000};
+  nanosleep(&ms, NULL);
+}
+
+static int heap_lock_bounded(ta_lock *l) {
+  for (int i = 0; i < EXIT_WAIT_TRIES; i++) {
+    if (ta_lock_try(l)) return 1;
+    pause_1ms();
+  }
+  return 0;
+}
+
+static int runtime_lock_bounded(void) {
+  for (int i = 0; i < EXIT_WAIT_TRIES; i++) {
+    if (pthread_mutex_trylock(&ta_rt.lock) == 0) return 1;
+    pause_1ms();
+  }
+  return 0;
+}
+
+static void close_log_at_exit(void) {
+  if (!ta_log_file_is_ours() || !runtime_lock_bounded()) return;
+  int quiet = ta_log_stop(); /* 0: closed meanwhile */
+  for (int d = 0; quiet && d < TA_MAX_DEVICES; d++) {
+    ta_heap *h = ta_runtime_heap_if_any(d);
+    if (h && (quiet = heap_lock_bounded(&h->lock))) ta_lock_release(&h->lock);
+  }
+  if (quiet) ta_log_close();
+  pthread_mutex_unlock(&ta_rt.lock);
+}
+
+static void register_exit_close_once(void) { atexit(close_log_at_exit); }
+
+static void register_exit_close(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, register_exit_close_once);
+}
+
+/* Open the log with the phases open now written first (phase.h). Block
+ * writers are held off meanwhile, each heap's lock held: a record tagged
+ * with an open phase's occurrence must not precede its phase_begin. */
+static int log_open_locked(const char *path, size_t max_bytes, char *err, size_t errlen) {
+  for (int d = 0; d < TA_MAX_DEVICES; d++) {
+    ta_heap *h = ta_runtime_heap_if_any(d);
+    if (h) ta_lock_acquire(&h->lock);
+  }
+  int rc = ta_phase_open_log(path, max_bytes, err, errlen);
+  for (int d = 0; d < TA_MAX_DEVICES; d++) {
+    ta_heap *h = ta_runtime_heap_if_any(d);
+    if (h) ta_lock_release(&h->lock);
+  }
+  if (rc == 0) register_exit_close();
+  return rc;
 }
 
 static void destroy_all_locked(void) {
@@ -56,7 +127,7 @@ static ta_backend *create_backend(const ta_config *conf, char *err, size_t errle
 
 /* Make `conf` and `backend` the process state (the old state is gone). */
 static int install_locked(const ta_config *conf, ta_backend *backend, char *err, size_t errlen) {
-  if (conf->log_path[0] && ta_log_open(conf->log_path, conf->log_max, err, errlen)) {
+  if (conf->log_path[0] && log_open_locked(conf->log_path, conf->log_max, err, errlen)) {
     backend->ops->destroy(backend);
     return -1;
   }
@@ -205,7 +276,7 @@ int ta_runtime_log_open(const char *path) {
   pthread_mutex_lock(&ta_rt.lock);
   log_close_quiesced();
   size_t max = atomic_load(&ta_rt.state) == TA_STATE_READY ? ta_rt.conf.log_max : 0;
-  int rc = ta_log_open(path, max, err, sizeof err);
+  int rc = log_open_locked(path, max, err, sizeof err);
   pthread_mutex_unlock(&ta_rt.lock);
   if (rc) ta_set_error("%s", err);
   return rc;

@@ -1,9 +1,10 @@
 /* Phases and policies on the simulated device: a training-shaped sequence
  * with every per-phase number asserted for caching, exact and phase_arena,
- * the case phase_arena exists for, and policy switching under live blocks. */
+ * the case phase_arena exists for, policy switching under live blocks, and
+ * phases begun before the log opened. */
 #include <pthread.h>
 
-#include "sim.h"
+#include "log_reader.h"
 
 static int phase_of(const char *name) { return torchalloc_phase_id(name); }
 
@@ -290,6 +291,106 @@ TEST(phase_api_nesting_names_and_errors) {
     CHECK_EQ(torchalloc_phase_id(name), id);
   }
   torchalloc_free(p, 512, 0, S0);
+}
+
+/* A begin refused for depth must not use up a name: 300 of them used to
+ * turn the error into "too many distinct phase names". */
+TEST(a_begin_refused_for_depth_takes_no_name) {
+  REQUIRE(sim_reset("") == 0);
+  char name[32];
+  for (int i = 0; i < 64; i++) {
+    snprintf(name, sizeof name, "level.%d", i);
+    REQUIRE(torchalloc_phase_begin(name) > 0);
+  }
+  int names = torchalloc_phase_count();
+  for (int i = 0; i < 300; i++) {
+    snprintf(name, sizeof name, "deeper.%d", i);
+    CHECK_EQ(torchalloc_phase_begin(name), -1);
+    if (i == 299) CHECK(strstr(torchalloc_last_error(), "nested deeper than 64") != NULL);
+  }
+  CHECK_EQ(torchalloc_phase_count(), names);
+  for (int i = 0; i < 64; i++) CHECK_EQ(torchalloc_phase_end(NULL), 0);
+  CHECK(torchalloc_phase_begin("a new name") > 0);
+  CHECK_EQ(torchalloc_phase_end(NULL), 0);
+}
+
+/* The phase_begin records of a log: (phase name, occurrence) in order. */
+static int begins_are(const parsed *p, const char *const *names, const uint64_t *epochs, int n) {
+  char text[80];
+  int ok = (int)count_kind(p, TA_LOG_PHASE_BEGIN) == n;
+  for (int i = 0; ok && i < n; i++) {
+    const ta_log_record *r = nth_kind(p, TA_LOG_PHASE_BEGIN, (size_t)i);
+    ok = strcmp(string_of(p, r->stack, text, sizeof text), names[i]) == 0 && r->size == epochs[i];
+  }
+  return ok;
+}
+
+/* Every alloc record comes after the phase_begin of its phase's occurrence. */
+static int allocs_follow_their_begin(const parsed *p) {
+  for (size_t i = 0; i < p->nslots; i++) {
+    const ta_log_record *a = &p->slots[i];
+    if (a->kind != TA_LOG_ALLOC || a->phase == 0) continue;
+    int seen = 0;
+    for (size_t j = 0; j < i && !seen; j++) seen = p->slots[j].kind == TA_LOG_PHASE_BEGIN && p->slots[j].phase == a->phase;
+    if (!seen) return 0;
+  }
+  return 1;
+}
+
+TEST(phases_open_when_the_log_opens_are_logged_first) {
+  char path[256];
+  temp_path(path, sizeof path, "open-phases");
+  unlink(path);
+  REQUIRE(sim_reset("") == 0);
+  torchalloc_phase_begin("outer");
+  torchalloc_phase_begin("inner");
+  torchalloc_phase_end("inner");
+  torchalloc_phase_begin("inner"); /* its second occurrence */
+  torchalloc_phase_begin("inner"); /* and a third, nested in the second */
+  REQUIRE(torchalloc_log_open(path) == 0);
+  void *a = must(4096);
+  for (int i = 0; i < 3; i++) CHECK_EQ(torchalloc_phase_end(NULL), 0);
+  torchalloc_free(a, 4096, 0, S0);
+  torchalloc_log_close();
+  parsed p;
+  REQUIRE(parse(path, &p) == 0);
+  const char *names[] = {"outer", "inner", "inner"};
+  const uint64_t epochs[] = {1, 2, 3};
+  CHECK(begins_are(&p, names, epochs, 3));
+  CHECK_EQ(count_kind(&p, TA_LOG_PHASE_END), 3);
+  CHECK(allocs_follow_their_begin(&p));
+  free(p.data);
+  unlink(path);
+}
+
+/* The usual way in: TORCHALLOC_CONF names the log, the script enters a
+ * phase, and the first allocation initialises torchalloc and opens the log. */
+TEST(phases_begun_before_a_lazy_init_are_logged) {
+  char path[256], conf[400];
+  temp_path(path, sizeof path, "lazy-phases");
+  unlink(path);
+  snprintf(conf, sizeof conf, "backend:sim,warn:0,oom_report:off,log:%s", path);
+  torchalloc_teardown();
+  setenv("TORCHALLOC_CONF", conf, 1);
+  for (int step = 0; step < 3; step++) {
+    torchalloc_phase_begin("forward");
+    void *x = must(4096); /* the first one opens the log */
+    torchalloc_phase_end("forward");
+    torchalloc_phase_begin("backward");
+    torchalloc_free(x, 4096, 0, S0);
+    torchalloc_phase_end("backward");
+  }
+  unsetenv("TORCHALLOC_CONF");
+  torchalloc_teardown();
+  parsed p;
+  REQUIRE(parse(path, &p) == 0);
+  const char *names[] = {"forward", "backward", "forward", "backward", "forward", "backward"};
+  const uint64_t epochs[] = {1, 1, 2, 2, 3, 3};
+  CHECK(begins_are(&p, names, epochs, 6));
+  CHECK_EQ(count_kind(&p, TA_LOG_PHASE_END), 6);
+  CHECK(allocs_follow_their_begin(&p));
+  free(p.data);
+  unlink(path);
 }
 
 typedef struct thread_arg {

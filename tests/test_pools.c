@@ -334,6 +334,21 @@ TEST(memory_fraction_is_readable_and_a_tiny_one_still_caps) {
   CHECK(torchalloc_get_memory_fraction(3) < 0);
 }
 
+/* Issue 15's case: on a device with room for it, 1 GiB under a fraction of
+ * 1e-12 (0.004 bytes of 4 GiB) is refused, and so is the smallest block;
+ * a sane fraction set afterwards lets them through again. */
+TEST(a_tiny_memory_fraction_refuses_a_gigabyte) {
+  REQUIRE(sim_reset("sim_capacity:4GiB") == 0);
+  torchalloc_set_memory_fraction(1e-12, 0);
+  CHECK(torchalloc_get_memory_fraction(0) == 1e-12);
+  CHECK(torchalloc_try_malloc(1 * GiB, 0, S0) == NULL);
+  CHECK(torchalloc_try_malloc(1, 0, S0) == NULL);
+  torchalloc_set_memory_fraction(0.5, 0);
+  void *p = torchalloc_try_malloc(1 * GiB, 0, S0);
+  CHECK(p != NULL);
+  if (p) torchalloc_free(p, 1 * GiB, 0, S0);
+}
+
 typedef struct seen_segments {
   int allocs, frees;
   uint64_t last_addr, last_size;

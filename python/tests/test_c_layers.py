@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, list[str]]] = [
                 "allocator/log_clock.*", "allocator/log_format.h", "allocator/text.*", "allocator/observer.*",
                 "allocator/oom_verdict.*"]),
     ("device backends", ["allocator/backend.h", "allocator/backend_cuda.c", "allocator/backend_sim.c"]),
+    ("log path", ["allocator/log_path.*"]),
     ("log file", ["allocator/log_file.*"]),
     ("log interning", ["allocator/log_intern.*"]),
     ("log records", ["allocator/log.h", "allocator/log.c"]),

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from torchalloc import cli
+from torchalloc.log import read_log
 
 HERE = Path(__file__).resolve().parent
 MiB = 1 << 20
@@ -104,6 +105,10 @@ def logs(library_path: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[t
 def test_every_tool_on_every_whole_log(logs: dict[tuple[str, int, int, str], Path], tmp_path: Path) -> None:
     peak = expected_peak(STEPS)
     for (policy, stacks, phases, mode), log in logs.items():
+        # A normal exit closes the log (and trims its preallocation); a SIGKILL leaves it unclosed and unlocked.
+        assert read_log(log).writer == ("closed" if mode == "exit" else "killed"), log.name
+        if mode == "exit":
+            assert log.stat().st_size < 1 << 20, log.name
         results = check_every_tool(log, tmp_path)
         assert all(status == 0 for status, _, _ in results.values()), (log.name, results)
         doc = json.loads(results[("report", str(log), "--json")][1])

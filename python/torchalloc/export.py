@@ -250,8 +250,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         fail(parser.prog, str(e))
     snapshot, notes = to_snapshot(table)
     write_snapshot(snapshot, args.output)
-    for note in notes:
-        print(f"note: {note}", file=sys.stderr)
+    for note in list(table.notes) + notes:  # the log's own (damage, how it ended), then what was made up
+        print(f"torchalloc export: note: {note}", file=sys.stderr)
     n = sum(len(t) for t in snapshot["device_traces"])
     print(f"wrote {args.output}: {n} trace entries, {len(snapshot['segments'])} segments at the end", file=sys.stderr)
     return 0

@@ -12,9 +12,20 @@ bytes, so the whole file is one ``np.frombuffer`` call; only the few
 string/frame/stack records are assembled in Python.
 
 A log cut short (the writer was killed, the file was copied while being
-written, the disk filled) decodes up to the damage: a ``LogDamageWarning``
-names the byte offset and ``Log.warnings`` keeps the messages. A file that
-is not a torchalloc log raises ``LogFormatError``.
+written, the disk filled) decodes up to the damage. In a version-2 log every
+slot and the header carry a checksum: a record whose bytes changed (a
+flipped bit on disk or in a copy) is dropped, never decoded as different
+numbers. Whatever was skipped or dropped is said in ``Log.damage``, one line
+each naming the byte offset: the tools print those lines as their own notes
+(``read_log(..., warn=True)`` also raises them as ``LogDamageWarning``, for
+callers that want Python's warnings). A file that is not a torchalloc log
+raises ``LogFormatError``.
+
+``Log.writer`` says what became of the writer: "closed", "stopped early"
+(log_max, a full disk), and for a log that was never closed, "running"
+(a process still holds the file's lock: it is being written) or "killed"
+(no one does: the writer died mid-run); "unknown" where that cannot be
+asked (a compressed copy, bytes, a version-1 log).
 """
 from __future__ import annotations
 
@@ -22,6 +33,7 @@ import csv
 import io
 import json
 import os
+import stat
 import struct
 import warnings
 from dataclasses import dataclass, field
@@ -53,9 +65,11 @@ from ._records import (  # noqa: F401
     SEGMENT_ALLOC,
     SEGMENT_FREE,
     STACK,
+    STATUS_CLOSED,
     STATUS_CUT_SHORT,
     STATUS_NAMES,
     STATUS_NO_SPACE,
+    STATUS_OPEN,
     STRING,
     TRIM,
     TRIM_REASONS,
@@ -79,19 +93,30 @@ __all__ = [
 ]
 
 MAGIC = LOG_MAGIC
-VERSION = 1
+VERSION = 2  # what the library writes; VERSIONS are what this decoder reads
+VERSIONS = (1, 2)
 HEADER_SIZE = 128
 RECORD_SIZE = 64
 BYTE_ORDER_MARK = 0x01020304
+CHECKSUMS_FROM = 2  # the first version whose slots (byte 62) and header (byte 60) carry a checksum
+DAMAGE_LISTED = 5  # byte offsets named per kind of damage; the rest are counted
+
+# What became of a log's writer (Log.writer).
+WRITER_CLOSED = "closed"
+WRITER_STOPPED = "stopped early"  # log_max reached, disk full, address space used up
+WRITER_RUNNING = "running"  # not closed, and a process holds the file's lock
+WRITER_KILLED = "killed"  # not closed, and no process holds the lock
+WRITER_UNKNOWN = "unknown"  # not closed, and no way to ask (a copy, bytes, a version-1 log)
 
 
 # Event records: docs/LOG_FORMAT.md, "Event records".
 RECORD_DTYPE = np.dtype(
     {
-        # Every byte is named ("reserved" at 62): a masked selection copies only
-        # named fields, and metadata slots reuse byte 62 for text.
+        # Every byte is named: a masked selection copies only named fields. Byte
+        # 62 is the checksum (version 2); version 1 left it 0 (and used it for
+        # text in string slots).
         "names": ["time_ns", "seq", "addr", "size", "block_size", "stream", "tid", "stack", "phase", "device",
-                  "policy", "pool", "flags", "reserved", "kind"],
+                  "policy", "pool", "flags", "checksum", "kind"],
         "formats": ["<u8", "<u8", "<u8", "<u8", "<u8", "<u8", "<u4", "<u4", "<u2", "i1", "u1", "u1", "u1", "u1",
                     "u1"],
         "offsets": [0, 8, 16, 24, 32, 40, 48, 52, 56, 58, 59, 60, 61, 62, 63],
@@ -99,10 +124,14 @@ RECORD_DTYPE = np.dtype(
     }
 )
 # Metadata records, the same 64 bytes seen differently ("Metadata records").
-_STRING_DTYPE = np.dtype(
-    {"names": ["id", "len", "chunk", "seq", "text"], "formats": ["<u4", "<u2", "<u2", "<u8", ("u1", 47)],
-     "offsets": [0, 4, 6, 8, 16], "itemsize": RECORD_SIZE}
-)
+# A string slot carries 46 bytes of text (version 2: byte 62 is the checksum), 47 in version 1.
+_STRING_CHUNK = {1: 47, 2: 46}
+_STRING_DTYPES = {
+    version: np.dtype({"names": ["id", "len", "chunk", "seq", "text"],
+                       "formats": ["<u4", "<u2", "<u2", "<u8", ("u1", chunk)],
+                       "offsets": [0, 4, 6, 8, 16], "itemsize": RECORD_SIZE})
+    for version, chunk in _STRING_CHUNK.items()
+}
 _FRAME_DTYPE = np.dtype(
     {"names": ["id", "line", "seq", "file", "func"], "formats": ["<u4", "<u4", "<u8", "<u4", "<u4"],
      "offsets": [0, 4, 8, 16, 20], "itemsize": RECORD_SIZE}
@@ -111,7 +140,7 @@ _STACK_DTYPE = np.dtype(
     {"names": ["id", "nframes", "chunk", "seq", "frames"], "formats": ["<u4", "<u2", "<u2", "<u8", ("<u4", 11)],
      "offsets": [0, 4, 6, 8, 16], "itemsize": RECORD_SIZE}
 )
-_STRING_CHUNK, _STACK_CHUNK = 47, 11
+_STACK_CHUNK = 11
 
 _HEADER = struct.Struct("<8sIIIIQQIiQIIQ16s")  # the first 88 bytes of the header
 
@@ -147,6 +176,7 @@ class LogHeader:
     status: int                # STATUS_NAMES: open (or killed), closed, log_max reached, disk full, ...
     end_offset: int            # with status != 0: bytes of valid data
     producer: str
+    checksum_ok: bool = True   # version 2: the header's bytes are as written (always True for version 1)
 
     @property
     def status_name(self) -> str:
@@ -168,7 +198,13 @@ class Log:
     phase_names: dict[int, str] = field(default_factory=dict)
     truncated: bool = False  # the writer stopped early: log_max reached, disk full
     complete: bool = False   # closed cleanly: an END record is last
-    warnings: list[str] = field(default_factory=list)
+    damage: list[str] = field(default_factory=list)  # what was skipped or dropped, one line each
+    writer: str = WRITER_UNKNOWN  # WRITER_*: closed, stopped early, running, killed, unknown
+
+    @property
+    def warnings(self) -> list[str]:
+        """The damage notes under their old name (the same list)."""
+        return self.damage
 
     def __len__(self) -> int:
         return len(self.records)
@@ -209,20 +245,80 @@ def kind_names(kinds: Union[np.ndarray, int]) -> Union[np.ndarray, str]:
 # ---------------------------------------------------------------------------
 
 
-def _load(source: Union[str, os.PathLike, bytes, bytearray, memoryview]) -> tuple[str, np.ndarray]:
+_NOT_A_FILE = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _check_regular_file(path: str) -> None:
+    """LogFormatError for a directory, FIFO or device: reading one fails or never ends."""
+    mode = os.stat(path).st_mode  # FileNotFoundError and PermissionError go to the caller as they are
+    if not stat.S_ISREG(mode):
+        what = next((name for test, name in _NOT_A_FILE if test(mode)), "not a regular file")
+        raise LogFormatError(f"{path}: is {what}, not a torchalloc log")
+
+
+def _load(source: Union[str, os.PathLike, bytes, bytearray, memoryview]) -> tuple[str, np.ndarray, bool]:
+    """The log's name, its bytes, and whether they are the file itself (not bytes, not decompressed)."""
     if isinstance(source, (bytes, bytearray, memoryview)):
-        return "<bytes>", np.frombuffer(source, dtype=np.uint8)
+        return "<bytes>", np.frombuffer(source, dtype=np.uint8), False
     path = os.fspath(source)
+    _check_regular_file(path)
     with open(path, "rb") as f:
         compressed = is_compressed(f.read(8))
     if not compressed:
-        return str(path), np.fromfile(path, dtype=np.uint8)
+        return str(path), np.fromfile(path, dtype=np.uint8), True
     with open(path, "rb") as f:
         try:
             data = decompress(f.read())
         except ValueError as e:
             raise LogFormatError(f"{path}: {e}") from None
-    return str(path), np.frombuffer(data, dtype=np.uint8)
+    return str(path), np.frombuffer(data, dtype=np.uint8), False
+
+
+def _lock_held(path: str) -> bool | None:
+    """Whether a process holds the log's lock (its writer, still running); None when that cannot be asked.
+
+    The writer holds an exclusive flock while the log is open. A shared
+    one taken here is dropped at once (closing the descriptor), so a new
+    writer is never kept out for longer than this call.
+    """
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return False
+
+
+def _writer_state(header: LogHeader, path: str, is_file: bool) -> str:
+    if header.status == STATUS_CLOSED:
+        return WRITER_CLOSED
+    if header.status != STATUS_OPEN:
+        return WRITER_STOPPED
+    if not is_file or header.version < CHECKSUMS_FROM:  # version-1 writers took no lock
+        return WRITER_UNKNOWN
+    held = _lock_held(path)
+    return WRITER_UNKNOWN if held is None else WRITER_RUNNING if held else WRITER_KILLED
+
+
+def _xor_folded(rows: np.ndarray) -> np.ndarray:
+    """Per row of bytes (a multiple of 8 wide), the XOR of all its bytes: 0 where a checksum holds."""
+    x = np.bitwise_xor.reduce(np.ascontiguousarray(rows).view("<u8"), axis=1)
+    x ^= x >> np.uint64(32)
+    x ^= x >> np.uint64(16)
+    x ^= x >> np.uint64(8)
+    return (x & np.uint64(0xFF)).astype(np.uint8)
 
 
 def _parse_header(path: str, data: np.ndarray) -> LogHeader:
@@ -235,21 +331,22 @@ def _parse_header(path: str, data: np.ndarray) -> LogHeader:
         raise LogFormatError(f"{path}: the header is cut short ({len(head)} of {HEADER_SIZE} bytes)")
     (_, version, header_size, record_size, bom, realtime, monotonic, pid, rank, max_bytes, status, _, end_offset,
      producer) = _HEADER.unpack_from(head)
-    if version != VERSION:
+    if version not in VERSIONS:
         raise LogFormatError(
-            f"{path}: torchalloc log format version {version}; this decoder reads version {VERSION} "
-            "(use a torchalloc release that matches the writer)"
+            f"{path}: torchalloc log format version {version}; this decoder reads versions "
+            f"{', '.join(map(str, VERSIONS))} (use a torchalloc release that matches the writer)"
         )
     if bom != BYTE_ORDER_MARK:
         raise LogFormatError(f"{path}: byte-order mark {bom:#010x}, expected {BYTE_ORDER_MARK:#010x} (little-endian)")
     if record_size != RECORD_SIZE or header_size < HEADER_SIZE or header_size % 8:
         raise LogFormatError(f"{path}: record size {record_size} / header size {header_size} not understood")
+    checksum_ok = version < CHECKSUMS_FROM or int(_xor_folded(data[None, :HEADER_SIZE])[0]) == 0
     return LogHeader(version, header_size, record_size, realtime, monotonic, pid, rank, max_bytes, status,
-                     end_offset, producer.rstrip(b"\0").decode("utf-8", "replace"))
+                     end_offset, producer.rstrip(b"\0").decode("utf-8", "replace"), checksum_ok)
 
 
 class _Damage:
-    """Collects warnings; each names a byte offset."""
+    """Collects damage notes; each names a byte offset."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -259,41 +356,62 @@ class _Damage:
         self.messages.append(f"{self.path}: {message}")
 
 
-def _scan(raw: np.ndarray, slots: np.ndarray, header: LogHeader, tail: bytes, damage: _Damage) -> int:
-    """Number of leading slots to decode; notes every torn or damaged one.
+def _offsets(header: LogHeader, idx: np.ndarray) -> str:
+    """The byte offsets of slots `idx`: the first few, then how many more."""
+    shown = ", ".join(str(header.header_size + int(i) * RECORD_SIZE) for i in idx[:DAMAGE_LISTED])
+    return shown + (f" and {idx.size - DAMAGE_LISTED} more" if idx.size > DAMAGE_LISTED else "")
+
+
+def _scan(raw: np.ndarray, slots: np.ndarray, header: LogHeader, tail: bytes, damage: _Damage) -> np.ndarray:
+    """Which slots to decode (a mask over the leading ones); notes every torn or damaged one.
     `slots` is the same bytes as `raw`, one row of 64 per slot."""
     n = len(raw)
     kinds = raw["kind"]
     zero = kinds == 0
-    good = ~zero & (kinds <= MAX_KIND) & (raw["seq"] == np.arange(n, dtype=np.uint64))
+    # Version 2: a slot whose bytes no longer XOR to zero was changed after it
+    # was written. It is dropped alone; the records around it stand.
+    if header.version >= CHECKSUMS_FROM:
+        failed = ~zero & (_xor_folded(slots) != 0)
+    else:
+        failed = np.zeros(n, dtype=bool)
+    candidate = ~zero & ~failed
+    good = candidate & (kinds <= MAX_KIND) & (raw["seq"] == np.arange(n, dtype=np.uint64))
 
     def offset(i: int) -> int:
         return header.header_size + int(i) * RECORD_SIZE
 
-    bad = np.flatnonzero(~good & ~zero)
+    # A record that passes its checksum (or has none) but cannot be where it
+    # is: the rest of the file is not to be trusted.
+    bad = np.flatnonzero(candidate & ~good)
     stop = int(bad[0]) if bad.size else n
     if bad.size:
         what = f"kind {int(kinds[stop])}" if kinds[stop] > MAX_KIND else f"sequence number {int(raw['seq'][stop])}"
         damage.note(f"damaged record at byte offset {offset(stop)} ({what}, expected sequence number {stop}); "
                     f"decoded the {stop} slots before it")
+    dropped = np.flatnonzero(failed[:stop])
+    if dropped.size:
+        damage.note(f"{dropped.size} record{'s' if dropped.size > 1 else ''} failed the checksum (bytes changed "
+                    f"after they were written: a disk or copy error) and were dropped, at byte offset "
+                    f"{_offsets(header, dropped)}")
     good_idx = np.flatnonzero(good[:stop])
     last = int(good_idx[-1]) + 1 if good_idx.size else 0
     # Slots never completed: a writer killed between reserving and finishing.
     # Past the last complete record, all-zero slots are just unused space.
     torn = np.flatnonzero(zero[:last])
     if stop > last:
-        torn = np.concatenate([torn, last + np.flatnonzero(slots[last:stop].any(axis=1))])
-    for i in torn[:5]:
+        torn = np.concatenate([torn, last + np.flatnonzero(slots[last:stop].any(axis=1) & zero[last:stop])])
+    for i in torn[:DAMAGE_LISTED]:
         damage.note(f"incomplete record at byte offset {offset(i)} (its writer stopped mid-record); skipped")
-    if torn.size > 5:
-        damage.note(f"... and {torn.size - 5} more incomplete records")
+    if torn.size > DAMAGE_LISTED:
+        damage.note(f"... and {torn.size - DAMAGE_LISTED} more incomplete records")
     if stop == n and any(tail):
         damage.note(f"the file ends inside a record at byte offset {offset(n)} ({len(tail)} of {RECORD_SIZE} bytes)")
-    return last
+    return good[:last]
 
 
-def _strings(raw: np.ndarray, damage: _Damage) -> dict[int, str]:
-    slots = raw[raw["kind"] == STRING].view(_STRING_DTYPE)
+def _strings(raw: np.ndarray, version: int, damage: _Damage) -> dict[int, str]:
+    slots = raw[raw["kind"] == STRING].view(_STRING_DTYPES[version])
+    chunk_bytes = _STRING_CHUNK[version]
     parts: dict[int, list[tuple[int, bytes]]] = {}
     lengths: dict[int, int] = {}
     texts = slots["text"]
@@ -305,7 +423,7 @@ def _strings(raw: np.ndarray, damage: _Damage) -> dict[int, str]:
     for sid, chunks in parts.items():
         chunks.sort()
         length = lengths[sid]
-        if [c for c, _ in chunks] != list(range((length + _STRING_CHUNK - 1) // _STRING_CHUNK or 1)):
+        if [c for c, _ in chunks] != list(range((length + chunk_bytes - 1) // chunk_bytes or 1)):
             damage.note(f"string {sid} is missing chunks; shown as far as it goes")
         out[sid] = b"".join(t for _, t in chunks)[:length].decode("utf-8", "replace")
     return out
@@ -330,16 +448,20 @@ def _stacks(raw: np.ndarray, frames: dict[int, Frame]) -> dict[int, list[Frame]]
     return {sid: [frames.get(f, unknown) for f in fids] for sid, fids in ids.items()}
 
 
-def read_log(source: Union[str, os.PathLike, bytes, bytearray, memoryview], *, warn: bool = True) -> Log:
+def read_log(source: Union[str, os.PathLike, bytes, bytearray, memoryview], *, warn: bool = False) -> Log:
     """Decode a torchalloc log (a path, or its bytes).
 
     Raises LogFormatError when it is not a torchalloc log or of an unknown
     version. Damage (a cut or corrupted file) is decoded up to the damage,
-    reported in ``Log.warnings`` and, with ``warn``, as LogDamageWarning.
+    said in ``Log.damage`` (one line each) and, with ``warn``, also raised
+    as LogDamageWarning.
     """
-    path, data = _load(source)
+    path, data, is_file = _load(source)
     header = _parse_header(path, data)
     damage = _Damage(path)
+    if not header.checksum_ok:
+        damage.note("the header failed its checksum (bytes changed after it was written): its status, end offset, "
+                    "pid or times may be wrong")
     size = len(data)
     if header.status != 0 and header.end_offset > size:
         damage.note(f"the file ends at byte offset {size}, but its header says the writer wrote "
@@ -350,16 +472,19 @@ def read_log(source: Union[str, os.PathLike, bytes, bytearray, memoryview], *, w
     n = len(body) // RECORD_SIZE
     raw = np.frombuffer(body, dtype=RECORD_DTYPE, count=n)
     slots = body[: n * RECORD_SIZE].reshape(n, RECORD_SIZE)
-    last = _scan(raw, slots, header, body[n * RECORD_SIZE:].tobytes(), damage)
-    raw = raw[:last]
+    keep = _scan(raw, slots, header, body[n * RECORD_SIZE:].tobytes(), damage)
+    last = len(keep)
+    whole = bool(keep.all())
+    raw = raw[:last] if whole else raw[:last][keep]
     kinds = raw["kind"]
-    strings = _strings(raw, damage)
+    strings = _strings(raw, header.version, damage)
     frames = _frames(raw, strings)
     stacks = _stacks(raw, frames)
     # Select on opaque 64-byte items (a plain memcpy each), not the padded
     # structured dtype (numpy copies that field by field, 5x slower).
-    events = (kinds != 0) & ((kinds < STRING) | (kinds > STACK))
-    records = slots[:last].view(np.dtype((np.void, RECORD_SIZE))).reshape(-1)[events].view(RECORD_DTYPE)
+    events = (kinds < STRING) | (kinds > STACK)
+    kept = slots[:last] if whole else slots[:last][keep]
+    records = kept.view(np.dtype((np.void, RECORD_SIZE))).reshape(-1)[events].view(RECORD_DTYPE)
     truncated = bool(np.any(records["kind"] == TRUNCATED)) or header.status in STATUS_CUT_SHORT
     complete = bool(len(records)) and int(records["kind"][-1]) == END
     if header.status == STATUS_NO_SPACE:
@@ -371,7 +496,8 @@ def read_log(source: Union[str, os.PathLike, bytes, bytearray, memoryview], *, w
     if warn:
         for message in damage.messages:
             warnings.warn(message, LogDamageWarning, stacklevel=2)
-    return Log(path, header, records, strings, frames, stacks, phase_names, truncated, complete, damage.messages)
+    return Log(path, header, records, strings, frames, stacks, phase_names, truncated, complete, damage.messages,
+               _writer_state(header, path, is_file))
 
 
 # ---------------------------------------------------------------------------
@@ -435,13 +561,13 @@ def to_jsonl(log: Log, target: Union[str, os.PathLike, IO[str]], *, frames: bool
 
 
 def to_text(log: Log) -> str:
-    """A short human summary: counts per kind, the state, the warnings."""
+    """A short human summary: counts per kind, the state, the damage notes."""
     buf = io.StringIO()
     buf.write(f"{log.path}: {len(log.records)} records, pid {log.header.pid}, {log.header.status_name}"
-              f"{', truncated' if log.truncated else ''}\n")
+              f"{', truncated' if log.truncated else ''}, writer {log.writer}\n")
     names, counts = np.unique(log.records["kind"], return_counts=True)
     for k, c in zip(names.tolist(), counts.tolist()):
         buf.write(f"  {KIND_NAMES.get(k, k):>14} {c}\n")
-    for w in log.warnings:
-        buf.write(f"  warning: {w}\n")
+    for note in log.damage:
+        buf.write(f"  damage: {note}\n")
     return buf.getvalue()

@@ -207,6 +207,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             a.index_at(x)
     except ValueError as e:
         fail(parser.prog, str(e))
+    if args.json or args.html or args.png:
+        # The text report shows its notes at the top; the other outputs carry
+        # them too, but a damaged log must be said where the user looks.
+        for note in a.notes:
+            print(f"torchalloc report: note: {note}", file=sys.stderr)
     if args.html:
         from .report_html import write_html
 

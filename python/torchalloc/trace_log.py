@@ -34,7 +34,7 @@ def load_log(data: bytes, what: str, *, device: int | None, prelude: bool) -> Tr
     except LogFormatError as e:
         raise TraceError(str(e).replace("<bytes>", what)) from None
     decoded.path = what
-    decoded.warnings[:] = [w.replace("<bytes>", what) for w in decoded.warnings]
+    decoded.damage[:] = [w.replace("<bytes>", what) for w in decoded.damage]
     return from_log(decoded, device=device, prelude=prelude, path=what)
 
 
@@ -82,7 +82,7 @@ def from_log(log: Any, *, device: int | None = None, prelude: bool = True, path:
     # Frees of addresses the log never saw before: allocated before it was opened.
     first_free = _first_event_is_free(events)
     unknown = int(_unknown_frees(events))
-    notes = [w for w in getattr(log, "warnings", [])]
+    notes = list(getattr(log, "damage", getattr(log, "warnings", [])))
     n_pre = 0
     if prelude and first_free.any():
         free_sizes = picked["size"][first_free]

@@ -16,8 +16,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from .._records import ALLOC, STATUS_CLOSED, STATUS_OPEN
-from ..log import read_log
+from .._records import ALLOC
+from ..log import WRITER_KILLED, WRITER_RUNNING, WRITER_UNKNOWN, read_log
 from .frames import Frame, Stack
 
 _COLUMNS: dict[str, Any] = {
@@ -111,12 +111,20 @@ def table_from_log(log: Any) -> EventTable:
     header = getattr(log, "header", None)
     start = getattr(header, "created_monotonic_ns", None)
     wall = (header.created_realtime_ns - header.created_monotonic_ns) if header is not None else 0
-    notes = list(getattr(log, "warnings", []))
+    notes = list(getattr(log, "damage", getattr(log, "warnings", [])))
+    writer = getattr(log, "writer", None)
+    pid = getattr(header, "pid", "?")
     if getattr(log, "truncated", False):
         notes.append("the log was truncated (log_max reached or the disk filled): events after that are missing")
-    elif header is not None and getattr(header, "status", STATUS_CLOSED) == STATUS_OPEN:
-        notes.append("the log was not closed (the process was killed or is still running): "
-                     "it ends at the last complete record")
+    elif writer == WRITER_RUNNING:
+        notes.append(f"the log is still being written (process {pid} holds it): this covers it up to its last "
+                     "complete record so far")
+    elif writer == WRITER_KILLED:
+        notes.append(f"the log was not closed and no process is writing it: its writer (process {pid}) was killed "
+                     "or crashed mid-run; it ends at the last complete record")
+    elif writer == WRITER_UNKNOWN and header is not None and getattr(header, "status", 1) == 0:
+        notes.append("the log was not closed: its writer was killed or is still running (a copy cannot tell "
+                     "which); it ends at the last complete record")
     return EventTable(
         **cols,
         strings=dict(log.strings),
@@ -130,8 +138,8 @@ def table_from_log(log: Any) -> EventTable:
 
 
 def load(path: str | os.PathLike[str]) -> EventTable:
-    """Read a torchalloc log file into an EventTable."""
-    return table_from_log(read_log(path))
+    """Read a torchalloc log file into an EventTable (damage is in its notes, which the tools print)."""
+    return table_from_log(read_log(path, warn=False))
 
 
 def devices_in(table: EventTable) -> list[int]:
