@@ -152,7 +152,7 @@ static void report_segments(ta_text *t, const ta_heap *h) {
   segment_view *views = r->count ? malloc(r->count * sizeof *views) : NULL;
   if (r->count && !views) return;
   for (size_t i = 0; i < r->count; i++) views[i] = view_of(r->items[i]);
-  qsort(views, r->count, sizeof *views, by_free_then_address);
+  if (r->count) qsort(views, r->count, sizeof *views, by_free_then_address); /* qsort(NULL, 0) is undefined */
   size_t shown = r->count < MAP_SEGMENTS ? r->count : MAP_SEGMENTS;
   ta_text_printf(t, "\nSegments, most free first (# live, ~ freed but used by other streams, . free; %zu in all):\n",
                  r->count);
