@@ -172,10 +172,14 @@ void ta_runtime_teardown(void) {
  * the working directory; /tmp when that cannot be written. */
 static void oom_report_path(int device, int fallback, char *buf, size_t len) {
   const char *log = ta_log_path(), *dir = ta_rt.conf.oom_report;
-  if (fallback) snprintf(buf, len, "/tmp/torchalloc-oom-%ld-cuda%d.txt", (long)getpid(), device);
-  else if (dir[0]) snprintf(buf, len, "%s/torchalloc-oom-%ld-cuda%d.txt", dir, (long)getpid(), device);
-  else if (log) snprintf(buf, len, "%s.oom-cuda%d.txt", log, device);
-  else snprintf(buf, len, "torchalloc-oom-%ld-cuda%d.txt", (long)getpid(), device);
+  int n;
+  if (fallback) n = snprintf(buf, len, "/tmp/torchalloc-oom-%ld-cuda%d.txt", (long)getpid(), device);
+  else if (dir[0]) n = snprintf(buf, len, "%s/torchalloc-oom-%ld-cuda%d.txt", dir, (long)getpid(), device);
+  else if (log) n = snprintf(buf, len, "%s.oom-cuda%d.txt", log, device);
+  else n = snprintf(buf, len, "torchalloc-oom-%ld-cuda%d.txt", (long)getpid(), device);
+  /* A path cut short would name some other file: "" cannot be opened, so
+   * the caller falls back to /tmp. */
+  if (n < 0 || (size_t)n >= len) buf[0] = '\0';
 }
 
 ta_noinline void ta_runtime_after_oom(ta_heap *h) {
