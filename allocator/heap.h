@@ -105,9 +105,12 @@ ta_internal ta_heap *ta_heap_create(ta_backend *backend, int device, const ta_co
 ta_internal void ta_heap_destroy(ta_heap *h);
 
 ta_internal void *ta_heap_malloc(ta_heap *h, size_t size, cudaStream_t stream);
+/* The caller's free: a size or stream other than the block's is misuse,
+ * counted and reported, and the block stays allocated. */
 ta_internal void ta_heap_free(ta_heap *h, void *ptr, size_t size, cudaStream_t stream);
-/* The same with the phase given, not read from the process-wide stack
- * (replay drives a private heap through a recorded trace's phases). */
+/* The same with the phase given, not read from the process-wide stack, and
+ * the stream not checked (replay drives a private heap through a recorded
+ * trace's phases; a trace may free on another stream than it allocated). */
 ta_internal void *ta_heap_malloc_in_phase(ta_heap *h, size_t size, cudaStream_t stream, int phase, uint32_t epoch);
 ta_internal void ta_heap_free_in_phase(ta_heap *h, void *ptr, size_t size, cudaStream_t stream, int phase);
 /* Free `ptr` by itself (size and stream from its block) when it is a live
