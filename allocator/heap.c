@@ -276,6 +276,15 @@ void ta_heap_free_in_phase(ta_heap *h, void *ptr, size_t size, cudaStream_t stre
   free_checked(h, ptr, size, stream, 0, phase);
 }
 
+ta_noinline void ta_heap_report_bad_size(ta_heap *h, size_t size) {
+  ta_lock_acquire(&h->lock);
+  h->stats.num_bad_size++;
+  ta_lock_release(&h->lock);
+  ta_misuse_report(h->conf->warn, TA_MISUSE_BAD_SIZE,
+                   "request of %zu bytes on device %d is beyond any device (limit %zu); returning NULL", size,
+                   h->device, (size_t)TA_MAX_REQUEST);
+}
+
 void ta_heap_report_bad_free(ta_heap *h, uintptr_t addr) {
   ta_lock_acquire(&h->lock);
   report_bad_free(h, addr);

@@ -142,6 +142,8 @@ ta_internal void ta_heap_print_oom(ta_heap *h);
 ta_internal char *ta_heap_oom_report_copy(ta_heap *h);
 /* Write the last report to `path` (outside the lock: file I/O) and remember where. */
 ta_internal void ta_heap_write_oom_report(ta_heap *h, const char *path);
+/* Count and report a request larger than TA_MAX_REQUEST (no device has it). */
+ta_internal void ta_heap_report_bad_size(ta_heap *h, size_t size);
 /* Count and report a free of an address that is not a live block. */
 ta_internal void ta_heap_report_bad_free(ta_heap *h, uintptr_t addr);
 ta_internal int ta_heap_set_policy(ta_heap *h, const char *name);

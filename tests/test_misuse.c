@@ -15,6 +15,8 @@
  * Helpers
  * ---------------------------------------------------------------------- */
 
+#define TA_MAX_REQUEST_PLUS_ONE (((size_t)1 << 40) - 2 * MiB + 1) /* just past common.h's TA_MAX_REQUEST */
+
 static size_t round512(size_t n) { return n < 512 ? 512 : (n + 511) / 512 * 512; }
 
 /* The name of the n-th int64 of torchalloc_stats, for readable diffs. */
@@ -273,9 +275,11 @@ TEST(absurd_sizes_return_null) {
   fixture f;
   REQUIRE(fixture_make(&f) == 0);
   torchalloc_stats before = stats0();
-  void *got[6];
+  void *got[8];
   capture c;
   REQUIRE(capture_begin(&c) == 0);
+  got[6] = torchalloc_pool_malloc((size_t)-1, 0, S0, 7, 0); /* the pool route refuses them the same way */
+  got[7] = torchalloc_pool_malloc(TA_MAX_REQUEST_PLUS_ONE, 0, S1, 7, 0);
   got[0] = torchalloc_malloc((size_t)-1, 0, S0);
   got[1] = torchalloc_malloc((size_t)1 << 41, 0, S0);
   got[2] = torchalloc_malloc((size_t)-1, 0, S1);
@@ -283,9 +287,10 @@ TEST(absurd_sizes_return_null) {
   got[4] = torchalloc_malloc((size_t)-1 - 511, 0, S0); /* would wrap when rounded up to 512 */
   got[5] = torchalloc_malloc(SIZE_MAX / 2 + 1, 0, S0);
   int lines = capture_end(&c);
-  for (int i = 0; i < 6; i++) CHECK(got[i] == NULL);
+  for (int i = 0; i < 8; i++) CHECK(got[i] == NULL);
   check_one_line(&c, lines, "num_bad_size", "absurd sizes");
-  CHECK_STATS_SAME_EXCEPT(before, stats0(), num_bad_size, 6);
+  CHECK_STATS_SAME_EXCEPT(before, stats0(), num_bad_size, 8); /* the pool counted them too (found by fuzz_api) */
+  CHECK_EQ(torchalloc_pool_use_count(0, 7, 0), -1);            /* and made no pool for them */
   CHECK_INVARIANTS();
   fixture_check_and_free(&f);
 }
