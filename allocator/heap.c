@@ -191,7 +191,11 @@ void *ta_heap_pool_malloc(ta_heap *h, size_t size, cudaStream_t stream, const ui
   ta_phase_now now = ta_phase_read();
   ta_lock_acquire(&h->lock);
   ta_policy *pool = ta_heap_pool_policy(h, id);
+  /* The request holds its pool: the OOM retry releases freeable pools (use
+   * count 0) and must not destroy this one under it (found by fuzz_api). */
+  if (pool) ta_heap_pool_hold(h, id, 1);
   ta_block *b = pool ? malloc_locked(h, pool, size, stream, now.id, now.epoch) : NULL;
+  if (pool) ta_heap_pool_hold(h, id, -1);
   ta_lock_release(&h->lock);
   return b ? (void *)b->addr : NULL;
 }

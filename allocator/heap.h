@@ -203,6 +203,10 @@ ta_internal void ta_heap_pools_destroy(ta_heap *h);
 
 /* --- between the heap's files (caller holds h->lock) --- */
 
+/* A request in flight holds pool `id` (delta +1, then -1): a freeable pool
+ * is not drained while it allocates. */
+ta_internal void ta_heap_pool_hold(ta_heap *h, const uint64_t id[2], int delta);
+
 /* The block leaves the pointer map and goes back to the policy object that
  * made it (a private pool's, or the heap's instance of its policy). */
 static inline void ta_heap_release_block(ta_heap *h, ta_block *b) {
