@@ -386,3 +386,43 @@ TEST(the_segment_observer_sees_every_device_allocation_and_release) {
   CHECK_EQ(seen.allocs, 1);
   torchalloc_free(b, 12 * MiB, 0, S0);
 }
+
+TEST(a_pool_goes_back_to_a_checkpoint) {
+  /* cudagraph trees' setCheckpointPoolState: the pool's live blocks become
+   * exactly the checkpoint's, at the checkpoint's addresses. */
+  REQUIRE(sim_reset("") == 0);
+  REQUIRE(torchalloc_pool_retain(0, POOL) == 1);
+  void *a = torchalloc_pool_malloc(3000, 0, S0, POOL);
+  void *b = torchalloc_pool_malloc(6 * MiB, 0, S0, POOL);
+  void *c = torchalloc_pool_malloc(5000, 0, S0, POOL);
+  REQUIRE(a && b && c);
+  /* The checkpoint: a and c live (b freed), as a snapshot gives them. */
+  torchalloc_block_info live[2] = {
+      {.addr = (uintptr_t)a, .size = 3072, .requested = 3000},
+      {.addr = (uintptr_t)c, .size = 5120, .requested = 5000},
+  };
+  /* Meanwhile the pool moved on: a freed, b kept, d made. */
+  torchalloc_free(a, 3000, 0, S0);
+  void *d = torchalloc_pool_malloc(2000, 0, S0, POOL);
+  REQUIRE(d);
+  uint64_t freed[8];
+  size_t nfreed = 0;
+  REQUIRE(torchalloc_pool_restore(0, POOL, live, 2, freed, 8, &nfreed) == 0);
+  CHECK_EQ(nfreed, 3); /* b, c and d were live: all freed first */
+  uint64_t now[8];
+  CHECK_EQ(torchalloc_pool_live_blocks(0, POOL, now, 8), 2);
+  CHECK((now[0] == (uintptr_t)a && now[1] == (uintptr_t)c) || (now[0] == (uintptr_t)c && now[1] == (uintptr_t)a));
+  torchalloc_stats s = stats0();
+  CHECK_EQ(s.allocated_bytes[ALL].current, 3072 + 5120);
+  CHECK_EQ(s.requested_bytes[ALL].current, 3000 + 5000);
+  CHECK_INVARIANTS();
+  /* A checkpoint that no longer matches the pool's segments is refused. */
+  torchalloc_block_info stray = {.addr = 16, .size = 512, .requested = 1};
+  CHECK_EQ(torchalloc_pool_restore(0, POOL, &stray, 1, freed, 8, &nfreed), -1);
+  CHECK(strstr(torchalloc_last_error(), "no longer match") != NULL);
+  CHECK_EQ(torchalloc_pool_restore(0, OTHER_POOL, live, 2, freed, 8, &nfreed), -1); /* no such pool */
+  CHECK_INVARIANTS();
+  /* The restored blocks free like any other. */
+  CHECK_EQ(torchalloc_pool_live_blocks(0, POOL, now, 8), 0); /* the refused restore freed them, then failed */
+  CHECK_EQ(stats0().allocated_bytes[ALL].current, 0);
+}

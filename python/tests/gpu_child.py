@@ -28,11 +28,27 @@ class Finished:
     stderr: str
 
 
+def gpu_skip_reason() -> str | None:
+    """Why GPU tests cannot run here (no torch, no CUDA GPU), or None when they can."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA GPU"
+    return None
+
+
+def child_env(library_path: Path, **extra: str) -> dict[str, str]:
+    """The environment of a GPU child: this checkout's package and library, no inherited TORCHALLOC_CONF."""
+    env = dict(os.environ, TORCHALLOC_LIB=str(library_path), PYTHONPATH=str(PYTHON_DIR), **extra)
+    env.pop("TORCHALLOC_CONF", None)
+    return env
+
+
 def run_python(code: str, library_path: Path, timeout: float = 300, env: dict[str, str] | None = None) -> Finished:
     """Run `code` (dedented) in a fresh interpreter with this checkout's package and library."""
-    full_env = dict(os.environ, TORCHALLOC_LIB=str(library_path), PYTHONPATH=str(PYTHON_DIR))
-    full_env.pop("TORCHALLOC_CONF", None)
-    full_env.update(env or {})
+    full_env = child_env(library_path, **(env or {}))
     done = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], capture_output=True, text=True,
                           env=full_env, timeout=timeout, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]

@@ -8,37 +8,25 @@ that something printed. Skipped without torch or a CUDA GPU.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from gpu_child import child_env, gpu_skip_reason
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 MiB = 1 << 20
 
 
-def _gpu_reason() -> str | None:
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    if not torch.cuda.is_available():
-        return "no CUDA GPU"
-    return None
-
-
-_WHY = _gpu_reason()
+_WHY = gpu_skip_reason()
 pytestmark = pytest.mark.skipif(_WHY is not None, reason=f"GPU examples: {_WHY}")
 
 
 def run_puzzle(name: str, library_path: Path, tmp_path: Path) -> dict[str, Any]:
-    env = {**os.environ, "TORCHALLOC_LIB": str(library_path), "PUZZLE_LOG": str(tmp_path / f"{name}.talog"),
-           "PYTHONPATH": str(REPO / "python")}
-    env.pop("TORCHALLOC_CONF", None)
+    env = child_env(library_path, PUZZLE_LOG=str(tmp_path / f"{name}.talog"))
     done = subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py")], capture_output=True, text=True, env=env,
                           timeout=600)
     print(done.stdout)
@@ -127,8 +115,7 @@ def test_fragmentation_demo_diagnoses_and_fixes(library_path: Path, tmp_path: Pa
     """PyTorch's allocator and torchalloc caching run out with live memory far below the cap; torchalloc
     says fragmentation and blames the cache entries; phase_arena completes the same workload."""
     out = tmp_path / "demo.json"
-    env = {**os.environ, "TORCHALLOC_LIB": str(library_path), "PYTHONPATH": str(REPO / "python")}
-    env.pop("TORCHALLOC_CONF", None)
+    env = child_env(library_path)
     done = subprocess.run([sys.executable, str(EXAMPLES / "fragmentation_demo.py"), "--json", str(out)],
                           capture_output=True, text=True, env=env, timeout=600)
     print(done.stdout[-6000:])

@@ -29,6 +29,7 @@ LAYERS: dict[str, str] = {
     "torchalloc": RUNTIME,  # __init__: lazy attributes, imports nothing at import time
     "torchalloc._lib": RUNTIME,
     "torchalloc._device": RUNTIME,
+    "torchalloc._cuda_init": RUNTIME,
     "torchalloc.plug": RUNTIME,
     "torchalloc.stats": RUNTIME,
     "torchalloc.phases": RUNTIME,
@@ -46,12 +47,18 @@ LAYERS: dict[str, str] = {
     "torchalloc.replay": TOOL,
     "torchalloc.report": TOOL,
     "torchalloc.report_html": TOOL,
+    "torchalloc.report_svg": TOOL,
+    "torchalloc.report_data": TOOL,
     "torchalloc.report_png": TOOL,
     "torchalloc.export": TOOL,
     "torchalloc.oom_alternatives": TOOL,
     "torchalloc.compare": TOOL,
     "torchalloc.cli": TOOL,
     "torchalloc._gpu_child": TOOL,  # imported by examples/ and bench/ scripts, never by the package
+    "torchalloc.integrations": TOOL,  # trainer callbacks: run in training, but write the report at its end
+    "torchalloc.integrations._session": TOOL,
+    "torchalloc.integrations.lightning": TOOL,
+    "torchalloc.integrations.huggingface": TOOL,
     "torchalloc.analysis": TOOL,
     "torchalloc.analysis.frames": TOOL,
     "torchalloc.analysis.roles": TOOL,

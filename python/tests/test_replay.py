@@ -36,7 +36,6 @@ import json
 import lzma
 import os
 import pickle
-import sys
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any

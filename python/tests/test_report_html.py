@@ -3,14 +3,14 @@
 Skips (with the reason) when no chromium binary is installed; on Debian:
 apt-get install chromium. The screenshot is decoded here (PNG with zlib and
 struct, no imaging library) and the timeline's area must hold the colours
-of every phase's stacked area and the red of the peak marker.
+of every phase's stacked area and the red of the peak marker: as the page's
+script draws it, and as the static SVG is without the script.
+(test_report_page.py clicks the page.)
 """
 from __future__ import annotations
 
 import re
-import shutil
 import struct
-import subprocess
 import sys
 import zlib
 from pathlib import Path
@@ -18,19 +18,11 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import headless  # noqa: E402
 from test_analysis import training_log  # noqa: E402
 
-from torchalloc.report_html import LEFT, PALETTE, TOP, H, W, render_html  # noqa: E402
-
-BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-
-
-def _browser() -> str | None:
-    for name in BROWSERS:
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
+from torchalloc.report_html import render_html  # noqa: E402
+from torchalloc.report_svg import LEFT, PALETTE, TOP, H, W  # noqa: E402
 
 
 def decode_png(data: bytes) -> tuple[int, int, list[bytes]]:
@@ -79,14 +71,6 @@ def _hex(c: str) -> tuple[int, int, int]:
     return int(c[1:3], 16), int(c[3:5], 16), int(c[5:7], 16)
 
 
-def _screenshot(browser: str, page: Path, out: Path, tmp: Path) -> None:
-    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
-           "--force-device-scale-factor=1", f"--user-data-dir={tmp / 'profile'}", f"--screenshot={out}",
-           "--window-size=1200,900", page.resolve().as_uri()]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert out.is_file(), f"chromium wrote no screenshot (exit {done.returncode}):\n{done.stderr[-3000:]}"
-
-
 def test_html_elements() -> None:
     """What the page must contain, browser or not."""
     a = training_log().analyze()
@@ -103,14 +87,16 @@ def test_html_elements() -> None:
     assert page.split('<table class="phases">')[1].split("</table>")[0].count("<tr>") - 1 == 4
 
 
-def test_timeline_draws_in_headless_chromium(tmp_path: Path) -> None:
-    browser = _browser()
+@pytest.mark.parametrize("script", [True, False], ids=["drawn by the script", "static"])
+def test_timeline_draws_in_headless_chromium(tmp_path: Path, script: bool) -> None:
+    browser = headless.browser()
     if browser is None:
-        pytest.skip("no chromium: install Debian's chromium (apt-get install chromium) to run this check")
+        pytest.skip(headless.NO_BROWSER)
     page = tmp_path / "report.html"
-    page.write_text(render_html(training_log().analyze()), encoding="utf-8")
+    html = render_html(training_log().analyze())
+    page.write_text(html if script else headless.without_script(html), encoding="utf-8")
     shot = tmp_path / "shot.png"
-    _screenshot(browser, page, shot, tmp_path)
+    headless.screenshot(browser, headless.page_url(page), shot, tmp_path / "profile")
     width, height, rows = decode_png(shot.read_bytes())
     assert (width, height) == (1200, 900)
 

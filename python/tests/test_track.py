@@ -131,3 +131,15 @@ def test_no_grad_forward_and_autograd_grad(sim: ctypes.CDLL) -> None:
         x = torch.randn(2, 4, requires_grad=True)
         torch.autograd.grad(model(x).sum(), x)
     assert [p for _, p in seen] == ["forward", "forward", "backward"]
+
+
+def test_eval_mode_forward_gets_its_own_phase_and_zero_grad_can_be_left_alone(sim: ctypes.CDLL) -> None:
+    model, opt = make()
+    with torchalloc.track(model, None, zero_grad=False, eval_phase="evaluation"):
+        assert "zero_grad" not in vars(model)
+        step(model, opt)
+        model.eval()
+        model(torch.randn(2, 4))
+        model.train()
+        model(torch.randn(2, 4))
+    assert [p for _, p in seen] == ["forward", "default", "backward", "default", "default", "evaluation", "forward"]

@@ -304,6 +304,11 @@ def lib() -> ctypes.CDLL:
     return _loaded[0]
 
 
+def is_loaded() -> bool:
+    """Whether lib() has loaded the library in this process (without loading it)."""
+    return _loaded is not None
+
+
 def library_path() -> Path:
     """The path the library was loaded from (loading it if needed).
 

@@ -31,7 +31,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -189,7 +188,7 @@ def _load(path: Path, torch: Any) -> ctypes.CDLL:
     return handle
 
 
-def _packaged(torch: Any) -> Path | None:
+def _packaged() -> Path | None:
     path = _PACKAGE_DIR / BRIDGE_NAME
     return path if path.is_file() else None
 
@@ -202,7 +201,7 @@ def find_or_build(*, build_if_missing: bool = True) -> Bridge:
     torch = _torch()
     if env and env != "1":
         return Bridge(Path(env), _load(Path(env), torch))
-    packaged = _packaged(torch)
+    packaged = _packaged()
     if packaged is not None:
         try:
             return Bridge(packaged, _load(packaged, torch))
@@ -246,7 +245,3 @@ def describe() -> dict[str, Any]:
                 "bridge_reason": reason}
     except BridgeUnavailable as e:
         return {"bridge": "unavailable", "bridge_reason": str(e)}
-
-
-def platform_tag() -> str:
-    return sysconfig.get_platform()

@@ -35,7 +35,7 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import _lib, stats
+from . import _cuda_init, _lib, stats
 from ._device import DeviceLike, device_index
 
 _CUDA_ALREADY_INITIALISED = (
@@ -126,6 +126,13 @@ def configure(**options: Any) -> str:
     text = conf_string(**options)
     _lib.init(text)
     return text
+
+
+def _cuda_already_initialised() -> str:
+    site = _cuda_init.first_init_site()
+    if site is None:
+        return _CUDA_ALREADY_INITIALISED
+    return f"{_CUDA_ALREADY_INITIALISED}\nCUDA was first initialised here (innermost last):\n{site}"
 
 
 # ---------------------------------------------------------------------------
@@ -236,7 +243,7 @@ def install(
         if not torch.cuda.is_available():  # asks the driver; does not initialise torch's CUDA
             raise RuntimeError(f"torch {torch.__version__} sees no CUDA GPU; torchalloc has nothing to manage")
         if torch.cuda.is_initialized():
-            raise RuntimeError(_CUDA_ALREADY_INITIALISED)
+            raise RuntimeError(_cuda_already_initialised())
         found, why = _choose_bridge(bridge)
         _lib.init(text)
         if log_via_api:
@@ -256,7 +263,7 @@ def install(
         try:
             torch.cuda.memory.change_current_allocator(allocator)
         except RuntimeError as e:
-            raise RuntimeError(f"{_CUDA_ALREADY_INITIALISED} (torch said: {e})") from e
+            raise RuntimeError(f"{_cuda_already_initialised()} (torch said: {e})") from e
         _installed = Installation(_lib.library_path(), text, "plain", why, allocator, wired, log_path)
     if patch_torch:
         _apply_torch_patch()

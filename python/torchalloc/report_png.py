@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 from .analysis import Analysis
-from .report_html import phase_colors
+from .report_svg import phase_colors
 from .units import byte_unit, fmt_bytes
 
 __all__ = ["write_png"]

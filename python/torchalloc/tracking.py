@@ -86,6 +86,7 @@ class TrackHandle:
     """What track() installed; remove() takes all of it out again."""
 
     def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
         self.names = {k: prefix + k for k in ("forward", "backward", "optimizer", "zero_grad")}
         self._undo: list[Callable[[], None]] = []
 
@@ -104,14 +105,19 @@ class TrackHandle:
         self.remove()
 
 
-def _hook_forward(handle: TrackHandle, model: Any) -> None:
+def _hook_forward(handle: TrackHandle, model: Any, eval_phase: str | None) -> None:
     forward = phase(handle.names["forward"])
+    evaluation = forward if eval_phase is None else phase(handle.prefix + eval_phase)
+    entered: list[phase] = []  # the phase each running forward entered (forwards may nest: recursion)
 
     def pre_hook(module: Any, args: Any) -> None:
-        forward.__enter__()
+        chosen = forward if module.training else evaluation
+        chosen.__enter__()
+        entered.append(chosen)
 
     def post_hook(module: Any, args: Any, output: Any) -> None:
-        forward.__exit__(None, None, None)
+        if entered:
+            entered.pop().__exit__(None, None, None)
 
     pre = model.register_forward_pre_hook(pre_hook)
     try:
@@ -160,18 +166,30 @@ def _wrap_zero_grad(handle: TrackHandle, obj: Any) -> None:
     handle._on_undo(undo)
 
 
-def track(model: Any, optimizer: Any | None = None, *, prefix: str = "") -> TrackHandle:
+def track(
+    model: Any,
+    optimizer: Any | None = None,
+    *,
+    prefix: str = "",
+    zero_grad: bool = True,
+    eval_phase: str | None = None,
+) -> TrackHandle:
     """Tag forward, backward, optimizer step and zero_grad of `model` as phases.
 
     See this module's docstring for exactly what each phase covers.
+    zero_grad=False leaves model.zero_grad alone (a trainer that marks that
+    part of the step itself). eval_phase names the phase of a forward run
+    while the model is in eval mode (model.training False; default: "forward"
+    as in training), so evaluation inside a training run is told apart.
     Returns a handle; call .remove() (or use it as a context manager) to stop.
     """
     handle = TrackHandle(prefix)
     try:
-        _hook_forward(handle, model)
+        _hook_forward(handle, model, eval_phase)
         _autograd_acquire(handle.names["backward"])
         handle._on_undo(lambda: _autograd_release(handle.names["backward"]))
-        _wrap_zero_grad(handle, model)
+        if zero_grad:
+            _wrap_zero_grad(handle, model)
         if optimizer is not None:
             _hook_optimizer(handle, optimizer)
             _wrap_zero_grad(handle, optimizer)
