@@ -7,7 +7,7 @@ tests/fuzz/corpus/api/      inputs for fuzz_api (tests/fuzz/api_driver.h says
                             what the bytes mean): scenarios written by hand
                             with the operation codes read from api_driver.h,
                             plus seeded random programs over every configuration.
-tests/fuzz/corpus/decoder/  inputs for fuzz_decoder.py: real logs written by
+tests/fuzz/corpus/decoder/  inputs for fuzz_log_decode.py: real logs written by
                             the C library through ctypes (every record kind,
                             Python stacks, two devices, an OOM, a log cut by
                             log_max, a copy taken while the writer was still
