@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import os
 import random
 import signal
-import struct
 import sys
 import tempfile
 import time

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ctypes
 import gzip
-import os
 import random
 import re
 import shutil
@@ -152,7 +151,7 @@ def write_api_corpus() -> int:
 
 
 # ---------------------------------------------------------------------------
-# fuzz_decoder seeds: logs the C library writes
+# fuzz_log_decode seeds: logs the C library writes
 # ---------------------------------------------------------------------------
 
 
