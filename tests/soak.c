@@ -1,7 +1,7 @@
 /* Soak: a long run of random operations through the fuzzer's API driver
  * (tests/fuzz/api_driver.h), across every policy and configuration, meant
  * for the ASan+UBSan build (build-asan/tests/soak). ctest runs a short one
- * (soak_short, 10^5 operations); 10^8 take about an hour under ASan on two
+ * (soak_short, 5 x 10^4 operations); 10^8 take about an hour under ASan on two
  * cores, so that run is made by hand.
  *
  * Episodes of --episode operations each start a fresh allocator; episode e
