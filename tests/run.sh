@@ -199,7 +199,7 @@ if ((FUZZ_SECONDS > 0)); then
     CC=clang BUILD_TARGET=fuzz_api configure_and_build fuzz_api build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_C_COMPILER=clang -DTORCHALLOC_SANITIZE=address,undefined -DTORCHALLOC_FUZZ=ON -DCMAKE_C_FLAGS=-Werror
     mkdir -p build-fuzz/corpus-api
-    cp -n tests/fuzz/corpus/api/* build-fuzz/corpus-api/
+    cp -n tests/fuzz/corpus/api/* tests/fuzz/corpus/api-found/* build-fuzz/corpus-api/
     log=build-fuzz/run-fuzz-api.log
     echo "== fuzz_api: build-fuzz/tests/fuzz_api -max_total_time=$FUZZ_SECONDS build-fuzz/corpus-api" \
       "($(ls build-fuzz/corpus-api | wc -l) inputs)"

@@ -7,6 +7,13 @@ tests/fuzz/corpus/api/      inputs for fuzz_api (tests/fuzz/api_driver.h says
                             what the bytes mean): scenarios written by hand
                             with the operation codes read from api_driver.h,
                             plus seeded random programs over every configuration.
+tests/fuzz/corpus/api-found/
+                            not written here: inputs the long fuzz_api run found
+                            that reach coverage edges the seeds above do not
+                            (fuzz_api -merge=1 -use_counters=0 DIR_WITH_SEEDS
+                            LONG_RUN_CORPUS, the new files kept). Any byte string
+                            is a valid program, so they stay valid inputs when
+                            the format changes; they just stop meaning the same.
 tests/fuzz/corpus/decoder/  inputs for fuzz_log_decode.py: real logs written by
                             the C library through ctypes (every record kind,
                             Python stacks, two devices, an OOM, a log cut by
