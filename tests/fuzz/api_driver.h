@@ -1,6 +1,8 @@
 /* Drives the public C API on the simulated device from a stream of bytes,
  * and checks after each operation that nothing the caller holds was lost
- * or corrupted. One driver, two feeders: the libFuzzer target
+ * or corrupted. Its files: api_driver.c (start, step, finish), api_ops.c
+ * (the operations), api_checks.c (the checks), canary.c (the device's
+ * words). One driver, two feeders: the libFuzzer target
  * (fuzz_api.c, bytes from the fuzzer) and the soak (soak.c, bytes from a
  * seeded generator).
  *
@@ -16,6 +18,9 @@
  * device, stream, private pool) and aborts, printing the operation, when:
  *   - a new block is misaligned, outside its device's range, or overlaps
  *     a live block (every operation);
+ *   - a block's canary words (canary.h: what a program would have written
+ *     into it on the simulated device) changed before its owner freed it
+ *     (at each free and every full check);
  *   - a device the caller did not tell about a capture is not the only
  *     one allowed capture violations: a device whose capture was begun
  *     after torchalloc_routing_begin has none (every operation);
