@@ -9,7 +9,6 @@
 
 #include "errors.h"
 #include "log.h"
-#include "misuse.h"
 #include "pystack.h"
 #include "runtime.h"
 
@@ -29,16 +28,6 @@ static ta_noinline void free_with_stack(ta_heap *h, void *ptr, size_t size, cuda
   ta_log_call_stack = 0;
 }
 
-static ta_noinline void *refuse_size(ta_heap *h, size_t size, int device) {
-  ta_lock_acquire(&h->lock);
-  h->stats.num_bad_size++;
-  ta_lock_release(&h->lock);
-  ta_misuse_report(ta_rt.conf.warn, TA_MISUSE_BAD_SIZE,
-                   "request of %zu bytes on device %d is beyond any device (limit %zu); returning NULL", size, device,
-                   (size_t)TA_MAX_REQUEST);
-  return NULL;
-}
-
 /* NULL for a request torchalloc cannot serve; never stops the process. */
 static inline void *try_malloc(size_t size, int device, cudaStream_t stream) {
   ta_heap *h = ta_runtime_heap(device);
@@ -46,7 +35,10 @@ static inline void *try_malloc(size_t size, int device, cudaStream_t stream) {
     if (atomic_load(&ta_rt.state) == TA_STATE_READY) ta_runtime_report_bad_device(device);
     return NULL;
   }
-  if (ta_unlikely(size > TA_MAX_REQUEST)) return refuse_size(h, size, device);
+  if (ta_unlikely(size > TA_MAX_REQUEST)) {
+    ta_heap_report_bad_size(h, size);
+    return NULL;
+  }
   void *p = ta_unlikely(ta_log_on()) && ta_rt.conf.stacks ? malloc_with_stack(h, size, stream)
                                                            : ta_heap_malloc(h, size, stream);
   if (ta_unlikely(!p)) ta_runtime_after_oom(h);

@@ -191,7 +191,11 @@ void *ta_heap_pool_malloc(ta_heap *h, size_t size, cudaStream_t stream, const ui
   ta_phase_now now = ta_phase_read();
   ta_lock_acquire(&h->lock);
   ta_policy *pool = ta_heap_pool_policy(h, id);
+  /* The request holds its pool: the OOM retry releases freeable pools (use
+   * count 0) and must not destroy this one under it (found by fuzz_api). */
+  if (pool) ta_heap_pool_hold(h, id, 1);
   ta_block *b = pool ? malloc_locked(h, pool, size, stream, now.id, now.epoch) : NULL;
+  if (pool) ta_heap_pool_hold(h, id, -1);
   ta_lock_release(&h->lock);
   return b ? (void *)b->addr : NULL;
 }
@@ -222,10 +226,6 @@ static ta_noinline void report_bad_free(ta_heap *h, uintptr_t addr) {
   }
 }
 
-void ta_heap_free(ta_heap *h, void *ptr, size_t size, cudaStream_t stream) {
-  ta_heap_free_in_phase(h, ptr, size, stream, ta_phase_current());
-}
-
 /* The caller's free of live block `b` (lock held). While routing, a block
  * whose policy would hand its memory straight back to the device waits
  * (a device free during a capture invalidates it). */
@@ -238,26 +238,55 @@ static inline void free_locked(ta_heap *h, ta_block *b, int phase) {
   else ta_heap_release_block(h, b);
 }
 
-void ta_heap_free_in_phase(ta_heap *h, void *ptr, size_t size, cudaStream_t stream, int phase) {
-  (void)stream; /* the block knows its stream; torch passes the same one */
-  uintptr_t addr = (uintptr_t)ptr;
-  ta_lock_acquire(&h->lock);
-  h->seg.phase = phase;
-  ta_block *b = ta_ptrmap_get(&h->live, addr);
-  if (ta_unlikely(!b || b->state != TA_BLOCK_LIVE)) {
-    report_bad_free(h, addr);
-  } else if (ta_unlikely(b->requested != size)) {
-    /* Most likely a stale free of an address since handed to someone else:
-     * freeing it would corrupt their data, so the block stays allocated. */
+/* A free whose size or stream is not the live block's is most likely a
+ * stale free of an address since handed to someone else: freeing it would
+ * corrupt their data, so the block stays allocated. */
+static ta_noinline void report_mismatched_free(ta_heap *h, const ta_block *b, size_t size, cudaStream_t stream) {
+  if (b->requested != size) {
     h->stats.num_bad_free_size++;
     ta_misuse_report(h->conf->warn, TA_MISUSE_FREE_SIZE,
                      "free of %p with size %zu, but it was allocated with size %zu; ignored, the block stays "
                      "allocated",
-                     ptr, size, b->requested);
+                     (void *)b->addr, size, b->requested);
   } else {
-    free_locked(h, b, phase);
+    h->stats.num_bad_free_stream++;
+    ta_misuse_report(h->conf->warn, TA_MISUSE_FREE_STREAM,
+                     "free of %p on stream %p, but it was allocated on stream %p (a stale free of a reused "
+                     "address?); ignored, the block stays allocated",
+                     (void *)b->addr, (void *)stream, (void *)b->stream);
   }
+}
+
+/* `check_stream`: the caller's free names the allocation stream, as PyTorch
+ * always does; replay's does not (a trace may free on another stream). */
+static inline void free_checked(ta_heap *h, void *ptr, size_t size, cudaStream_t stream, int check_stream,
+                                int phase) {
+  uintptr_t addr = (uintptr_t)ptr;
+  ta_lock_acquire(&h->lock);
+  h->seg.phase = phase;
+  ta_block *b = ta_ptrmap_get(&h->live, addr);
+  if (ta_unlikely(!b || b->state != TA_BLOCK_LIVE)) report_bad_free(h, addr);
+  else if (ta_unlikely(b->requested != size || (check_stream && b->stream != stream)))
+    report_mismatched_free(h, b, size, stream);
+  else free_locked(h, b, phase);
   ta_lock_release(&h->lock);
+}
+
+void ta_heap_free(ta_heap *h, void *ptr, size_t size, cudaStream_t stream) {
+  free_checked(h, ptr, size, stream, 1, ta_phase_current());
+}
+
+void ta_heap_free_in_phase(ta_heap *h, void *ptr, size_t size, cudaStream_t stream, int phase) {
+  free_checked(h, ptr, size, stream, 0, phase);
+}
+
+ta_noinline void ta_heap_report_bad_size(ta_heap *h, size_t size) {
+  ta_lock_acquire(&h->lock);
+  h->stats.num_bad_size++;
+  ta_lock_release(&h->lock);
+  ta_misuse_report(h->conf->warn, TA_MISUSE_BAD_SIZE,
+                   "request of %zu bytes on device %d is beyond any device (limit %zu); returning NULL", size,
+                   h->device, (size_t)TA_MAX_REQUEST);
 }
 
 void ta_heap_report_bad_free(ta_heap *h, uintptr_t addr) {

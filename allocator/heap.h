@@ -105,9 +105,12 @@ ta_internal ta_heap *ta_heap_create(ta_backend *backend, int device, const ta_co
 ta_internal void ta_heap_destroy(ta_heap *h);
 
 ta_internal void *ta_heap_malloc(ta_heap *h, size_t size, cudaStream_t stream);
+/* The caller's free: a size or stream other than the block's is misuse,
+ * counted and reported, and the block stays allocated. */
 ta_internal void ta_heap_free(ta_heap *h, void *ptr, size_t size, cudaStream_t stream);
-/* The same with the phase given, not read from the process-wide stack
- * (replay drives a private heap through a recorded trace's phases). */
+/* The same with the phase given, not read from the process-wide stack, and
+ * the stream not checked (replay drives a private heap through a recorded
+ * trace's phases; a trace may free on another stream than it allocated). */
 ta_internal void *ta_heap_malloc_in_phase(ta_heap *h, size_t size, cudaStream_t stream, int phase, uint32_t epoch);
 ta_internal void ta_heap_free_in_phase(ta_heap *h, void *ptr, size_t size, cudaStream_t stream, int phase);
 /* Free `ptr` by itself (size and stream from its block) when it is a live
@@ -139,6 +142,8 @@ ta_internal void ta_heap_print_oom(ta_heap *h);
 ta_internal char *ta_heap_oom_report_copy(ta_heap *h);
 /* Write the last report to `path` (outside the lock: file I/O) and remember where. */
 ta_internal void ta_heap_write_oom_report(ta_heap *h, const char *path);
+/* Count and report a request larger than TA_MAX_REQUEST (no device has it). */
+ta_internal void ta_heap_report_bad_size(ta_heap *h, size_t size);
 /* Count and report a free of an address that is not a live block. */
 ta_internal void ta_heap_report_bad_free(ta_heap *h, uintptr_t addr);
 ta_internal int ta_heap_set_policy(ta_heap *h, const char *name);
@@ -197,6 +202,10 @@ ta_internal size_t ta_heap_release_freeable_pools(ta_heap *h);
 ta_internal void ta_heap_pools_destroy(ta_heap *h);
 
 /* --- between the heap's files (caller holds h->lock) --- */
+
+/* A request in flight holds pool `id` (delta +1, then -1): a freeable pool
+ * is not drained while it allocates. */
+ta_internal void ta_heap_pool_hold(ta_heap *h, const uint64_t id[2], int delta);
 
 /* The block leaves the pointer map and goes back to the policy object that
  * made it (a private pool's, or the heap's instance of its policy). */

@@ -108,6 +108,11 @@ ta_policy *ta_heap_pool_policy(ta_heap *h, const uint64_t id[2]) {
   return p ? p->policy : NULL;
 }
 
+void ta_heap_pool_hold(ta_heap *h, const uint64_t id[2], int delta) {
+  ta_private_pool *p = find(h, id);
+  if (p) p->use_count += delta;
+}
+
 int64_t ta_heap_pool_live(ta_heap *h, const uint64_t id[2], uint64_t *addrs, size_t cap) {
   ta_lock_acquire(&h->lock);
   ta_private_pool *p = find(h, id);

@@ -6,7 +6,7 @@
 
 static const char *const counter_names[TA_MISUSE_KINDS] = {
     "num_bad_free_unknown", "num_bad_double_free", "num_bad_free_size", "num_bad_size", "num_bad_device",
-    "num_bad_free_unknown",
+    "num_bad_free_unknown", "num_bad_free_stream",
 };
 
 static atomic_int printed[TA_MISUSE_KINDS];

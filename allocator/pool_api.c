@@ -35,7 +35,10 @@ TORCHALLOC_API void *torchalloc_pool_malloc(size_t size, int device, cudaStream_
     if (atomic_load(&ta_rt.state) == TA_STATE_READY) ta_runtime_report_bad_device(device);
     return NULL;
   }
-  if (size > TA_MAX_REQUEST) return NULL;
+  if (size > TA_MAX_REQUEST) {
+    ta_heap_report_bad_size(h, size); /* refused as torchalloc_malloc refuses it: counted and reported */
+    return NULL;
+  }
   const uint64_t id[2] = {id0, id1};
   void *p = ta_heap_pool_malloc(h, size, stream, id);
   if (!p) ta_runtime_after_oom(h);

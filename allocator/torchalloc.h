@@ -37,8 +37,19 @@ typedef struct CUstream_st *cudaStream_t;
 TORCHALLOC_API void *torchalloc_malloc(size_t size, int device, cudaStream_t stream);
 
 /* `size` is the size originally requested, `stream` the allocation stream.
- * Misuse (unknown pointer, double free, size mismatch) is reported once per
- * kind on stderr, counted in the stats, and never touches live blocks. */
+ * Misuse (unknown pointer, double free, size or stream mismatch) is reported
+ * once per kind on stderr, counted in the stats, and never touches live
+ * blocks.
+ *
+ * What cannot be detected: a stale free (a double free, or a free by a
+ * holder who lost ownership) of an address that has since been handed out
+ * again with the same size on the same stream frees the new block. PyTorch
+ * gives a free only the pointer, size, device and stream, and the DataPtr
+ * context must equal the pointer, so no generation tag can travel with it:
+ * such a call is indistinguishable from the new owner's own free. A stale
+ * free whose size or stream differs from the new block's is refused
+ * (num_bad_free_size, num_bad_free_stream) and the block stays allocated;
+ * one that arrives while the address is free is a counted double free. */
 TORCHALLOC_API void torchalloc_free(void *ptr, size_t size, int device, cudaStream_t stream);
 
 /* For callers that handle failure themselves (the C++ bridge raises
@@ -97,7 +108,7 @@ typedef struct torchalloc_stat {
 } torchalloc_stat;
 
 /* Bump TORCHALLOC_STATS_VERSION whenever this struct changes; bindings check it. */
-#define TORCHALLOC_STATS_VERSION 1
+#define TORCHALLOC_STATS_VERSION 2
 
 typedef struct torchalloc_stats {
   int64_t version;
@@ -120,6 +131,7 @@ typedef struct torchalloc_stats {
   int64_t num_bad_free_size;      /* size differs from the allocation's: ignored */
   int64_t num_bad_size;           /* absurd request, e.g. (size_t)-1 */
   int64_t num_bad_device;         /* device index out of range (process-wide) */
+  int64_t num_bad_free_stream;    /* stream differs from the allocation's: ignored (version 2) */
 } torchalloc_stats;
 
 TORCHALLOC_API size_t torchalloc_stats_size(void);

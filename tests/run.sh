@@ -7,14 +7,17 @@
 #   build-tsan/   -DTORCHALLOC_SANITIZE=thread
 # builds with clang -Werror and ASan+UBSan in build-clang/ and runs ctest
 # there too when clang is there (its UBSan checks things gcc's does not), then
-# runs python/tests with pytest (failing when python3 cannot import pytest and
-# numpy: the suite must not pass by being skipped). Stops at the first
+# runs the fuzzers for FUZZ_SECONDS each (fuzz_api under libFuzzer with
+# clang, in build-fuzz/; fuzz_log_decode.py), then python/tests with pytest
+# (failing when python3 cannot import pytest and numpy: the suite must not
+# pass by being skipped). Stops at the first
 # failure. The last line of output is always "N passed, N failed": test cases
 # summed over every ctest run (each program prints its own such line) and
 # pytest.
 #
 # Environment: JOBS (parallel jobs, default: all cores), SKIP_SANITIZERS=1
-# (Release only, for a quick local loop).
+# (Release only, for a quick local loop), FUZZ_SECONDS (default 60; 0 skips
+# the fuzzers).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -66,7 +69,7 @@ stage_done() { # STAGE START_SECONDS
   echo "== $1: ok (${t}s)"
 }
 
-# configure_and_build STAGE DIR [cmake args...]
+# configure_and_build STAGE DIR [cmake args...]; BUILD_TARGET=T builds T only.
 configure_and_build() {
   local stage=$1 dir=$2
   shift 2
@@ -74,7 +77,9 @@ configure_and_build() {
   mkdir -p "$dir"
   echo "== $stage: configure and build in $dir/"
   if ! cmake -S "$ROOT" -B "$dir" "$@" >"$log" 2>&1; then fail "$stage" "cmake configure failed" "$log"; fi
-  if ! cmake --build "$dir" -j "$JOBS" >>"$log" 2>&1; then fail "$stage" "build failed" "$log"; fi
+  if ! cmake --build "$dir" -j "$JOBS" ${BUILD_TARGET:+--target "$BUILD_TARGET"} >>"$log" 2>&1; then
+    fail "$stage" "build failed" "$log"
+  fi
 }
 
 # Adds the "N passed, N failed" lines the test programs printed in the last
@@ -174,7 +179,56 @@ else
 fi
 
 # --------------------------------------------------------------------------
-# 5. Python tests
+# 5. Fuzzing, FUZZ_SECONDS each: fuzz_api (libFuzzer: the C API on the sim
+#    device, the full check after every operation; clang with ASan+UBSan) on
+#    a scratch copy of the committed corpus, and fuzz_log_decode.py (a
+#    mutation fuzzer of the log decoder). Each counts as one test.
+# --------------------------------------------------------------------------
+FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+if ((FUZZ_SECONDS > 0)); then
+  t0=$SECONDS
+  mkdir -p build-fuzz
+  probe=build-fuzz/libfuzzer-probe
+  printf '%s\n' '#include <stddef.h>' '#include <stdint.h>' \
+    'int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }' >"$probe.c"
+  if ! command -v clang >/dev/null; then
+    echo "== fuzz_api: skipped: clang is not installed (libFuzzer comes with clang)"
+  elif ! clang -fsanitize=fuzzer,address,undefined "$probe.c" -o "$probe" >"$probe.log" 2>&1; then
+    echo "== fuzz_api: skipped: $(clang --version | head -n1) cannot link -fsanitize=fuzzer (no libFuzzer runtime):" \
+      "$(head -n 1 "$probe.log")"
+  else
+    CC=clang BUILD_TARGET=fuzz_api configure_and_build fuzz_api build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_C_COMPILER=clang -DTORCHALLOC_SANITIZE=address,undefined -DTORCHALLOC_FUZZ=ON -DCMAKE_C_FLAGS=-Werror
+    mkdir -p build-fuzz/corpus-api
+    cp -n tests/fuzz/corpus/api/* tests/fuzz/corpus/api-found/* build-fuzz/corpus-api/
+    log=build-fuzz/run-fuzz-api.log
+    echo "== fuzz_api: build-fuzz/tests/fuzz_api -max_total_time=$FUZZ_SECONDS build-fuzz/corpus-api" \
+      "($(ls build-fuzz/corpus-api | wc -l) inputs)"
+    if ! build-fuzz/tests/fuzz_api -max_total_time="$FUZZ_SECONDS" -max_len=4096 -print_final_stats=1 \
+        -artifact_prefix=build-fuzz/ build-fuzz/corpus-api >"$log" 2>&1; then
+      fail fuzz_api "a violation or a crash (input saved as build-fuzz/crash-*; replay it with build-fuzz/tests/fuzz_api FILE)" "$log"
+    fi
+    grep -E '^(Done [0-9]+ runs|fuzz_api: )' "$log" | sed 's/^/== fuzz_api: /'
+    grep -E '^#[0-9]+.*cov: ' "$log" | tail -n 1 | sed 's/^/== fuzz_api: last: /'
+    PASSED=$((PASSED + 1))
+  fi
+  if python3 -c 'import numpy' >/dev/null 2>&1; then
+    echo "== fuzz_log_decode: python3 tests/fuzz/fuzz_log_decode.py --seconds $FUZZ_SECONDS"
+    if ! python3 tests/fuzz/fuzz_log_decode.py --seconds "$FUZZ_SECONDS" --save build >build/run-fuzz-decode.log 2>&1; then
+      fail fuzz_log_decode "an input neither decoded nor raised LogFormatError in time" build/run-fuzz-decode.log
+    fi
+    sed 's/^/== /' build/run-fuzz-decode.log
+    PASSED=$((PASSED + 1))
+  else
+    echo "== fuzz_log_decode: skipped: numpy is not importable"
+  fi
+  stage_done fuzz "$t0"
+else
+  echo "== fuzz: skipped (FUZZ_SECONDS=0)"
+fi
+
+# --------------------------------------------------------------------------
+# 6. Python tests
 # --------------------------------------------------------------------------
 # The Python suite is half the tests: a machine that cannot run it fails here
 # rather than passing with it skipped.

@@ -15,6 +15,8 @@
  * Helpers
  * ---------------------------------------------------------------------- */
 
+#define TA_MAX_REQUEST_PLUS_ONE (((size_t)1 << 40) - 2 * MiB + 1) /* just past common.h's TA_MAX_REQUEST */
+
 static size_t round512(size_t n) { return n < 512 ? 512 : (n + 511) / 512 * 512; }
 
 /* The name of the n-th int64 of torchalloc_stats, for readable diffs. */
@@ -26,7 +28,8 @@ static void stat_name(size_t idx, char *buf, size_t len) {
   static const char *const fields[] = {"current", "peak", "allocated", "freed"};
   static const char *const counters[] = {"num_alloc_retries",   "num_ooms",          "num_device_alloc",
                                          "num_device_free",     "num_bad_free_unknown", "num_bad_double_free",
-                                         "num_bad_free_size",   "num_bad_size",      "num_bad_device"};
+                                         "num_bad_free_size",   "num_bad_size",      "num_bad_device",
+                                         "num_bad_free_stream"};
   if (idx == 0) {
     snprintf(buf, len, "version");
   } else if (idx <= 9 * 12) {
@@ -126,6 +129,7 @@ static void fixture_check_and_free(fixture *f) {
   CHECK_EQ(after.num_bad_free_size, before.num_bad_free_size);
   CHECK_EQ(after.num_bad_size, before.num_bad_size);
   CHECK_EQ(after.num_bad_device, before.num_bad_device);
+  CHECK_EQ(after.num_bad_free_stream, before.num_bad_free_stream);
   f->n = 0;
 }
 
@@ -218,14 +222,64 @@ TEST(free_with_the_wrong_size_keeps_the_block_allocated) {
   fixture_check_and_free(&f); /* the right size still frees them */
 }
 
+/* PyTorch frees with the allocation stream; another stream means the
+ * caller's pointer is stale (its address may be someone else's now). */
+TEST(free_on_another_stream_keeps_the_block_allocated) {
+  REQUIRE(sim_reset("warn:1") == 0);
+  fixture f;
+  REQUIRE(fixture_make(&f) == 0); /* f.ptr[1] lives on S1, f.ptr[3] on S2 */
+  torchalloc_stats before = stats0();
+  capture c;
+  REQUIRE(capture_begin(&c) == 0);
+  torchalloc_free(f.ptr[1], f.size[1], 0, S0);
+  torchalloc_free(f.ptr[1], f.size[1], 0, S2);
+  torchalloc_free(f.ptr[3], f.size[3], 0, S1);
+  torchalloc_free(f.ptr[0], f.size[0], 0, S1); /* allocated on S0 */
+  int lines = capture_end(&c);
+  check_one_line(&c, lines, "num_bad_free_stream", "frees on another stream");
+  CHECK(strstr(c.text, "stays allocated") != NULL);
+  CHECK_STATS_SAME_EXCEPT(before, stats0(), num_bad_free_stream, 4);
+  CHECK_INVARIANTS();
+  fixture_check_and_free(&f); /* the right stream still frees them */
+}
+
+/* A stale free after a double free: the address went to a new block. With
+ * another size it is refused; with the same size and stream it is the
+ * limit torchalloc.h documents (nothing tells it from the owner's free). */
+TEST(stale_free_of_a_reused_address) {
+  REQUIRE(sim_reset("warn:0") == 0);
+  void *p = torchalloc_malloc(4096, 0, S0);
+  REQUIRE(p);
+  torchalloc_free(p, 4096, 0, S0);
+  torchalloc_free(p, 4096, 0, S0); /* detected: the address is free */
+  CHECK_EQ(stats0().num_bad_double_free, 1);
+  void *q = torchalloc_malloc(2048, 0, S0);
+  REQUIRE(q == p); /* the cache hands the address out again */
+  torchalloc_free(p, 4096, 0, S0); /* stale, other size: refused */
+  CHECK_EQ(stats0().num_bad_free_size, 1);
+  CHECK_EQ(stats0().allocation[ALL].current, 1);
+  torchalloc_free(q, 2048, 0, S0);
+  void *r = torchalloc_malloc(4096, 0, S0);
+  REQUIRE(r == p);
+  torchalloc_free(p, 4096, 0, S0); /* stale, same size and stream: frees r, undetectably */
+  torchalloc_stats s = stats0();
+  CHECK_EQ(s.allocation[ALL].current, 0);
+  CHECK_EQ(s.num_bad_double_free + s.num_bad_free_size + s.num_bad_free_stream + s.num_bad_free_unknown, 2);
+  torchalloc_free(r, 4096, 0, S0); /* the owner's own free is now the one counted as a double free */
+  CHECK_EQ(stats0().num_bad_double_free, 2);
+  CHECK_INVARIANTS();
+}
+
 TEST(absurd_sizes_return_null) {
   REQUIRE(sim_reset("warn:1") == 0);
   fixture f;
   REQUIRE(fixture_make(&f) == 0);
   torchalloc_stats before = stats0();
-  void *got[6];
+  void *got[8];
   capture c;
   REQUIRE(capture_begin(&c) == 0);
+  got[6] = torchalloc_pool_malloc((size_t)-1, 0, S0, 7, 0); /* the pool route refuses them the same way */
+  got[7] = torchalloc_pool_malloc(TA_MAX_REQUEST_PLUS_ONE, 0, S1, 7, 0);
   got[0] = torchalloc_malloc((size_t)-1, 0, S0);
   got[1] = torchalloc_malloc((size_t)1 << 41, 0, S0);
   got[2] = torchalloc_malloc((size_t)-1, 0, S1);
@@ -233,9 +287,10 @@ TEST(absurd_sizes_return_null) {
   got[4] = torchalloc_malloc((size_t)-1 - 511, 0, S0); /* would wrap when rounded up to 512 */
   got[5] = torchalloc_malloc(SIZE_MAX / 2 + 1, 0, S0);
   int lines = capture_end(&c);
-  for (int i = 0; i < 6; i++) CHECK(got[i] == NULL);
+  for (int i = 0; i < 8; i++) CHECK(got[i] == NULL);
   check_one_line(&c, lines, "num_bad_size", "absurd sizes");
-  CHECK_STATS_SAME_EXCEPT(before, stats0(), num_bad_size, 6);
+  CHECK_STATS_SAME_EXCEPT(before, stats0(), num_bad_size, 8); /* the pool counted them too (found by fuzz_api) */
+  CHECK_EQ(torchalloc_pool_use_count(0, 7, 0), -1);            /* and made no pool for them */
   CHECK_INVARIANTS();
   fixture_check_and_free(&f);
 }
@@ -316,17 +371,20 @@ TEST(every_kind_prints_exactly_one_line_when_interleaved) {
     torchalloc_free(f.ptr[0], 1, 0, S0);                     /* size */
     (void)torchalloc_malloc((size_t)-1, 0, S0);              /* bad size */
     (void)torchalloc_malloc(512, -1, S0);                    /* bad device */
+    torchalloc_free(f.ptr[1], f.size[1], 0, S2);             /* stream (f.ptr[1] was allocated on S1) */
   }
   int lines = capture_end(&c);
-  CHECK_EQ(lines, 5);
+  CHECK_EQ(lines, 6);
   static const char *const kinds[] = {"num_bad_free_unknown", "num_bad_double_free", "num_bad_free_size",
-                                      "num_bad_size", "num_bad_device"};
-  for (int k = 0; k < 5; k++) {
+                                      "num_bad_size", "num_bad_device", "num_bad_free_stream"};
+  for (int k = 0; k < 6; k++) {
     if (capture_count(&c, kinds[k]) != 1) fprintf(stderr, "  kind %s:\n", kinds[k]);
     CHECK_EQ(capture_count(&c, kinds[k]), 1);
   }
-  if (lines != 5) capture_dump(&c, "all kinds interleaved");
+  if (lines != 6) capture_dump(&c, "all kinds interleaved");
   torchalloc_stats after = stats0();
+  CHECK_EQ(after.num_bad_free_stream - before.num_bad_free_stream, 5);
+  after.num_bad_free_stream = before.num_bad_free_stream;
   CHECK_EQ(after.num_bad_free_unknown - before.num_bad_free_unknown, 5);
   CHECK_EQ(after.num_bad_double_free - before.num_bad_double_free, 5);
   CHECK_EQ(after.num_bad_free_size - before.num_bad_free_size, 5);

@@ -102,6 +102,27 @@ TEST(a_released_pool_with_a_live_block_waits_for_it) {
   CHECK_INVARIANTS();
 }
 
+/* An allocation into a released pool that fails: the OOM retry releases
+ * freeable pools, and it destroyed the very pool allocating (a use after
+ * free; found by fuzz_api). The request holds its pool meanwhile. */
+TEST(a_failing_request_to_a_released_pool_keeps_the_pool_until_it_returns) {
+  REQUIRE(sim_reset("sim_capacity:64MiB") == 0);
+  CHECK_EQ(torchalloc_pool_retain(0, POOL), 1);
+  void *a = torchalloc_pool_malloc(2 * MiB, 0, S0, POOL);
+  REQUIRE(a);
+  torchalloc_free(a, 2 * MiB, 0, S0);
+  CHECK_EQ(torchalloc_pool_release(0, POOL), 0); /* freeable, its 20 MiB segment still cached */
+  CHECK(torchalloc_pool_malloc(100 * MiB, 0, S0, POOL) == NULL);
+  CHECK_EQ(stats0().num_ooms, 1);
+  CHECK_EQ(torchalloc_pool_use_count(0, POOL), 0); /* still there, still freeable */
+  void *b = torchalloc_pool_malloc(2 * MiB, 0, S0, POOL);
+  CHECK(b == a); /* from its cached segment */
+  torchalloc_free(b, 2 * MiB, 0, S0);
+  CHECK_EQ(torchalloc_empty_cache(0), 20 * MiB);
+  CHECK_EQ(torchalloc_pool_use_count(0, POOL), -1);
+  CHECK_INVARIANTS();
+}
+
 TEST(pool_live_blocks_lists_exactly_the_live_ones) {
   REQUIRE(sim_reset("") == 0);
   CHECK_EQ(torchalloc_pool_live_blocks(0, POOL, NULL, 0), -1);

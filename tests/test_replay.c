@@ -317,3 +317,18 @@ TEST(random_traces_are_replayed_consistently) {
   }
   free(ev);
 }
+
+/* Replay frees a trace's address on whatever stream the trace names (a
+ * replaced allocation frees the old block on the new one's stream): the
+ * stream check is the caller's, not replay's. */
+TEST(replay_frees_whatever_stream_the_trace_names) {
+  torchalloc_replay_event ev[3];
+  memset(ev, 0, sizeof ev);
+  ev[0] = (torchalloc_replay_event){.addr = 0x1000, .size = 4096, .stream = 1, .kind = TORCHALLOC_REPLAY_ALLOC};
+  ev[1] = (torchalloc_replay_event){.addr = 0x1000, .size = 4096, .stream = 2, .kind = TORCHALLOC_REPLAY_FREE};
+  ev[2] = (torchalloc_replay_event){.addr = 0x1000, .size = 4096, .stream = 3, .kind = TORCHALLOC_REPLAY_ALLOC};
+  torchalloc_replay_result r;
+  REQUIRE(torchalloc_replay(ev, 3, "caching", 0, &r, NULL, 0) == 0);
+  CHECK_EQ(r.final_allocated, 4096);
+  CHECK_EQ(r.unknown_frees, 0);
+}

@@ -13,59 +13,20 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "live_set.h" /* 1 << 20 slots: more than every insert of 4 x 100000 ops */
 #include "sim.h"
 
 #define NTHREADS 4
 #define MAX_OWN 64
-#define SET_SLOTS (1u << 20) /* more than every insert of 4 x 100000 ops: tombstones are never reused */
-#define TOMBSTONE ((uintptr_t)1)
 
 static const cudaStream_t own_streams[NTHREADS] = {
     (cudaStream_t)0x1000, (cudaStream_t)0x2000, (cudaStream_t)0x3000, (cudaStream_t)0x4000};
 #define SHARED_STREAM ((cudaStream_t)0x9000)
 
-static _Atomic uintptr_t live_set[SET_SLOTS];
-static atomic_int duplicates;     /* an address handed out while live elsewhere */
-static atomic_int set_errors;     /* a free of an address the set did not hold */
 static atomic_int control_errors; /* a control call that failed */
 static atomic_long ops_done;
 static long ops_per_thread;
 static pthread_barrier_t start;
-
-static size_t slot_of(uintptr_t addr) { return (size_t)((addr >> 9) * 0x9E3779B97F4A7C15ull >> 40) & (SET_SLOTS - 1); }
-
-/* Tombstones are never reused, so a probe always walks past every entry that
- * could equal addr: a duplicate cannot hide behind a reused slot. */
-static void set_insert(uintptr_t addr) {
-  for (size_t i = slot_of(addr), n = 0; n < SET_SLOTS; i = (i + 1) & (SET_SLOTS - 1), n++) {
-    uintptr_t cur = atomic_load(&live_set[i]);
-    if (cur == addr) {
-      atomic_fetch_add(&duplicates, 1);
-      return;
-    }
-    if (cur == 0) {
-      uintptr_t expected = 0;
-      if (atomic_compare_exchange_strong(&live_set[i], &expected, addr)) return;
-      if (expected == addr) {
-        atomic_fetch_add(&duplicates, 1);
-        return;
-      }
-    }
-  }
-  atomic_fetch_add(&set_errors, 1); /* full: the test is misconfigured */
-}
-
-static void set_remove(uintptr_t addr) {
-  for (size_t i = slot_of(addr), n = 0; n < SET_SLOTS; i = (i + 1) & (SET_SLOTS - 1), n++) {
-    uintptr_t cur = atomic_load(&live_set[i]);
-    if (cur == 0) break;
-    if (cur == addr) {
-      uintptr_t expected = addr;
-      if (atomic_compare_exchange_strong(&live_set[i], &expected, TOMBSTONE)) return;
-    }
-  }
-  atomic_fetch_add(&set_errors, 1);
-}
 
 typedef struct own_block {
   void *ptr;
@@ -170,9 +131,7 @@ TEST(four_threads_malloc_free_and_control_concurrently) {
   const char *env = getenv("TA_THREAD_OPS");
   ops_per_thread = env && *env ? strtol(env, NULL, 10) : 100000;
   REQUIRE(sim_reset("") == 0);
-  memset(live_set, 0, sizeof live_set);
-  atomic_store(&duplicates, 0);
-  atomic_store(&set_errors, 0);
+  set_clear();
   atomic_store(&control_errors, 0);
   atomic_store(&ops_done, 0);
   static worker workers[NTHREADS];

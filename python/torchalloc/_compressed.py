@@ -5,6 +5,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import lzma
+import zlib
 
 _MAGICS = ((b"\x1f\x8b", gzip.decompress), (b"\xfd7zXZ\x00", lzma.decompress), (b"BZh", bz2.decompress))
 
@@ -21,6 +22,6 @@ def decompress(raw: bytes) -> bytes:
         if raw.startswith(magic):
             try:
                 return unpack(raw)
-            except (EOFError, OSError, lzma.LZMAError, ValueError) as e:
+            except (EOFError, OSError, lzma.LZMAError, zlib.error, ValueError) as e:  # zlib.error: a corrupt gzip body
                 raise ValueError(f"truncated or corrupt compressed file ({e})") from None
     return raw

@@ -29,7 +29,7 @@ LIB_NAME = "libtorchalloc.so"
 ENV_LIB = "TORCHALLOC_LIB"
 
 # Must equal TORCHALLOC_STATS_VERSION in torchalloc.h; bump both together.
-STATS_VERSION = 1
+STATS_VERSION = 2
 
 # Mirrors TORCHALLOC_PHASE_NAME_MAX and TORCHALLOC_MAX_PHASES.
 PHASE_NAME_MAX = 63
@@ -56,6 +56,7 @@ MISUSE_COUNTERS = (
     "num_bad_free_size",
     "num_bad_size",
     "num_bad_device",
+    "num_bad_free_stream",
 )
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent.parent

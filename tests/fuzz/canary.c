@@ -1,0 +1,100 @@
+/* The sparse word store of the simulated device (canary.h): open
+ * addressing with linear probing; deletion shifts later entries back so
+ * lookups never need tombstones (the store is emptied and refilled
+ * millions of times). Key 0 is free: no device address is 0. */
+#include "canary.h"
+
+#include <string.h>
+
+#define SLOTS 4096 /* > 3 words x 512 live blocks (api_driver's MAX_LIVE), at most ~40% full */
+
+typedef struct word {
+  uintptr_t addr;
+  uint64_t value;
+} word;
+
+static word store[SLOTS];
+static size_t used;
+
+static size_t slot_of(uintptr_t addr) { return (size_t)((addr >> 3) * 0x9E3779B97F4A7C15ull >> 52) & (SLOTS - 1); }
+
+/* The value allocation `serial` writes at `addr`: differs per word and per
+ * allocation, so neither a reused address nor a shifted block passes. */
+static uint64_t pattern(uintptr_t addr, uint64_t serial) {
+  uint64_t z = serial * 0xBF58476D1CE4E5B9ull ^ (uint64_t)addr;
+  z = (z ^ (z >> 31)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 29);
+}
+
+/* The (up to) three distinct words of a block: first, middle, last. */
+static int words_of(uintptr_t addr, size_t size, uintptr_t out[3]) {
+  uintptr_t w[3] = {addr, addr + ((size / 2) & ~(size_t)7), addr + ((size - 1) & ~(size_t)7)};
+  int n = 0;
+  for (int i = 0; i < 3; i++)
+    if (n == 0 || w[i] != out[n - 1]) out[n++] = w[i];
+  return n;
+}
+
+static word *find(uintptr_t addr) {
+  for (size_t i = slot_of(addr);; i = (i + 1) & (SLOTS - 1)) {
+    if (store[i].addr == addr) return &store[i];
+    if (store[i].addr == 0) return NULL;
+  }
+}
+
+void canary_reset(void) {
+  if (used) memset(store, 0, sizeof store);
+  used = 0;
+}
+
+int canary_write(uintptr_t addr, size_t size, uint64_t serial) {
+  uintptr_t w[3];
+  int n = words_of(addr, size, w);
+  for (int k = 0; k < n; k++) {
+    size_t i = slot_of(w[k]);
+    while (store[i].addr != 0 && store[i].addr != w[k]) i = (i + 1) & (SLOTS - 1);
+    if (store[i].addr == 0) {
+      if (used + 1 >= SLOTS / 2) return -1;
+      used++;
+    }
+    store[i] = (word){w[k], pattern(w[k], serial)};
+  }
+  return 0;
+}
+
+int canary_intact(uintptr_t addr, size_t size, uint64_t serial, uintptr_t *bad_addr) {
+  uintptr_t w[3];
+  int n = words_of(addr, size, w);
+  for (int k = 0; k < n; k++) {
+    const word *at = find(w[k]);
+    if (!at || at->value != pattern(w[k], serial)) {
+      *bad_addr = w[k];
+      return 0;
+    }
+  }
+  return 1;
+}
+
+void canary_erase(uintptr_t addr, size_t size) {
+  uintptr_t w[3];
+  int n = words_of(addr, size, w);
+  for (int k = 0; k < n; k++) {
+    word *at = find(w[k]);
+    if (!at) continue;
+    /* Backward shift: move each later entry of the run into the hole when
+     * its home slot does not lie strictly between the hole and it. */
+    size_t hole = (size_t)(at - store);
+    store[hole].addr = 0;
+    used--;
+    for (size_t j = (hole + 1) & (SLOTS - 1); store[j].addr != 0; j = (j + 1) & (SLOTS - 1)) {
+      size_t home = slot_of(store[j].addr);
+      int between = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
+      if (between) continue;
+      store[hole] = store[j];
+      store[j].addr = 0;
+      hole = j;
+    }
+  }
+}
+
+size_t canary_words(void) { return used; }

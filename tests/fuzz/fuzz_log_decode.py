@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""A mutation fuzzer of the log decoder (torchalloc.log.read_log), in plain
+Python: no coverage feedback, no new dependency (libFuzzer's Python
+counterpart, atheris, is not packaged for every Python we run on).
+
+Seeds are real logs the C library wrote on the simulated device
+(tests/fuzz/corpus/decoder/, made by make_corpus.py). Each input is a seed
+(or two, spliced) put through 1 to 4 mutations that aim where a decoder
+breaks: bit flips, interesting values in header fields and in record
+fields (kind, sequence number, string/stack ids, lengths, chunk numbers),
+truncation anywhere or near a record boundary, splicing, records deleted,
+duplicated or swapped, ranges zeroed, garbage appended; a gzip-compressed
+seed is mutated compressed and read from a file.
+
+Every input must either decode (a Log, damage allowed and reported in its
+warnings), then summarise (to_text) and resolve its stacks and labels, or
+raise the decoder's own LogFormatError. Anything else (another exception,
+more than --per-input seconds) is a failure: the input is saved, the
+traceback printed, and the exit status is 1.
+
+    python3 tests/fuzz/fuzz_log_decode.py [--seconds 60] [--seed N] [--per-input 5]
+                                          [--corpus DIR] [--save DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import random
+import signal
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1] / "python"))
+
+from torchalloc.log import (  # noqa: E402
+    HEADER_SIZE,
+    RECORD_DTYPE,
+    RECORD_SIZE,
+    LogFormatError,
+    read_log,
+    to_text,
+)
+
+INTERESTING_INTS = (0, 1, 2, 7, 8, 63, 64, 65, 127, 128, 129, 255, 256, 4096, 0x7FFF, 0x8000, 0xFFFF, 0x7FFFFFFF,
+                    0x80000000, 0xFFFFFFFF, 1 << 40, (1 << 63) - 1, 1 << 63, (1 << 64) - 1)
+# Header fields (log.py's _HEADER): offset and size. Version, header size,
+# record size, byte-order mark, status and end offset are the ones read.
+HEADER_FIELDS = ((8, 4), (12, 4), (16, 4), (20, 4), (24, 8), (32, 8), (40, 4), (44, 4), (48, 8), (56, 4),
+                 (60, 4), (64, 8), (72, 16))
+RECORD_FIELDS = tuple((RECORD_DTYPE.fields[n][1], RECORD_DTYPE.fields[n][0].itemsize) for n in RECORD_DTYPE.names)
+# Metadata records reuse the slot: id (0, 4), len/nframes (4, 2), chunk (6, 2), frame ids from 16.
+META_FIELDS = ((0, 4), (4, 2), (6, 2), (16, 4), (20, 4), (24, 4))
+
+
+class InputTimeout(Exception):
+    """Raised by the timer when one input runs past --per-input seconds."""
+
+
+def _on_alarm(signum, frame):  # noqa: ARG001
+    raise InputTimeout()
+
+
+def put_int(data: bytearray, offset: int, size: int, value: int) -> None:
+    if offset + size <= len(data):
+        data[offset:offset + size] = (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
+
+
+def record_offset(rng: random.Random, data: bytearray) -> int:
+    n = max(1, (len(data) - HEADER_SIZE) // RECORD_SIZE)
+    return HEADER_SIZE + rng.randrange(n) * RECORD_SIZE
+
+
+def mutate(rng: random.Random, data: bytearray, other: bytes) -> str:
+    """One mutation of `data` in place; returns its name (for the statistics)."""
+    m = rng.randrange(12)
+    if m == 0:
+        for _ in range(rng.randint(1, 8)):
+            if data:
+                i = rng.randrange(len(data))
+                data[i] ^= 1 << rng.randrange(8)
+        return "bit flips"
+    if m == 1:
+        offset, size = rng.choice(HEADER_FIELDS)
+        value = rng.choice(INTERESTING_INTS) if rng.random() < 0.7 else int.from_bytes(
+            data[offset:offset + size], "little") + rng.randint(-70, 70)
+        if offset == 64 and rng.random() < 0.5:  # end offset near the real end
+            value = len(data) + rng.randint(-200, 200)
+        put_int(data, offset, size, value)
+        return "header field"
+    if m in (2, 3):
+        at = record_offset(rng, data)
+        offset, size = rng.choice(RECORD_FIELDS if m == 2 else META_FIELDS)
+        put_int(data, at + offset, size, rng.choice(INTERESTING_INTS) if rng.random() < 0.6 else rng.getrandbits(64))
+        return "record field" if m == 2 else "metadata field"
+    if m == 4:
+        at = record_offset(rng, data)
+        put_int(data, at + 63, 1, rng.randrange(256))  # the kind byte, published last by the writer
+        return "record kind"
+    if m == 5:
+        cut = record_offset(rng, data) + rng.choice((0, 0, 1, 32, 63, 64, -1)) if rng.random() < 0.6 else \
+            rng.randrange(len(data) + 1)
+        del data[max(0, cut):]
+        return "truncation"
+    if m == 6:
+        cut = rng.randrange(len(data) + 1)
+        data[cut:] = other[rng.randrange(len(other) + 1):]
+        return "splice"
+    if m == 7:
+        at = record_offset(rng, data)
+        del data[at:at + RECORD_SIZE * rng.randint(1, 3)]
+        return "records deleted"
+    if m == 8:
+        at = record_offset(rng, data)
+        data[at:at] = data[at:at + RECORD_SIZE] * rng.randint(1, 3)
+        return "records duplicated"
+    if m == 9:
+        a, b = record_offset(rng, data), record_offset(rng, data)
+        if a > b:
+            a, b = b, a
+        if a != b and b + RECORD_SIZE <= len(data):
+            ra, rb = data[a:a + RECORD_SIZE], data[b:b + RECORD_SIZE]
+            data[a:a + RECORD_SIZE], data[b:b + RECORD_SIZE] = rb, ra
+        return "records swapped"
+    if m == 10:
+        at = rng.randrange(len(data) + 1)
+        data[at:at + rng.randint(1, 512)] = bytes(min(len(data) - at, 512))[: rng.randint(1, 512)]
+        return "range zeroed"
+    data += bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 200)))
+    return "garbage appended"
+
+
+def exercise(source) -> str:
+    """Decode and use the result as a tool would; the outcome's name."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # warn=False must mean no warnings at all
+            log = read_log(source, warn=False)
+    except LogFormatError:
+        return "LogFormatError"
+    to_text(log)
+    for record in log.records[:64]:
+        log.stack(record["stack"])
+        log.label(record)
+    # Not log.wall_time_ns(): a header whose clock fields are absurd makes it
+    # overflow (OverflowError). Reported to the log format's owner; this
+    # fuzzer covers decoding.
+    return "decoded, damage reported" if log.warnings else "decoded"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--seed", type=int, default=int(time.time()))
+    ap.add_argument("--per-input", type=float, default=5.0, help="time bound of one input (seconds)")
+    ap.add_argument("--corpus", type=Path, default=HERE / "corpus" / "decoder")
+    ap.add_argument("--save", type=Path, default=Path(tempfile.gettempdir()))
+    args = ap.parse_args()
+
+    seeds = {p.name: p.read_bytes() for p in sorted(args.corpus.iterdir()) if p.is_file()}
+    if not seeds:
+        print(f"fuzz_log_decode: no seeds in {args.corpus}")
+        return 1
+    plain = {name: (gzip.decompress(d) if d[:2] == b"\x1f\x8b" else d) for name, d in seeds.items()}
+    for name, data in plain.items():  # the seeds themselves must decode
+        assert exercise(data).startswith("decoded"), f"seed {name} does not decode"
+    rng = random.Random(args.seed)
+    signal.signal(signal.SIGALRM, _on_alarm)
+    outcomes: dict[str, int] = {}
+    mutations: dict[str, int] = {}
+    slowest = (0.0, "")
+    names = sorted(seeds)
+    scratch = Path(tempfile.mkdtemp(prefix="fuzz_log_decode-"))
+    start = time.monotonic()
+    n = 0
+    print(f"fuzz_log_decode: {len(seeds)} seeds from {args.corpus}, seed {args.seed}, {args.seconds:.0f} s, "
+          f"{args.per_input:g} s per input")
+    try:
+        while time.monotonic() - start < args.seconds:
+            name = rng.choice(names)
+            compressed = seeds[name][:2] == b"\x1f\x8b" and rng.random() < 0.3
+            data = bytearray(seeds[name] if compressed else plain[name])
+            other = plain[rng.choice(names)]
+            applied = [mutate(rng, data, other) for _ in range(rng.randint(1, 4))]
+            for what in applied:
+                mutations[what] = mutations.get(what, 0) + 1
+            source: object = bytes(data)
+            if compressed:  # the decompression path reads files only
+                source = scratch / "input.talog.gz"
+                source.write_bytes(data)
+            n += 1
+            t0 = time.monotonic()
+            signal.setitimer(signal.ITIMER_REAL, args.per_input)
+            try:
+                outcome = exercise(source)
+            except BaseException as e:  # noqa: BLE001 -- every escape is the finding
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                if isinstance(e, KeyboardInterrupt):
+                    raise
+                args.save.mkdir(parents=True, exist_ok=True)
+                saved = args.save / f"fuzz_log_decode-crash-{args.seed}-{n}"
+                saved.write_bytes(data)
+                why = f"took over {args.per_input:g} s" if isinstance(e, InputTimeout) else "raised"
+                print(f"fuzz_log_decode: FAILED: input {n} (seed {name}, mutations {applied}"
+                      f"{', gzip' if compressed else ''}) {why}; saved to {saved}")
+                traceback.print_exc(file=sys.stdout)
+                return 1
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            took = time.monotonic() - t0
+            if took > slowest[0]:
+                slowest = (took, name)
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    finally:
+        for p in scratch.iterdir():
+            p.unlink()
+        scratch.rmdir()
+    elapsed = time.monotonic() - start
+    print(f"fuzz_log_decode: {n} inputs in {elapsed:.0f} s ({n / elapsed:.0f}/s): "
+          + ", ".join(f"{v} {k}" for k, v in sorted(outcomes.items())) + "; 0 failures")
+    print("fuzz_log_decode: mutations applied: " + ", ".join(f"{v} {k}" for k, v in sorted(mutations.items())))
+    print(f"fuzz_log_decode: slowest input {slowest[0] * 1000:.1f} ms (from {slowest[1]})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
