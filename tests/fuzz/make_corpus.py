@@ -199,8 +199,12 @@ def session(lib: ctypes.CDLL, rng: random.Random, ops: int, devices: int = 1) ->
 
 def write_decoder_corpus() -> int:
     lib = load_library()
-    shutil.rmtree(DECODER_DIR, ignore_errors=True)
-    DECODER_DIR.mkdir(parents=True)
+    # Logs of the current format are rewritten; the version-1 seeds (kept from before checksums, named v1-*)
+    # stay, so the fuzzer keeps reaching the older format's reader.
+    DECODER_DIR.mkdir(parents=True, exist_ok=True)
+    for old in DECODER_DIR.iterdir():
+        if not old.name.startswith("v1-"):
+            old.unlink()
     rng = random.Random(7)
     base = "backend:sim,warn:0,oom_report:off,sim_capacity:1GiB"
     with tempfile.TemporaryDirectory() as tmp:
