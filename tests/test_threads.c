@@ -15,6 +15,7 @@
 
 #include "live_set.h" /* 1 << 20 slots: more than every insert of 4 x 100000 ops */
 #include "sim.h"
+#include "thread_workload.h"
 
 #define NTHREADS 4
 #define MAX_OWN 64
@@ -42,20 +43,8 @@ typedef struct worker {
   int depth; /* thread 0's phase depth */
 } worker;
 
-static uint64_t next_rand(worker *w) {
-  uint64_t z = (w->rng += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-static size_t draw_size(worker *w) {
-  uint64_t r = next_rand(w) % 100;
-  if (r < 60) return 1 + next_rand(w) % 4096;
-  if (r < 85) return 4097 + next_rand(w) % (1 * MiB);
-  if (r < 97) return 1 * MiB + 1 + next_rand(w) % (9 * MiB);
-  return 10 * MiB + next_rand(w) % (40 * MiB);
-}
+static uint64_t next_rand(worker *w) { return workload_rand(&w->rng); }
+static size_t draw_size(worker *w) { return workload_size(&w->rng); }
 
 static void free_one(worker *w, int i) {
   own_block b = w->own[i];
