@@ -211,3 +211,20 @@ def test_the_report_prints_damage_as_its_own_notes(library_path: Path, tmp_path:
     out = capsys.readouterr()
     assert any("failed the checksum" in n for n in json.loads(out.out)["notes"])
     assert f"torchalloc report: note: {path}: 1 record failed the checksum" in out.err
+
+
+def test_wall_time_survives_absurd_header_clocks() -> None:
+    """The header's clocks are u64: a damaged pair once made wall_time_ns() raise OverflowError (found by
+    fuzz_log_decode). The offset is added modulo 2**64, as C would; a sane header gives the plain sum."""
+    import dataclasses
+
+    log = read_log(REPO / "tests" / "fuzz" / "corpus" / "decoder" / "closed-stacks")
+    h = log.header
+    expected = log.records["time_ns"].astype(np.int64) + (h.created_realtime_ns - h.created_monotonic_ns)
+    assert np.array_equal(log.wall_time_ns(), expected)
+    for realtime, monotonic in ((2**64 - 1, 0), (0, 2**64 - 1), (2**63, 2**63 - 1)):
+        log.header = dataclasses.replace(h, created_realtime_ns=realtime, created_monotonic_ns=monotonic)
+        got = log.wall_time_ns()
+        offset = (realtime - monotonic) % (1 << 64)
+        want = [((int(t) + offset) % (1 << 64)) for t in log.records["time_ns"][:3]]
+        assert [int(x) % (1 << 64) for x in got[:3]] == want

@@ -227,10 +227,12 @@ class Log:
         return ""
 
     def wall_time_ns(self) -> np.ndarray:
-        """Each record's time as nanoseconds since the Unix epoch."""
-        return self.records["time_ns"].astype(np.int64) + (
-            self.header.created_realtime_ns - self.header.created_monotonic_ns
-        )
+        """Each record's time as nanoseconds since the Unix epoch.
+
+        The header's two clocks are u64: their difference is added modulo 2**64, as the C side's arithmetic
+        would, so a damaged header gives wrong times rather than an OverflowError."""
+        offset = (self.header.created_realtime_ns - self.header.created_monotonic_ns) % (1 << 64)
+        return (self.records["time_ns"].astype(np.uint64) + np.uint64(offset)).view(np.int64)
 
 
 def kind_names(kinds: Union[np.ndarray, int]) -> Union[np.ndarray, str]:
