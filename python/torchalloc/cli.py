@@ -15,8 +15,7 @@ import json
 import os
 import sys
 import traceback
-import warnings
-from typing import Any, Callable, Sequence, TextIO
+from typing import Any, Callable, Sequence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,12 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"torchalloc: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     try:
-        with warnings.catch_warnings():
-            # Notes the readers raise as warnings (a damaged or cut log) are the tool's own lines here,
-            # not Python's "file:line: SomeWarning:" text.
-            warnings.simplefilter("default")
-            warnings.showwarning = _note_printer(name)
-            status = _resolve(name)(rest)
+        status = _resolve(name)(rest)
     except KeyboardInterrupt:
         print(f"torchalloc {name}: interrupted", file=sys.stderr)
         return 130
@@ -90,14 +84,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"torchalloc {name}: error: {describe_error(e)}", file=sys.stderr)
         return 1
     return 0 if status is None else int(status)
-
-
-def _note_printer(name: str) -> Callable[..., None]:
-    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-             file: TextIO | None = None, line: str | None = None) -> None:
-        print(f"torchalloc {name}: note: {' '.join(str(message).split())}", file=file or sys.stderr)
-
-    return show
 
 
 # Errors a user's input or machine can cause (by class name, so this module imports none of the tools);
