@@ -34,7 +34,6 @@ from .units import fmt_bytes
 # can open a protocol 0/1 pickle. Anything else is not tried as a pickle.
 _PICKLE_STARTS = frozenset(b"\x80(}])cINLSVFGJKMXUTB")
 _U64 = (1 << 64) - 1  # addresses and streams are unsigned 64-bit in the replay events
-MAX_SIZE = MAX_REQUEST  # a segment or block beyond this is malformed (and would overflow the int64 curves)
 
 
 def looks_like_pickle(data: bytes) -> bool:
@@ -110,7 +109,7 @@ def _int_field(entry: dict[str, Any], key: str, where: str, default: int | None 
 
 def _size_field(entry: dict[str, Any], key: str, where: str) -> int:
     value = _int_field(entry, key, where)
-    if not 0 <= value <= MAX_SIZE:
+    if not 0 <= value <= MAX_REQUEST:  # also keeps the int64 reserved curve from overflowing
         raise TraceError(f"{where}: '{key}' {value} is negative or larger than any device")
     return value
 
@@ -211,7 +210,7 @@ def from_snapshot(snapshot: Any, *, device: int | None = None, prelude: bool = T
             streams.append(stream & _U64)
         elif action in _SEGMENT_SIGN:
             size = get("size")
-            if type(size) is not int or not 0 <= size <= MAX_SIZE:
+            if type(size) is not int or not 0 <= size <= MAX_REQUEST:
                 _bad_entry(entry, ("size",), f"{what}: device_traces[{dev}][{i}]")
             native_pos.append(len(kinds))
             native_delta.append(size * _SEGMENT_SIGN[action])
@@ -251,7 +250,7 @@ def from_snapshot(snapshot: Any, *, device: int | None = None, prelude: bool = T
                 offset = addr + bsize
                 if prelude and block.get("state") in _ACTIVE_BLOCK_STATES and addr not in seen:
                     req = block.get("requested_size")
-                    pre.append((addr, req if type(req) is int and 0 < req <= MAX_SIZE else bsize, seg_stream))
+                    pre.append((addr, req if type(req) is int and 0 < req <= MAX_REQUEST else bsize, seg_stream))
 
     n_pre = len(pre)
     if unknown:
