@@ -8,10 +8,13 @@
  *     nearly every malloc splits a block and every free merges (worst case);
  *   - repeat: slot k always asks for the same size, as a training loop
  *     does step after step (freed blocks are reused whole).
- * Prints ns per pair for 1 thread, 2 threads on one device (one heap, one
- * lock) and 2 threads on two devices. Not a test: figures only.
+ * Prints ns per pair for 1 thread, 2 and 4 threads on one device (one heap,
+ * one lock) and 2 threads on two devices. Not a test: figures only.
  *
- *   bench_pairs [PAIRS] [EXTRA_CONF]     e.g. bench_pairs 4000000 log:/tmp/bench.talog */
+ *   bench_pairs [PAIRS] [EXTRA_CONF]     e.g. bench_pairs 4000000 log:/tmp/bench.talog
+ *   bench_pairs --one POLICY PATTERN THREADS DEVICES [PAIRS] [EXTRA_CONF]
+ *       one figure (e.g. --one caching mixed 4 1): for scripts that interleave
+ *       runs of two builds (the machine is noisy: compare medians). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +25,7 @@
 
 #define NSIZES 4096
 #define WINDOW 64
+#define MAX_THREADS 8
 
 static size_t sizes[NSIZES];
 static long pairs_per_thread = 4000000;
@@ -98,10 +102,10 @@ static double bench(const char *policy, int threads, int devices) {
     fprintf(stderr, "bench: %s\n", torchalloc_last_error());
     exit(1);
   }
-  worker w[2];
-  pthread_t t[2];
+  worker w[MAX_THREADS];
+  pthread_t t[MAX_THREADS];
   for (int i = 0; i < threads; i++) {
-    w[i] = (worker){.device = devices == 2 ? i : 0, .stream = (cudaStream_t)(uintptr_t)(0x100 * (i + 1)),
+    w[i] = (worker){.device = i % devices, .stream = (cudaStream_t)(uintptr_t)(0x100 * (i + 1)),
                     .seed = 7u + (unsigned)i};
     pthread_create(&t[i], NULL, run, &w[i]);
   }
@@ -114,21 +118,40 @@ static double bench(const char *policy, int threads, int devices) {
   return worst;
 }
 
+static int run_one(int argc, char **argv) {
+  if (argc < 6) {
+    fprintf(stderr, "usage: bench_pairs --one POLICY mixed|repeat THREADS DEVICES [PAIRS] [EXTRA_CONF]\n");
+    return 2;
+  }
+  repeat_pattern = strcmp(argv[3], "repeat") == 0;
+  int threads = atoi(argv[4]), devices = atoi(argv[5]);
+  if (threads < 1 || threads > MAX_THREADS || devices < 1 || devices > 2) {
+    fprintf(stderr, "bench_pairs: THREADS is 1-%d, DEVICES 1 or 2\n", MAX_THREADS);
+    return 2;
+  }
+  if (argc > 6) pairs_per_thread = atol(argv[6]);
+  if (argc > 7) extra_conf = argv[7];
+  printf("%.1f\n", bench(argv[2], threads, devices));
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  make_sizes();
+  if (argc > 1 && strcmp(argv[1], "--one") == 0) return run_one(argc, argv);
   if (argc > 1) pairs_per_thread = atol(argv[1]);
   if (argc > 2) extra_conf = argv[2];
-  make_sizes();
   const char *policies[] = {"caching", "phase_arena"};
-  printf("%-20s %14s %22s %22s   (ns per malloc+free pair, per thread)\n", "policy / pattern", "1 thread",
-         "2 threads, 1 device", "2 threads, 2 devices");
+  printf("%-20s %10s %21s %21s %22s   (ns per malloc+free pair, per thread)\n", "policy / pattern", "1 thread",
+         "2 threads, 1 device", "4 threads, 1 device", "2 threads, 2 devices");
   for (repeat_pattern = 0; repeat_pattern < 2; repeat_pattern++) {
     for (int p = 0; p < 2; p++) {
       double one = bench(policies[p], 1, 1);
       double two_shared = bench(policies[p], 2, 1);
+      double four_shared = bench(policies[p], 4, 1);
       double two_split = bench(policies[p], 2, 2);
       char label[40];
       snprintf(label, sizeof label, "%s / %s", policies[p], repeat_pattern ? "repeat" : "mixed");
-      printf("%-20s %11.1f ns %19.1f ns %19.1f ns\n", label, one, two_shared, two_split);
+      printf("%-20s %7.1f ns %18.1f ns %18.1f ns %19.1f ns\n", label, one, two_shared, four_shared, two_split);
     }
   }
   return 0;
