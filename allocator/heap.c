@@ -117,30 +117,33 @@ static ta_noinline ta_block *malloc_retry(ta_heap *h, ta_policy *policy, size_t 
   return b;
 }
 
+/* The caller's allocation: the bytes become allocated. Values are kept in
+ * registers rather than re-read from fields just stored (see stats.h). */
 static inline void count_alloc(ta_heap *h, const ta_block *b) {
   int pool = ta_block_pool(b);
-  int64_t size = (int64_t)b->size;
+  int64_t size = (int64_t)b->size, requested = (int64_t)b->requested;
   ta_phase_acct *pa = &h->phases[b->phase];
   if (ta_unlikely(pa->epoch != b->phase_epoch)) { /* first request of a new occurrence */
     pa->epoch = b->phase_epoch;
     pa->occ_alloc = pa->occ_freed = 0;
   }
+  int64_t allocated = ta_stat_total(h->stats.allocated_bytes) + size;
+  ta_stats_add(h->stats.allocation, pool, 1);
+  ta_stats_add(h->stats.allocated_bytes, pool, size);
+  ta_stats_add(h->stats.requested_bytes, pool, requested);
+  int64_t live = pa->pub.live_bytes + size;
   pa->occ_alloc += size;
   pa->pub.allocated_bytes += size;
   pa->pub.allocated_count++;
-  pa->pub.live_bytes += size;
-  if (pa->pub.live_bytes > pa->pub.live_peak_bytes) pa->pub.live_peak_bytes = pa->pub.live_bytes;
-  ta_stats_add(h->stats.allocation, pool, 1);
-  ta_stats_add(h->stats.allocated_bytes, pool, (int64_t)b->size);
-  ta_stats_add(h->stats.requested_bytes, pool, (int64_t)b->requested);
-  int64_t allocated = ta_stat_total(h->stats.allocated_bytes);
+  pa->pub.live_bytes = live;
+  if (live > pa->pub.live_peak_bytes) pa->pub.live_peak_bytes = live;
   if (allocated > pa->pub.peak_allocated_bytes) pa->pub.peak_allocated_bytes = allocated;
 }
 
 /* The caller's free: the bytes stop being allocated. */
 static inline void count_free(ta_heap *h, const ta_block *b, int phase_now) {
   int pool = ta_block_pool(b);
-  int64_t size = (int64_t)b->size;
+  int64_t size = (int64_t)b->size, requested = (int64_t)b->requested;
   ta_phase_acct *pa = &h->phases[b->phase];
   pa->pub.live_bytes -= size;
   /* Transient: allocated in this occurrence of its phase, freed before it ended. */
@@ -150,8 +153,8 @@ static inline void count_free(ta_heap *h, const ta_block *b, int phase_now) {
   h->phases[phase_now].pub.freed_bytes += size;
   h->phases[phase_now].pub.freed_count++;
   ta_stats_sub(h->stats.allocation, pool, 1);
-  ta_stats_sub(h->stats.allocated_bytes, pool, (int64_t)b->size);
-  ta_stats_sub(h->stats.requested_bytes, pool, (int64_t)b->requested);
+  ta_stats_sub(h->stats.allocated_bytes, pool, size);
+  ta_stats_sub(h->stats.requested_bytes, pool, requested);
 }
 
 void *ta_heap_malloc(ta_heap *h, size_t size, cudaStream_t stream) {

@@ -2,10 +2,7 @@
 
 #include <stdlib.h>
 
-/* Addresses are 512-aligned: drop those bits, then Fibonacci hashing. */
-static inline size_t slot_of(const ta_ptrmap *m, uintptr_t key) {
-  return (size_t)(((uint64_t)(key >> 9) * 0x9E3779B97F4A7C15ull) >> 20) & m->mask;
-}
+#define slot_of ta_ptrmap_slot_of
 
 int ta_ptrmap_init(ta_ptrmap *m) {
   m->mask = 1023;
@@ -44,13 +41,6 @@ int ta_ptrmap_put(ta_ptrmap *m, uintptr_t key, ta_block *value) {
   place(m, key, value);
   m->count++;
   return 0;
-}
-
-ta_block *ta_ptrmap_get(const ta_ptrmap *m, uintptr_t key) {
-  for (size_t i = slot_of(m, key);; i = (i + 1) & m->mask) {
-    if (m->slots[i].key == key) return m->slots[i].value;
-    if (!m->slots[i].key) return NULL;
-  }
 }
 
 ta_block *ta_ptrmap_take(ta_ptrmap *m, uintptr_t key) {

@@ -12,13 +12,18 @@
 #include "common.h"
 #include "torchalloc.h"
 
+/* The other pool's current is read before anything is stored and the new
+ * value kept in a register: no load waits on a store just made (stat fields
+ * are int64_t like the block's sizes, so the compiler must assume they alias
+ * and would reload each one). */
 static inline void ta_stats_add(torchalloc_stat *stat, int pool, int64_t n) {
   torchalloc_stat *p = &stat[pool];
-  p->current += n;
+  int64_t other = stat[TORCHALLOC_POOL_SMALL + TORCHALLOC_POOL_LARGE - pool].current;
+  int64_t current = p->current + n;
+  p->current = current;
   p->allocated += n;
-  if (p->current > p->peak) p->peak = p->current;
-  int64_t all = stat[TORCHALLOC_POOL_SMALL].current + stat[TORCHALLOC_POOL_LARGE].current;
-  if (all > stat[TORCHALLOC_POOL_ALL].peak) stat[TORCHALLOC_POOL_ALL].peak = all;
+  if (current > p->peak) p->peak = current;
+  if (current + other > stat[TORCHALLOC_POOL_ALL].peak) stat[TORCHALLOC_POOL_ALL].peak = current + other;
 }
 
 static inline void ta_stats_sub(torchalloc_stat *stat, int pool, int64_t n) {
