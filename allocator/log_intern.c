@@ -6,6 +6,7 @@
  * ids share one counter, so an id names one thing in the whole file. The
  * table lives under the log's mutex: interning happens before the heap
  * lock is taken (never under it), and only for rare events or stacks. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,10 @@ typedef struct key_ref {
   const char *key; /* tag byte, then the content (owned by the entry) */
   uint32_t len;    /* counts the tag byte */
 } key_ref;
+
+/* Bumped whenever the table is forgotten: an id is valid only in the
+ * generation it was handed out in (callers that cache ids check it). */
+static _Atomic uint64_t generation = 1;
 
 static struct {
   entry *slots;
@@ -127,7 +132,10 @@ void ta_log_intern_reset(void) {
   free(T.slots);
   free(T.by_id);
   memset(&T, 0, sizeof T);
+  atomic_fetch_add(&generation, 1);
 }
+
+uint64_t ta_log_intern_generation(void) { return atomic_load_explicit(&generation, memory_order_acquire); }
 
 /* ------------------------------------------------------------------------
  * Records (log mutex held)
@@ -191,7 +199,9 @@ uint32_t ta_log_string(const char *s) {
   return id;
 }
 
-uint32_t ta_log_intern_stack(const ta_log_frame_text *frames, int n) {
+uint32_t ta_log_intern_stack(const ta_log_frame_text *frames, int n) { return ta_log_intern_stack_in(frames, n, NULL); }
+
+uint32_t ta_log_intern_stack_in(const ta_log_frame_text *frames, int n, uint64_t *gen) {
   if (n <= 0) return 0;
   if (n > UINT16_MAX) n = UINT16_MAX;
   uint32_t ids[64], *frame_ids = n <= 64 ? ids : malloc((size_t)n * sizeof *frame_ids);
@@ -202,6 +212,7 @@ uint32_t ta_log_intern_stack(const ta_log_frame_text *frames, int n) {
     for (int i = 0; i < n; i++) frame_ids[i] = frame_locked(&frames[i]);
     id = stack_locked(frame_ids, n);
   }
+  if (gen) *gen = atomic_load_explicit(&generation, memory_order_relaxed);
   ta_log_unlock();
   if (frame_ids != ids) free(frame_ids);
   return id;

@@ -18,6 +18,12 @@ typedef struct ta_log_frame_text {
  * held. */
 ta_internal uint32_t ta_log_string(const char *s);
 ta_internal uint32_t ta_log_intern_stack(const ta_log_frame_text *frames, int n);
+/* The same, with the generation the id belongs to in *gen (see below). */
+ta_internal uint32_t ta_log_intern_stack_in(const ta_log_frame_text *frames, int n, uint64_t *gen);
+/* The interning generation: it changes whenever the ids are forgotten (a log
+ * closed or opened), so a cache of ids (pystack.c) knows when its entries
+ * are stale. Lock-free. */
+ta_internal uint64_t ta_log_intern_generation(void);
 /* Call `visit` for each frame of stack `stack`, innermost first (under the
  * file's mutex: `visit` must not log). Returns the frame count, 0 when the
  * id is unknown. */
