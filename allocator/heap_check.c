@@ -58,6 +58,12 @@ static int check_segment(ta_heap *h, const ta_segment *s, recount *rc, char *err
   }
   if (expect != s->addr + s->size) FAIL("segment %p: blocks cover %zu of %zu bytes", (void *)s->addr,
                                         (size_t)(expect - s->addr), s->size);
+  if (s->last != prev) FAIL("segment %p: its last-block link is wrong", (void *)s->addr);
+  const ta_expansion *x = s->expansion;
+  if (x && (s->size == 0 || s->size % x->granule || s->size > x->reserved || x->ngrown == 0 || x->grown[0] != 0 ||
+            x->grown[x->ngrown - 1] >= s->size))
+    FAIL("expandable segment %p: %zu bytes mapped of %zu reserved, granule %zu, %zu ranges", (void *)s->addr,
+         s->size, x->reserved, x->granule, x->ngrown);
   add3(rc->segment, s->pool, 1);
   add3(rc->reserved_bytes, s->pool, (int64_t)s->size);
   return 0;

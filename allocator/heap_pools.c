@@ -35,7 +35,7 @@ static ta_private_pool *create(ta_heap *h, const uint64_t id[2]) {
     h->cap_pools = cap;
   }
   uint8_t id_policy = ta_policy_for_private_pools();
-  ta_policy *policy = ta_policy_by_id(id_policy)->create(&h->seg, id_policy);
+  ta_policy *policy = ta_policy_by_id(id_policy)->create(&h->seg, id_policy, 0); /* never expandable: see policy.h */
   if (!policy) return NULL;
   ta_private_pool *p = &h->pools[h->npools++];
   *p = (ta_private_pool){.id = {id[0], id[1]}, .use_count = 0, .policy = policy};

@@ -10,6 +10,7 @@ ta_arena *ta_arena_create(ta_segments *segments, ta_policy *policy) {
   if (!a) return NULL;
   a->segments = segments;
   a->policy = policy;
+  a->expandable = (policy->flags & TA_POLICY_EXPANDABLE) && ta_segments_granule(segments) > 0;
   return a;
 }
 
@@ -39,6 +40,7 @@ static ta_noinline ta_stream_bins *add_stream(ta_arena *a, cudaStream_t stream) 
   ta_stream_bins *s = &a->streams[a->nstreams];
   s->stream = stream;
   s->pool[0] = NULL;
+  s->expandable[0] = s->expandable[TA_POOL_SMALL] = s->expandable[TA_POOL_LARGE] = NULL;
   s->pool[TA_POOL_SMALL] = calloc(1, sizeof(ta_bins));
   s->pool[TA_POOL_LARGE] = calloc(1, sizeof(ta_bins));
   if (!s->pool[TA_POOL_SMALL] || !s->pool[TA_POOL_LARGE]) {
@@ -87,7 +89,94 @@ static inline void split_after(ta_arena *a, ta_bins *bins, ta_block *b, size_t k
   if (b->next) b->next->prev = rest;
   b->next = rest;
   b->size = keep;
+  if (!rest->next) b->segment->last = rest;
   put_free(a, bins, rest);
+}
+
+/* ------------------------------------------------------------------------
+ * Expandable segments
+ * ---------------------------------------------------------------------- */
+
+/* A free block of at least `rounded` bytes at the end of the stream's
+ * expandable segment, out of the index: the segment made, or grown by what
+ * its free end lacks. NULL with *status TA_ENOMEM (device full), or
+ * TA_ENOSPACE (no addresses: the caller makes an ordinary segment). */
+static ta_block *expand(ta_arena *a, ta_stream_bins *sb, int pool, ta_bins *bins, size_t rounded, int *status) {
+  ta_segment *seg = sb->expandable[pool];
+  if (!seg) {
+    seg = ta_segments_alloc_expandable(a->segments, rounded, sb->stream, pool, a, a->policy, status);
+    if (!seg) return NULL;
+    own(a, seg);
+    sb->expandable[pool] = seg;
+    return seg->first;
+  }
+  ta_block *tail = seg->last;
+  size_t have = tail->state == TA_BLOCK_FREE ? tail->size : 0;
+  if (have >= rounded) { /* the index may pass over a fitting block of the request's own size class */
+    take_free(a, bins, tail);
+    return tail;
+  }
+  ta_block *fresh = have ? tail : ta_segments_block_new(a->segments);
+  size_t bytes = ta_align_up(rounded - have, ta_segments_granule(a->segments));
+  *status = fresh ? ta_segments_grow(a->segments, seg, bytes) : TA_ENOMEM;
+  if (*status != TA_OK) {
+    if (fresh && fresh != tail) ta_segments_block_delete(a->segments, fresh);
+    return NULL;
+  }
+  a->reserved += bytes;
+  if (have) {
+    take_free(a, bins, tail);
+    tail->size += bytes;
+    return tail;
+  }
+  *fresh = (ta_block){.addr = tail->addr + tail->size, .size = bytes, .prev = tail, .segment = seg,
+                      .stream = seg->stream, .owner = a, .policy = tail->policy, .state = TA_BLOCK_FREE};
+  tail->next = fresh;
+  seg->last = fresh;
+  return fresh;
+}
+
+/* Give back the free end of an expandable segment, all of it when nothing
+ * in it lives. Returns the bytes given back. */
+static size_t shrink(ta_arena *a, ta_segment *seg) {
+  ta_block *b = seg->last;
+  if (b->state != TA_BLOCK_FREE) return 0;
+  ta_bins *bins = bins_for(a, seg->stream, seg->pool);
+  size_t size = seg->size;
+  if (b == seg->first) {
+    take_free(a, bins, b);
+    a->streams[a->last].expandable[seg->pool] = NULL; /* bins_for left `last` at the segment's stream */
+    disown(a, seg);
+    ta_segments_release(a->segments, seg);
+    return size;
+  }
+  size_t keep = ta_align_up(b->addr - seg->addr, ta_segments_granule(a->segments));
+  if (keep >= size) return 0; /* the free end lies within the last live block's granule */
+  take_free(a, bins, b);
+  if (b->addr == seg->addr + keep) { /* the free block goes entirely */
+    b->prev->next = NULL;
+    seg->last = b->prev;
+    ta_segments_block_delete(a->segments, b);
+  } else {
+    b->size = seg->addr + keep - b->addr;
+    put_free(a, bins, b);
+  }
+  ta_segments_shrink(a->segments, seg, keep);
+  a->reserved -= size - keep;
+  return size - keep;
+}
+
+/* A fresh block for a request no free block fits (the slow path). */
+static ta_noinline ta_block *fresh_block(ta_arena *a, cudaStream_t stream, int pool, ta_bins *bins, size_t rounded) {
+  if (a->expandable) {
+    int status = TA_ENOMEM;
+    ta_block *b = expand(a, &a->streams[a->last], pool, bins, rounded, &status);
+    if (b || status != TA_ENOSPACE) return b;
+  }
+  ta_segment *seg = ta_segments_alloc(a->segments, ta_segment_size_for(rounded), stream, pool, a, a->policy);
+  if (!seg) return NULL;
+  own(a, seg);
+  return seg->first;
 }
 
 ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream) {
@@ -99,12 +188,10 @@ ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream) {
   if (b) {
     take_free(a, bins, b);
   } else {
-    ta_segment *seg = ta_segments_alloc(a->segments, ta_segment_size_for(rounded), stream, pool, a, a->policy);
-    if (!seg) return NULL;
-    own(a, seg);
-    b = seg->first;
+    b = fresh_block(a, stream, pool, bins, rounded);
+    if (!b) return NULL;
   }
-  if (ta_should_split(b->size, rounded, pool)) {
+  if (ta_should_split(b->size, rounded, pool, b->segment->expansion != NULL)) {
     ta_block *rest = ta_segments_block_new(a->segments);
     if (ta_likely(rest != NULL)) split_after(a, bins, b, rounded, rest); /* without host memory: whole */
   }
@@ -155,6 +242,7 @@ void ta_arena_free(ta_arena *a, ta_block *b) {
     b->size += n->size;
     b->next = n->next;
     if (n->next) n->next->prev = b;
+    else b->segment->last = b;
     ta_segments_block_delete(a->segments, n);
   }
   b->requested = 0;
@@ -165,6 +253,10 @@ size_t ta_arena_release_cached(ta_arena *a) {
   size_t released = 0;
   for (ta_segment *s = a->owned, *next; s; s = next) {
     next = s->owner_next;
+    if (s->expansion) {
+      released += shrink(a, s);
+      continue;
+    }
     ta_block *b = s->first;
     if (b->state != TA_BLOCK_FREE || b->next) continue;
     take_free(a, bins_for(a, s->stream, s->pool), b);

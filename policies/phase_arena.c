@@ -14,12 +14,13 @@ typedef struct phase_arena_policy {
   ta_arena *arenas[NARENAS];
 } phase_arena_policy;
 
-static ta_policy *phase_arena_create(ta_segments *segments, uint8_t id) {
+static ta_policy *phase_arena_create(ta_segments *segments, uint8_t id, unsigned flags) {
   phase_arena_policy *p = calloc(1, sizeof *p);
   if (!p) return NULL;
   p->base.ops = &ta_phase_arena_policy;
   p->base.segments = segments;
   p->base.id = id;
+  p->base.flags = flags;
   return &p->base;
 }
 
