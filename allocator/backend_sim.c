@@ -23,14 +23,16 @@
 #define SIM_MAX_DEVICES 64
 #define SIM_ALIGN 512
 
-/* An address range reserved for an expandable segment. The model is stricter
- * than CUDA: memory is mapped only at the end of what is mapped and unmapped
- * only from the end, which is all the segment layer does, so anything else
- * is a bug it counts as a violation. */
+/* An address range reserved for an expandable segment, with a flag per
+ * granule (up to the highest one ever mapped): mapping a mapped granule,
+ * unmapping an unmapped one, or freeing the range with granules mapped is a
+ * bug the model counts as a violation (CUDA would fail or leak). */
 typedef struct sim_reservation {
   uintptr_t base;
   size_t size;
-  size_t mapped; /* bytes mapped from base */
+  uint8_t *mapped; /* one flag per granule */
+  size_t cap;      /* granules `mapped` covers */
+  size_t nmapped;  /* granules mapped now */
 } sim_reservation;
 
 typedef struct sim_device {
@@ -160,7 +162,7 @@ static int sim_reserve(ta_backend *b, int device, size_t size, uintptr_t *out) {
   uintptr_t base = ta_align_up(d->next_addr, TA_SIM_GRANULE);
   if (base - d->next_addr > d->end_addr - d->next_addr - size) return TA_ENOMEM;
   d->next_addr = base + size;
-  d->reservations[d->nreservations++] = (sim_reservation){base, size, 0};
+  d->reservations[d->nreservations++] = (sim_reservation){.base = base, .size = size};
   *out = base;
   return TA_OK;
 }
@@ -179,23 +181,53 @@ static void sim_unreserve(ta_backend *b, int device, uintptr_t addr, size_t size
     violation(d, "unreserve of a range that was not reserved");
     return;
   }
-  if (r->mapped) violation(d, "unreserve of a range still mapped");
+  if (r->nmapped) violation(d, "unreserve of a range still mapped");
+  free(r->mapped);
   *r = d->reservations[--d->nreservations];
+}
+
+/* The reservation holding [addr, addr + size), its flags covering it; NULL
+ * (and a violation) when there is none. */
+static sim_reservation *range_of(sim_device *d, uintptr_t addr, size_t size, const char *call) {
+  sim_reservation *r = reservation_of(d, addr);
+  if (!r || size == 0 || size % TA_SIM_GRANULE || (addr - r->base) % TA_SIM_GRANULE ||
+      size > r->size - (addr - r->base)) {
+    violation(d, call);
+    return NULL;
+  }
+  size_t end = (addr - r->base + size) / TA_SIM_GRANULE;
+  if (end > r->cap) {
+    size_t cap = r->cap ? r->cap : 64;
+    while (cap < end) cap *= 2;
+    uint8_t *m = realloc(r->mapped, cap);
+    if (!m) return NULL;
+    memset(m + r->cap, 0, cap - r->cap);
+    r->mapped = m;
+    r->cap = cap;
+  }
+  return r;
 }
 
 static int sim_map(ta_backend *b, int device, uintptr_t addr, size_t size, uint64_t *handles) {
   sim_backend *s = (sim_backend *)b;
   sim_device *d = &s->dev[device];
-  sim_reservation *r = reservation_of(d, addr);
-  if (!r || addr != r->base + r->mapped || size % TA_SIM_GRANULE || size > r->size - r->mapped) {
-    violation(d, "map outside a reservation, or not at the end of what is mapped");
-    return TA_ENOMEM;
+  sim_reservation *r = range_of(d, addr, size, "map outside a reserved range or not granule-aligned");
+  if (!r) return TA_ENOMEM;
+  size_t first = (addr - r->base) / TA_SIM_GRANULE, n = size / TA_SIM_GRANULE;
+  for (size_t i = 0; i < n; i++) {
+    if (r->mapped[first + i]) {
+      violation(d, "map of a granule already mapped");
+      return TA_ENOMEM;
+    }
   }
   uint64_t attempt = atomic_fetch_add_explicit(&s->allocs_attempted, 1, memory_order_relaxed) + 1;
   if (s->opts.fail_alloc_at != 0 && attempt == s->opts.fail_alloc_at) return TA_ENOMEM;
   if (size > sim_free_bytes(s, d)) return TA_ENOMEM;
-  for (size_t i = 0; i < size / TA_SIM_GRANULE; i++) handles[i] = (addr + i * TA_SIM_GRANULE) | 1; /* a token it checks */
-  r->mapped += size;
+  for (size_t i = 0; i < n; i++) {
+    r->mapped[first + i] = 1;
+    handles[i] = (addr + i * TA_SIM_GRANULE) | 1; /* a token unmap checks */
+  }
+  r->nmapped += n;
   d->mapped += size;
   d->used += size;
   return TA_OK;
@@ -204,25 +236,27 @@ static int sim_map(ta_backend *b, int device, uintptr_t addr, size_t size, uint6
 static void sim_unmap(ta_backend *b, int device, uintptr_t addr, size_t size, const uint64_t *handles) {
   sim_device *d = &((sim_backend *)b)->dev[device];
   check_not_capturing(d, "cuMemUnmap");
-  sim_reservation *r = reservation_of(d, addr);
-  if (!r || size % TA_SIM_GRANULE || size > r->mapped || addr != r->base + r->mapped - size) {
-    violation(d, "unmap of a range that is not the end of what is mapped");
-    return;
-  }
-  for (size_t i = 0; i < size / TA_SIM_GRANULE; i++) {
-    if (handles[i] != ((addr + i * TA_SIM_GRANULE) | 1)) {
-      violation(d, "unmap with another range's handles");
+  sim_reservation *r = range_of(d, addr, size, "unmap outside a reserved range or not granule-aligned");
+  if (!r) return;
+  size_t first = (addr - r->base) / TA_SIM_GRANULE, n = size / TA_SIM_GRANULE;
+  for (size_t i = 0; i < n; i++) {
+    if (!r->mapped[first + i] || handles[i] != ((addr + i * TA_SIM_GRANULE) | 1)) {
+      violation(d, "unmap of a granule not mapped, or with another granule's handle");
       return;
     }
   }
-  r->mapped -= size;
+  memset(r->mapped + first, 0, n);
+  r->nmapped -= n;
   d->mapped -= size;
   d->used -= size;
 }
 
 static void sim_destroy(ta_backend *b) {
   sim_backend *s = (sim_backend *)b;
-  for (int i = 0; i < SIM_MAX_DEVICES; i++) free(s->dev[i].reservations);
+  for (int i = 0; i < SIM_MAX_DEVICES; i++) {
+    for (size_t r = 0; r < s->dev[i].nreservations; r++) free(s->dev[i].reservations[r].mapped);
+    free(s->dev[i].reservations);
+  }
   free(b);
 }
 

@@ -50,7 +50,8 @@ struct ta_expansion;
 
 typedef struct ta_segment {
   uintptr_t addr;
-  size_t size;      /* bytes backed by device memory: an expandable segment grows and shrinks at its end */
+  size_t size;      /* bytes its blocks span; an expandable segment grows and shrinks at its end */
+  size_t unmapped;  /* expandable: bytes of it not backed by device memory now (free granules given back) */
   cudaStream_t stream;
   ta_block *first;  /* lowest-address block */
   ta_block *last;   /* highest-address block: an expandable segment grows from it */

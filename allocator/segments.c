@@ -118,7 +118,7 @@ ta_segment *ta_segments_alloc(ta_segments *seg, size_t size, cudaStream_t stream
                   .state = TA_BLOCK_FREE};
   s->last = b;
   ta_stats_add(seg->stats->segment, pool, 1);
-  ta_segments_account(seg, s, addr, size, +1, 1);
+  ta_segments_account(seg, s, addr, size, +1);
   return s;
 fail:
   free(s);
@@ -126,16 +126,13 @@ fail:
   return NULL;
 }
 
-void ta_segments_account(ta_segments *seg, const ta_segment *s, uintptr_t addr, size_t bytes, int sign,
-                         int device_call) {
+void ta_segments_account(ta_segments *seg, const ta_segment *s, uintptr_t addr, size_t bytes, int sign) {
   if (sign > 0) {
-    if (device_call) {
-      seg->stats->num_device_alloc++;
-      seg->phase_growth[seg->phase] += (int64_t)bytes;
-    } else { /* a range given back and named again in part: only the part's bytes count back */
-      seg->phase_released[seg->phase] -= (int64_t)bytes;
-    }
+    seg->stats->num_device_alloc++;
+    seg->phase_growth[seg->phase] += (int64_t)bytes;
     ta_stats_add(seg->stats->reserved_bytes, s->pool, (int64_t)bytes);
+    if (ta_stat_total(seg->stats->reserved_bytes) > seg->high_water)
+      seg->high_water = ta_stat_total(seg->stats->reserved_bytes);
   } else {
     seg->stats->num_device_free++;
     seg->phase_released[seg->phase] += (int64_t)bytes;
@@ -154,7 +151,7 @@ void ta_segments_release(ta_segments *seg, ta_segment *s) {
     ta_segments_expansion_release(seg, s, 1);
   } else {
     seg->backend->ops->free(seg->backend, seg->device, s->addr, s->size);
-    ta_segments_account(seg, s, s->addr, s->size, -1, 1);
+    ta_segments_account(seg, s, s->addr, s->size, -1);
   }
   registry_remove(&seg->registry, s);
   ta_stats_sub(seg->stats->segment, s->pool, 1);

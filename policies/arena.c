@@ -19,14 +19,18 @@ static void own(ta_arena *a, ta_segment *s) {
   s->owner_next = a->owned;
   if (a->owned) a->owned->owner_prev = s;
   a->owned = s;
-  a->reserved += s->size;
 }
 
 static void disown(ta_arena *a, ta_segment *s) {
   if (s->owner_prev) s->owner_prev->owner_next = s->owner_next;
   else a->owned = s->owner_next;
   if (s->owner_next) s->owner_next->owner_prev = s->owner_prev;
-  a->reserved -= s->size;
+}
+
+size_t ta_arena_reserved(const ta_arena *a) {
+  size_t total = 0;
+  for (const ta_segment *s = a->owned; s; s = s->owner_next) total += s->size - s->unmapped;
+  return total;
 }
 
 static ta_noinline ta_stream_bins *add_stream(ta_arena *a, cudaStream_t stream) {
@@ -99,11 +103,17 @@ static inline void split_after(ta_arena *a, ta_bins *bins, ta_block *b, size_t k
 
 /* A free block of at least `rounded` bytes at the end of the stream's
  * expandable segment, out of the index: the segment made, or grown by what
- * its free end lacks. NULL with *status TA_ENOMEM (device full), or
- * TA_ENOSPACE (no addresses: the caller makes an ordinary segment). */
+ * its free end lacks. Growing past the most ever reserved first gives back
+ * free granules elsewhere, so the device's memory follows what lives
+ * instead of the address range's high-water mark. NULL with *status
+ * TA_ENOMEM (device full), or TA_ENOSPACE (no addresses: the caller makes
+ * an ordinary segment). */
 static ta_block *expand(ta_arena *a, ta_stream_bins *sb, int pool, ta_bins *bins, size_t rounded, int *status) {
   ta_segment *seg = sb->expandable[pool];
+  size_t granule = ta_segments_granule(a->segments);
   if (!seg) {
+    size_t bytes = ta_align_up(rounded, granule);
+    if (ta_segments_would_raise_peak(a->segments, bytes)) ta_segments_unmap_free(a->segments, bytes, NULL);
     seg = ta_segments_alloc_expandable(a->segments, rounded, sb->stream, pool, a, a->policy, status);
     if (!seg) return NULL;
     own(a, seg);
@@ -117,13 +127,13 @@ static ta_block *expand(ta_arena *a, ta_stream_bins *sb, int pool, ta_bins *bins
     return tail;
   }
   ta_block *fresh = have ? tail : ta_segments_block_new(a->segments);
-  size_t bytes = ta_align_up(rounded - have, ta_segments_granule(a->segments));
+  size_t bytes = ta_align_up(rounded - have, granule);
+  if (fresh && ta_segments_would_raise_peak(a->segments, bytes)) ta_segments_unmap_free(a->segments, bytes, tail);
   *status = fresh ? ta_segments_grow(a->segments, seg, bytes) : TA_ENOMEM;
   if (*status != TA_OK) {
     if (fresh && fresh != tail) ta_segments_block_delete(a->segments, fresh);
     return NULL;
   }
-  a->reserved += bytes;
   if (have) {
     take_free(a, bins, tail);
     tail->size += bytes;
@@ -136,22 +146,25 @@ static ta_block *expand(ta_arena *a, ta_stream_bins *sb, int pool, ta_bins *bins
   return fresh;
 }
 
-/* Give back the free end of an expandable segment, all of it when nothing
- * in it lives. Returns the bytes given back. */
+/* Release cached memory of an expandable segment: every free granule, the
+ * free end cut off, the whole segment when nothing in it lives. Returns the
+ * bytes given back. The caller synchronized. */
 static size_t shrink(ta_arena *a, ta_segment *seg) {
   ta_block *b = seg->last;
-  if (b->state != TA_BLOCK_FREE) return 0;
   ta_bins *bins = bins_for(a, seg->stream, seg->pool);
-  size_t size = seg->size;
-  if (b == seg->first) {
+  if (b == seg->first && b->state == TA_BLOCK_FREE) {
+    size_t mapped = seg->size - seg->unmapped;
     take_free(a, bins, b);
     a->streams[a->last].expandable[seg->pool] = NULL; /* bins_for left `last` at the segment's stream */
     disown(a, seg);
     ta_segments_release(a->segments, seg);
-    return size;
+    return mapped;
   }
+  size_t released = 0;
+  for (ta_block *f = seg->first; f; f = f->next)
+    if (f->state == TA_BLOCK_FREE) released += ta_segments_unmap(a->segments, seg, f->addr, f->size);
   size_t keep = ta_align_up(b->addr - seg->addr, ta_segments_granule(a->segments));
-  if (keep >= size) return 0; /* the free end lies within the last live block's granule */
+  if (b->state != TA_BLOCK_FREE || keep >= seg->size) return released;
   take_free(a, bins, b);
   if (b->addr == seg->addr + keep) { /* the free block goes entirely */
     b->prev->next = NULL;
@@ -161,9 +174,15 @@ static size_t shrink(ta_arena *a, ta_segment *seg) {
     b->size = seg->addr + keep - b->addr;
     put_free(a, bins, b);
   }
-  ta_segments_shrink(a->segments, seg, keep);
-  a->reserved -= size - keep;
-  return size - keep;
+  ta_segments_shrink(a->segments, seg, keep); /* its granules were unmapped above */
+  return released;
+}
+
+/* A block about to be handed out may cover granules given back earlier. */
+static ta_noinline int map_block(ta_arena *a, ta_block *b) {
+  size_t need = ta_segments_unmapped_in(a->segments, b->segment, b->addr, b->size);
+  if (ta_segments_would_raise_peak(a->segments, need)) ta_segments_unmap_free(a->segments, need, NULL); /* see expand() */
+  return ta_segments_map(a->segments, b->segment, b->addr, b->size) == TA_OK ? 0 : -1;
 }
 
 /* A fresh block for a request no free block fits (the slow path). */
@@ -196,6 +215,10 @@ ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream) {
     if (ta_likely(rest != NULL)) split_after(a, bins, b, rounded, rest); /* without host memory: whole */
   }
   b->state = TA_BLOCK_LIVE;
+  if (ta_unlikely(b->segment->unmapped != 0) && map_block(a, b)) {
+    ta_arena_free(a, b); /* back to the index, merged with its free neighbours */
+    return NULL;
+  }
   return b;
 }
 

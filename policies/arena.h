@@ -25,7 +25,6 @@ typedef struct ta_arena {
   ta_stream_bins *streams;
   size_t nstreams, cap_streams;
   size_t last;        /* index of the last stream used: most requests repeat it */
-  size_t reserved;    /* bytes of segments this arena holds */
   ta_segment *owned;  /* this arena's segments, linked through owner_next */
   int expandable;     /* grow expandable segments (TA_POLICY_EXPANDABLE and the device can) */
 } ta_arena;
@@ -34,6 +33,8 @@ ta_internal ta_arena *ta_arena_create(ta_segments *segments, ta_policy *policy);
 ta_internal void ta_arena_destroy(ta_arena *a);
 ta_internal ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream);
 ta_internal void ta_arena_free(ta_arena *a, ta_block *b);
+/* Device memory its segments hold now (walks them: not for the hot path). */
+ta_internal size_t ta_arena_reserved(const ta_arena *a);
 ta_internal size_t ta_arena_release_cached(ta_arena *a);
 /* Make exactly [addr, addr + size) of `seg` (this arena's) a live block,
  * splitting the free block around it; NULL when that range is not free. */

@@ -49,7 +49,7 @@ static size_t arena_reserved(ta_policy *base, int phase) {
   phase_arena_policy *p = (phase_arena_policy *)base;
   size_t total = 0;
   for (int i = 0; i < NARENAS; i++)
-    if (p->arenas[i] && (phase < 0 || phase == i)) total += p->arenas[i]->reserved;
+    if (p->arenas[i] && (phase < 0 || phase == i)) total += ta_arena_reserved(p->arenas[i]);
   return total;
 }
 
