@@ -251,7 +251,7 @@ TORCHALLOC_API int torchalloc_replay(const torchalloc_replay_event *events, size
   for (int p = 0; p < TA_MAX_PHASES; p++) st.epoch[p] = 1;
   st.h = ta_heap_create(backend, 0, &conf, 0, err, sizeof err);
   if (!st.h) {
-    ta_set_error("%s", err);
+    ta_set_error("%s%s", err, strncmp(err, "unknown policy", 14) ? "" : "; each may end in +expandable");
     backend->ops->destroy(backend);
     return -1;
   }
