@@ -23,6 +23,18 @@
 #define SIM_MAX_DEVICES 64
 #define SIM_ALIGN 512
 
+/* An address range reserved for an expandable segment, with a flag per
+ * granule (up to the highest one ever mapped): mapping a mapped granule,
+ * unmapping an unmapped one, or freeing the range with granules mapped is a
+ * bug the model counts as a violation (CUDA would fail or leak). */
+typedef struct sim_reservation {
+  uintptr_t base;
+  size_t size;
+  uint8_t *mapped; /* one flag per granule */
+  size_t cap;      /* granules `mapped` covers */
+  size_t nmapped;  /* granules mapped now */
+} sim_reservation;
+
 typedef struct sim_device {
   uint64_t sync_generation; /* bumped by synchronize: older events are done */
   size_t used;
@@ -30,6 +42,9 @@ typedef struct sim_device {
   uintptr_t end_addr;
   int address_exhausted;
   int capturing;                 /* streams of this device capturing now */
+  sim_reservation *reservations;
+  size_t nreservations, cap_reservations;
+  size_t mapped;                 /* bytes mapped into reservations (part of `used`) */
   atomic_llong violations;       /* calls that would have invalidated a capture */
   char last_violation[128];
 } sim_device;
@@ -122,7 +137,128 @@ static int sim_stream_capturing(ta_backend *b, int device, cudaStream_t stream) 
   return ((sim_backend *)b)->dev[device].capturing > 0;
 }
 
-static void sim_destroy(ta_backend *b) { free(b); }
+/* --- virtual memory --- */
+
+static void violation(sim_device *d, const char *what) {
+  atomic_fetch_add(&d->violations, 1);
+  snprintf(d->last_violation, sizeof d->last_violation, "%s", what);
+}
+
+static size_t sim_granularity(ta_backend *b, int device) {
+  (void)device;
+  return ((sim_backend *)b)->opts.no_vmm ? 0 : TA_SIM_GRANULE;
+}
+
+static int sim_reserve(ta_backend *b, int device, size_t size, uintptr_t *out) {
+  sim_device *d = &((sim_backend *)b)->dev[device];
+  if (size == 0 || size % TA_SIM_GRANULE || size > d->end_addr - d->next_addr) return TA_ENOMEM;
+  if (d->nreservations == d->cap_reservations) {
+    size_t cap = d->cap_reservations ? d->cap_reservations * 2 : 8;
+    sim_reservation *r = realloc(d->reservations, cap * sizeof *r);
+    if (!r) return TA_ENOMEM;
+    d->reservations = r;
+    d->cap_reservations = cap;
+  }
+  uintptr_t base = ta_align_up(d->next_addr, TA_SIM_GRANULE);
+  if (base - d->next_addr > d->end_addr - d->next_addr - size) return TA_ENOMEM;
+  d->next_addr = base + size;
+  d->reservations[d->nreservations++] = (sim_reservation){.base = base, .size = size};
+  *out = base;
+  return TA_OK;
+}
+
+static sim_reservation *reservation_of(sim_device *d, uintptr_t addr) {
+  for (size_t i = 0; i < d->nreservations; i++)
+    if (addr >= d->reservations[i].base && addr - d->reservations[i].base < d->reservations[i].size)
+      return &d->reservations[i];
+  return NULL;
+}
+
+static void sim_unreserve(ta_backend *b, int device, uintptr_t addr, size_t size) {
+  sim_device *d = &((sim_backend *)b)->dev[device];
+  sim_reservation *r = reservation_of(d, addr);
+  if (!r || r->base != addr || r->size != size) {
+    violation(d, "unreserve of a range that was not reserved");
+    return;
+  }
+  if (r->nmapped) violation(d, "unreserve of a range still mapped");
+  free(r->mapped);
+  *r = d->reservations[--d->nreservations];
+}
+
+/* The reservation holding [addr, addr + size), its flags covering it; NULL
+ * (and a violation) when there is none. */
+static sim_reservation *range_of(sim_device *d, uintptr_t addr, size_t size, const char *call) {
+  sim_reservation *r = reservation_of(d, addr);
+  if (!r || size == 0 || size % TA_SIM_GRANULE || (addr - r->base) % TA_SIM_GRANULE ||
+      size > r->size - (addr - r->base)) {
+    violation(d, call);
+    return NULL;
+  }
+  size_t end = (addr - r->base + size) / TA_SIM_GRANULE;
+  if (end > r->cap) {
+    size_t cap = r->cap ? r->cap : 64;
+    while (cap < end) cap *= 2;
+    uint8_t *m = realloc(r->mapped, cap);
+    if (!m) return NULL;
+    memset(m + r->cap, 0, cap - r->cap);
+    r->mapped = m;
+    r->cap = cap;
+  }
+  return r;
+}
+
+static int sim_map(ta_backend *b, int device, uintptr_t addr, size_t size, uint64_t *handles) {
+  sim_backend *s = (sim_backend *)b;
+  sim_device *d = &s->dev[device];
+  sim_reservation *r = range_of(d, addr, size, "map outside a reserved range or not granule-aligned");
+  if (!r) return TA_ENOMEM;
+  size_t first = (addr - r->base) / TA_SIM_GRANULE, n = size / TA_SIM_GRANULE;
+  for (size_t i = 0; i < n; i++) {
+    if (r->mapped[first + i]) {
+      violation(d, "map of a granule already mapped");
+      return TA_ENOMEM;
+    }
+  }
+  uint64_t attempt = atomic_fetch_add_explicit(&s->allocs_attempted, 1, memory_order_relaxed) + 1;
+  if (s->opts.fail_alloc_at != 0 && attempt == s->opts.fail_alloc_at) return TA_ENOMEM;
+  if (size > sim_free_bytes(s, d)) return TA_ENOMEM;
+  for (size_t i = 0; i < n; i++) {
+    r->mapped[first + i] = 1;
+    handles[i] = (addr + i * TA_SIM_GRANULE) | 1; /* a token unmap checks */
+  }
+  r->nmapped += n;
+  d->mapped += size;
+  d->used += size;
+  return TA_OK;
+}
+
+static void sim_unmap(ta_backend *b, int device, uintptr_t addr, size_t size, const uint64_t *handles) {
+  sim_device *d = &((sim_backend *)b)->dev[device];
+  check_not_capturing(d, "cuMemUnmap");
+  sim_reservation *r = range_of(d, addr, size, "unmap outside a reserved range or not granule-aligned");
+  if (!r) return;
+  size_t first = (addr - r->base) / TA_SIM_GRANULE, n = size / TA_SIM_GRANULE;
+  for (size_t i = 0; i < n; i++) {
+    if (!r->mapped[first + i] || handles[i] != ((addr + i * TA_SIM_GRANULE) | 1)) {
+      violation(d, "unmap of a granule not mapped, or with another granule's handle");
+      return;
+    }
+  }
+  memset(r->mapped + first, 0, n);
+  r->nmapped -= n;
+  d->mapped -= size;
+  d->used -= size;
+}
+
+static void sim_destroy(ta_backend *b) {
+  sim_backend *s = (sim_backend *)b;
+  for (int i = 0; i < SIM_MAX_DEVICES; i++) {
+    for (size_t r = 0; r < s->dev[i].nreservations; r++) free(s->dev[i].reservations[r].mapped);
+    free(s->dev[i].reservations);
+  }
+  free(b);
+}
 
 static const ta_backend_ops sim_ops = {
     .name = "sim",
@@ -136,6 +272,11 @@ static const ta_backend_ops sim_ops = {
     .event_release = sim_event_release,
     .stream_capturing = sim_stream_capturing,
     .destroy = sim_destroy,
+    .granularity = sim_granularity,
+    .reserve = sim_reserve,
+    .unreserve = sim_unreserve,
+    .map = sim_map,
+    .unmap = sim_unmap,
 };
 
 static int is_sim(ta_backend *b, int device) {
@@ -156,6 +297,10 @@ int64_t ta_backend_sim_violations(ta_backend *b, int device, char *buf, size_t l
   sim_device *d = &((sim_backend *)b)->dev[device];
   if (buf && len) snprintf(buf, len, "%s", d->last_violation);
   return atomic_load(&d->violations);
+}
+
+int64_t ta_backend_sim_mapped(ta_backend *b, int device) {
+  return is_sim(b, device) ? (int64_t)((sim_backend *)b)->dev[device].mapped : -1;
 }
 
 int ta_backend_sim_address_exhausted(ta_backend *b, int device) {

@@ -46,11 +46,16 @@ typedef struct ta_block {
 
 enum { TA_POOL_SMALL = 1, TA_POOL_LARGE = 2 }; /* = TORCHALLOC_POOL_* */
 
+struct ta_expansion;
+
 typedef struct ta_segment {
   uintptr_t addr;
-  size_t size;
+  size_t size;      /* bytes its blocks span; an expandable segment grows and shrinks at its end */
+  size_t unmapped;  /* expandable: bytes of it not backed by device memory now (free granules given back) */
   cudaStream_t stream;
   ta_block *first;  /* lowest-address block */
+  ta_block *last;   /* highest-address block: an expandable segment grows from it */
+  struct ta_expansion *expansion; /* NULL for an ordinary segment (segments_expand.c) */
   void *owner;      /* arena or policy that owns it */
   struct ta_segment *owner_prev, *owner_next; /* the owner's own list of its segments (free for its use) */
   struct ta_policy *policy_instance; /* the policy object that made it: its blocks are freed there */

@@ -19,6 +19,7 @@ void ta_config_defaults(ta_config *c) {
   c->sim_devices = 1;
   c->warn = 1;
   c->stack_depth = 16;
+  c->sim_vmm = 1;
 }
 
 int ta_parse_bytes(const char *text, size_t *out) {
@@ -57,7 +58,7 @@ static int parse_int(const char *text, long lo, long hi, long *out) {
 
 #define KEYS \
   "policy backend sim_capacity sim_devices sim_fail_alloc sim_event_polls sim_held_elsewhere warn log log_max stacks " \
-  "stack_depth oom oom_report"
+  "stack_depth oom oom_report expandable sim_vmm"
 const char *ta_config_key_list(void) { return KEYS; }
 
 /* Apply one key:value to `c`. Returns 0, or -1 with a message. */
@@ -141,6 +142,12 @@ static int apply(ta_config *c, const char *key, const char *val, char *err, size
   } else if (strcmp(key, "stack_depth") == 0) {
     if (parse_int(val, 1, 64, &n)) goto bad_int;
     c->stack_depth = (int)n;
+  } else if (strcmp(key, "expandable") == 0) {
+    if (parse_int(val, 0, 1, &n)) goto bad_int;
+    c->expandable = (int)n;
+  } else if (strcmp(key, "sim_vmm") == 0) {
+    if (parse_int(val, 0, 1, &n)) goto bad_int;
+    c->sim_vmm = (int)n;
   } else {
     snprintf(err, errlen, "TORCHALLOC_CONF: unknown key '%s' (known keys: %s)", key, KEYS);
     return -1;

@@ -21,7 +21,8 @@
  * ---------------------------------------------------------------------- */
 
 static ta_policy *policy_get(ta_heap *h, uint8_t id) {
-  if (!h->policies[id]) h->policies[id] = ta_policy_by_id(id)->create(&h->seg, id);
+  unsigned flags = h->conf->expandable ? TA_POLICY_EXPANDABLE : 0;
+  if (!h->policies[id]) h->policies[id] = ta_policy_by_id(id)->create(&h->seg, id, flags);
   return h->policies[id];
 }
 

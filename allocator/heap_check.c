@@ -24,6 +24,28 @@ static void add3(int64_t v[3], int pool, int64_t n) {
     return -1;                               \
   } while (0)
 
+/* An expandable segment: its size within its addresses, its unmapped count
+ * equal to the granules without a handle, and every granule a live (or
+ * pending) block touches mapped. *mapped receives the bytes mapped. */
+static int check_expansion(const ta_segment *s, size_t *mapped, char *err, size_t errlen) {
+  const ta_expansion *x = s->expansion;
+  if (s->size == 0 || s->size % x->granule || s->size > x->reserved || s->unmapped > s->size)
+    FAIL("expandable segment %p: %zu bytes of %zu reserved, %zu unmapped, granule %zu", (void *)s->addr, s->size,
+         x->reserved, s->unmapped, x->granule);
+  size_t holes = 0;
+  for (size_t g = 0; g < s->size / x->granule; g++) holes += x->handles[g] == 0;
+  if (holes * x->granule != s->unmapped)
+    FAIL("expandable segment %p: %zu granules unmapped, its count says %zu bytes", (void *)s->addr, holes,
+         s->unmapped);
+  for (const ta_block *b = s->first; b; b = b->next) {
+    if (b->state == TA_BLOCK_FREE) continue;
+    for (size_t g = (b->addr - s->addr) / x->granule; g * x->granule < b->addr + b->size - s->addr; g++)
+      if (!x->handles[g]) FAIL("live block %p lies on an unmapped granule", (void *)b->addr);
+  }
+  *mapped = s->size - s->unmapped;
+  return 0;
+}
+
 static int check_segment(ta_heap *h, const ta_segment *s, recount *rc, char *err, size_t errlen) {
   uintptr_t expect = s->addr;
   const ta_block *prev = NULL;
@@ -58,8 +80,11 @@ static int check_segment(ta_heap *h, const ta_segment *s, recount *rc, char *err
   }
   if (expect != s->addr + s->size) FAIL("segment %p: blocks cover %zu of %zu bytes", (void *)s->addr,
                                         (size_t)(expect - s->addr), s->size);
+  if (s->last != prev) FAIL("segment %p: its last-block link is wrong", (void *)s->addr);
+  size_t mapped = s->size;
+  if (s->expansion && check_expansion(s, &mapped, err, errlen)) return -1;
   add3(rc->segment, s->pool, 1);
-  add3(rc->reserved_bytes, s->pool, (int64_t)s->size);
+  add3(rc->reserved_bytes, s->pool, (int64_t)mapped);
   return 0;
 }
 

@@ -35,7 +35,7 @@ static ta_private_pool *create(ta_heap *h, const uint64_t id[2]) {
     h->cap_pools = cap;
   }
   uint8_t id_policy = ta_policy_for_private_pools();
-  ta_policy *policy = ta_policy_by_id(id_policy)->create(&h->seg, id_policy);
+  ta_policy *policy = ta_policy_by_id(id_policy)->create(&h->seg, id_policy, 0); /* never expandable: see policy.h */
   if (!policy) return NULL;
   ta_private_pool *p = &h->pools[h->npools++];
   *p = (ta_private_pool){.id = {id[0], id[1]}, .use_count = 0, .policy = policy};
@@ -152,12 +152,14 @@ int64_t ta_heap_pool_empty(ta_heap *h, const uint64_t id[2]) {
 void ta_heap_routing_begin(ta_heap *h) {
   ta_lock_acquire(&h->lock);
   h->routing++;
+  h->seg.no_sync = 1; /* expandable segments must not unmap (it synchronizes) during a capture */
   ta_lock_release(&h->lock);
 }
 
 int ta_heap_routing_end(ta_heap *h) {
   ta_lock_acquire(&h->lock);
   int ok = h->routing > 0;
+  if (ok) h->seg.no_sync = h->routing > 1;
   if (ok && --h->routing == 0 && h->npending) {
     ta_heap_record_deferred_events(h);
     ta_heap_process_pending(h); /* frees that waited only for routing go back now */

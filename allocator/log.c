@@ -55,10 +55,10 @@ void ta_log_free(int device, const ta_block *b, int phase, uint8_t flags) {
   ta_log_end(s, sum, TA_LOG_FREE);
 }
 
-void ta_log_segment(uint8_t kind, int device, const ta_segment *s, int phase) {
-  ta_log_record r = {.addr = s->addr, .size = s->size, .block_size = s->size, .stream = (uintptr_t)s->stream,
+void ta_log_segment(uint8_t kind, int device, const ta_segment *s, uintptr_t addr, size_t size, int phase) {
+  ta_log_record r = {.addr = addr, .size = size, .block_size = size, .stream = (uintptr_t)s->stream,
                      .phase = (uint16_t)phase, .device = (int8_t)device, .policy = s->policy, .pool = s->pool,
-                     .kind = kind};
+                     .flags = s->expansion ? TA_LOG_SEGMENT_EXPANDABLE : 0, .kind = kind};
   ta_log_write(&r);
 }
 

@@ -20,7 +20,8 @@ ta_internal void ta_log_close(void);
  * and saw ta_log_on()). An alloc also stores the call's stack id in the block. */
 ta_internal void ta_log_alloc(int device, ta_block *b);
 ta_internal void ta_log_free(int device, const ta_block *b, int phase, uint8_t flags);
-ta_internal void ta_log_segment(uint8_t kind, int device, const ta_segment *s, int phase);
+/* [addr, addr + size) of segment `s` became device memory or stopped being it. */
+ta_internal void ta_log_segment(uint8_t kind, int device, const ta_segment *s, uintptr_t addr, size_t size, int phase);
 /* OOM and its OOM_DEVICE record (the numbers and the verdict behind it). */
 ta_internal void ta_log_oom(int device, const torchalloc_oom_facts *facts, cudaStream_t stream, int phase,
                             int verdict);

@@ -48,6 +48,8 @@ enum ta_log_kind {
 
 /* flags of a FREE record */
 #define TA_LOG_FREE_DEFERRED 1 /* other streams used it: reused once their work completes */
+/* flags of a SEGMENT_ALLOC / SEGMENT_FREE record */
+#define TA_LOG_SEGMENT_EXPANDABLE 1 /* a range an expandable segment grew or shrank by */
 /* flags of a TRIM record: what released the cached segments */
 enum { TA_LOG_TRIM_EMPTY_CACHE = 0, TA_LOG_TRIM_OOM_RETRY = 1, TA_LOG_TRIM_ARENA = 2 };
 /* flags of a TRUNCATED record, and the header's status */

@@ -24,7 +24,8 @@ typedef struct ta_policy ta_policy;
 
 typedef struct ta_policy_ops {
   const char *name;
-  ta_policy *(*create)(ta_segments *segments, uint8_t id);
+  /* `flags`: TA_POLICY_* */
+  ta_policy *(*create)(ta_segments *segments, uint8_t id, unsigned flags);
   /* Release every fully free segment and the policy's own memory; blocks
    * still live stay with the segment layer, which frees them at teardown. */
   void (*destroy)(ta_policy *p);
@@ -49,10 +50,16 @@ typedef struct ta_policy_ops {
   int frees_to_device;
 } ta_policy_ops;
 
+/* Grow expandable segments instead of allocating new ones (the heap sets it
+ * only where the backend has virtual memory, and never for private pools:
+ * a captured graph's addresses must stay as they were). */
+#define TA_POLICY_EXPANDABLE 1u
+
 struct ta_policy {
   const ta_policy_ops *ops;
   ta_segments *segments;
   uint8_t id;
+  unsigned flags; /* TA_POLICY_* it was created with */
 };
 
 /* ---------------------------------------------------------------------------
@@ -89,6 +96,42 @@ ta_internal ta_segment *ta_segments_alloc(ta_segments *s, size_t size, cudaStrea
                                          ta_policy *policy);
 /* Return a segment whose only block is FREE (and out of any index) to the device. */
 ta_internal void ta_segments_release(ta_segments *s, ta_segment *seg);
+
+/* Expandable segments (segments_expand.c): an address range reserved once;
+ * its blocks span the first `seg->size` bytes, backed by device memory
+ * granule by granule (seg->unmapped bytes of it are not, now).
+ * A new one of `size` bytes, mapped, one FREE block (out of any index), or
+ * NULL (TA_ENOMEM in *status: the device or fraction said no; TA_ENOSPACE:
+ * the device reserves no addresses, use an ordinary segment). */
+ta_internal ta_segment *ta_segments_alloc_expandable(ta_segments *s, size_t size, cudaStream_t stream, int pool,
+                                                    void *owner, ta_policy *policy, int *status);
+/* Map `bytes` more at the end (seg->size grows by exactly that; the caller
+ * extends or appends the last block). TA_OK, TA_ENOMEM, or TA_ENOSPACE when
+ * the range is used up. */
+ta_internal int ta_segments_grow(ta_segments *s, ta_segment *seg, size_t bytes);
+/* Map every unmapped granule [addr, addr + len) touches (a block about to be
+ * handed out). TA_OK or TA_ENOMEM (then nothing new stays mapped). */
+ta_internal int ta_segments_map(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t len);
+/* Bytes of the granules [addr, addr + len) touches that are unmapped now. */
+ta_internal size_t ta_segments_unmapped_in(const ta_segments *s, const ta_segment *seg, uintptr_t addr, size_t len);
+/* Unmap the mapped granules lying wholly inside [addr, addr + len), a free
+ * block; returns the bytes given back. Call ta_segments_synchronize first. */
+ta_internal size_t ta_segments_unmap(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t len);
+/* The segment ends at `new_size` now (a granule multiple > 0; the blocks past
+ * it are gone): unmap what is mapped past it. Synchronize first. */
+ta_internal void ta_segments_shrink(ta_segments *s, ta_segment *seg, size_t new_size);
+/* The granule an expandable segment grows by. */
+ta_internal size_t ta_segments_granule(const ta_segments *s);
+/* 1 when mapping `bytes` more would take reserved memory past the most it
+ * ever was, and unmapping free granules first is allowed (no capture may be
+ * underway: it needs a synchronize). */
+ta_internal int ta_segments_would_raise_peak(const ta_segments *s, size_t bytes);
+/* Give back mapped granules lying wholly inside free blocks of any
+ * expandable segment (every policy's and stream's: device memory is one
+ * budget), until `want` bytes are back, sparing `keep` (a block about to be
+ * extended). Synchronizes first when there is any. Returns the bytes. */
+ta_internal size_t ta_segments_unmap_free(ta_segments *s, size_t want, const ta_block *keep);
+
 /* A free block that is part of a split segment counts as inactive_split:
  * call with +1 when it enters a free index, -1 when it leaves. */
 ta_internal void ta_segments_note_inactive_split(ta_segments *s, const ta_block *b, int sign);

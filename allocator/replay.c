@@ -217,11 +217,19 @@ TORCHALLOC_API int torchalloc_replay(const torchalloc_replay_event *events, size
 
   ta_config conf;
   ta_config_defaults(&conf);
-  if (strlen(policy) >= sizeof conf.policy) {
+  /* "POLICY+expandable": the policy with expandable segments. */
+  static const char suffix[] = "+expandable";
+  size_t name_len = strlen(policy), suffix_len = sizeof suffix - 1;
+  if (name_len > suffix_len && strcmp(policy + name_len - suffix_len, suffix) == 0) {
+    conf.expandable = 1;
+    name_len -= suffix_len;
+  }
+  if (name_len >= sizeof conf.policy) {
     ta_set_error("unknown policy '%s'", policy);
     return -1;
   }
-  strcpy(conf.policy, policy);
+  memcpy(conf.policy, policy, name_len);
+  conf.policy[name_len] = '\0';
   conf.backend = TA_BACKEND_SIM;
   conf.warn = 0;
   conf.log_path[0] = '\0';
@@ -243,7 +251,7 @@ TORCHALLOC_API int torchalloc_replay(const torchalloc_replay_event *events, size
   for (int p = 0; p < TA_MAX_PHASES; p++) st.epoch[p] = 1;
   st.h = ta_heap_create(backend, 0, &conf, 0, err, sizeof err);
   if (!st.h) {
-    ta_set_error("%s", err);
+    ta_set_error("%s%s", err, strncmp(err, "unknown policy", 14) ? "" : "; each may end in +expandable");
     backend->ops->destroy(backend);
     return -1;
   }

@@ -83,6 +83,9 @@ static void registry_remove(ta_segment_registry *r, ta_segment *s) {
   r->count--;
 }
 
+int ta_segments_register(ta_segments *seg, ta_segment *s) { return registry_insert(&seg->registry, s); }
+void ta_segments_unregister(ta_segments *seg, ta_segment *s) { registry_remove(&seg->registry, s); }
+
 ta_segment *ta_segments_find(const ta_segments *seg, uintptr_t addr) {
   const ta_segment_registry *r = &seg->registry;
   size_t i = registry_upper(r, addr);
@@ -113,12 +116,9 @@ ta_segment *ta_segments_alloc(ta_segments *seg, size_t size, cudaStream_t stream
   }
   *b = (ta_block){.addr = addr, .size = size, .segment = s, .stream = stream, .owner = owner, .policy = policy->id,
                   .state = TA_BLOCK_FREE};
-  seg->stats->num_device_alloc++;
-  seg->phase_growth[seg->phase] += (int64_t)size;
+  s->last = b;
   ta_stats_add(seg->stats->segment, pool, 1);
-  ta_stats_add(seg->stats->reserved_bytes, pool, (int64_t)size);
-  if (LOGGING(seg)) ta_log_segment(TA_LOG_SEGMENT_ALLOC, seg->device, s, seg->phase);
-  if (seg->logged) ta_observe_segment(seg->device, TORCHALLOC_SEGMENT_ALLOC, addr, size, stream);
+  ta_segments_account(seg, s, addr, size, +1);
   return s;
 fail:
   free(s);
@@ -126,16 +126,35 @@ fail:
   return NULL;
 }
 
+void ta_segments_account(ta_segments *seg, const ta_segment *s, uintptr_t addr, size_t bytes, int sign) {
+  if (sign > 0) {
+    seg->stats->num_device_alloc++;
+    seg->phase_growth[seg->phase] += (int64_t)bytes;
+    ta_stats_add(seg->stats->reserved_bytes, s->pool, (int64_t)bytes);
+    if (ta_stat_total(seg->stats->reserved_bytes) > seg->high_water)
+      seg->high_water = ta_stat_total(seg->stats->reserved_bytes);
+  } else {
+    seg->stats->num_device_free++;
+    seg->phase_released[seg->phase] += (int64_t)bytes;
+    ta_stats_sub(seg->stats->reserved_bytes, s->pool, (int64_t)bytes);
+  }
+  uint8_t kind = sign > 0 ? TA_LOG_SEGMENT_ALLOC : TA_LOG_SEGMENT_FREE;
+  if (LOGGING(seg)) ta_log_segment(kind, seg->device, s, addr, bytes, seg->phase);
+  if (seg->logged)
+    ta_observe_segment(seg->device, sign > 0 ? TORCHALLOC_SEGMENT_ALLOC : TORCHALLOC_SEGMENT_FREE, addr, bytes,
+                       s->stream);
+}
+
 void ta_segments_release(ta_segments *seg, ta_segment *s) {
   ta_assert(s->first->state == TA_BLOCK_FREE && !s->first->next);
-  seg->backend->ops->free(seg->backend, seg->device, s->addr, s->size);
+  if (s->expansion) {
+    ta_segments_expansion_release(seg, s, 1);
+  } else {
+    seg->backend->ops->free(seg->backend, seg->device, s->addr, s->size);
+    ta_segments_account(seg, s, s->addr, s->size, -1);
+  }
   registry_remove(&seg->registry, s);
-  seg->stats->num_device_free++;
-  seg->phase_released[seg->phase] += (int64_t)s->size;
   ta_stats_sub(seg->stats->segment, s->pool, 1);
-  ta_stats_sub(seg->stats->reserved_bytes, s->pool, (int64_t)s->size);
-  if (LOGGING(seg)) ta_log_segment(TA_LOG_SEGMENT_FREE, seg->device, s, seg->phase);
-  if (seg->logged) ta_observe_segment(seg->device, TORCHALLOC_SEGMENT_FREE, s->addr, s->size, s->stream);
   ta_segments_block_delete(seg, s->first);
   free(s);
 }
@@ -160,13 +179,15 @@ void ta_segments_init(ta_segments *s, ta_backend *backend, int device, torchallo
   s->backend = backend;
   s->device = device;
   s->stats = stats;
+  s->granule = backend->ops->granularity ? backend->ops->granularity(backend, device) : 0;
 }
 
 void ta_segments_destroy(ta_segments *seg) {
   ta_segment_registry *r = &seg->registry;
   for (size_t i = 0; i < r->count; i++) {
     ta_segment *s = r->items[i];
-    seg->backend->ops->free(seg->backend, seg->device, s->addr, s->size);
+    if (s->expansion) ta_segments_expansion_release(seg, s, 0);
+    else seg->backend->ops->free(seg->backend, seg->device, s->addr, s->size);
     free(s);
   }
   free(r->items);

@@ -25,12 +25,24 @@ typedef struct ta_segment_registry {
   size_t count, cap;
 } ta_segment_registry;
 
+/* What an expandable segment adds to a segment (segments_expand.c): its
+ * address range and the handle of each granule, 0 while unmapped. */
+typedef struct ta_expansion {
+  size_t reserved;   /* bytes of addresses reserved from `addr` */
+  size_t granule;
+  uint64_t *handles; /* one per granule of the segment's size; 0: not mapped */
+  size_t cap_handles;
+} ta_expansion;
+
 struct ta_segments {
   ta_backend *backend;
   int device;
   int logged;          /* tell the process log and observer (not replay's private heaps) */
   int phase;           /* phase of the request in flight: growth and release are charged to it */
   size_t limit;        /* reserved-bytes ceiling from set_memory_fraction; 0: none */
+  size_t granule;      /* the backend's virtual-memory granule; 0: no expandable segments */
+  int64_t high_water;  /* the most reserved bytes so far (never reset, unlike the stats' peak) */
+  int no_sync;         /* a capture may be underway: nothing may synchronize (the heap's routing) */
   torchalloc_stats *stats; /* the heap's: segment, reserved_bytes, inactive_split*, num_device_* */
   ta_segment_registry registry;
   ta_block_slab slab;
@@ -44,5 +56,16 @@ ta_internal void ta_segments_init(ta_segments *s, ta_backend *backend, int devic
 ta_internal void ta_segments_destroy(ta_segments *s);
 /* The segment containing `addr`, or NULL. */
 ta_internal ta_segment *ta_segments_find(const ta_segments *s, uintptr_t addr);
+
+/* --- between the segment layer's files --- */
+
+ta_internal int ta_segments_register(ta_segments *s, ta_segment *seg);
+ta_internal void ta_segments_unregister(ta_segments *s, ta_segment *seg);
+/* Stats, phase accounting, log record and observer of `bytes` at `addr`
+ * of `seg` becoming (sign +1) or ceasing to be (-1) device memory. */
+ta_internal void ta_segments_account(ta_segments *s, const ta_segment *seg, uintptr_t addr, size_t bytes, int sign);
+/* Unmap everything and give the addresses back (the whole segment goes);
+ * `account`: count it in the stats and the log (not at teardown). */
+ta_internal void ta_segments_expansion_release(ta_segments *s, ta_segment *seg, int account);
 
 #endif

@@ -10,6 +10,7 @@ ta_arena *ta_arena_create(ta_segments *segments, ta_policy *policy) {
   if (!a) return NULL;
   a->segments = segments;
   a->policy = policy;
+  a->expandable = (policy->flags & TA_POLICY_EXPANDABLE) && ta_segments_granule(segments) > 0;
   return a;
 }
 
@@ -18,14 +19,18 @@ static void own(ta_arena *a, ta_segment *s) {
   s->owner_next = a->owned;
   if (a->owned) a->owned->owner_prev = s;
   a->owned = s;
-  a->reserved += s->size;
 }
 
 static void disown(ta_arena *a, ta_segment *s) {
   if (s->owner_prev) s->owner_prev->owner_next = s->owner_next;
   else a->owned = s->owner_next;
   if (s->owner_next) s->owner_next->owner_prev = s->owner_prev;
-  a->reserved -= s->size;
+}
+
+size_t ta_arena_reserved(const ta_arena *a) {
+  size_t total = 0;
+  for (const ta_segment *s = a->owned; s; s = s->owner_next) total += s->size - s->unmapped;
+  return total;
 }
 
 static ta_noinline ta_stream_bins *add_stream(ta_arena *a, cudaStream_t stream) {
@@ -39,6 +44,7 @@ static ta_noinline ta_stream_bins *add_stream(ta_arena *a, cudaStream_t stream) 
   ta_stream_bins *s = &a->streams[a->nstreams];
   s->stream = stream;
   s->pool[0] = NULL;
+  s->expandable[0] = s->expandable[TA_POOL_SMALL] = s->expandable[TA_POOL_LARGE] = NULL;
   s->pool[TA_POOL_SMALL] = calloc(1, sizeof(ta_bins));
   s->pool[TA_POOL_LARGE] = calloc(1, sizeof(ta_bins));
   if (!s->pool[TA_POOL_SMALL] || !s->pool[TA_POOL_LARGE]) {
@@ -87,7 +93,109 @@ static inline void split_after(ta_arena *a, ta_bins *bins, ta_block *b, size_t k
   if (b->next) b->next->prev = rest;
   b->next = rest;
   b->size = keep;
+  if (!rest->next) b->segment->last = rest;
   put_free(a, bins, rest);
+}
+
+/* ------------------------------------------------------------------------
+ * Expandable segments
+ * ---------------------------------------------------------------------- */
+
+/* A free block of at least `rounded` bytes at the end of the stream's
+ * expandable segment, out of the index: the segment made, or grown by what
+ * its free end lacks. Growing past the most ever reserved first gives back
+ * free granules elsewhere, so the device's memory follows what lives
+ * instead of the address range's high-water mark. NULL with *status
+ * TA_ENOMEM (device full), or TA_ENOSPACE (no addresses: the caller makes
+ * an ordinary segment). */
+static ta_block *expand(ta_arena *a, ta_stream_bins *sb, int pool, ta_bins *bins, size_t rounded, int *status) {
+  ta_segment *seg = sb->expandable[pool];
+  size_t granule = ta_segments_granule(a->segments);
+  if (!seg) {
+    size_t bytes = ta_align_up(rounded, granule);
+    if (ta_segments_would_raise_peak(a->segments, bytes)) ta_segments_unmap_free(a->segments, bytes, NULL);
+    seg = ta_segments_alloc_expandable(a->segments, rounded, sb->stream, pool, a, a->policy, status);
+    if (!seg) return NULL;
+    own(a, seg);
+    sb->expandable[pool] = seg;
+    return seg->first;
+  }
+  ta_block *tail = seg->last;
+  size_t have = tail->state == TA_BLOCK_FREE ? tail->size : 0;
+  if (have >= rounded) { /* the index may pass over a fitting block of the request's own size class */
+    take_free(a, bins, tail);
+    return tail;
+  }
+  ta_block *fresh = have ? tail : ta_segments_block_new(a->segments);
+  size_t bytes = ta_align_up(rounded - have, granule);
+  if (fresh && ta_segments_would_raise_peak(a->segments, bytes)) ta_segments_unmap_free(a->segments, bytes, tail);
+  *status = fresh ? ta_segments_grow(a->segments, seg, bytes) : TA_ENOMEM;
+  if (*status != TA_OK) {
+    if (fresh && fresh != tail) ta_segments_block_delete(a->segments, fresh);
+    return NULL;
+  }
+  if (have) {
+    take_free(a, bins, tail);
+    tail->size += bytes;
+    return tail;
+  }
+  *fresh = (ta_block){.addr = tail->addr + tail->size, .size = bytes, .prev = tail, .segment = seg,
+                      .stream = seg->stream, .owner = a, .policy = tail->policy, .state = TA_BLOCK_FREE};
+  tail->next = fresh;
+  seg->last = fresh;
+  return fresh;
+}
+
+/* Release cached memory of an expandable segment: every free granule, the
+ * free end cut off, the whole segment when nothing in it lives. Returns the
+ * bytes given back. The caller synchronized. */
+static size_t shrink(ta_arena *a, ta_segment *seg) {
+  ta_block *b = seg->last;
+  ta_bins *bins = bins_for(a, seg->stream, seg->pool);
+  if (b == seg->first && b->state == TA_BLOCK_FREE) {
+    size_t mapped = seg->size - seg->unmapped;
+    take_free(a, bins, b);
+    a->streams[a->last].expandable[seg->pool] = NULL; /* bins_for left `last` at the segment's stream */
+    disown(a, seg);
+    ta_segments_release(a->segments, seg);
+    return mapped;
+  }
+  size_t released = 0;
+  for (ta_block *f = seg->first; f; f = f->next)
+    if (f->state == TA_BLOCK_FREE) released += ta_segments_unmap(a->segments, seg, f->addr, f->size);
+  size_t keep = ta_align_up(b->addr - seg->addr, ta_segments_granule(a->segments));
+  if (b->state != TA_BLOCK_FREE || keep >= seg->size) return released;
+  take_free(a, bins, b);
+  if (b->addr == seg->addr + keep) { /* the free block goes entirely */
+    b->prev->next = NULL;
+    seg->last = b->prev;
+    ta_segments_block_delete(a->segments, b);
+  } else {
+    b->size = seg->addr + keep - b->addr;
+    put_free(a, bins, b);
+  }
+  ta_segments_shrink(a->segments, seg, keep); /* its granules were unmapped above */
+  return released;
+}
+
+/* A block about to be handed out may cover granules given back earlier. */
+static ta_noinline int map_block(ta_arena *a, ta_block *b) {
+  size_t need = ta_segments_unmapped_in(a->segments, b->segment, b->addr, b->size);
+  if (ta_segments_would_raise_peak(a->segments, need)) ta_segments_unmap_free(a->segments, need, NULL); /* see expand() */
+  return ta_segments_map(a->segments, b->segment, b->addr, b->size) == TA_OK ? 0 : -1;
+}
+
+/* A fresh block for a request no free block fits (the slow path). */
+static ta_noinline ta_block *fresh_block(ta_arena *a, cudaStream_t stream, int pool, ta_bins *bins, size_t rounded) {
+  if (a->expandable) {
+    int status = TA_ENOMEM;
+    ta_block *b = expand(a, &a->streams[a->last], pool, bins, rounded, &status);
+    if (b || status != TA_ENOSPACE) return b;
+  }
+  ta_segment *seg = ta_segments_alloc(a->segments, ta_segment_size_for(rounded), stream, pool, a, a->policy);
+  if (!seg) return NULL;
+  own(a, seg);
+  return seg->first;
 }
 
 ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream) {
@@ -99,16 +207,18 @@ ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream) {
   if (b) {
     take_free(a, bins, b);
   } else {
-    ta_segment *seg = ta_segments_alloc(a->segments, ta_segment_size_for(rounded), stream, pool, a, a->policy);
-    if (!seg) return NULL;
-    own(a, seg);
-    b = seg->first;
+    b = fresh_block(a, stream, pool, bins, rounded);
+    if (!b) return NULL;
   }
-  if (ta_should_split(b->size, rounded, pool)) {
+  if (ta_should_split(b->size, rounded, pool, b->segment->expansion != NULL)) {
     ta_block *rest = ta_segments_block_new(a->segments);
     if (ta_likely(rest != NULL)) split_after(a, bins, b, rounded, rest); /* without host memory: whole */
   }
   b->state = TA_BLOCK_LIVE;
+  if (ta_unlikely(b->segment->unmapped != 0) && map_block(a, b)) {
+    ta_arena_free(a, b); /* back to the index, merged with its free neighbours */
+    return NULL;
+  }
   return b;
 }
 
@@ -155,6 +265,7 @@ void ta_arena_free(ta_arena *a, ta_block *b) {
     b->size += n->size;
     b->next = n->next;
     if (n->next) n->next->prev = b;
+    else b->segment->last = b;
     ta_segments_block_delete(a->segments, n);
   }
   b->requested = 0;
@@ -165,6 +276,10 @@ size_t ta_arena_release_cached(ta_arena *a) {
   size_t released = 0;
   for (ta_segment *s = a->owned, *next; s; s = next) {
     next = s->owner_next;
+    if (s->expansion) {
+      released += shrink(a, s);
+      continue;
+    }
     ta_block *b = s->first;
     if (b->state != TA_BLOCK_FREE || b->next) continue;
     take_free(a, bins_for(a, s->stream, s->pool), b);

@@ -10,12 +10,13 @@ typedef struct caching_policy {
   ta_arena *arena;
 } caching_policy;
 
-static ta_policy *caching_create(ta_segments *segments, uint8_t id) {
+static ta_policy *caching_create(ta_segments *segments, uint8_t id, unsigned flags) {
   caching_policy *p = calloc(1, sizeof *p);
   if (!p) return NULL;
   p->base.ops = &ta_caching_policy;
   p->base.segments = segments;
   p->base.id = id;
+  p->base.flags = flags;
   p->arena = ta_arena_create(segments, &p->base);
   if (!p->arena) {
     free(p);

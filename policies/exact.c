@@ -7,12 +7,13 @@
 #include "registry.h"
 #include "size_classes.h"
 
-static ta_policy *exact_create(ta_segments *segments, uint8_t id) {
+static ta_policy *exact_create(ta_segments *segments, uint8_t id, unsigned flags) {
   ta_policy *p = calloc(1, sizeof *p);
   if (!p) return NULL;
   p->ops = &ta_exact_policy;
   p->segments = segments;
   p->id = id;
+  p->flags = flags & ~TA_POLICY_EXPANDABLE; /* nothing to grow: every request is its own allocation */
   return p;
 }
 

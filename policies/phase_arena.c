@@ -14,12 +14,13 @@ typedef struct phase_arena_policy {
   ta_arena *arenas[NARENAS];
 } phase_arena_policy;
 
-static ta_policy *phase_arena_create(ta_segments *segments, uint8_t id) {
+static ta_policy *phase_arena_create(ta_segments *segments, uint8_t id, unsigned flags) {
   phase_arena_policy *p = calloc(1, sizeof *p);
   if (!p) return NULL;
   p->base.ops = &ta_phase_arena_policy;
   p->base.segments = segments;
   p->base.id = id;
+  p->base.flags = flags;
   return &p->base;
 }
 
@@ -48,7 +49,7 @@ static size_t arena_reserved(ta_policy *base, int phase) {
   phase_arena_policy *p = (phase_arena_policy *)base;
   size_t total = 0;
   for (int i = 0; i < NARENAS; i++)
-    if (p->arenas[i] && (phase < 0 || phase == i)) total += p->arenas[i]->reserved;
+    if (p->arenas[i] && (phase < 0 || phase == i)) total += ta_arena_reserved(p->arenas[i]);
   return total;
 }
 

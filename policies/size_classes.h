@@ -5,7 +5,8 @@
  *   - 1-10 MiB: large pool, 20 MiB segments;
  *   - >= 10 MiB: large pool, own segment rounded up to 2 MiB;
  *   - a free block is split when the remainder is >= 512 B (small pool) or
- *     > 1 MiB (large pool); otherwise the caller gets the whole block. */
+ *     > 1 MiB (large pool); otherwise the caller gets the whole block.
+ * Expandable segments (arena.h) grow in the device's granule instead. */
 #ifndef TA_SIZE_CLASSES_H
 #define TA_SIZE_CLASSES_H
 
@@ -30,9 +31,13 @@ static inline size_t ta_segment_size_for(size_t rounded) {
   return ta_align_up(rounded, TA_ROUND_LARGE);
 }
 
-static inline int ta_should_split(size_t block_size, size_t rounded, int pool) {
+/* In an expandable segment any remainder of 512 B or more is split off, as
+ * PyTorch does with expandable_segments: a large block's unsplit slack would
+ * otherwise sit in the middle of the one range, where it cannot be given
+ * back, instead of at its end. */
+static inline int ta_should_split(size_t block_size, size_t rounded, int pool, int expandable) {
   size_t remaining = block_size - rounded;
-  return pool == TA_POOL_SMALL ? remaining >= TA_MIN_BLOCK : remaining > TA_SMALL_SIZE;
+  return pool == TA_POOL_SMALL || expandable ? remaining >= TA_MIN_BLOCK : remaining > TA_SMALL_SIZE;
 }
 
 #endif

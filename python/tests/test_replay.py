@@ -54,7 +54,7 @@ MiB = 1 << 20
 GiB = 1 << 30
 KiB = 1 << 10
 
-POLICIES = ("caching", "exact", "phase_arena")
+POLICIES = ("caching", "exact", "phase_arena", "caching+expandable", "phase_arena+expandable")  # replay's default set
 
 
 @pytest.fixture

@@ -67,6 +67,8 @@ LABELLED_KINDS = (PHASE_BEGIN, PHASE_END, MARKER)
 FREE_DEFERRED = 1
 
 # Flags of a TRIM record: what released the cached segments.
+# Flags of a SEGMENT_ALLOC / SEGMENT_FREE record: a run of an expandable segment's granules mapped / unmapped.
+SEGMENT_EXPANDABLE = 1
 TRIM_REASONS = {0: "empty_cache", 1: "oom_retry", 2: "arena_trim"}
 
 # The header's status (and the flags of a TRUNCATED record).

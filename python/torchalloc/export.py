@@ -35,7 +35,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ._records import ALLOC, FREE, OOM, SEGMENT_ALLOC, SEGMENT_FREE
+from ._records import ALLOC, FREE, OOM, SEGMENT_ALLOC, SEGMENT_EXPANDABLE, SEGMENT_FREE
 from .analysis import EventTable, Stack, load
 
 __all__ = ["to_snapshot", "write_snapshot", "main", "check_snapshot"]
@@ -63,7 +63,8 @@ def to_snapshot(t: EventTable) -> tuple[dict[str, Any], list[str]]:
 
     wall = t.wall_offset_ns
     live: list[dict[int, tuple[int, int, int, int]]] = [dict() for _ in range(ndev)]  # addr -> (block, req, stream, stack)
-    segs: list[dict[int, tuple[int, int, int]]] = [dict() for _ in range(ndev)]  # addr -> (size, stream, pool)
+    segs: list[dict[int, tuple[int, int, int]]] = [dict() for _ in range(ndev)]  # addr -> (size, stream, expandable)
+    mapped: list[dict[int, tuple[int, int]]] = [dict() for _ in range(ndev)]  # expandable: start -> (end, stream)
     kinds = t.kind.tolist()
     for i in np.flatnonzero(np.isin(t.kind, (ALLOC, FREE, SEGMENT_ALLOC, SEGMENT_FREE, OOM))).tolist():
         d = int(t.device[i])
@@ -84,6 +85,11 @@ def to_snapshot(t: EventTable) -> tuple[dict[str, Any], list[str]]:
                               "time_us": time_us, "frames": free_frames})
             traces[d].append({"action": "free_completed", "addr": addr, "size": block, "stream": stream,
                               "time_us": time_us, "frames": frames(alloc_stack)})
+        elif k in (SEGMENT_ALLOC, SEGMENT_FREE) and int(t.flags[i]) & SEGMENT_EXPANDABLE:
+            # a run of granules of an expandable segment mapped or unmapped: PyTorch's names for it
+            _map_range(mapped[d], addr, addr + size, stream, k == SEGMENT_ALLOC)
+            traces[d].append({"action": "segment_map" if k == SEGMENT_ALLOC else "segment_unmap", "addr": addr,
+                              "size": size, "stream": stream, "time_us": time_us, "frames": []})
         elif k == SEGMENT_ALLOC:
             segs[d][addr] = (size, stream, 0)
             traces[d].append({"action": "segment_alloc", "addr": addr, "size": size, "stream": stream,
@@ -97,6 +103,8 @@ def to_snapshot(t: EventTable) -> tuple[dict[str, Any], list[str]]:
                               "device_free": 0, "frames": frames(sid)})
     segments: list[dict[str, Any]] = []
     for d in range(ndev):
+        for start, (end, stream) in mapped[d].items():  # each mapped stretch of an expandable segment
+            segs[d][start] = (end - start, stream, 1)
         segments += _segments_at_end(d, segs[d], live[d], frames, notes)
     snapshot = {
         "segments": segments,
@@ -106,6 +114,21 @@ def to_snapshot(t: EventTable) -> tuple[dict[str, Any], list[str]]:
         "external_annotations": [],
     }
     return snapshot, notes
+
+
+def _map_range(runs: dict[int, tuple[int, int]], start: int, end: int, stream: int, add: bool) -> None:
+    """Add or remove [start, end) in `runs`, disjoint stretches kept merged where they touch."""
+    for s in [s for s, (e, _) in runs.items() if s <= end and e >= start]:  # overlapping or touching
+        e, st = runs.pop(s)
+        if add:
+            start, end = min(start, s), max(end, e)
+        else:
+            if s < start:
+                runs[s] = (start, st)
+            if e > end:
+                runs[end] = (e, st)
+    if add:
+        runs[start] = (end, stream)
 
 
 def _segments_at_end(
@@ -144,7 +167,7 @@ def _segments_at_end(
             members[s] = [a for a in orphans if s <= a < e]
     out = []
     for base in sorted(segs):
-        size, stream, _ = segs[base]
+        size, stream, expandable = segs[base]
         blocks = []
         cursor = base
         allocated = requested = 0
@@ -171,7 +194,7 @@ def _segments_at_end(
             "stream": stream,
             "segment_type": "small" if size <= 2 << 20 else "large",
             "segment_pool_id": (0, 0),
-            "is_expandable": False,
+            "is_expandable": bool(expandable),
             "frames": [],
             "blocks": blocks,
         })

@@ -45,7 +45,8 @@ from ._records import POLICY_NAMES
 from .trace import ALLOC, EVENT_DTYPE, Trace, TraceError, load_trace
 from .units import GiB, fmt_bytes, parse_bytes
 
-DEFAULT_POLICIES = tuple(POLICY_NAMES.values())  # every policy the library has, in its registry's order
+# every policy the library has, in its registry's order, then those that can grow expandable segments with them
+DEFAULT_POLICIES = (*POLICY_NAMES.values(), "caching+expandable", "phase_arena+expandable")
 DEFAULT_CAPACITY_TEXT = "80GiB"  # --capacity's default, in its syntax: an 80 GB GPU
 DEFAULT_CAPACITY = parse_bytes(DEFAULT_CAPACITY_TEXT)
 SEARCH_GRANULARITY = 2 << 20
