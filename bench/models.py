@@ -49,6 +49,7 @@ from suite.workloads import WORKLOADS, parse_batches, parse_workloads  # noqa: E
 from torchalloc import _gpu_child as gpu_child  # noqa: E402
 
 QUICK_STEPS, QUICK_WARMUP = 5, 2
+STARTED = time.monotonic()  # --budget counts from here: preparing the bridge is part of the wall-clock limit
 
 
 class Parser(argparse.ArgumentParser):
@@ -75,7 +76,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="libtorchalloc.so (default: $TORCHALLOC_LIB, else build/libtorchalloc.so)")
     p.add_argument("--timeout", type=float, default=240, help="seconds allowed per run (default: %(default)s)")
     p.add_argument("--budget", type=float, default=510,
-                   help="stop starting runs that would end after this many seconds (default: %(default)s)")
+                   help="start no run that would end more than this many seconds after the suite started "
+                   "(default: %(default)s)")
     p.add_argument("--out", type=Path, default=None, help="write the records and rows as JSON here")
     p.add_argument("--markdown", type=Path, default=None, help="write the Markdown table here")
     p.add_argument("--quick", action="store_true", help=f"1 round of {QUICK_STEPS} steps: a check, not a figure")
@@ -141,7 +143,9 @@ def merge_main(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as e:
             print(f"bench/models.py: error: cannot read {path}: {e}", file=sys.stderr)
             return 2
-        records += blob.get("records", [])
+        # Each file's rounds get their own numbers: ratios stay within the call that measured them.
+        offset = 1 + max((r["round"] for r in records), default=-1)
+        records += [dict(r, round=r["round"] + offset) for r in blob.get("records", [])]
         notes += blob.get("notes", [])
     return report(records, notes, args)
 
@@ -179,7 +183,7 @@ def parent_main(args: argparse.Namespace) -> int:
             runner.write_json(args.out, {**meta, "records": records, "notes": notes})
 
     records, notes = runner.execute(runs, Path(__file__), lambda run: child_args(args, run), lib, args.extra_conf,
-                                    args.warmup, args.timeout, args.budget, save)
+                                    args.warmup, args.timeout, args.budget, save, STARTED)
     return report(records, notes, args)
 
 

@@ -140,14 +140,15 @@ def _short(record: dict[str, Any]) -> str:
 
 
 def execute(runs: list[Run], script: Path, child_args: Callable[[Run], list[str]], lib: Path, extra_conf: str,
-            warmup: int, timeout: float, budget_s: float, save: Callable[[list[dict[str, Any]], list[str]], None]
-            ) -> tuple[list[dict[str, Any]], list[str]]:
-    """Run `runs` in order; (one record per run started, notes such as the budget stop)."""
+            warmup: int, timeout: float, budget_s: float, save: Callable[[list[dict[str, Any]], list[str]], None],
+            started: float | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Run `runs` in order; (one record per run started, notes such as the budget stop).
+    The budget counts from `started` (time.monotonic(); default: now)."""
     records: list[dict[str, Any]] = []
     notes: list[str] = []
     walls: dict[tuple[str, str], float] = {}
     log_dir = tempfile.mkdtemp(prefix="torchalloc-bench-")
-    start = time.monotonic()
+    start = time.monotonic() if started is None else started
     try:
         for i, run in enumerate(runs):
             elapsed = time.monotonic() - start

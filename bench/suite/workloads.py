@@ -130,11 +130,11 @@ WORKLOADS: dict[str, Spec] = {s.name: s for s in (
     Spec("encoder", f"{step_time.LAYERS}-layer d{step_time.D_MODEL} nn.TransformerEncoder, variable batch x length "
          f"(warm-up {step_time.WARMUP_SHAPE[0]} x {step_time.WARMUP_SHAPE[1]}), AdamW", 8, 40, 4.5, 30,
          build_encoder),
-    Spec("resnet50", "torchvision resnet50(weights=None), bf16 autocast, 224x224, AdamW", 64, 20, 5, 70,
+    Spec("resnet50", "torchvision resnet50(weights=None), bf16 autocast, 224x224, AdamW", 64, 15, 5, 70,
          build_resnet50),
-    Spec("vit_b16", "timm vit_base_patch16_224(pretrained=False), fp32, AdamW", 16, 20, 6, 50, build_vit_b16),
+    Spec("vit_b16", "timm vit_base_patch16_224(pretrained=False), fp32, AdamW", 16, 15, 6, 50, build_vit_b16),
     Spec("gpt2", f"transformers GPT2LMHeadModel(GPT2Config(n_layer=12)), random weights, length {GPT2_LENGTH}, "
-         "fp32, AdamW", 8, 12, 8, 170, build_gpt2),
+         "fp32, AdamW", 8, 10, 8, 170, build_gpt2),
 )}
 
 
