@@ -88,6 +88,7 @@ def child_env(run: Run, lib: Path, extra_conf: str, log_dir: str) -> dict[str, s
     env.pop("TORCHALLOC_CONF", None)
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     env.pop("PYTORCH_ALLOC_CONF", None)  # newer torch's name for the same setting
+    env.setdefault("HF_HUB_OFFLINE", "1")  # random weights: nothing to fetch, and a GPU box may have no network
     if run.variant.native:
         if run.variant.native_conf():
             env["PYTORCH_CUDA_ALLOC_CONF"] = run.variant.native_conf()
