@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""Memory and step time of real training workloads under every allocator variant, in one interleaved run.
+
+    python3 bench/models.py [--workloads convnet,encoder,resnet50,vit_b16,gpt2] [--variants ...]
+        [--rounds 2] [--steps N] [--out results.json] [--markdown table.md] [--quick] [--dry-run]
+    python3 bench/models.py --stacks ...          # deliverable 4: the cost of logging, on GPT-2
+    python3 bench/models.py --merge A.json B.json [--markdown table.md]   # one table from several runs
+
+Workloads (random weights, nothing downloaded; see bench/suite/workloads.py):
+convnet, encoder (bench/step_time.py's), resnet50 (torchvision, bf16
+autocast), vit_b16 (timm), gpt2 (transformers, 12 layers); all AdamW.
+Variants (bench/suite/variants.py): native, native+expandable,
+native+async, native+history, and torchalloc POLICY[+expandable][+log]
+[+stacks] through the C++ bridge. By default `exact` runs only on convnet
+and encoder (one device allocation per request is slow on big models);
+--exact-everywhere lifts that.
+
+Every (round, workload, variant) is a fresh process; rounds interleave the
+variants. Per variant the table gives the median step time, its ratio to
+native (median and min-max over rounds), peak allocated and reserved
+(torch.cuda.max_memory_*), their ratio, device allocation calls and the
+first and last loss. Progress goes to stderr; the table, the targets of
+the issue (reported, never asserted) and a JSON line to stdout; --out gets
+the raw records after every run, --markdown the table for BENCHMARKS.md.
+
+Without torch or a CUDA GPU it prints `SKIP: <reason>` and exits 0;
+--dry-run prints the plan and its estimated time anywhere; --device cpu
+runs native variants on the CPU (a smoke test of the workloads' code).
+Exit status: 0 all runs succeeded, 1 some failed, 2 bad arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+sys.path[:0] = [str(REPO / "python"), str(BENCH)]  # run from a checkout without installing
+
+from suite import runner, table  # noqa: E402
+from suite.child import child_main  # noqa: E402
+from suite.variants import DEFAULT_VARIANTS, STACKS_VARIANTS, parse_variants  # noqa: E402
+from suite.workloads import WORKLOADS, parse_batches, parse_workloads  # noqa: E402
+from torchalloc import _gpu_child as gpu_child  # noqa: E402
+
+QUICK_STEPS, QUICK_WARMUP = 5, 2
+STARTED = time.monotonic()  # --budget counts from here: preparing the bridge is part of the wall-clock limit
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """One line, not argparse's usage block: the reason is what a reader needs."""
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = Parser(prog="bench/models.py", description=__doc__.split("\n\n")[0],
+               formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workloads", default=None, help=f"comma-separated, of: {', '.join(WORKLOADS)} (default: all)")
+    p.add_argument("--variants", default=None, help=f"comma-separated (default: {','.join(DEFAULT_VARIANTS)})")
+    p.add_argument("--stacks", action="store_true",
+                   help=f"the logging comparison: gpt2 with {','.join(STACKS_VARIANTS)} (unless given), 3 rounds")
+    p.add_argument("--exact-everywhere", action="store_true", help="run `exact` on every workload")
+    p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 2; 3 with --stacks)")
+    p.add_argument("--steps", type=int, default=None, help="timed steps per run (default: per workload, 15-40)")
+    p.add_argument("--warmup", type=int, default=None, help="warm-up steps before timing (default 3)")
+    p.add_argument("--batch", action="append", default=[], metavar="NAME=N", help="a workload's batch size")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--extra-conf", default="", help="appended to every torchalloc variant's TORCHALLOC_CONF")
+    p.add_argument("--lib", default=os.environ.get("TORCHALLOC_LIB", str(REPO / "build" / "libtorchalloc.so")),
+                   help="libtorchalloc.so (default: $TORCHALLOC_LIB, else build/libtorchalloc.so)")
+    p.add_argument("--timeout", type=float, default=240, help="seconds allowed per run (default: %(default)s)")
+    p.add_argument("--budget", type=float, default=510,
+                   help="start no run that would end more than this many seconds after the suite started "
+                   "(default: %(default)s)")
+    p.add_argument("--out", type=Path, default=None, help="write the records and rows as JSON here")
+    p.add_argument("--markdown", type=Path, default=None, help="write the Markdown table here")
+    p.add_argument("--quick", action="store_true", help=f"1 round of {QUICK_STEPS} steps: a check, not a figure")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and estimated time; run nothing")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help=argparse.SUPPRESS)
+    p.add_argument("--merge", type=Path, nargs="+", default=None, help="tabulate earlier --out files instead")
+    # The child's own arguments (bench/models.py --child ...).
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--workload", default="", help=argparse.SUPPRESS)
+    p.add_argument("--variant", default="", help=argparse.SUPPRESS)
+    p.add_argument("--run-batch", type=int, default=0, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        return args
+    quick_or = (lambda quick, normal: quick if args.quick else normal)
+    args.rounds = args.rounds if args.rounds is not None else quick_or(1, 3 if args.stacks else 2)
+    args.warmup = args.warmup if args.warmup is not None else quick_or(QUICK_WARMUP, 3)
+    args.steps = args.steps if args.steps is not None else quick_or(QUICK_STEPS, None)
+    if args.rounds < 1 or (args.steps is not None and args.steps < 1) or args.warmup < 0:
+        p.error("--rounds and --steps must be at least 1, --warmup at least 0")
+    try:
+        args.specs = parse_workloads(args.workloads or ("gpt2" if args.stacks else ",".join(WORKLOADS)))
+        args.variant_list = parse_variants(args.variants or ",".join(STACKS_VARIANTS if args.stacks
+                                                                     else DEFAULT_VARIANTS))
+        args.batches = parse_batches(args.batch)
+    except ValueError as e:
+        p.error(str(e))
+    if args.device == "cpu" and any(not v.native or v.modifiers for v in args.variant_list):
+        p.error("--device cpu runs only the `native` variant (a smoke test of the workloads' code)")
+    return args
+
+
+def child_args(args: argparse.Namespace, run: runner.Run) -> list[str]:
+    return ["--workload", run.spec.name, "--variant", run.variant.name, "--steps", str(run.steps),
+            "--warmup", str(args.warmup), "--run-batch", str(run.batch), "--seed", str(args.seed),
+            "--device", args.device, "--lib", str(Path(args.lib).resolve())]
+
+
+def report(records: list[dict[str, Any]], notes: list[str], args: argparse.Namespace) -> int:
+    rows = table.rows(records)
+    first = next((r for r in records if "error" not in r), {})
+    print(f"\ntorch {first.get('torch', '?')} on {first.get('gpu', '?')}; step time = median of the timed steps; "
+          f"x native = median (min-max) over rounds of the round's median / native's\n")
+    print(table.text(rows))
+    for line in table.targets(rows) + notes:
+        print(line)
+    if args.markdown:
+        args.markdown.write_text(table.markdown(rows), encoding="utf-8")
+        print(f"\nMarkdown table written to {args.markdown}", file=sys.stderr)
+    print("\n" + json.dumps({"rows": rows, "notes": notes}))
+    failed = sorted({f"{r['workload']} {r['variant']}" for r in rows if r["failed"]})
+    if failed:
+        print(f"\nFAIL: runs failed for {', '.join(failed)} (see above)", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def merge_main(args: argparse.Namespace) -> int:
+    records: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for path in args.merge:
+        try:
+            blob = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            print(f"bench/models.py: error: cannot read {path}: {e}", file=sys.stderr)
+            return 2
+        # Each file's rounds get their own numbers: ratios stay within the call that measured them.
+        offset = 1 + max((r["round"] for r in records), default=-1)
+        records += [dict(r, round=r["round"] + offset) for r in blob.get("records", [])]
+        notes += blob.get("notes", [])
+    return report(records, notes, args)
+
+
+def parent_main(args: argparse.Namespace) -> int:
+    runs = runner.make_plan(args.specs, args.variant_list, args.rounds, args.steps, args.batches,
+                            args.exact_everywhere)
+    print(runner.describe_plan(runs, args.warmup, args.extra_conf), file=sys.stderr)
+    if args.dry_run:
+        for run in runs:
+            print(f"round {run.round + 1}: {run.spec.name} {run.variant.name}")
+        return 0
+    reason = gpu_child.skip_reason() if args.device == "cuda" else None
+    if args.device == "cpu":
+        try:
+            import torch  # noqa: F401
+        except ImportError as e:
+            reason = f"torch is not installed ({e})"
+    if reason:
+        print(f"SKIP: {reason}")
+        return 0
+    lib = Path(args.lib).resolve()
+    if any(not v.native for v in args.variant_list):
+        if gpu_child.library_missing(lib):
+            return 1
+        problem = runner.prepare_bridge(lib, args.timeout)
+        if problem:
+            print(f"warning: the bridge is not ready, torchalloc runs will fail: {problem}", file=sys.stderr)
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
+    meta = {"command": sys.argv, "started": started, "rounds": args.rounds, "warmup": args.warmup,
+            "seed": args.seed, "extra_conf": args.extra_conf}
+
+    def save(records: list[dict[str, Any]], notes: list[str]) -> None:
+        if args.out:
+            runner.write_json(args.out, {**meta, "records": records, "notes": notes})
+
+    records, notes = runner.execute(runs, Path(__file__), lambda run: child_args(args, run), lib, args.extra_conf,
+                                    args.warmup, args.timeout, args.budget, save, STARTED)
+    return report(records, notes, args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        return child_main(args)
+    if args.merge:
+        return merge_main(args)
+    return parent_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

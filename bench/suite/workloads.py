@@ -1,0 +1,160 @@
+"""The workloads: a model with random weights (nothing is downloaded), AdamW, its data and its loss.
+
+Sizes follow the issue's measurements (H100, torch 2.11, peak allocated):
+the encoder ~3.6 GB (bench/step_time.py's workload), ResNet-50 at batch 64
+under bf16 autocast ~3.2 GB, ViT-B/16 at batch 16 ~3.4 GB, GPT-2 (124 M
+parameters) at batch 8 x 1024 ~13 GB. `--batch NAME=N` changes a batch.
+
+Data is drawn on the device from a seeded generator: every variant and
+round sees the same batches, and drawing costs no host time between steps.
+torch, torchvision, timm and transformers are imported only by the
+workload that needs them, inside the child process.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from collections.abc import Callable
+from typing import Any
+
+import step_time  # bench/step_time.py: the encoder workload is defined there once
+
+
+@dataclass
+class Built:
+    """A workload ready to train: `batch(warmup)` gives the next inputs, `loss(inputs)` the loss."""
+
+    model: Any
+    opt: Any
+    batch: Callable[[bool], Any]
+    loss: Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    title: str
+    batch: int  # default batch size
+    steps: int  # default timed steps (shapes that vary need more to reach their peak)
+    startup_s: float  # estimate on an H100: process start, imports, CUDA init, model build
+    step_ms: float  # estimate of one step on an H100
+    build: Callable[[Any, Any, int, int, int], Built]  # (torch, device, batch, seed, steps)
+
+
+def _generator(torch: Any, device: Any, seed: int) -> Any:
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def _adamw(torch: Any, model: Any) -> Any:
+    return torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+
+def _classifier(torch: Any, device: Any, model: Any, batch: int, image: int, classes: int, seed: int,
+                autocast: Any = None) -> Built:
+    """Image classification with cross-entropy on random images and labels."""
+    gen = _generator(torch, device, seed)
+    model = model.to(device).train()
+
+    def draw(_warmup: bool) -> tuple[Any, Any]:
+        x = torch.randn(batch, 3, image, image, generator=gen, device=device)
+        return x, torch.randint(0, classes, (batch,), generator=gen, device=device)
+
+    def loss(inputs: tuple[Any, Any]) -> Any:
+        with autocast if autocast is not None else contextlib.nullcontext():
+            logits = model(inputs[0])
+        return torch.nn.functional.cross_entropy(logits.float(), inputs[1])
+
+    return Built(model, _adamw(torch, model), draw, loss)
+
+
+def build_convnet(torch: Any, device: Any, batch: int, seed: int, steps: int) -> Built:
+    nn = torch.nn
+
+    def block(cin: int, cout: int, stride: int) -> list[Any]:
+        return [nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
+
+    model = nn.Sequential(*block(3, 64, 1), *block(64, 128, 2), *block(128, 256, 2), *block(256, 512, 2),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 10))
+    return _classifier(torch, device, model, batch, 32, 10, seed)
+
+
+def build_encoder(torch: Any, device: Any, batch: int, seed: int, steps: int) -> Built:
+    """step_time.py's workload: warm-up at its fixed shape, then its seeded random (batch, length)
+    sequence; `batch` caps the batch sizes drawn (8, the default, keeps step_time's sequence)."""
+    model, opt = step_time.build_model(torch, device)
+    model.train()
+    gen = _generator(torch, device, seed + 1)
+    shapes = iter([(min(b, batch), n) for b, n in step_time.step_shapes(seed, steps)])
+
+    def draw(warmup: bool) -> Any:
+        b, n = step_time.WARMUP_SHAPE if warmup else next(shapes)
+        return torch.randn(min(b, batch), n, step_time.D_MODEL, generator=gen, device=device)
+
+    return Built(model, opt, draw, lambda x: model(x).float().pow(2).mean())
+
+
+def build_resnet50(torch: Any, device: Any, batch: int, seed: int, steps: int) -> Built:
+    import torchvision
+
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16)
+    return _classifier(torch, device, torchvision.models.resnet50(weights=None), batch, 224, 1000, seed, autocast)
+
+
+def build_vit_b16(torch: Any, device: Any, batch: int, seed: int, steps: int) -> Built:
+    import timm
+
+    return _classifier(torch, device, timm.create_model("vit_base_patch16_224", pretrained=False), batch, 224,
+                       1000, seed)
+
+
+GPT2_LENGTH = 1024
+
+
+def build_gpt2(torch: Any, device: Any, batch: int, seed: int, steps: int) -> Built:
+    import transformers
+
+    transformers.logging.set_verbosity_error()  # random weights and no loss_type are intended: no warnings
+    config = transformers.GPT2Config(n_layer=12)  # GPT-2 small: d 768, 12 heads, vocab 50257, 1024 positions
+    model = transformers.GPT2LMHeadModel(config).to(device).train()
+    gen = _generator(torch, device, seed)
+
+    def draw(_warmup: bool) -> Any:
+        return torch.randint(0, config.vocab_size, (batch, GPT2_LENGTH), generator=gen, device=device)
+
+    return Built(model, _adamw(torch, model), draw, lambda ids: model(input_ids=ids, labels=ids).loss)
+
+
+WORKLOADS: dict[str, Spec] = {s.name: s for s in (
+    Spec("convnet", "small conv net (4 conv+BN+ReLU, 32x32 images, 10 classes), AdamW", 128, 40, 4, 4,
+         build_convnet),
+    Spec("encoder", f"{step_time.LAYERS}-layer d{step_time.D_MODEL} nn.TransformerEncoder, variable batch x length "
+         f"(warm-up {step_time.WARMUP_SHAPE[0]} x {step_time.WARMUP_SHAPE[1]}), AdamW", 8, 40, 4.5, 30,
+         build_encoder),
+    Spec("resnet50", "torchvision resnet50(weights=None), bf16 autocast, 224x224, AdamW", 64, 15, 5, 70,
+         build_resnet50),
+    Spec("vit_b16", "timm vit_base_patch16_224(pretrained=False), fp32, AdamW", 16, 15, 6, 50, build_vit_b16),
+    Spec("gpt2", f"transformers GPT2LMHeadModel(GPT2Config(n_layer=12)), random weights, length {GPT2_LENGTH}, "
+         "fp32, AdamW", 8, 10, 8, 170, build_gpt2),
+)}
+
+
+def parse_workloads(text: str) -> list[Spec]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown or not names:
+        raise ValueError(f"unknown workload(s) {', '.join(unknown) or '(none given)'}: "
+                         f"known are {', '.join(WORKLOADS)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"a workload is listed twice in {text!r}")
+    return [WORKLOADS[n] for n in names]
+
+
+def parse_batches(items: list[str]) -> dict[str, int]:
+    """--batch NAME=N, repeatable."""
+    out: dict[str, int] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or name not in WORKLOADS or not value.isdigit() or int(value) < 1:
+            raise ValueError(f"--batch {item!r}: expected NAME=N with N >= 1 and NAME one of {', '.join(WORKLOADS)}")
+        out[name] = int(value)
+    return out

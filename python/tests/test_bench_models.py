@@ -1,0 +1,159 @@
+"""bench/models.py without a GPU: argument errors, the plan, SKIP, a hung or crashed run, the tables,
+and (where torch is installed) the convnet workload's code on the CPU.
+
+What it measures on a GPU is the lead's run (BENCHMARKS.md); here CI checks
+that the suite is not broken.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "bench" / "models.py"
+sys.path.insert(0, str(REPO / "bench"))
+
+from suite import runner, table  # noqa: E402
+from suite.variants import parse_variant  # noqa: E402
+from suite.workloads import WORKLOADS  # noqa: E402
+
+
+def models(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    full_env = dict(os.environ, PYTHONPATH=str(REPO / "python"), **(env or {}))
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=full_env,
+                          timeout=timeout)
+
+
+def _has_torch() -> bool:
+    return subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("args, names", [
+    (["--variants", "native,cachng"], ["cachng", "caching", "phase_arena"]),
+    (["--variants", "caching+stack"], ["stack", "+stacks"]),
+    (["--variants", "native+expandable+async"], ["native+expandable+async"]),
+    (["--workloads", "resnet,gpt2"], ["resnet", "convnet", "vit_b16"]),
+    (["--batch", "gpt2=0"], ["gpt2=0"]),
+    (["--rounds", "0"], ["--rounds"]),
+    (["--no-such-option"], ["--no-such-option"]),
+    (["--device", "cpu", "--variants", "caching"], ["native"]),
+])
+def test_argument_errors_are_one_line(args: list[str], names: list[str]) -> None:
+    done = models(*args, "--dry-run")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    for name in names:
+        assert name in done.stderr, (name, done.stderr)
+
+
+def test_dry_run_prints_the_plan_without_a_gpu() -> None:
+    done = models("--dry-run")
+    assert done.returncode == 0, done.stderr
+    runs = done.stdout.strip().splitlines()
+    # 5 workloads x 7 variants + exact on convnet and encoder, twice.
+    assert len(runs) == 2 * (5 * 7 + 2), runs
+    assert runs[0] == "round 1: convnet native" and runs[-1] == "round 2: gpt2 phase_arena+expandable"
+    assert not any("exact" in r for r in runs if r.split()[2] not in ("convnet", "encoder"))
+    assert "74 runs in 2 interleaved round(s); estimated" in done.stderr
+    assert "TORCHALLOC_CONF=policy:caching,expandable:1" in done.stderr
+
+
+def test_stacks_mode_compares_logging_on_gpt2() -> None:
+    done = models("--stacks", "--dry-run", "--extra-conf", "stack_depth:8")
+    assert done.returncode == 0, done.stderr
+    runs = done.stdout.strip().splitlines()
+    assert runs[:5] == [f"round 1: gpt2 {v}" for v in
+                        ("native", "native+history", "caching", "caching+log", "caching+stacks")]
+    assert len(runs) == 15
+    assert "_record_memory_history(stacks='python')" in done.stderr
+    assert "log:LOGDIR/ta_%p.talog,stacks:1,stack_depth:8" in done.stderr
+
+
+def test_without_a_gpu_it_skips() -> None:
+    done = models("--quick", "--workloads", "convnet", env={"CUDA_VISIBLE_DEVICES": ""})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1].startswith("SKIP: "), done.stdout
+
+
+def test_variant_settings() -> None:
+    v = parse_variant("phase_arena+expandable+stacks")
+    assert v.torchalloc_conf("warn:0,", "/tmp/x/") == "policy:phase_arena,expandable:1,log:/tmp/x/ta_%p.talog," \
+                                                      "stacks:1,warn:0"
+    assert parse_variant("native+async").native_conf() == "backend:cudaMallocAsync"
+    assert parse_variant("native+history").native_conf() == "" and parse_variant("native+history").history
+
+
+def _run(variant: str, rnd: int = 0) -> runner.Run:
+    return runner.Run(rnd, WORKLOADS["convnet"], parse_variant(variant), 8, 1)
+
+
+def test_a_hung_or_crashed_run_is_reported_and_the_suite_goes_on(tmp_path: Path) -> None:
+    script = tmp_path / "fake_child.py"
+    script.write_text("import sys, time\n"
+                      "if '--variant' in sys.argv and sys.argv[sys.argv.index('--variant') + 1] == 'native':\n"
+                      "    time.sleep(60)\n"
+                      "sys.exit(3)\n")
+    saved: list[int] = []
+    records, notes = runner.execute(
+        [_run("native"), _run("caching")], script, lambda run: ["--variant", run.variant.name], Path("/nonexistent"),
+        "", 0, timeout=2, budget_s=600, save=lambda recs, _notes: saved.append(len(recs)))
+    assert [r["variant"] for r in records] == ["native", "caching"] and notes == []
+    assert records[0]["error"].startswith("timed out after 2 s")
+    assert "status 3" in records[1]["error"]
+    assert saved[-1] == 2
+    rows = table.rows(records)
+    assert all(r["failed"] for r in rows)
+    assert "FAILED 1x" in table.text(rows)
+
+
+def test_the_budget_stops_before_a_run_that_would_not_fit(tmp_path: Path) -> None:
+    records, notes = runner.execute([_run("native")], tmp_path / "unused.py", lambda run: [], Path("/nonexistent"), "",
+                                    3, timeout=5, budget_s=1, save=lambda recs, _notes: None)
+    assert records == [] and len(notes) == 1 and "budget" in notes[0]
+
+
+def _record(variant: str, rnd: int, ms: float, alloc: int = 100, res: int = 110) -> dict[str, object]:
+    return {"workload": "gpt2", "variant": variant, "round": rnd, "step_ms": [ms, ms + 1, ms - 1],
+            "peak_allocated": alloc * 2**20, "peak_reserved": res * 2**20, "device_allocs": 7,
+            "first_loss": 11.0, "last_loss": 7.5}
+
+
+def test_ratios_are_taken_within_rounds() -> None:
+    records = [_record("native", 0, 100), _record("caching+stacks", 0, 105, res=102),
+               _record("native", 1, 200), _record("caching+stacks", 1, 214, res=101),
+               _record("native+history", 0, 150), _record("native+history", 1, 300)]
+    rows = {r["variant"]: r for r in table.rows(records)}
+    stacks = rows["caching+stacks"]
+    assert stacks["time_vs_native"] == pytest.approx(1.06)
+    assert (stacks["time_vs_native_min"], stacks["time_vs_native_max"]) == pytest.approx((1.05, 1.07))
+    assert stacks["reserved_over_allocated"] == pytest.approx(1.02)
+    lines = table.targets(list(rows.values()))
+    assert any("caching+stacks step time 1.060x native (target <= 1.1): met" in line for line in lines), lines
+    assert any("cheaper (met)" in line for line in lines), lines
+    assert not any("least reserve" in line for line in lines)  # logging variants are not candidates
+    md = table.markdown(list(rows.values()))
+    assert md.splitlines()[0].count("|") == md.splitlines()[1].count("|") == md.splitlines()[2].count("|")
+    assert "| gpt2 | caching+stacks | 159.5 | 1.060 (1.050-1.070) | 100 | 102 | 1.020 | 7 | 11.0000 → 7.5000 |" in md
+
+
+@pytest.mark.skipif(not _has_torch(), reason="torch is not installed for this Python")
+def test_convnet_trains_on_the_cpu_and_merges(tmp_path: Path) -> None:
+    out, md = tmp_path / "r.json", tmp_path / "t.md"
+    done = models("--device", "cpu", "--workloads", "convnet", "--variants", "native", "--steps", "1",
+                  "--warmup", "1", "--rounds", "1", "--batch", "convnet=4", "--out", str(out), "--markdown", str(md),
+                  timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = json.loads(done.stdout.strip().splitlines()[-1])["rows"]
+    assert rows[0]["rounds_ok"] == 1 and rows[0]["first_loss"] > 0 and len(rows[0]["round_median_ms"]) == 1
+    assert json.loads(out.read_text())["records"][0]["batch"] == 4
+    assert "| convnet | native |" in md.read_text()
+    merged = models("--merge", str(out), str(out))
+    assert merged.returncode == 0, merged.stderr
+    row = json.loads(merged.stdout.strip().splitlines()[-1])["rows"][0]
+    assert row["rounds_ok"] == 2 and len(row["round_median_ms"]) == 2  # each file's rounds kept apart
