@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # headless.py, for the page test
+
 from torchalloc import job as talog_job
 from torchalloc.log import read_log
 
@@ -163,3 +165,24 @@ def test_assign_ranks() -> None:
     assert talog_job.assign_ranks([1, 0]) == ([1, 0], [])
     ranks, notes = talog_job.assign_ranks([1, 1])
     assert ranks == [0, 1] and "same $RANK" in notes[0]
+
+
+def test_the_job_page_in_chromium_draws_every_rank(job_logs: list[Path], tmp_path: Path) -> None:
+    """What a browser builds from the page (an unquoted attribute ending in / would nest the rest of the
+    SVG inside one element, and draw nothing after it)."""
+    import headless
+
+    binary = headless.browser()
+    if binary is None:
+        pytest.skip("no Chromium installed")
+    page = tmp_path / "job.html"
+    assert run_cli("report", *map(str, job_logs), "--html", str(page)).returncode == 0
+    dom = headless.parse(headless.dump_dom(binary, headless.page_url(page), tmp_path / "profile"))
+    svg = dom.one("svg", "job-timeline")
+    drawn = [c for c in svg.children if isinstance(c, headless.Node)]
+    lines = [n for n in drawn if n.tag == "polyline"]
+    assert [n.attrs["data-rank"] for n in lines] == ["0", "0", "1", "1", "2", "2"]
+    assert all(len(n.attrs["points"].split()) >= 2 for n in lines)
+    legend = [n.text() for n in drawn if n.tag == "text" and "legend" in n.classes()]
+    assert legend[:3] == ["rank 0", "rank 1", "rank 2"]
+    assert len(dom.all("details", "rank")) == 3

@@ -59,7 +59,8 @@ def render_job_svg(job: Job) -> str:
         v = top * k / 4
         parts.append(f'<line x1={LEFT} x2={W - RIGHT} y1={y(v):.1f} y2={y(v):.1f} stroke="#eee"/>'
                      f'<text class="tick" x={LEFT - 6} y={y(v) + 4:.1f} text-anchor="end">{_e(fmt_bytes(v))}</text>')
-        parts.append(f'<text class="tick" x={x(span * k / 4):.1f} y={H - BOTTOM + 16} text-anchor="middle">'
+        anchor = "start" if k == 0 else "end" if k == 4 else "middle"  # the ends stay inside the picture
+        parts.append(f'<text class="tick" x={x(span * k / 4):.1f} y={H - BOTTOM + 16} text-anchor="{anchor}">'
                      f'{_e(fmt_time(span * k / 4))}</text>')
     for k, (r, a, start) in enumerate(zip(job.ranks, job.analyses, starts)):
         color = PALETTE[k % len(PALETTE)]
@@ -72,7 +73,7 @@ def render_job_svg(job: Job) -> str:
         parts.append(f'<circle cx={px:.1f} cy={py:.1f} r=3.5 fill="{color}"><title>rank {r.rank} peak: '
                      f'{_e(fmt_bytes(r.peak_allocated))} at {_e(fmt_time(start + r.peak_t_s))}</title></circle>')
         lx = LEFT + 10 + 150 * k
-        parts.append(f'<line x1={lx} x2={lx + 22} y1={H - 18} y2={H - 18} stroke="{color}" stroke-width=2/>'
+        parts.append(f'<line x1={lx} x2={lx + 22} y1={H - 18} y2={H - 18} stroke="{color}" stroke-width="2"/>'
                      f'<text class="legend" x={lx + 28} y={H - 14}>rank {r.rank}</text>')
     parts.append(f'<text class="legend" x={W - RIGHT} y={H - 14} text-anchor="end">solid: allocated; dashed: '
                  'reserved</text></svg>')
