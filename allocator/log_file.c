@@ -377,8 +377,8 @@ static int open_locked(const char *pattern, size_t max_bytes, char *err, size_t 
   ta_log_clock_start();
   h->created_monotonic_ns = ta_clock_gettime_ns();
   h->pid = (uint32_t)getpid();
-  const char *rank = getenv("RANK");
-  h->rank = rank && *rank ? atoi(rank) : -1;
+  h->rank = ta_log_rank(); /* the rank %r named the file after (-1 here, 0 there, without a launcher) */
+  h->world_size = ta_log_world_size();
   h->max_bytes = max_bytes;
   h->status = TA_LOG_STATUS_OPEN;
   snprintf(h->producer, sizeof h->producer, "torchalloc");

@@ -24,6 +24,8 @@
 #define TA_LOG_CHECKSUM_OFFSET 62 /* of every slot */
 #define TA_LOG_HEADER_PID_OFFSET 40
 #define TA_LOG_HEADER_CHECKSUM_OFFSET 60
+#define TA_LOG_HEADER_RANK_OFFSET 44
+#define TA_LOG_HEADER_WORLD_SIZE_OFFSET 88
 
 enum ta_log_kind {
   TA_LOG_NONE = 0, /* slot reserved, record not (yet) complete */
@@ -74,7 +76,8 @@ typedef struct ta_log_header {
   uint8_t reserved0[3];
   uint64_t end_offset; /* with status != OPEN: the bytes of valid data */
   char producer[16];
-  uint8_t pad[40];
+  int32_t world_size; /* $WORLD_SIZE, 0 when unset (and in logs written before the field: it was reserved) */
+  uint8_t pad[36];
 } ta_log_header;
 
 /* The event record. Field meanings per kind are in docs/LOG_FORMAT.md. */
@@ -102,6 +105,8 @@ _Static_assert(offsetof(ta_log_record, checksum) == TA_LOG_CHECKSUM_OFFSET, "che
 _Static_assert(sizeof(ta_log_header) == TA_LOG_HEADER_SIZE, "header layout");
 _Static_assert(offsetof(ta_log_header, pid) == TA_LOG_HEADER_PID_OFFSET, "the pid a second writer reports");
 _Static_assert(offsetof(ta_log_header, checksum) == TA_LOG_HEADER_CHECKSUM_OFFSET, "header checksum byte");
+_Static_assert(offsetof(ta_log_header, rank) == TA_LOG_HEADER_RANK_OFFSET, "rank");
+_Static_assert(offsetof(ta_log_header, world_size) == TA_LOG_HEADER_WORLD_SIZE_OFFSET, "world size");
 
 /* ------------------------------------------------------------------------
  * Checksums. A slot's byte 62 is the XOR of its other 63 bytes folded to

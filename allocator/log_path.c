@@ -14,11 +14,33 @@
 
 #include "log_format.h"
 
-/* %p: pid; %r: the rank torchrun exports; %%: %. */
+/* The decimal value of $name, or -1 when unset, empty, signed, too long or
+ * not all digits (strtol would take " 3" and "3x"; a path must not). */
+static int env_number(const char *name) {
+  const char *text = getenv(name);
+  if (!text || !*text || strlen(text) > 9) return -1;
+  int value = 0;
+  for (const char *c = text; *c; c++) {
+    if (*c < '0' || *c > '9') return -1;
+    value = value * 10 + (*c - '0');
+  }
+  return value;
+}
+
+int ta_log_rank(void) {
+  int rank = env_number("RANK");
+  return rank >= 0 ? rank : env_number("LOCAL_RANK");
+}
+
+int ta_log_world_size(void) {
+  int size = env_number("WORLD_SIZE");
+  return size > 0 ? size : 0;
+}
+
+/* %p: pid; %r: the rank the launcher exports (0 without one); %%: %. */
 int ta_log_path_expand(const char *pattern, char *out, size_t outlen) {
-  const char *rank = getenv("RANK");
-  if (!rank || !*rank) rank = getenv("LOCAL_RANK");
-  if (!rank || !*rank) rank = "0";
+  char rank[16];
+  snprintf(rank, sizeof rank, "%d", ta_log_rank() >= 0 ? ta_log_rank() : 0);
   size_t n = 0;
   for (const char *c = pattern; *c; c++) {
     char piece[32];

@@ -18,8 +18,18 @@
 
 #include "common.h"
 
-/* `pattern` with %p (pid), %r ($RANK, else $LOCAL_RANK, else 0) and %%
- * expanded into `out`; -1 when it does not fit. */
+/* This process's rank in a distributed job: $RANK (torchrun and every
+ * torch.distributed launcher set it), else $LOCAL_RANK (a launcher that sets
+ * only that one), else -1. A value that is not a plain decimal number below
+ * 2^31 counts as unset: %r puts it into a path, where "../x" must not go. */
+ta_internal int ta_log_rank(void);
+
+/* $WORLD_SIZE by the same rule; 0 when unset (a process not under a launcher). */
+ta_internal int ta_log_world_size(void);
+
+/* `pattern` with %p (pid), %r (ta_log_rank(), 0 without a launcher: a lone
+ * process is rank 0 of a job of one) and %% expanded into `out`; -1 when it
+ * does not fit. */
 ta_internal int ta_log_path_expand(const char *pattern, char *out, size_t outlen);
 
 /* Open `path` for a new log: an empty file, locked. *created says whether

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every GPU check, for the device machine:
-#   bash tests/gpu_checks.sh [parity|pytest|deltas|steptime|capabilities|all]...
+#   bash tests/gpu_checks.sh [parity|pytest|deltas|steptime|capabilities|multigpu|all]...
 # Builds the library in build-gpu/ (Release), then runs the selected checks;
 # each writes its output to $OUT (default: build-gpu/out) as well as stdout.
 # The C++ bridge is built by the first check that installs torchalloc (into
@@ -57,6 +57,20 @@ fi
 wants pytest && run pytest python3 -m pytest -q -rs python/tests
 wants deltas && run deltas python3 examples/allocated_deltas.py
 wants capabilities && run capabilities python3 examples/capabilities.py --lib "$lib" --json "$out/capabilities.json"
+if wants multigpu; then
+  # One GPU: two ranks share it over gloo (NCCL refuses two ranks on one device), DDP and FSDP; and the
+  # side-stream reuse test under every policy and route. Two GPUs: NCCL, and one process using both.
+  run multigpu-gloo-1gpu python3 examples/ddp_example.py --nproc 2 --mode ddp,fsdp --backend gloo --same-device \
+    --lib "$lib" --out "$out/ddp-gloo"
+  run multigpu-pytest python3 -m pytest -q -rs python/tests/test_multi_gpu.py
+  gpus=$(python3 -c 'import torch; print(torch.cuda.device_count())')
+  if ((gpus >= 2)); then
+    run multigpu-nccl-2gpu python3 examples/ddp_example.py --nproc 2 --mode ddp,fsdp --backend nccl \
+      --lib "$lib" --out "$out/ddp-nccl"
+  else
+    echo "SKIP multigpu two-GPU: needs 2 GPUs, found $gpus" | tee "$out/multigpu-nccl-2gpu.txt"
+  fi
+fi
 wants steptime && run steptime python3 bench/step_time.py --lib "$lib" \
   --variants native,caching,caching+bridge,exact+bridge,phase_arena+bridge,caching+log+bridge,caching+stacks+bridge --rounds 2
 exit $status

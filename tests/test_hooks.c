@@ -100,3 +100,65 @@ TEST(reset_releases_cached_segments_on_every_device) {
   CHECK_EQ(s1.reserved_bytes[ALL].current, 0);
   CHECK_EQ(s1.num_device_free, 1);
 }
+
+/* Item 2 of the multi-GPU work: a block that other streams still use (NCCL's
+ * and DDP's communication streams, FSDP's prefetch stream) must not be handed
+ * out again, on any stream, by any policy, on any device, before their events
+ * complete; with sim_event_polls:1000 they never complete by polling, so every
+ * request below must land outside the block. Only a synchronize (empty_cache)
+ * completes them, and then the block is free again. Fails if a policy reused
+ * the block early, or if one device's deferral leaked into the other's. */
+static int overlaps(const void *p, size_t n, const void *q, size_t m) {
+  uintptr_t a = (uintptr_t)p, b = (uintptr_t)q;
+  return a < b + m && b < a + n;
+}
+
+static void no_reuse_before_other_streams_finish(const char *policy, int device) {
+  char conf[128];
+  snprintf(conf, sizeof conf, "policy:%s,sim_devices:2,sim_event_polls:1000", policy);
+  REQUIRE(sim_reset(conf) == 0);
+  const int other = 1 - device;
+  void *keep = torchalloc_malloc(512, device, S1);
+  void *a = torchalloc_malloc(2 * MiB, device, S1); /* made on a side stream (a collective's buffer) */
+  REQUIRE(keep && a);
+  torchalloc_record_stream(a, S0); /* the compute stream reads it ... */
+  torchalloc_record_stream(a, S2); /* ... and another side stream (a prefetch) */
+  torchalloc_free(a, 2 * MiB, device, S1);
+  torchalloc_stats s;
+  memset(&s, 0, sizeof s);
+  torchalloc_get_stats(device, &s);
+  CHECK_EQ(s.active_bytes[ALL].current, 2 * MiB + 512); /* still active: its streams are not done */
+  static const size_t sizes[] = {2 * MiB, 1 * MiB, 2 * MiB - 512, 512 * KiB, 4096, 2 * MiB, 3 * MiB};
+  const cudaStream_t streams[] = {S1, S0, S2};
+  void *got[21];
+  int n = 0;
+  for (int round = 0; round < 3; round++)
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++, n++) {
+      got[n] = torchalloc_malloc(sizes[k], device, streams[(k + round) % 3]);
+      REQUIRE(got[n]);
+      if (overlaps(got[n], sizes[k], a, 2 * MiB))
+        fprintf(stderr, "  %s device %d: request %d (%zu bytes) reused the block before its streams finished\n",
+                policy, device, n, sizes[k]);
+      CHECK(!overlaps(got[n], sizes[k], a, 2 * MiB));
+    }
+  memset(&s, 0, sizeof s);
+  torchalloc_get_stats(other, &s);
+  CHECK_EQ(s.allocated_bytes[ALL].current, 0); /* per-device state: the other device saw nothing */
+  CHECK_EQ(s.reserved_bytes[ALL].current, 0);
+  CHECK_EQ(torchalloc_check_invariants(device), 0);
+  for (int i = 0; i < n; i++) torchalloc_free(got[i], sizes[i % 7], device, streams[(i % 7 + i / 7) % 3]);
+  torchalloc_empty_cache(device); /* synchronizes: the events are done, the deferred free happens */
+  memset(&s, 0, sizeof s);
+  torchalloc_get_stats(device, &s);
+  CHECK_EQ(s.active_bytes[ALL].current, 512);
+  CHECK_EQ(s.allocated_bytes[ALL].current, 512);
+  CHECK_EQ(torchalloc_check_invariants(device), 0);
+  torchalloc_free(keep, 512, device, S1);
+  torchalloc_teardown();
+}
+
+TEST(no_policy_reuses_a_block_before_its_other_streams_finish) {
+  static const char *const policies[] = {"caching", "exact", "phase_arena"};
+  for (size_t p = 0; p < sizeof policies / sizeof policies[0]; p++)
+    for (int device = 0; device < 2; device++) no_reuse_before_other_streams_finish(policies[p], device);
+}

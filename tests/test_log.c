@@ -180,13 +180,56 @@ TEST(path_expands_pid_and_rank) {
   torchalloc_teardown();
   parsed p;
   REQUIRE(parse(want, &p) == 0);
-  int32_t rank;
-  memcpy(&rank, p.data + 44, 4);
+  int32_t rank, world;
+  memcpy(&rank, p.data + TA_LOG_HEADER_RANK_OFFSET, 4);
+  memcpy(&world, p.data + TA_LOG_HEADER_WORLD_SIZE_OFFSET, 4);
   CHECK_EQ(rank, 3);
+  CHECK_EQ(world, 0); /* $WORLD_SIZE unset */
   free(p.data);
   unlink(want);
   CHECK(torchalloc_log_open("/nonexistent-dir/x.talog") != 0);
   CHECK(strstr(torchalloc_last_error(), "/nonexistent-dir/x.talog") != NULL);
+}
+
+/* What %r and the header say under torchrun, under a launcher that sets
+ * only LOCAL_RANK, without a launcher, and when $RANK is not a number. */
+static void rank_case(const char *rank, const char *local_rank, const char *world, const char *want_name,
+                      int32_t want_rank, int32_t want_world) {
+  char pattern[256], want[256];
+  if (rank) setenv("RANK", rank, 1);
+  if (local_rank) setenv("LOCAL_RANK", local_rank, 1);
+  if (world) setenv("WORLD_SIZE", world, 1);
+  snprintf(pattern, sizeof pattern, "log:/tmp/talog-%d-rank%%r.talog", (int)getpid());
+  snprintf(want, sizeof want, "/tmp/talog-%d-rank%s.talog", (int)getpid(), want_name);
+  int opened = sim_reset(pattern);
+  unsetenv("RANK");
+  unsetenv("LOCAL_RANK");
+  unsetenv("WORLD_SIZE");
+  REQUIRE(opened == 0);
+  REQUIRE(torchalloc_log_path());
+  CHECK(strcmp(torchalloc_log_path(), want) == 0);
+  torchalloc_teardown();
+  parsed p;
+  REQUIRE(parse(want, &p) == 0);
+  int32_t got_rank, got_world;
+  memcpy(&got_rank, p.data + TA_LOG_HEADER_RANK_OFFSET, 4);
+  memcpy(&got_world, p.data + TA_LOG_HEADER_WORLD_SIZE_OFFSET, 4);
+  CHECK_EQ(got_rank, want_rank);
+  CHECK_EQ(got_world, want_world);
+  const ta_log_header *h = (const ta_log_header *)(const void *)p.data;
+  CHECK_EQ(ta_log_header_checksum(h), h->checksum); /* world_size is summed with the rest */
+  free(p.data);
+  unlink(want);
+}
+
+TEST(rank_from_the_launchers_environment) {
+  rank_case("1", "1", "2", "1", 1, 2);          /* torchrun: RANK, LOCAL_RANK, WORLD_SIZE */
+  rank_case("5", "1", "8", "5", 5, 8);          /* second node: the global rank wins */
+  rank_case(NULL, "2", NULL, "2", 2, 0);        /* a launcher that sets LOCAL_RANK only */
+  rank_case(NULL, NULL, NULL, "0", -1, 0);      /* no launcher: file rank0, header -1 (not set) */
+  rank_case("../x", NULL, "2", "0", -1, 2);     /* not a number: never put into the path */
+  rank_case("-1", "3", "x", "3", 3, 0);         /* signed: ignored, LOCAL_RANK used; a bad WORLD_SIZE is 0 */
+  rank_case("12345678901", NULL, NULL, "0", -1, 0); /* too long for a rank */
 }
 
 TEST(reopen_starts_a_self_contained_file) {

@@ -50,6 +50,10 @@ LAYERS: dict[str, str] = {
     "torchalloc.report_svg": TOOL,
     "torchalloc.report_data": TOOL,
     "torchalloc.report_png": TOOL,
+    "torchalloc.job": TOOL,  # several logs (one per rank) analysed together
+    "torchalloc.report_job": TOOL,
+    "torchalloc.report_job_html": TOOL,
+    "torchalloc.replay_job": TOOL,
     "torchalloc.export": TOOL,
     "torchalloc.oom_alternatives": TOOL,
     "torchalloc.compare": TOOL,

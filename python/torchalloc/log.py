@@ -142,7 +142,7 @@ _STACK_DTYPE = np.dtype(
 )
 _STACK_CHUNK = 11
 
-_HEADER = struct.Struct("<8sIIIIQQIiQIIQ16s")  # the first 88 bytes of the header
+_HEADER = struct.Struct("<8sIIIIQQIiQIIQ16si")  # the first 92 bytes of the header
 
 _KIND_NAME_TABLE = np.array([KIND_NAMES.get(k, f"kind{k}") for k in range(256)], dtype=object)
 
@@ -171,12 +171,13 @@ class LogHeader:
     created_realtime_ns: int   # CLOCK_REALTIME when the log was opened
     created_monotonic_ns: int  # CLOCK_MONOTONIC at the same moment (records' time base)
     pid: int
-    rank: int                  # $RANK of the writer, -1 when unset
+    rank: int                  # $RANK (else $LOCAL_RANK) of the writer, -1 when unset
     max_bytes: int             # log_max, 0 for none
     status: int                # STATUS_NAMES: open (or killed), closed, log_max reached, disk full, ...
     end_offset: int            # with status != 0: bytes of valid data
     producer: str
     checksum_ok: bool = True   # version 2: the header's bytes are as written (always True for version 1)
+    world_size: int = 0        # $WORLD_SIZE of the writer; 0 when unset, or written before the field (reserved 0s)
 
     @property
     def status_name(self) -> str:
@@ -332,7 +333,7 @@ def _parse_header(path: str, data: np.ndarray) -> LogHeader:
     if len(head) < HEADER_SIZE:
         raise LogFormatError(f"{path}: the header is cut short ({len(head)} of {HEADER_SIZE} bytes)")
     (_, version, header_size, record_size, bom, realtime, monotonic, pid, rank, max_bytes, status, _, end_offset,
-     producer) = _HEADER.unpack_from(head)
+     producer, world_size) = _HEADER.unpack_from(head)
     if version not in VERSIONS:
         raise LogFormatError(
             f"{path}: torchalloc log format version {version}; this decoder reads versions "
@@ -344,7 +345,7 @@ def _parse_header(path: str, data: np.ndarray) -> LogHeader:
         raise LogFormatError(f"{path}: record size {record_size} / header size {header_size} not understood")
     checksum_ok = version < CHECKSUMS_FROM or int(_xor_folded(data[None, :HEADER_SIZE])[0]) == 0
     return LogHeader(version, header_size, record_size, realtime, monotonic, pid, rank, max_bytes, status,
-                     end_offset, producer.rstrip(b"\0").decode("utf-8", "replace"), checksum_ok)
+                     end_offset, producer.rstrip(b"\0").decode("utf-8", "replace"), checksum_ok, max(world_size, 0))
 
 
 class _Damage:

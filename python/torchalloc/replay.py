@@ -426,7 +426,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="torchalloc replay",
         description="Replay an allocation trace through torchalloc's policies on a simulated device (no GPU needed).",
     )
-    ap.add_argument("trace", nargs="?", help="PyTorch memory snapshot (.pickle[.gz|.xz]) or torchalloc log; "
+    ap.add_argument("trace", nargs="*", help="PyTorch memory snapshot (.pickle[.gz|.xz]) or torchalloc log; "
+                    "several (one per rank) or a quoted pattern such as 'run.*.talog' for a job's ranks side by side; "
                     "default: the trace bundled with torchalloc")
     ap.add_argument("--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated (default: %(default)s)")
     ap.add_argument("--capacity", default=DEFAULT_CAPACITY_TEXT, help="simulated device size (default: %(default)s)")
@@ -453,13 +454,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     if not policies:
         fail(prog, "--policies is empty")
+    if len(args.trace) > 1 or (args.trace and any(c in args.trace[0] for c in "*?[")):
+        from .tool_args import expand_logs
+
+        paths, problem = expand_logs(args.trace)
+        if problem or (len(paths) > 1 and args.png):
+            fail(prog, problem or "--png plots one trace; give one rank's")
+        args.trace = paths
     if args.png:
         bad_output = output_problem(args.png)
         if bad_output:
             fail(prog, f"--png {bad_output}")
         check_matplotlib()
+    if len(args.trace) > 1:
+        return _ranks_main(prog, args.trace, policies, capacity, args)
     try:
-        path = Path(args.trace) if args.trace else default_trace_path()
+        path = Path(args.trace[0]) if args.trace else default_trace_path()
         trace = load_trace(path, device=args.device, prelude=not args.no_prelude)
         if not args.json and not (trace.events["kind"] == ALLOC).any():  # (--json still gives its zeros)
             print(f"{prog}: nothing to replay: {path} holds no allocation", file=sys.stderr)
@@ -482,6 +492,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         plot_png(report, args.png)
         if not args.json:
             print(f"plot: {args.png}")
+    return 0
+
+
+def _ranks_main(prog: str, paths: list[str], policies: list[str], capacity: int, args: argparse.Namespace) -> int:
+    """Several traces: a job's ranks (replay_job.py)."""
+    from .replay_job import format_ranks, ranks_json, run_ranks
+    from .tool_args import fail
+
+    try:
+        ranks, notes = run_ranks(paths, policies, capacity, search=not args.no_search, device=args.device,
+                                 prelude=not args.no_prelude, progress=args.progress)
+    except (TraceError, ReplayError, _lib.LibraryError) as e:
+        fail(prog, str(e))
+    print(json.dumps(ranks_json(ranks, notes), indent=2) if args.json else format_ranks(ranks, notes))
     return 0
 
 

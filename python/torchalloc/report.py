@@ -5,6 +5,8 @@
     torchalloc report run.talog --html run.html  # self-contained page with the timeline drawn
     torchalloc report run.talog --png run.png    # the timeline as a picture (needs matplotlib)
     torchalloc report run.talog --at "after forward" --at 1.5
+    torchalloc report run.0.talog run.1.talog    # a job: one log per rank, compared (report_job.py)
+    torchalloc report 'run.*.talog' --html job.html
 
 From Python the same data:
 
@@ -173,7 +175,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Explain a torchalloc log: timeline, what was live at the peak, why each block was freed "
         "when it was, per-phase accounting, and the usual memory estimate measured.",
     )
-    parser.add_argument("log", help="a torchalloc event log (TORCHALLOC_CONF=log:PATH)")
+    parser.add_argument("log", nargs="+", help="a torchalloc event log (TORCHALLOC_CONF=log:PATH); several (one per "
+                        "rank, log:run.%%r.talog), or a quoted pattern such as 'run.*.talog', for one report of the "
+                        "whole job")
     parser.add_argument("--device", type=int, default=None, help="device to report (default: the busiest)")
     parser.add_argument("--at", action="append", default=[], metavar="MARKER|SECONDS",
                         help="also show what was live at this marker or time (repeatable)")
@@ -186,19 +190,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from .log import LogFormatError
-    from .tool_args import fail, input_problem, output_problem, snapshot_pointer
+    from .tool_args import expand_logs, fail, output_problem, snapshot_pointer
 
-    problem = input_problem(args.log) or snapshot_pointer(args.log, "report")
+    logs, problem = expand_logs(args.log)
+    problem = problem or next(filter(None, (snapshot_pointer(p, "report") for p in logs)), None)
     for option, path in (("--html", args.html), ("--png", args.png)):
         bad_output = output_problem(path) if path is not None else None
         if bad_output and not problem:
             problem = f"{option} {bad_output}"
     if args.top < 1 or args.points < 2:
         problem = problem or ("--top must be at least 1" if args.top < 1 else "--points must be at least 2")
+    if len(logs) > 1 and not problem:
+        problem = ("--at, --png and --progress report one log; give one rank's log for them"
+                   if args.at or args.png or args.progress else None)
     if problem:
         fail(parser.prog, problem)
+    if len(logs) > 1:
+        return _job_main(parser.prog, logs, args)
     try:
-        a = analyze(args.log, device=args.device, max_points=args.points, progress=args.progress)
+        a = analyze(logs[0], device=args.device, max_points=args.points, progress=args.progress)
     except (LogFormatError, ValueError) as e:
         fail(parser.prog, str(e))
     at = [_at_value(x) for x in args.at]
@@ -232,6 +242,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write("\n")
     elif not (args.html or args.png):
         sys.stdout.write(render_text(a, top=args.top, at=at))
+    return 0
+
+
+def _job_main(prog: str, logs: list[str], args: argparse.Namespace) -> int:
+    """Several logs: one report of the job (torchalloc.job, report_job)."""
+    from .job import analyze_job
+    from .log import LogFormatError
+    from .report_job import write_job
+    from .tool_args import fail
+
+    try:
+        job = analyze_job(logs, device=args.device, max_points=args.points)
+    except (LogFormatError, ValueError) as e:
+        fail(prog, str(e))
+    if args.json or args.html:
+        for note in job.notes + [f"rank {r.rank}: {n}" for r, a in zip(job.ranks, job.analyses) for n in a.notes]:
+            print(f"torchalloc report: note: {note}", file=sys.stderr)
+    write_job(job, text=not args.html, json_out=args.json, html=args.html, top=args.top)
     return 0
 
 

@@ -8,11 +8,12 @@ what follows "torchalloc VERB: error: ".
 from __future__ import annotations
 
 import bz2
+import glob
 import lzma
 import os
 import sys
 import zlib
-from typing import NoReturn
+from typing import NoReturn, Sequence
 
 from ._records import LOG_MAGIC
 from .trace_snapshot import looks_like_pickle
@@ -78,3 +79,29 @@ def snapshot_pointer(path: str, verb: str) -> str | None:
     return (f"{path} is a PyTorch memory snapshot (a pickle), not a torchalloc log, so `torchalloc {verb}` "
             f"cannot read it: `torchalloc replay {path}` replays it through each policy, and "
             "https://pytorch.org/memory_viz draws it")
+
+
+def _is_pattern(text: str) -> bool:
+    return any(c in text for c in "*?[")
+
+
+def expand_logs(paths: Sequence[str]) -> tuple[list[str], str | None]:
+    """The input files: each path as given, or -- when it names no file and holds * ? [ -- the files the
+    pattern matches, sorted (so `'run.*.talog'` works quoted, where the shell did not expand it). Also the
+    problem with them, or None."""
+    out: list[str] = []
+    for path in paths:
+        if not os.path.exists(path) and _is_pattern(path):
+            matches = sorted(m for m in glob.glob(path) if os.path.isfile(m))
+            if not matches:
+                return out, f"{path}: no file matches this pattern"
+            out += matches
+        else:
+            out.append(path)
+    for path in out:
+        problem = input_problem(path)
+        if problem:
+            return out, problem
+    if len(set(map(os.path.realpath, out))) < len(out):
+        return out, "a log is given twice (each rank's log once)"
+    return out, None

@@ -60,6 +60,7 @@ class Trace:
     native_ooms: int = 0
     native_label: str = "native (PyTorch)"  # a log: "recorded (<policy>)", what torchalloc reserved in the run
     notes: list[str] = dataclasses.field(default_factory=list)
+    rank: int = -1  # a torchalloc log's writer's $RANK (the log header's); -1: none, or a snapshot
 
     def __len__(self) -> int:
         return int(self.events.shape[0])

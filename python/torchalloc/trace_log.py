@@ -115,6 +115,7 @@ def from_log(log: Any, *, device: int | None = None, prelude: bool = True, path:
         phase_names=dict(getattr(log, "phase_names", {})),
         native_ooms=int(((kind == records.OOM) & on_dev).sum()),
         notes=notes,
+        rank=int(getattr(getattr(log, "header", None), "rank", -1)),
     )
     # What the recording policy reserved: its segment records on this device.
     is_seg = ((kind == records.SEGMENT_ALLOC) | (kind == records.SEGMENT_FREE)) & on_dev

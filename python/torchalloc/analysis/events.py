@@ -64,6 +64,9 @@ class EventTable:
     wall_offset_ns: int = 0  # add to time_ns for Unix time
     path: str = ""
     notes: list[str] = dataclasses.field(default_factory=list)
+    pid: int = 0
+    rank: int = -1  # the writer's $RANK (else $LOCAL_RANK); -1: not under a launcher, or unknown
+    world_size: int = 0  # the writer's $WORLD_SIZE; 0: unset, or a log older than the field
 
     def __len__(self) -> int:
         return int(self.kind.shape[0])
@@ -134,6 +137,9 @@ def table_from_log(log: Any) -> EventTable:
         wall_offset_ns=int(wall),
         path=str(getattr(log, "path", "")),
         notes=notes,
+        pid=int(getattr(header, "pid", 0)),
+        rank=int(getattr(header, "rank", -1)),
+        world_size=int(getattr(header, "world_size", 0)),
     )
 
 
