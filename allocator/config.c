@@ -143,7 +143,7 @@ static int apply(ta_config *c, const char *key, const char *val, char *err, size
     if (parse_int(val, 1, 64, &n)) goto bad_int;
     c->stack_depth = (int)n;
   } else if (strcmp(key, "expandable") == 0) {
-    if (parse_int(val, 0, 1, &n)) goto bad_int;
+    if (parse_int(val, 0, 2, &n)) goto bad_int;
     c->expandable = (int)n;
   } else if (strcmp(key, "sim_vmm") == 0) {
     if (parse_int(val, 0, 1, &n)) goto bad_int;

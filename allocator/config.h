@@ -24,7 +24,8 @@ typedef struct ta_config {
   int stack_depth;
   int oom;                  /* enum ta_oom_action: what a failed torchalloc_malloc does */
   char oom_report[TA_PATH_MAX]; /* "": beside the log, else the working directory; "off"; or a directory */
-  int expandable;           /* caching and phase_arena grow expandable segments (where the device can) */
+  int expandable;           /* 1: caching and phase_arena grow expandable segments (where the device can);
+                             * 2: and compact them (TA_POLICY_COMPACT) */
   int sim_vmm;              /* the sim device has virtual memory (0: model one without, for tests) */
 } ta_config;
 

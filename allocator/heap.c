@@ -21,7 +21,7 @@
  * ---------------------------------------------------------------------- */
 
 static ta_policy *policy_get(ta_heap *h, uint8_t id) {
-  unsigned flags = h->conf->expandable ? TA_POLICY_EXPANDABLE : 0;
+  unsigned flags = (h->conf->expandable ? TA_POLICY_EXPANDABLE : 0) | (h->conf->expandable > 1 ? TA_POLICY_COMPACT : 0);
   if (!h->policies[id]) h->policies[id] = ta_policy_by_id(id)->create(&h->seg, id, flags);
   return h->policies[id];
 }
@@ -68,6 +68,7 @@ void ta_heap_destroy(ta_heap *h) {
     free(h->pending[i].events);
   }
   free(h->pending);
+  ta_segments_expandable_teardown(&h->seg);
   ta_segments_destroy(&h->seg);
   ta_ptrmap_destroy(&h->live);
   free(h->oom_report);

@@ -54,6 +54,9 @@ typedef struct ta_policy_ops {
  * only where the backend has virtual memory, and never for private pools:
  * a captured graph's addresses must stay as they were). */
 #define TA_POLICY_EXPANDABLE 1u
+/* With it: before reserving past the most ever reserved, give back free
+ * granules elsewhere (least memory; each time costs a device synchronize). */
+#define TA_POLICY_COMPACT 2u
 
 struct ta_policy {
   const ta_policy_ops *ops;
@@ -103,6 +106,8 @@ ta_internal void ta_segments_release(ta_segments *s, ta_segment *seg);
  * A new one of `size` bytes, mapped, one FREE block (out of any index), or
  * NULL (TA_ENOMEM in *status: the device or fraction said no; TA_ENOSPACE:
  * the device reserves no addresses, use an ordinary segment). */
+/* Return an expandable segment whose only block is FREE (out of any index). */
+ta_internal void ta_segments_release_expandable(ta_segments *s, ta_segment *seg);
 ta_internal ta_segment *ta_segments_alloc_expandable(ta_segments *s, size_t size, cudaStream_t stream, int pool,
                                                     void *owner, ta_policy *policy, int *status);
 /* Map `bytes` more at the end (seg->size grows by exactly that; the caller

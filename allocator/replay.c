@@ -217,12 +217,16 @@ TORCHALLOC_API int torchalloc_replay(const torchalloc_replay_event *events, size
 
   ta_config conf;
   ta_config_defaults(&conf);
-  /* "POLICY+expandable": the policy with expandable segments. */
-  static const char suffix[] = "+expandable";
-  size_t name_len = strlen(policy), suffix_len = sizeof suffix - 1;
-  if (name_len > suffix_len && strcmp(policy + name_len - suffix_len, suffix) == 0) {
-    conf.expandable = 1;
-    name_len -= suffix_len;
+  /* "POLICY+expandable" / "POLICY+compact": the policy with expandable:1 / expandable:2. */
+  static const char *const suffixes[] = {"+expandable", "+compact"};
+  size_t name_len = strlen(policy);
+  for (int k = 0; k < 2; k++) {
+    size_t len = strlen(suffixes[k]);
+    if (name_len > len && strcmp(policy + name_len - len, suffixes[k]) == 0) {
+      conf.expandable = k + 1;
+      name_len -= len;
+      break;
+    }
   }
   if (name_len >= sizeof conf.policy) {
     ta_set_error("unknown policy '%s'", policy);
@@ -251,7 +255,7 @@ TORCHALLOC_API int torchalloc_replay(const torchalloc_replay_event *events, size
   for (int p = 0; p < TA_MAX_PHASES; p++) st.epoch[p] = 1;
   st.h = ta_heap_create(backend, 0, &conf, 0, err, sizeof err);
   if (!st.h) {
-    ta_set_error("%s%s", err, strncmp(err, "unknown policy", 14) ? "" : "; each may end in +expandable");
+    ta_set_error("%s%s", err, strncmp(err, "unknown policy", 14) ? "" : "; each may end in +expandable or +compact");
     backend->ops->destroy(backend);
     return -1;
   }

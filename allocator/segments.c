@@ -146,13 +146,9 @@ void ta_segments_account(ta_segments *seg, const ta_segment *s, uintptr_t addr, 
 }
 
 void ta_segments_release(ta_segments *seg, ta_segment *s) {
-  ta_assert(s->first->state == TA_BLOCK_FREE && !s->first->next);
-  if (s->expansion) {
-    ta_segments_expansion_release(seg, s, 1);
-  } else {
-    seg->backend->ops->free(seg->backend, seg->device, s->addr, s->size);
-    ta_segments_account(seg, s, s->addr, s->size, -1);
-  }
+  ta_assert(s->first->state == TA_BLOCK_FREE && !s->first->next && !s->expansion);
+  seg->backend->ops->free(seg->backend, seg->device, s->addr, s->size);
+  ta_segments_account(seg, s, s->addr, s->size, -1);
   registry_remove(&seg->registry, s);
   ta_stats_sub(seg->stats->segment, s->pool, 1);
   ta_segments_block_delete(seg, s->first);
@@ -186,8 +182,8 @@ void ta_segments_destroy(ta_segments *seg) {
   ta_segment_registry *r = &seg->registry;
   for (size_t i = 0; i < r->count; i++) {
     ta_segment *s = r->items[i];
-    if (s->expansion) ta_segments_expansion_release(seg, s, 0);
-    else seg->backend->ops->free(seg->backend, seg->device, s->addr, s->size);
+    ta_assert(!s->expansion); /* ta_segments_expandable_teardown went first */
+    seg->backend->ops->free(seg->backend, seg->device, s->addr, s->size);
     free(s);
   }
   free(r->items);

@@ -54,6 +54,7 @@ ta_internal void ta_segments_init(ta_segments *s, ta_backend *backend, int devic
 /* Return every segment to the device, live blocks included, and free the
  * descriptors (teardown: the caller holds none of these pointers). */
 ta_internal void ta_segments_destroy(ta_segments *s);
+/* (Expandable segments must be gone: ta_segments_expandable_teardown.) */
 /* The segment containing `addr`, or NULL. */
 ta_internal ta_segment *ta_segments_find(const ta_segments *s, uintptr_t addr);
 
@@ -64,8 +65,8 @@ ta_internal void ta_segments_unregister(ta_segments *s, ta_segment *seg);
 /* Stats, phase accounting, log record and observer of `bytes` at `addr`
  * of `seg` becoming (sign +1) or ceasing to be (-1) device memory. */
 ta_internal void ta_segments_account(ta_segments *s, const ta_segment *seg, uintptr_t addr, size_t bytes, int sign);
-/* Unmap everything and give the addresses back (the whole segment goes);
- * `account`: count it in the stats and the log (not at teardown). */
-ta_internal void ta_segments_expansion_release(ta_segments *s, ta_segment *seg, int account);
+/* Teardown, before ta_segments_destroy: every expandable segment unmapped,
+ * its addresses given back, its descriptor freed (segments_expand.c). */
+ta_internal void ta_segments_expandable_teardown(ta_segments *s);
 
 #endif

@@ -174,7 +174,9 @@ void ta_segments_shrink(ta_segments *s, ta_segment *seg, size_t new_size) {
   seg->size = new_size;
 }
 
-void ta_segments_expansion_release(ta_segments *s, ta_segment *seg, int account) {
+/* Unmap everything and give the addresses back; `account`: in the stats
+ * and the log (not at teardown). */
+static void expansion_release(ta_segments *s, ta_segment *seg, int account) {
   ta_expansion *x = seg->expansion;
   size_t n = seg->size / x->granule;
   for (size_t g = 0; g < n;) {
@@ -191,6 +193,25 @@ void ta_segments_expansion_release(ta_segments *s, ta_segment *seg, int account)
   free(x->handles);
   free(x);
   seg->expansion = NULL;
+}
+
+void ta_segments_release_expandable(ta_segments *s, ta_segment *seg) {
+  ta_assert(seg->expansion && seg->first->state == TA_BLOCK_FREE && !seg->first->next);
+  expansion_release(s, seg, 1);
+  ta_segments_unregister(s, seg);
+  ta_stats_sub(s->stats->segment, seg->pool, 1);
+  ta_segments_block_delete(s, seg->first);
+  free(seg);
+}
+
+void ta_segments_expandable_teardown(ta_segments *s) {
+  for (size_t i = s->registry.count; i-- > 0;) {
+    ta_segment *seg = s->registry.items[i];
+    if (!seg->expansion) continue;
+    expansion_release(s, seg, 0);
+    ta_segments_unregister(s, seg);
+    free(seg); /* its blocks' descriptors belong to the slab, freed with it */
+  }
 }
 
 /* 1 when the free block `b` holds a mapped granule wholly. */

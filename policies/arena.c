@@ -11,6 +11,7 @@ ta_arena *ta_arena_create(ta_segments *segments, ta_policy *policy) {
   a->segments = segments;
   a->policy = policy;
   a->expandable = (policy->flags & TA_POLICY_EXPANDABLE) && ta_segments_granule(segments) > 0;
+  a->compact = a->expandable && (policy->flags & TA_POLICY_COMPACT);
   return a;
 }
 
@@ -103,9 +104,9 @@ static inline void split_after(ta_arena *a, ta_bins *bins, ta_block *b, size_t k
 
 /* A free block of at least `rounded` bytes at the end of the stream's
  * expandable segment, out of the index: the segment made, or grown by what
- * its free end lacks. Growing past the most ever reserved first gives back
- * free granules elsewhere, so the device's memory follows what lives
- * instead of the address range's high-water mark. NULL with *status
+ * its free end lacks. Compact: growing past the most ever reserved first
+ * gives back free granules elsewhere, so the device's memory follows what
+ * lives instead of the address range's high-water mark. NULL with *status
  * TA_ENOMEM (device full), or TA_ENOSPACE (no addresses: the caller makes
  * an ordinary segment). */
 static ta_block *expand(ta_arena *a, ta_stream_bins *sb, int pool, ta_bins *bins, size_t rounded, int *status) {
@@ -113,7 +114,7 @@ static ta_block *expand(ta_arena *a, ta_stream_bins *sb, int pool, ta_bins *bins
   size_t granule = ta_segments_granule(a->segments);
   if (!seg) {
     size_t bytes = ta_align_up(rounded, granule);
-    if (ta_segments_would_raise_peak(a->segments, bytes)) ta_segments_unmap_free(a->segments, bytes, NULL);
+    if (a->compact && ta_segments_would_raise_peak(a->segments, bytes)) ta_segments_unmap_free(a->segments, bytes, NULL);
     seg = ta_segments_alloc_expandable(a->segments, rounded, sb->stream, pool, a, a->policy, status);
     if (!seg) return NULL;
     own(a, seg);
@@ -128,7 +129,8 @@ static ta_block *expand(ta_arena *a, ta_stream_bins *sb, int pool, ta_bins *bins
   }
   ta_block *fresh = have ? tail : ta_segments_block_new(a->segments);
   size_t bytes = ta_align_up(rounded - have, granule);
-  if (fresh && ta_segments_would_raise_peak(a->segments, bytes)) ta_segments_unmap_free(a->segments, bytes, tail);
+  if (fresh && a->compact && ta_segments_would_raise_peak(a->segments, bytes))
+    ta_segments_unmap_free(a->segments, bytes, tail);
   *status = fresh ? ta_segments_grow(a->segments, seg, bytes) : TA_ENOMEM;
   if (*status != TA_OK) {
     if (fresh && fresh != tail) ta_segments_block_delete(a->segments, fresh);
@@ -157,7 +159,7 @@ static size_t shrink(ta_arena *a, ta_segment *seg) {
     take_free(a, bins, b);
     a->streams[a->last].expandable[seg->pool] = NULL; /* bins_for left `last` at the segment's stream */
     disown(a, seg);
-    ta_segments_release(a->segments, seg);
+    ta_segments_release_expandable(a->segments, seg);
     return mapped;
   }
   size_t released = 0;
@@ -181,7 +183,8 @@ static size_t shrink(ta_arena *a, ta_segment *seg) {
 /* A block about to be handed out may cover granules given back earlier. */
 static ta_noinline int map_block(ta_arena *a, ta_block *b) {
   size_t need = ta_segments_unmapped_in(a->segments, b->segment, b->addr, b->size);
-  if (ta_segments_would_raise_peak(a->segments, need)) ta_segments_unmap_free(a->segments, need, NULL); /* see expand() */
+  if (a->compact && ta_segments_would_raise_peak(a->segments, need))
+    ta_segments_unmap_free(a->segments, need, NULL); /* see expand() */
   return ta_segments_map(a->segments, b->segment, b->addr, b->size) == TA_OK ? 0 : -1;
 }
 

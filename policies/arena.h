@@ -6,7 +6,9 @@
  * Expandable (TA_POLICY_EXPANDABLE): each (stream, pool) has one expandable
  * segment instead of many fixed ones. A request no free block fits grows it
  * at its end, by what the free block there lacks; releasing cached memory
- * gives back its free end, down to the last live block. */
+ * unmaps its free granules. Compact (TA_POLICY_COMPACT): before reserving
+ * past the most it ever reserved, the device unmaps free granules of any
+ * expandable segment first, so reserved memory follows live memory. */
 #ifndef TA_ARENA_H
 #define TA_ARENA_H
 
@@ -27,6 +29,7 @@ typedef struct ta_arena {
   size_t last;        /* index of the last stream used: most requests repeat it */
   ta_segment *owned;  /* this arena's segments, linked through owner_next */
   int expandable;     /* grow expandable segments (TA_POLICY_EXPANDABLE and the device can) */
+  int compact;        /* TA_POLICY_COMPACT: unmap free granules rather than reserve past the high-water mark */
 } ta_arena;
 
 ta_internal ta_arena *ta_arena_create(ta_segments *segments, ta_policy *policy);

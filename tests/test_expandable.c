@@ -1,6 +1,7 @@
-/* Expandable segments (expandable:1) on the simulated device, which models
- * the CUDA driver's virtual memory: reserved addresses, 2 MiB granules
- * mapped and unmapped one by one, violations counted. */
+/* Expandable segments (expandable:1, and compact: expandable:2) on the
+ * simulated device, which models the CUDA driver's virtual memory: reserved
+ * addresses, 2 MiB granules mapped and unmapped one by one, violations
+ * counted. */
 #include "sim.h"
 
 #define GRANULE (2 * MiB)
@@ -44,7 +45,7 @@ TEST(one_segment_per_stream_and_pool_grows_by_granules) {
 /* The case an ordinary segment cannot serve without more memory: the free
  * bytes are there but not in one hole. */
 TEST(growing_past_the_peak_gives_back_free_granules_first) {
-  REQUIRE(sim_reset("expandable:1") == 0);
+  REQUIRE(sim_reset("expandable:2") == 0);
   void *a = torchalloc_malloc(30 * MiB, 0, S0);
   void *b = torchalloc_malloc(30 * MiB, 0, S0);
   REQUIRE(a && b);
@@ -71,8 +72,21 @@ TEST(growing_past_the_peak_gives_back_free_granules_first) {
   CHECK_EQ(reserved(), 100 * MiB);
 }
 
-TEST(below_the_peak_it_grows_without_unmapping) {
+TEST(without_compaction_growing_unmaps_nothing) {
   REQUIRE(sim_reset("expandable:1") == 0);
+  void *a = torchalloc_malloc(30 * MiB, 0, S0);
+  void *b = torchalloc_malloc(30 * MiB, 0, S0);
+  REQUIRE(a && b);
+  torchalloc_free(a, 30 * MiB, 0, S0);
+  REQUIRE(torchalloc_malloc(40 * MiB, 0, S0));
+  CHECK_EQ(reserved(), 100 * MiB); /* a's hole stays mapped: no synchronize on the way */
+  CHECK_EQ(stats0().num_device_free, 0);
+  CHECK_EQ(torchalloc_empty_cache(0), 30 * MiB); /* until the cache is released */
+  CHECK_INVARIANTS();
+}
+
+TEST(below_the_peak_it_grows_without_unmapping) {
+  REQUIRE(sim_reset("expandable:2") == 0);
   void *a = torchalloc_malloc(40 * MiB, 0, S0);
   REQUIRE(a);
   torchalloc_free(a, 40 * MiB, 0, S0);
@@ -118,7 +132,7 @@ TEST(empty_cache_unmaps_free_granules_between_live_blocks) {
 }
 
 TEST(memory_fraction_and_capacity_bound_the_growth) {
-  REQUIRE(sim_reset("expandable:1,sim_capacity:100MiB") == 0);
+  REQUIRE(sim_reset("expandable:2,sim_capacity:100MiB") == 0);
   torchalloc_set_memory_fraction(0.5, 0);
   void *a = torchalloc_malloc(30 * MiB, 0, S0);
   REQUIRE(a);
@@ -148,7 +162,7 @@ TEST(memory_fraction_and_capacity_bound_the_growth) {
 }
 
 TEST(no_unmapping_while_a_capture_may_be_underway) {
-  REQUIRE(sim_reset("expandable:1") == 0);
+  REQUIRE(sim_reset("expandable:2") == 0);
   void *a = torchalloc_malloc(30 * MiB, 0, S0);
   void *b = torchalloc_malloc(30 * MiB, 0, S0);
   REQUIRE(a && b);
@@ -196,7 +210,7 @@ TEST(a_failed_map_leaves_the_allocator_consistent) {
 }
 
 TEST(phase_arena_arenas_share_the_devices_memory) {
-  REQUIRE(sim_reset("expandable:1,policy:phase_arena") == 0);
+  REQUIRE(sim_reset("expandable:2,policy:phase_arena") == 0);
   REQUIRE(torchalloc_phase_begin("forward") >= 0);
   void *act = torchalloc_malloc(40 * MiB, 0, S0);
   REQUIRE(act);

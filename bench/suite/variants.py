@@ -7,6 +7,7 @@
                            on from before the warm-up (PyTorch's own allocation log with stacks)
     POLICY                 torchalloc through the C++ bridge (torchalloc.install), TORCHALLOC_CONF=policy:POLICY
     POLICY+expandable      ... + expandable:1
+    POLICY+compact         ... + expandable:2 (expandable segments compacted before reserving past the high-water mark)
     POLICY+log             ... + log:<temporary file> (the block log, no stacks)
     POLICY+stacks          ... + log:<temporary file>,stacks:1 (the block log with Python stacks)
 
@@ -24,12 +25,12 @@ NATIVE_MODIFIERS = {
     "async": "backend:cudaMallocAsync",
     "history": "",  # no allocator setting: the child turns PyTorch's memory history on
 }
-TORCHALLOC_MODIFIERS = ("expandable", "log", "stacks")
+TORCHALLOC_MODIFIERS = ("expandable", "compact", "log", "stacks")
 LOG_NAME = "ta_%p.talog"  # in the run's log directory; %p: the child's pid
 
 # What a default run compares (ordered: native first, since ratios are to it).
 DEFAULT_VARIANTS = ("native", "native+expandable", "native+async", "caching", "caching+expandable",
-                    "phase_arena", "phase_arena+expandable", "exact")
+                    "caching+compact", "phase_arena", "phase_arena+compact", "exact")
 # `exact` makes one device allocation per request: slow on big models, so by default only on these.
 EXACT_WORKLOADS = ("convnet", "encoder")
 # --stacks: deliverable 4's comparison on GPT-2.
@@ -58,7 +59,9 @@ class Variant:
     def torchalloc_conf(self, extra_conf: str, log_dir: str) -> str:
         """TORCHALLOC_CONF for a torchalloc variant."""
         conf = [f"policy:{self.policy}"]
-        if "expandable" in self.modifiers:
+        if "compact" in self.modifiers:
+            conf.append("expandable:2")
+        elif "expandable" in self.modifiers:
             conf.append("expandable:1")
         if self.logs:
             conf.append(f"log:{log_dir.rstrip('/')}/{LOG_NAME}")
@@ -78,7 +81,7 @@ class Variant:
 
 
 def parse_variant(text: str) -> Variant:
-    """`native[+expandable|+async|+history]` or `POLICY[+expandable][+log][+stacks]`; ValueError says why not."""
+    """`native[+expandable|+async|+history]` or `POLICY[+expandable|+compact][+log][+stacks]`; ValueError says why not."""
     base, *mods = [part.strip() for part in text.strip().split("+")]
     if len(set(mods)) != len(mods):
         raise ValueError(f"variant {text!r}: a modifier is repeated")

@@ -24,7 +24,7 @@ MiB = 1 << 20
 def test_bundled_trace_reserves_within_two_percent_of_what_it_allocates(library_path: Path) -> None:
     trace = load_trace(replay.default_trace_path())
     plain, _ = replay.replay_once(trace, "caching")
-    for policy in ("caching+expandable", "phase_arena+expandable"):
+    for policy in ("caching+compact", "phase_arena+compact"):
         r, _ = replay.replay_once(trace, policy)
         assert r["oom"] == 0
         assert r["peak_allocated"] <= plain["peak_allocated"]
@@ -36,8 +36,8 @@ def test_bundled_trace_reserves_within_two_percent_of_what_it_allocates(library_
 
 def test_expandable_needs_no_bigger_device_than_it_reserves(library_path: Path) -> None:
     trace = load_trace(replay.default_trace_path())
-    r, _ = replay.replay_once(trace, "caching+expandable")
-    fits, _ = replay.replay_once(trace, "caching+expandable", capacity=r["peak_reserved"])
+    r, _ = replay.replay_once(trace, "caching+compact")
+    fits, _ = replay.replay_once(trace, "caching+compact", capacity=r["peak_reserved"])
     assert fits["oom"] == 0
     plain, _ = replay.replay_once(trace, "caching", capacity=r["peak_reserved"])
     assert plain["oom"] == 1  # the same device is too small for ordinary segments
@@ -46,12 +46,12 @@ def test_expandable_needs_no_bigger_device_than_it_reserves(library_path: Path) 
 @pytest.mark.parametrize("policy", ["caching", "phase_arena"])
 def test_a_log_written_with_expandable_segments_goes_through_every_tool(
         library_path: Path, tmp_path: Path, policy: str) -> None:
-    log = write_log(tmp_path / f"{policy}.talog", f"{policy},expandable:1", 1, 1, "exit")
+    log = write_log(tmp_path / f"{policy}.talog", f"{policy},expandable:2", 1, 1, "exit")
     status, out, err = run_tool("report", str(log), "--json")
     assert status == 0, err
-    status, out, err = run_tool("replay", str(log), "--no-search", "--policies", f"{policy},{policy}+expandable")
+    status, out, err = run_tool("replay", str(log), "--no-search", "--policies", f"{policy},{policy}+expandable,{policy}+compact")
     assert status == 0, err
-    assert f"{policy}+expandable" in out
+    assert f"{policy}+expandable" in out and f"{policy}+compact" in out
     snap = tmp_path / "snap.pickle"
     status, out, err = run_tool("export", str(log), "-o", str(snap))
     assert status == 0, err

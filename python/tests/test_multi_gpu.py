@@ -40,7 +40,8 @@ SIDE_STREAM = r"""
 import sys, torch, torchalloc
 policy, route = sys.argv[1], sys.argv[2]
 if policy != "native":
-    torchalloc.install(policy=policy, bridge=route == "bridge")
+    name, _, grow = policy.partition("+")  # "caching+expandable": expandable segments on
+    torchalloc.install(policy=name, bridge=route == "bridge", **({"expandable": 1} if grow else {}))
 n = 8 << 20  # 32 MiB of float32: a large-pool block every policy may hand back at once
 compute = torch.cuda.current_stream()
 side = torch.cuda.Stream()
@@ -67,7 +68,7 @@ emit(side_busy=side_busy, overlapped=overlapped, intact=bool((kept == 2.0).all()
 
 
 @pytest.mark.parametrize("route", ["plain", "bridge"])
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", (*POLICIES, "caching+expandable"))
 def test_a_block_is_not_reused_before_its_side_stream_is_done(library_path: Path, policy: str, route: str) -> None:
     env = child_env(library_path)
     done = subprocess.run([sys.executable, "-c", "import json\ndef emit(**kw): print('RESULT ' + json.dumps(kw))\n"

@@ -54,7 +54,8 @@ MiB = 1 << 20
 GiB = 1 << 30
 KiB = 1 << 10
 
-POLICIES = ("caching", "exact", "phase_arena", "caching+expandable", "phase_arena+expandable")  # replay's default set
+POLICIES = ("caching", "exact", "phase_arena", "caching+expandable", "phase_arena+expandable", "caching+compact",
+            "phase_arena+compact")  # replay's default set
 
 
 @pytest.fixture

@@ -45,8 +45,10 @@ from ._records import POLICY_NAMES
 from .trace import ALLOC, EVENT_DTYPE, Trace, TraceError, load_trace
 from .units import GiB, fmt_bytes, parse_bytes
 
-# every policy the library has, in its registry's order, then those that can grow expandable segments with them
-DEFAULT_POLICIES = (*POLICY_NAMES.values(), "caching+expandable", "phase_arena+expandable")
+# every policy the library has, in its registry's order, then those that can grow expandable segments with
+# them (expandable:1), and compact them too (expandable:2)
+DEFAULT_POLICIES = (*POLICY_NAMES.values(), "caching+expandable", "phase_arena+expandable", "caching+compact",
+                    "phase_arena+compact")
 DEFAULT_CAPACITY_TEXT = "80GiB"  # --capacity's default, in its syntax: an 80 GB GPU
 DEFAULT_CAPACITY = parse_bytes(DEFAULT_CAPACITY_TEXT)
 SEARCH_GRANULARITY = 2 << 20
