@@ -76,7 +76,8 @@ def test_a_block_is_not_reused_before_its_side_stream_is_done(library_path: Path
     assert done.returncode == 0, done.stdout + done.stderr
     r = json.loads([line for line in done.stdout.splitlines() if line.startswith("RESULT ")][-1][7:])
     assert r["route"] == route
-    assert r["side_busy"], "the side stream finished before the allocations: the test proved nothing"
+    if policy != "exact":  # exact's cudaFree of the loop's tensors synchronizes: the side stream is done by then
+        assert r["side_busy"], "the side stream finished before the allocations: the test proved nothing"
     assert not any(r["overlapped"]), f"{policy}/{route}: the block was handed out while the side stream used it"
     assert r["intact"], f"{policy}/{route}: the side stream's late write landed in a new tensor"
 
