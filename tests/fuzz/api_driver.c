@@ -53,7 +53,7 @@ void drv_start(const uint8_t c[DRV_CONFIG_BYTES], unsigned check_every) {
            "backend:sim,warn:0,oom_report:off,policy:%s,sim_devices:%d,sim_capacity:%s,sim_fail_alloc:%d,"
            "sim_held_elsewhere:%s,sim_event_polls:%d,log_max:256KiB,stacks:%d,expandable:%d",
            drv_policies[c[0] % 3], D.ndevices, capacities[c[2] % 6], c[3] < 128 ? 0 : 1 + c[3] % 32, held[c[4] % 6],
-           c[5] % 4, c[7] % 2, (c[7] >> 1) % 2);
+           c[5] % 4, c[7] % 2, (c[7] >> 1) % 3); /* expandable 0, 1 or 2 (compact) */
   EXPECT(torchalloc_init(D.conf) == 0, "init: %s", torchalloc_last_error());
   EXPECT(torchalloc_device_count() == D.ndevices, "device_count %d", torchalloc_device_count());
 }
