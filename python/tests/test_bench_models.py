@@ -60,7 +60,7 @@ def test_dry_run_prints_the_plan_without_a_gpu() -> None:
     assert len(runs) == 2 * (5 * 8 + 2), runs
     assert runs[0] == "round 1: convnet native" and runs[-1] == "round 2: gpt2 phase_arena+compact"
     assert not any("exact" in r for r in runs if r.split()[2] not in ("convnet", "encoder"))
-    assert "74 runs in 2 interleaved round(s); estimated" in done.stderr
+    assert "84 runs in 2 interleaved round(s); estimated" in done.stderr
     assert "TORCHALLOC_CONF=policy:caching,expandable:1" in done.stderr
 
 
