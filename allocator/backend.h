@@ -72,8 +72,6 @@ ta_internal int ta_backend_sim_address_exhausted(ta_backend *sim, int device);
 /* The sim's model of stream capture (backend_sim.c); -1 when `b` is not a
  * sim backend or the device is out of range. */
 ta_internal int ta_backend_sim_capture(ta_backend *b, int device, cudaStream_t stream, int capturing);
-/* Bytes mapped into reserved ranges on `device` now (sim only; -1 otherwise). */
-ta_internal int64_t ta_backend_sim_mapped(ta_backend *b, int device);
 ta_internal int64_t ta_backend_sim_violations(ta_backend *b, int device, char *buf, size_t len);
 /* NULL with a message in `err` when cudart cannot be loaded. */
 ta_internal ta_backend *ta_backend_cuda_create(char *err, size_t errlen);

@@ -44,7 +44,6 @@ typedef struct sim_device {
   int capturing;                 /* streams of this device capturing now */
   sim_reservation *reservations;
   size_t nreservations, cap_reservations;
-  size_t mapped;                 /* bytes mapped into reservations (part of `used`) */
   atomic_llong violations;       /* calls that would have invalidated a capture */
   char last_violation[128];
 } sim_device;
@@ -228,7 +227,6 @@ static int sim_map(ta_backend *b, int device, uintptr_t addr, size_t size, uint6
     handles[i] = (addr + i * TA_SIM_GRANULE) | 1; /* a token unmap checks */
   }
   r->nmapped += n;
-  d->mapped += size;
   d->used += size;
   return TA_OK;
 }
@@ -247,7 +245,6 @@ static void sim_unmap(ta_backend *b, int device, uintptr_t addr, size_t size, co
   }
   memset(r->mapped + first, 0, n);
   r->nmapped -= n;
-  d->mapped -= size;
   d->used -= size;
 }
 
@@ -297,10 +294,6 @@ int64_t ta_backend_sim_violations(ta_backend *b, int device, char *buf, size_t l
   sim_device *d = &((sim_backend *)b)->dev[device];
   if (buf && len) snprintf(buf, len, "%s", d->last_violation);
   return atomic_load(&d->violations);
-}
-
-int64_t ta_backend_sim_mapped(ta_backend *b, int device) {
-  return is_sim(b, device) ? (int64_t)((sim_backend *)b)->dev[device].mapped : -1;
 }
 
 int ta_backend_sim_address_exhausted(ta_backend *b, int device) {

@@ -118,7 +118,7 @@ ta_internal int ta_segments_grow(ta_segments *s, ta_segment *seg, size_t bytes);
  * handed out). TA_OK or TA_ENOMEM (then nothing new stays mapped). */
 ta_internal int ta_segments_map(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t len);
 /* Bytes of the granules [addr, addr + len) touches that are unmapped now. */
-ta_internal size_t ta_segments_unmapped_in(const ta_segments *s, const ta_segment *seg, uintptr_t addr, size_t len);
+ta_internal size_t ta_segments_unmapped_in(const ta_segment *seg, uintptr_t addr, size_t len);
 /* Unmap the mapped granules lying wholly inside [addr, addr + len), a free
  * block; returns the bytes given back. Call ta_segments_synchronize first. */
 ta_internal size_t ta_segments_unmap(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t len);

@@ -118,49 +118,51 @@ int ta_segments_grow(ta_segments *s, ta_segment *seg, size_t bytes) {
   return rc;
 }
 
-size_t ta_segments_unmapped_in(const ta_segments *s, const ta_segment *seg, uintptr_t addr, size_t len) {
-  (void)s;
-  const ta_expansion *x = seg->expansion;
-  size_t first = (addr - seg->addr) / x->granule;
-  size_t end = ta_align_up(addr + len - seg->addr, x->granule) / x->granule, n = 0;
-  for (size_t g = first; g < end; g++) n += x->handles[g] == 0;
-  return n * x->granule;
+/* Granules of `seg` that [addr, addr + len) touches (`whole` 0) or holds
+ * wholly (`whole` 1): [*first, *end). */
+static void granules_of(const ta_segment *seg, uintptr_t addr, size_t len, int whole, size_t *first, size_t *end) {
+  size_t granule = seg->expansion->granule, lo = addr - seg->addr, hi = lo + len;
+  *first = (whole ? ta_align_up(lo, granule) : lo) / granule;
+  *end = (whole ? hi : ta_align_up(hi, granule)) / granule;
+}
+
+/* The first run [*run, *stop) of granules in [from, end) that are mapped
+ * (`mapped` 1) or unmapped (0); 0 when there is none. */
+static int next_run(const ta_expansion *x, size_t from, size_t end, int mapped, size_t *run, size_t *stop) {
+  size_t g = from;
+  while (g < end && (x->handles[g] != 0) != mapped) g++;
+  if (g >= end) return 0; /* also when a block holds no whole granule: from > end */
+  *run = g;
+  while (g < end && (x->handles[g] != 0) == mapped) g++;
+  *stop = g;
+  return 1;
+}
+
+size_t ta_segments_unmapped_in(const ta_segment *seg, uintptr_t addr, size_t len) {
+  size_t first, end, run, stop, n = 0;
+  granules_of(seg, addr, len, 0, &first, &end);
+  for (size_t g = first; next_run(seg->expansion, g, end, 0, &run, &stop); g = stop) n += stop - run;
+  return n * seg->expansion->granule;
 }
 
 int ta_segments_map(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t len) {
-  ta_expansion *x = seg->expansion;
-  size_t first = (addr - seg->addr) / x->granule;
-  size_t end = ta_align_up(addr + len - seg->addr, x->granule) / x->granule;
-  for (size_t g = first; g < end;) {
-    if (x->handles[g]) {
-      g++;
-      continue;
-    }
-    size_t run = g;
-    while (run < end && !x->handles[run]) run++;
+  size_t first, end, run, stop;
+  granules_of(seg, addr, len, 0, &first, &end);
+  for (size_t g = first; next_run(seg->expansion, g, end, 0, &run, &stop); g = stop) {
     /* On failure the runs mapped so far stay mapped, counted as reserved,
      * inside what is still a free block: a consistent state. */
-    if (map_run(s, seg, g, run - g) != TA_OK) return TA_ENOMEM;
-    seg->unmapped -= (run - g) * x->granule;
-    g = run;
+    if (map_run(s, seg, run, stop - run) != TA_OK) return TA_ENOMEM;
+    seg->unmapped -= (stop - run) * seg->expansion->granule;
   }
   return TA_OK;
 }
 
 size_t ta_segments_unmap(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t len) {
-  ta_expansion *x = seg->expansion;
-  size_t first = ta_align_up(addr - seg->addr, x->granule) / x->granule;
-  size_t end = (addr + len - seg->addr) / x->granule, released = 0;
-  for (size_t g = first; g < end;) {
-    if (!x->handles[g]) {
-      g++;
-      continue;
-    }
-    size_t run = g;
-    while (run < end && x->handles[run]) run++;
-    unmap_run(s, seg, g, run - g, 1);
-    released += (run - g) * x->granule;
-    g = run;
+  size_t first, end, run, stop, released = 0;
+  granules_of(seg, addr, len, 1, &first, &end);
+  for (size_t g = first; next_run(seg->expansion, g, end, 1, &run, &stop); g = stop) {
+    unmap_run(s, seg, run, stop - run, 1);
+    released += (stop - run) * seg->expansion->granule;
   }
   seg->unmapped += released;
   return released;
@@ -178,17 +180,9 @@ void ta_segments_shrink(ta_segments *s, ta_segment *seg, size_t new_size) {
  * and the log (not at teardown). */
 static void expansion_release(ta_segments *s, ta_segment *seg, int account) {
   ta_expansion *x = seg->expansion;
-  size_t n = seg->size / x->granule;
-  for (size_t g = 0; g < n;) {
-    if (!x->handles[g]) {
-      g++;
-      continue;
-    }
-    size_t run = g;
-    while (run < n && x->handles[run]) run++;
-    unmap_run(s, seg, g, run - g, account);
-    g = run;
-  }
+  size_t run, stop;
+  for (size_t g = 0; next_run(x, g, seg->size / x->granule, 1, &run, &stop); g = stop)
+    unmap_run(s, seg, run, stop - run, account);
   s->backend->ops->unreserve(s->backend, s->device, seg->addr, x->reserved);
   free(x->handles);
   free(x);
@@ -216,12 +210,9 @@ void ta_segments_expandable_teardown(ta_segments *s) {
 
 /* 1 when the free block `b` holds a mapped granule wholly. */
 static int holds_mapped_granule(const ta_segment *seg, const ta_block *b) {
-  const ta_expansion *x = seg->expansion;
-  size_t first = ta_align_up(b->addr - seg->addr, x->granule) / x->granule;
-  size_t end = (b->addr + b->size - seg->addr) / x->granule;
-  for (size_t g = first; g < end; g++)
-    if (x->handles[g]) return 1;
-  return 0;
+  size_t first, end, run, stop;
+  granules_of(seg, b->addr, b->size, 1, &first, &end);
+  return next_run(seg->expansion, first, end, 1, &run, &stop);
 }
 
 size_t ta_segments_unmap_free(ta_segments *s, size_t want, const ta_block *keep) {

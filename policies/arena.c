@@ -182,9 +182,10 @@ static size_t shrink(ta_arena *a, ta_segment *seg) {
 
 /* A block about to be handed out may cover granules given back earlier. */
 static ta_noinline int map_block(ta_arena *a, ta_block *b) {
-  size_t need = ta_segments_unmapped_in(a->segments, b->segment, b->addr, b->size);
-  if (a->compact && ta_segments_would_raise_peak(a->segments, need))
-    ta_segments_unmap_free(a->segments, need, NULL); /* see expand() */
+  if (a->compact) { /* see expand(); the count is a walk, made only when it is used */
+    size_t need = ta_segments_unmapped_in(b->segment, b->addr, b->size);
+    if (ta_segments_would_raise_peak(a->segments, need)) ta_segments_unmap_free(a->segments, need, NULL);
+  }
   return ta_segments_map(a->segments, b->segment, b->addr, b->size) == TA_OK ? 0 : -1;
 }
 
