@@ -60,6 +60,8 @@ typedef struct ta_sim_options {
   int event_polls;        /* an event completes on its Nth query (or a synchronize); 0: at once */
   size_t held_elsewhere;  /* bytes of each device taken by someone else: never available */
   int no_vmm;             /* model a device without virtual memory management (granularity 0) */
+  int wide_addresses;     /* one device whose addresses span [2^52, 2^62) instead of 4 PiB (replay: a trace may
+                             have any number of expandable segments, each reserving up to 1 TiB) */
 } ta_sim_options;
 
 /* The sim's granule: that of the GPUs torchalloc runs on (2 MiB). */
@@ -67,7 +69,8 @@ typedef struct ta_sim_options {
 
 ta_internal ta_backend *ta_backend_sim_create(const ta_sim_options *opts);
 /* 1 once a sim device refused an allocation for want of addresses (4 PiB of
- * cumulative allocations: they are never reused), not of capacity. */
+ * cumulative allocations, 2^62 bytes with wide_addresses: allocations are
+ * never reused), not of capacity. */
 ta_internal int ta_backend_sim_address_exhausted(ta_backend *sim, int device);
 /* The sim's model of stream capture (backend_sim.c); -1 when `b` is not a
  * sim backend or the device is out of range. */

@@ -3,7 +3,11 @@
  * Addresses are handed out by a bump pointer per device, so a trace of 80 GiB
  * costs a few bytes of host memory; addresses are never reused, which makes
  * a stale pointer in a test impossible to confuse with a fresh one. Device d
- * lives at [(d+1) << 52, (d+2) << 52): 4 PiB of cumulative allocations each.
+ * lives at [(d+1) << 52, (d+2) << 52): 4 PiB of cumulative allocations each
+ * (with wide_addresses, replay's one device, [2^52, 2^62)). Only the address
+ * ranges of released reservations are handed out again, and only once the
+ * bump pointer has no room left: expandable segments come and go, each
+ * reserving as many addresses as the device has bytes.
  * Events complete at once by default: the simulated device has no queued
  * work. With event_polls = N an event reports completion only on its Nth
  * query or after a synchronize, so tests can watch record_stream's deferral.
@@ -35,6 +39,12 @@ typedef struct sim_reservation {
   size_t nmapped;  /* granules mapped now */
 } sim_reservation;
 
+/* A released reservation's addresses, to be reserved again. */
+typedef struct sim_range {
+  uintptr_t base;
+  size_t size;
+} sim_range;
+
 typedef struct sim_device {
   uint64_t sync_generation; /* bumped by synchronize: older events are done */
   size_t used;
@@ -42,8 +52,10 @@ typedef struct sim_device {
   uintptr_t end_addr;
   int address_exhausted;
   int capturing;                 /* streams of this device capturing now */
-  sim_reservation *reservations;
+  sim_reservation *reservations; /* sorted by base: found by binary search */
   size_t nreservations, cap_reservations;
+  sim_range *released;           /* ranges of released reservations */
+  size_t nreleased, cap_released;
   atomic_llong violations;       /* calls that would have invalidated a capture */
   char last_violation[128];
 } sim_device;
@@ -148,29 +160,69 @@ static size_t sim_granularity(ta_backend *b, int device) {
   return ((sim_backend *)b)->opts.no_vmm ? 0 : TA_SIM_GRANULE;
 }
 
+/* Grow `*items` (of `size` bytes each) to hold one more; 0, or -1 without host memory. */
+static int room_for_one(void **items, size_t *cap, size_t count, size_t size) {
+  if (count < *cap) return 0;
+  size_t grown = *cap ? *cap * 2 : 8;
+  void *p = realloc(*items, grown * size);
+  if (!p) return -1;
+  *items = p;
+  *cap = grown;
+  return 0;
+}
+
+/* Index of the first reservation whose base is above `addr`. */
+static size_t reservation_after(const sim_device *d, uintptr_t addr) {
+  size_t lo = 0, hi = d->nreservations;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (d->reservations[mid].base <= addr) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* Addresses for a new reservation: from the bump pointer while it has room,
+ * then from a released range (first fit; what is left of it stays). */
+static int reserve_addresses(sim_device *d, size_t size, uintptr_t *out) {
+  uintptr_t base = ta_align_up(d->next_addr, TA_SIM_GRANULE);
+  if (base >= d->next_addr && base <= d->end_addr && size <= d->end_addr - base) {
+    d->next_addr = base + size;
+    *out = base;
+    return TA_OK;
+  }
+  for (size_t i = 0; i < d->nreleased; i++) {
+    sim_range *r = &d->released[i];
+    if (r->size < size) continue;
+    *out = r->base;
+    r->base += size;
+    r->size -= size;
+    if (r->size == 0) *r = d->released[--d->nreleased];
+    return TA_OK;
+  }
+  return TA_ENOMEM;
+}
+
 static int sim_reserve(ta_backend *b, int device, size_t size, uintptr_t *out) {
   sim_device *d = &((sim_backend *)b)->dev[device];
-  if (size == 0 || size % TA_SIM_GRANULE || size > d->end_addr - d->next_addr) return TA_ENOMEM;
-  if (d->nreservations == d->cap_reservations) {
-    size_t cap = d->cap_reservations ? d->cap_reservations * 2 : 8;
-    sim_reservation *r = realloc(d->reservations, cap * sizeof *r);
-    if (!r) return TA_ENOMEM;
-    d->reservations = r;
-    d->cap_reservations = cap;
-  }
-  uintptr_t base = ta_align_up(d->next_addr, TA_SIM_GRANULE);
-  if (base - d->next_addr > d->end_addr - d->next_addr - size) return TA_ENOMEM;
-  d->next_addr = base + size;
-  d->reservations[d->nreservations++] = (sim_reservation){.base = base, .size = size};
+  if (size == 0 || size % TA_SIM_GRANULE) return TA_ENOMEM;
+  if (room_for_one((void **)&d->reservations, &d->cap_reservations, d->nreservations, sizeof *d->reservations))
+    return TA_ENOMEM;
+  uintptr_t base;
+  if (reserve_addresses(d, size, &base) != TA_OK) return TA_ENOMEM;
+  size_t at = reservation_after(d, base);
+  memmove(d->reservations + at + 1, d->reservations + at, (d->nreservations - at) * sizeof *d->reservations);
+  d->reservations[at] = (sim_reservation){.base = base, .size = size};
+  d->nreservations++;
   *out = base;
   return TA_OK;
 }
 
 static sim_reservation *reservation_of(sim_device *d, uintptr_t addr) {
-  for (size_t i = 0; i < d->nreservations; i++)
-    if (addr >= d->reservations[i].base && addr - d->reservations[i].base < d->reservations[i].size)
-      return &d->reservations[i];
-  return NULL;
+  size_t at = reservation_after(d, addr);
+  if (at == 0) return NULL;
+  sim_reservation *r = &d->reservations[at - 1];
+  return addr - r->base < r->size ? r : NULL;
 }
 
 static void sim_unreserve(ta_backend *b, int device, uintptr_t addr, size_t size) {
@@ -182,7 +234,12 @@ static void sim_unreserve(ta_backend *b, int device, uintptr_t addr, size_t size
   }
   if (r->nmapped) violation(d, "unreserve of a range still mapped");
   free(r->mapped);
-  *r = d->reservations[--d->nreservations];
+  size_t at = (size_t)(r - d->reservations);
+  memmove(r, r + 1, (d->nreservations - at - 1) * sizeof *r);
+  d->nreservations--;
+  /* Without host memory for the note, the addresses are simply not reused. */
+  if (!room_for_one((void **)&d->released, &d->cap_released, d->nreleased, sizeof *d->released))
+    d->released[d->nreleased++] = (sim_range){.base = addr, .size = size};
 }
 
 /* The reservation holding [addr, addr + size), its flags covering it; NULL
@@ -253,6 +310,7 @@ static void sim_destroy(ta_backend *b) {
   for (int i = 0; i < SIM_MAX_DEVICES; i++) {
     for (size_t r = 0; r < s->dev[i].nreservations; r++) free(s->dev[i].reservations[r].mapped);
     free(s->dev[i].reservations);
+    free(s->dev[i].released);
   }
   free(b);
 }
@@ -301,7 +359,7 @@ int ta_backend_sim_address_exhausted(ta_backend *b, int device) {
 }
 
 ta_backend *ta_backend_sim_create(const ta_sim_options *opts) {
-  if (opts->devices < 1 || opts->devices > SIM_MAX_DEVICES) return NULL;
+  if (opts->devices < 1 || opts->devices > SIM_MAX_DEVICES || (opts->wide_addresses && opts->devices != 1)) return NULL;
   sim_backend *s = calloc(1, sizeof *s);
   if (!s) return NULL;
   s->base.ops = &sim_ops;
@@ -310,5 +368,6 @@ ta_backend *ta_backend_sim_create(const ta_sim_options *opts) {
     s->dev[d].next_addr = (uintptr_t)(d + 1) << 52;
     s->dev[d].end_addr = (uintptr_t)(d + 2) << 52;
   }
+  if (opts->wide_addresses) s->dev[0].end_addr = (uintptr_t)1 << 62;
   return &s->base;
 }

@@ -12,6 +12,7 @@
  * reserved bytes reach a new peak, which needs a new segment, so walks are at
  * most as many as device allocations and in practice a few hundred. */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -171,12 +172,22 @@ static int validate(const torchalloc_replay_event *e, size_t i) {
   return 0;
 }
 
-typedef struct replay_state {
+/* One replay in progress: torchalloc_replay_begin makes it, each
+ * torchalloc_replay_feed runs the next events through it, and
+ * torchalloc_replay_end gives the result. Event indices (in the result and
+ * in error messages) count over everything fed. */
+struct torchalloc_replay_run {
+  ta_backend *backend;
   ta_heap *h;
   addr_map map;
-  torchalloc_replay_result *r;
+  torchalloc_replay_result r;
+  series_state ser;
+  size_t i;    /* events replayed so far */
+  int stopped; /* 1: an OOM ended the replay; 2: an error did (`error` says why) */
+  char error[256];
   uint32_t epoch[TA_MAX_PHASES];
-} replay_state;
+};
+typedef struct torchalloc_replay_run replay_state;
 
 /* Free the block behind `slot` and forget the trace address. */
 static inline void replay_free(replay_state *st, addr_slot *slot, cudaStream_t stream, int phase) {
@@ -190,7 +201,7 @@ static inline int replay_alloc(replay_state *st, const torchalloc_replay_event *
   cudaStream_t stream = (cudaStream_t)(uintptr_t)e->stream;
   addr_slot *slot = map_probe(&st->map, e->addr);
   if (ta_unlikely(slot->ptr != NULL)) { /* the trace missed a free: the address must be free again */
-    st->r->replaced_allocs++;
+    st->r.replaced_allocs++;
     replay_free(st, slot, stream, e->phase);
     slot = map_probe(&st->map, e->addr);
   }
@@ -203,18 +214,27 @@ static inline int replay_alloc(replay_state *st, const torchalloc_replay_event *
   return 0;
 }
 
-TORCHALLOC_API int torchalloc_replay(const torchalloc_replay_event *events, size_t n, const char *policy, uint64_t capacity,
-                      torchalloc_replay_result *out, int64_t *reserved_series, size_t series_len) {
-  if (!out || (!events && n) || !policy || (reserved_series && series_len == 0)) {
-    ta_set_error("torchalloc_replay: bad arguments");
-    return -1;
-  }
-  torchalloc_replay_result r;
-  memset(&r, 0, sizeof r);
-  r.version = TORCHALLOC_REPLAY_VERSION;
-  r.peak_reserved_event = -1;
-  r.oom_event = -1;
+static void run_delete(torchalloc_replay_run *st) {
+  free(st->map.slots);
+  if (st->h) ta_heap_destroy(st->h);
+  if (st->backend) st->backend->ops->destroy(st->backend);
+  free(st);
+}
 
+/* The replay cannot go on: keep the reason (the thread's message may be
+ * overwritten before torchalloc_replay_end reads it). */
+static int run_fail(torchalloc_replay_run *st) {
+  snprintf(st->error, sizeof st->error, "%s", ta_error_text());
+  st->stopped = 2;
+  return -1;
+}
+
+TORCHALLOC_API torchalloc_replay_run *torchalloc_replay_begin(const char *policy, uint64_t capacity, size_t n_total,
+                                                              int64_t *reserved_series, size_t series_len) {
+  if (!policy || (reserved_series && series_len == 0)) {
+    ta_set_error("torchalloc_replay: bad arguments");
+    return NULL;
+  }
   ta_config conf;
   ta_config_defaults(&conf);
   /* "POLICY+expandable" / "POLICY+compact": the policy with expandable:1 / expandable:2. */
@@ -230,7 +250,7 @@ TORCHALLOC_API int torchalloc_replay(const torchalloc_replay_event *events, size
   }
   if (name_len >= sizeof conf.policy) {
     ta_set_error("unknown policy '%s'", policy);
-    return -1;
+    return NULL;
   }
   memcpy(conf.policy, policy, name_len);
   conf.policy[name_len] = '\0';
@@ -242,99 +262,150 @@ TORCHALLOC_API int torchalloc_replay(const torchalloc_replay_event *events, size
   conf.sim_capacity = (size_t)(capacity ? capacity : REPLAY_UNLIMITED);
   conf.sim_fail_alloc = 0;
 
-  ta_sim_options opts = {.devices = 1, .capacity = conf.sim_capacity, .fail_alloc_at = 0};
-  ta_backend *backend = ta_backend_sim_create(&opts);
-  if (!backend) {
+  torchalloc_replay_run *st = calloc(1, sizeof *st);
+  if (!st) {
+    ta_set_error("torchalloc_replay: out of host memory");
+    return NULL;
+  }
+  st->r.version = TORCHALLOC_REPLAY_VERSION;
+  st->r.peak_reserved_event = -1;
+  st->r.oom_event = -1;
+  for (int p = 0; p < TA_MAX_PHASES; p++) st->epoch[p] = 1;
+  /* Wide addresses: a trace may use any number of (stream, pool) pairs,
+   * each with an expandable segment reserving up to 1 TiB of addresses. */
+  ta_sim_options opts = {.devices = 1, .capacity = conf.sim_capacity, .fail_alloc_at = 0, .wide_addresses = 1};
+  st->backend = ta_backend_sim_create(&opts);
+  if (!st->backend) {
     ta_set_error("torchalloc_replay: cannot create the sim backend");
-    return -1;
+    run_delete(st);
+    return NULL;
   }
   char err[256];
-  replay_state st;
-  memset(&st, 0, sizeof st);
-  st.r = &r;
-  for (int p = 0; p < TA_MAX_PHASES; p++) st.epoch[p] = 1;
-  st.h = ta_heap_create(backend, 0, &conf, 0, err, sizeof err);
-  if (!st.h) {
+  st->h = ta_heap_create(st->backend, 0, &conf, 0, err, sizeof err);
+  if (!st->h) {
     ta_set_error("%s%s", err, strncmp(err, "unknown policy", 14) ? "" : "; each may end in +expandable or +compact");
-    backend->ops->destroy(backend);
-    return -1;
+    run_delete(st);
+    return NULL;
   }
-  if (map_init(&st.map, 12)) {
-    ta_heap_destroy(st.h);
-    backend->ops->destroy(backend);
+  if (map_init(&st->map, 12)) {
     ta_set_error("torchalloc_replay: out of host memory");
+    run_delete(st);
+    return NULL;
+  }
+  st->ser = (series_state){.out = reserved_series, .len = reserved_series ? series_len : 0, .n = n_total, .high = -1};
+  if (st->ser.len) {
+    for (size_t k = 0; k < st->ser.len; k++) reserved_series[k] = -1;
+    st->ser.next_edge = series_edge(&st->ser, 1);
+  }
+  return st;
+}
+
+TORCHALLOC_API int torchalloc_replay_feed(torchalloc_replay_run *st, const torchalloc_replay_event *events, size_t n) {
+  if (!st || (!events && n)) {
+    ta_set_error("torchalloc_replay_feed: bad arguments");
     return -1;
   }
-
-  ta_heap *h = st.h;
-  series_state ser = {.out = reserved_series, .len = reserved_series ? series_len : 0, .n = n, .high = -1};
-  if (ser.len) {
-    for (size_t k = 0; k < ser.len; k++) reserved_series[k] = -1;
-    ser.next_edge = series_edge(&ser, 1);
+  if (st->stopped == 2) {
+    ta_set_error("%s", st->error);
+    return -1;
   }
-  int rc = 0;
-  size_t i = 0;
-  for (; i < n; i++) {
-    const torchalloc_replay_event *e = &events[i];
-    if (ta_unlikely(validate(e, i))) {
-      rc = -1;
-      break;
-    }
-    if (ser.len) series_close_until(&ser, i, reserved_now(h));
+  if (st->stopped) return 1; /* past the OOM: nothing more is replayed */
+  if (st->ser.len && n > st->ser.n - st->i) {
+    ta_set_error("torchalloc_replay_feed: more events than the %zu given to torchalloc_replay_begin", st->ser.n);
+    return run_fail(st);
+  }
+  ta_heap *h = st->h;
+  series_state *ser = &st->ser;
+  for (size_t k = 0; k < n; k++) {
+    const torchalloc_replay_event *e = &events[k];
+    size_t i = st->i;
+    if (ta_unlikely(validate(e, i))) return run_fail(st);
+    if (ser->len) series_close_until(ser, i, reserved_now(h));
     if (ta_likely(e->kind == TORCHALLOC_REPLAY_ALLOC)) {
-      int got = replay_alloc(&st, e);
+      int got = replay_alloc(st, e);
       if (ta_unlikely(got != 0)) {
         if (got < 0) {
           ta_set_error("torchalloc_replay: out of host memory at event %zu", i);
-          rc = -1;
-          break;
+          return run_fail(st);
         }
-        if (ta_backend_sim_address_exhausted(backend, 0)) { /* not the capacity: the sim's address range */
+        if (ta_backend_sim_address_exhausted(st->backend, 0)) { /* not the capacity: the sim's address range */
           ta_set_error("torchalloc_replay: simulated address space exhausted at event %zu", i);
-          rc = -1;
-          break;
+          return run_fail(st);
         }
-        r.oom = 1;
-        r.oom_event = (int64_t)i;
-        r.oom_size = (int64_t)e->size;
-        i++; /* the failing event counts as replayed */
-        break;
+        st->r.oom = 1;
+        st->r.oom_event = (int64_t)i;
+        st->r.oom_size = (int64_t)e->size;
+        st->i++; /* the failing event counts as replayed */
+        st->stopped = 1;
+        return 1;
       }
-      if (ta_unlikely(reserved_now(h) > r.peak_reserved)) note_peak(h, &r, (int64_t)i);
+      if (ta_unlikely(reserved_now(h) > st->r.peak_reserved)) note_peak(h, &st->r, (int64_t)i);
     } else if (e->kind == TORCHALLOC_REPLAY_FREE) {
-      addr_slot *slot = map_probe(&st.map, e->addr);
-      if (ta_likely(slot->ptr != NULL)) replay_free(&st, slot, (cudaStream_t)(uintptr_t)e->stream, e->phase);
-      else r.unknown_frees++;
+      addr_slot *slot = map_probe(&st->map, e->addr);
+      if (ta_likely(slot->ptr != NULL)) replay_free(st, slot, (cudaStream_t)(uintptr_t)e->stream, e->phase);
+      else st->r.unknown_frees++;
     } else if (e->kind == TORCHALLOC_REPLAY_PHASE_BEGIN) {
-      st.epoch[e->phase]++;
+      st->epoch[e->phase]++;
     } else {
-      ta_heap_phase_ended(h, e->phase, st.epoch[e->phase]);
+      ta_heap_phase_ended(h, e->phase, st->epoch[e->phase]);
     }
-    if (ser.len && reserved_now(h) > ser.high) ser.high = reserved_now(h);
+    if (ser->len && reserved_now(h) > ser->high) ser->high = reserved_now(h);
+    st->i++;
   }
-  if (ser.len && rc == 0) {
-    if (i == n) {
-      series_close_until(&ser, n, reserved_now(h));
-    } else { /* stopped at the OOM event i - 1: close its bucket; later ones stay -1 */
-      series_close_until(&ser, i - 1, reserved_now(h));
-      ser.out[ser.bucket] = ser.high >= 0 ? ser.high : reserved_now(h);
+  return 0;
+}
+
+TORCHALLOC_API int torchalloc_replay_end(torchalloc_replay_run *st, torchalloc_replay_result *out) {
+  if (!st) {
+    ta_set_error("torchalloc_replay_end: bad arguments");
+    return -1;
+  }
+  int rc = 0;
+  if (st->stopped == 2) {
+    ta_set_error("%s", st->error);
+    rc = -1;
+  } else if (!out) {
+    ta_set_error("torchalloc_replay_end: bad arguments");
+    rc = -1;
+  } else {
+    ta_heap *h = st->h;
+    series_state *ser = &st->ser;
+    if (ser->len) {
+      if (!st->stopped) {
+        series_close_until(ser, st->i, reserved_now(h));
+      } else { /* stopped at the OOM event i - 1: close its bucket; later ones stay -1 */
+        series_close_until(ser, st->i - 1, reserved_now(h));
+        if (ser->bucket < ser->len) ser->out[ser->bucket] = ser->high >= 0 ? ser->high : reserved_now(h);
+      }
     }
+    torchalloc_stats stats;
+    ta_heap_get_stats(h, &stats); /* the full view, "all" entries filled in */
+    torchalloc_replay_result *r = &st->r;
+    r->events = (int64_t)st->i;
+    r->peak_allocated = stats.allocated_bytes[TORCHALLOC_POOL_ALL].peak;
+    r->peak_requested = stats.requested_bytes[TORCHALLOC_POOL_ALL].peak;
+    r->device_allocs = stats.num_device_alloc;
+    r->device_frees = stats.num_device_free;
+    r->alloc_retries = stats.num_alloc_retries;
+    r->final_allocated = stats.allocated_bytes[TORCHALLOC_POOL_ALL].current;
+    r->final_reserved = stats.reserved_bytes[TORCHALLOC_POOL_ALL].current;
+    *out = *r;
   }
-
-  torchalloc_stats stats;
-  ta_heap_get_stats(h, &stats); /* the full view, "all" entries filled in */
-  r.events = (int64_t)i;
-  r.peak_allocated = stats.allocated_bytes[TORCHALLOC_POOL_ALL].peak;
-  r.peak_requested = stats.requested_bytes[TORCHALLOC_POOL_ALL].peak;
-  r.device_allocs = stats.num_device_alloc;
-  r.device_frees = stats.num_device_free;
-  r.alloc_retries = stats.num_alloc_retries;
-  r.final_allocated = stats.allocated_bytes[TORCHALLOC_POOL_ALL].current;
-  r.final_reserved = stats.reserved_bytes[TORCHALLOC_POOL_ALL].current;
-
-  free(st.map.slots);
-  ta_heap_destroy(h);
-  backend->ops->destroy(backend);
-  if (rc == 0) *out = r;
+  run_delete(st);
   return rc;
+}
+
+TORCHALLOC_API int torchalloc_replay(const torchalloc_replay_event *events, size_t n, const char *policy, uint64_t capacity,
+                      torchalloc_replay_result *out, int64_t *reserved_series, size_t series_len) {
+  if (!out || (!events && n) || !policy || (reserved_series && series_len == 0)) {
+    ta_set_error("torchalloc_replay: bad arguments");
+    return -1;
+  }
+  torchalloc_replay_run *st = torchalloc_replay_begin(policy, capacity, n, reserved_series, series_len);
+  if (!st) return -1;
+  if (torchalloc_replay_feed(st, events, n) < 0) {
+    torchalloc_replay_end(st, NULL); /* frees it; the feed's reason stays the message */
+    return -1;
+  }
+  return torchalloc_replay_end(st, out);
 }

@@ -421,6 +421,23 @@ TORCHALLOC_API int torchalloc_replay(const torchalloc_replay_event *events, size
                                      uint64_t capacity, torchalloc_replay_result *out, int64_t *reserved_series,
                                      size_t series_len);
 
+/* The same replay fed in pieces, for a trace larger than memory: begin
+ * (NULL with the reason in torchalloc_last_error() for an unknown policy or
+ * bad arguments), feed the events in order in any number of calls, end.
+ * `n_total` is how many events will be fed in all; it sets the buckets of
+ * `reserved_series` (may be NULL, and n_total then anything). Feeding the
+ * pieces gives what torchalloc_replay gives for them all at once; event
+ * indices in the result and in messages count over everything fed. */
+typedef struct torchalloc_replay_run torchalloc_replay_run;
+TORCHALLOC_API torchalloc_replay_run *torchalloc_replay_begin(const char *policy, uint64_t capacity, size_t n_total,
+                                                              int64_t *reserved_series, size_t series_len);
+/* 0: go on; 1: an allocation failed at `capacity` and the replay stopped
+ * (later events are ignored); -1: a malformed event or bad arguments (the
+ * run is over: end it, which frees it and returns -1). */
+TORCHALLOC_API int torchalloc_replay_feed(torchalloc_replay_run *run, const torchalloc_replay_event *events, size_t n);
+/* The result into `out`, and `run` freed (always, also on error). 0 or -1. */
+TORCHALLOC_API int torchalloc_replay_end(torchalloc_replay_run *run, torchalloc_replay_result *out);
+
 /* ---------------------------------------------------------------------------
  * Event log: every alloc, free, segment allocation and release, OOM, trim,
  * phase begin/end and marker as a fixed-size binary record in a memory-mapped

@@ -332,3 +332,101 @@ TEST(replay_frees_whatever_stream_the_trace_names) {
   CHECK_EQ(r.final_allocated, 4096);
   CHECK_EQ(r.unknown_frees, 0);
 }
+
+/* The same trace replayed whole and fed in pieces of every size: the same
+ * result and series, with an OOM in the middle and without. */
+static void random_trace(torchalloc_replay_event *ev, size_t n, uint64_t seed) {
+  uint64_t x = seed;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t r = xorshift(&x) % 100;
+    int kind = r < 55 ? TORCHALLOC_REPLAY_ALLOC : r < 97 ? TORCHALLOC_REPLAY_FREE
+               : r % 2 ? TORCHALLOC_REPLAY_PHASE_BEGIN : TORCHALLOC_REPLAY_PHASE_END;
+    uint64_t size = xorshift(&x) % 2 ? xorshift(&x) % (64 * KiB) : xorshift(&x) % (24 * MiB);
+    ev[i] = (torchalloc_replay_event){.addr = xorshift(&x) % 256, .size = kind == TORCHALLOC_REPLAY_ALLOC ? size : 0,
+                                      .stream = xorshift(&x) % 3, .phase = (uint16_t)(xorshift(&x) % 4),
+                                      .kind = (uint8_t)kind};
+  }
+}
+
+TEST(feeding_pieces_gives_what_one_call_gives) {
+  enum { N = 5000, SERIES = 37 };
+  torchalloc_replay_event *ev = calloc(N, sizeof *ev);
+  REQUIRE(ev);
+  random_trace(ev, N, 12345);
+  static const char *const policies[] = {"caching", "phase_arena+expandable", "exact"};
+  static const uint64_t capacities[] = {0, 600 * MiB};
+  static const size_t pieces[] = {1, 3, 64, 1000, N};
+  for (int p = 0; p < 3; p++) {
+    for (int c = 0; c < 2; c++) {
+      torchalloc_replay_result whole, fed;
+      int64_t whole_series[SERIES], fed_series[SERIES];
+      memset(&whole, 0, sizeof whole);
+      REQUIRE(torchalloc_replay(ev, N, policies[p], capacities[c], &whole, whole_series, SERIES) == 0);
+      for (size_t k = 0; k < sizeof pieces / sizeof *pieces; k++) {
+        torchalloc_replay_run *run_ = torchalloc_replay_begin(policies[p], capacities[c], N, fed_series, SERIES);
+        REQUIRE(run_);
+        int status = 0;
+        for (size_t i = 0; i < N && status == 0; i += pieces[k]) {
+          size_t len = N - i < pieces[k] ? N - i : pieces[k];
+          status = torchalloc_replay_feed(run_, ev + i, len);
+        }
+        CHECK_EQ(status, whole.oom ? 1 : 0);
+        if (whole.oom) CHECK_EQ(torchalloc_replay_feed(run_, ev, 1), 1); /* past an OOM: ignored */
+        memset(&fed, 0, sizeof fed);
+        REQUIRE(torchalloc_replay_end(run_, &fed) == 0);
+        CHECK(memcmp(&whole, &fed, sizeof whole) == 0);
+        CHECK(memcmp(whole_series, fed_series, sizeof whole_series) == 0);
+      }
+    }
+  }
+  free(ev);
+}
+
+TEST(a_run_refuses_bad_input_and_more_events_than_announced) {
+  torchalloc_replay_result r;
+  CHECK(torchalloc_replay_begin("no_such_policy", 0, 0, NULL, 0) == NULL);
+  CHECK(strstr(torchalloc_last_error(), "no_such_policy") != NULL);
+  torchalloc_replay_run *run_ = torchalloc_replay_begin("caching", 0, 0, NULL, 0);
+  REQUIRE(run_);
+  torchalloc_replay_event bad[] = {A_(1, 512), {.addr = 1, .kind = 9}};
+  CHECK_EQ(torchalloc_replay_feed(run_, bad, 2), -1);
+  CHECK(strstr(torchalloc_last_error(), "replay event 1") != NULL);
+  CHECK_EQ(torchalloc_replay_feed(run_, T1, 1), -1); /* over: the reason stays */
+  CHECK_EQ(torchalloc_replay_end(run_, &r), -1);
+  CHECK(strstr(torchalloc_last_error(), "replay event 1") != NULL);
+  int64_t series[4];
+  run_ = torchalloc_replay_begin("caching", 0, 3, series, 4);
+  REQUIRE(run_);
+  CHECK_EQ(torchalloc_replay_feed(run_, T1, 4), -1);
+  CHECK(strstr(torchalloc_last_error(), "more events") != NULL);
+  CHECK_EQ(torchalloc_replay_end(run_, &r), -1);
+  CHECK_EQ(torchalloc_replay_end(NULL, &r), -1);
+  CHECK_EQ(torchalloc_replay_feed(NULL, T1, 1), -1);
+}
+
+/* Every (stream, pool) pair gets its own expandable segment, reserving up to
+ * 1 TiB of addresses: more pairs than 4 PiB holds (4096) still replay, live
+ * all at once, and again after their segments were given back. */
+TEST(any_number_of_stream_pool_pairs) {
+  enum { PAIRS = 5000 };
+  size_t n = 4 * PAIRS;
+  torchalloc_replay_event *ev = calloc(n, sizeof *ev);
+  REQUIRE(ev);
+  for (size_t s = 0; s < PAIRS; s++) {
+    uint64_t size = s % 2 ? 512 : 4 * MiB; /* small and large pools */
+    ev[s] = (torchalloc_replay_event)AS(s + 1, size, s / 2);
+    ev[PAIRS + s] = (torchalloc_replay_event)F_(s + 1);
+    ev[2 * PAIRS + s] = (torchalloc_replay_event)AS(PAIRS + s + 1, size, s / 2);
+    ev[3 * PAIRS + s] = (torchalloc_replay_event)F_(PAIRS + s + 1);
+  }
+  static const char *const policies[] = {"caching+expandable", "phase_arena+compact", "caching"};
+  for (int p = 0; p < 3; p++) {
+    torchalloc_replay_result r = run(ev, n, policies[p], 0);
+    CHECK_EQ(r.events, (int64_t)n);
+    CHECK_EQ(r.oom, 0);
+    CHECK_EQ(r.unknown_frees, 0);
+    CHECK_EQ(r.peak_requested, (int64_t)(PAIRS / 2) * (4 * MiB + 512));
+    CHECK_EQ(r.final_allocated, 0);
+  }
+  free(ev);
+}

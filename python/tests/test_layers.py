@@ -40,15 +40,18 @@ LAYERS: dict[str, str] = {
     "torchalloc.units": SHARED,
     "torchalloc._compressed": SHARED,
     "torchalloc.log": TOOL,
+    "torchalloc.log_chunks": TOOL,  # a log read in pieces (bounded memory)
     "torchalloc.trace": TOOL,
     "torchalloc.trace_events": TOOL,
     "torchalloc.trace_snapshot": TOOL,
     "torchalloc.trace_log": TOOL,
+    "torchalloc.trace_stream": TOOL,
     "torchalloc.replay": TOOL,
     "torchalloc.report": TOOL,
     "torchalloc.report_html": TOOL,
     "torchalloc.report_svg": TOOL,
     "torchalloc.report_data": TOOL,
+    "torchalloc.report_data_stream": TOOL,
     "torchalloc.report_png": TOOL,
     "torchalloc.job": TOOL,  # several logs (one per rank) analysed together
     "torchalloc.report_job": TOOL,
@@ -80,6 +83,11 @@ LAYERS: dict[str, str] = {
     "torchalloc.analysis.estimate": TOOL,
     "torchalloc.analysis.ooms": TOOL,
     "torchalloc.analysis.wording": TOOL,
+    "torchalloc.analysis.stream_table": TOOL,
+    "torchalloc.analysis.stream_scan": TOOL,
+    "torchalloc.analysis.stream_blocks": TOOL,
+    "torchalloc.analysis.stream_pass": TOOL,
+    "torchalloc.analysis.streamed": TOOL,
     "torchalloc.analysis.result": TOOL,
 }
 
@@ -95,11 +103,16 @@ ANALYSIS_STAGES: list[tuple[str, ...]] = [
     ("derived",),  # the stages above, run for one device
     ("anatomy", "lifetimes", "phase_summary", "estimate", "ooms"),  # result rows
     ("wording",),
+    ("stream_table",),  # the same sections for a log read in pieces: two passes
+    ("stream_scan",),
+    ("stream_blocks",),
+    ("stream_pass",),
+    ("streamed",),
     ("result",),  # Analysis, analyze
     ("__init__",),  # re-exports
 ]
 # The trace sources share trace_events; trace.py picks between them.
-TRACE_STAGES: list[tuple[str, ...]] = [("trace_events",), ("trace_snapshot", "trace_log"), ("trace",)]
+TRACE_STAGES: list[tuple[str, ...]] = [("trace_events",), ("trace_snapshot", "trace_log", "trace_stream"), ("trace",)]
 
 # torchalloc.<name> lazily maps these attributes to tool modules: `import torchalloc` never loads
 # them, asking for the attribute does (the user asked for the tool).

@@ -228,6 +228,11 @@ _OPTIONAL_SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
         _c_int,
         [_c_void_p, _c_size_t, _c_char_p, ctypes.c_uint64, ctypes.POINTER(ReplayResultStruct), _c_void_p, _c_size_t],
     ),
+    # the same fed in pieces: begin(policy, capacity, n_total, series, series length) -> run; feed(run, events,
+    # n) -> 0 go on, 1 stopped at an OOM, -1 error; end(run, result) -> 0 or -1, and the run freed
+    "torchalloc_replay_begin": (_c_void_p, [_c_char_p, ctypes.c_uint64, _c_size_t, _c_void_p, _c_size_t]),
+    "torchalloc_replay_feed": (_c_int, [_c_void_p, _c_void_p, _c_size_t]),
+    "torchalloc_replay_end": (_c_int, [_c_void_p, ctypes.POINTER(ReplayResultStruct)]),
 }
 
 _lock = threading.Lock()
@@ -410,6 +415,60 @@ def replay(
     if result["version"] != REPLAY_VERSION:
         raise LibraryError(f"replay result version {result['version']}, these bindings read {REPLAY_VERSION}")
     return result
+
+
+class ReplayRun:
+    """torchalloc_replay_begin / _feed / _end: a replay fed in pieces (a trace larger than memory).
+
+        run = ReplayRun("caching", capacity, n_total)     # n_total: events that will be fed (for a series)
+        for piece in pieces: 
+            if run.feed(address, count): break           # True: stopped at an OOM, later events are ignored
+        result = run.end()                                # the torchalloc_replay_result as a dict
+
+    `feed` releases the GIL (ctypes), so runs on threads go on in parallel;
+    each run is used from one thread at a time. ReplayError with the
+    library's reason for a malformed event or an unknown policy.
+    """
+
+    def __init__(self, policy: str, capacity: int, n_total: int = 0, series: int | None = None,
+                 series_len: int = 0) -> None:
+        cdll = lib()
+        _check_replay_abi(cdll)
+        if not hasattr(cdll, "torchalloc_replay_begin"):
+            raise LibraryError(f"{library_path()} has no torchalloc_replay_begin: rebuild the library")
+        self._cdll = cdll
+        self._policy = policy
+        self._run = cdll.torchalloc_replay_begin(policy.encode(), capacity, n_total, series,
+                                                 series_len if series is not None else 0)
+        if not self._run:
+            raise ReplayError(last_error() or f"torchalloc_replay_begin({policy!r}) failed")
+
+    def feed(self, events: int | None, count: int) -> bool:
+        """Replay `count` events at address `events`; True once the replay stopped at an OOM."""
+        status = self._cdll.torchalloc_replay_feed(self._run, events, count)
+        if status < 0:
+            self.close()
+            raise ReplayError(last_error() or f"torchalloc_replay_feed({self._policy!r}) failed")
+        return status == 1
+
+    def end(self) -> dict[str, Any]:
+        out = ReplayResultStruct()
+        run, self._run = self._run, None
+        if run is None or self._cdll.torchalloc_replay_end(run, ctypes.byref(out)) != 0:
+            raise ReplayError(last_error() or f"torchalloc_replay_end({self._policy!r}) failed")
+        result = {name: getattr(out, name) for name in REPLAY_RESULT_FIELDS}
+        if result["version"] != REPLAY_VERSION:
+            raise LibraryError(f"replay result version {result['version']}, these bindings read {REPLAY_VERSION}")
+        return result
+
+    def close(self) -> None:
+        """Free the run without its result (after an error, or when abandoned)."""
+        run, self._run = self._run, None
+        if run is not None:
+            self._cdll.torchalloc_replay_end(run, None)
+
+    def __del__(self) -> None:
+        self.close()
 
 
 def policy_names() -> list[str]:

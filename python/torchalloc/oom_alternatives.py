@@ -24,7 +24,7 @@ import numpy as np
 
 from . import _records as records
 from .replay import min_capacity, replay_once
-from .trace_events import ALLOC, EVENT_DTYPE, FREE, PHASE_BEGIN, PHASE_END, live_peaks
+from .trace_events import ALLOC, EVENT_DTYPE, FREE, PHASE_BEGIN, PHASE_END, Trace, live_peaks
 
 _TO_EVENT = np.zeros(256, dtype=np.uint8)
 _TO_EVENT[[records.ALLOC, records.FREE, records.PHASE_BEGIN, records.PHASE_END]] = [ALLOC, FREE, PHASE_BEGIN,
@@ -71,9 +71,10 @@ def events_until(table: Any, index: int, before_log: Sequence[tuple[int, int, in
     return events
 
 
-def alternatives(events: np.ndarray, capacity: int, policies: Sequence[str]) -> list[Alternative]:
-    """Each policy's need for `events` and whether it fits `capacity`, smallest need first."""
-    _, floor = live_peaks(events)
+def alternatives(events: Any, capacity: int, policies: Sequence[str]) -> list[Alternative]:
+    """Each policy's need for `events` (an event array, or a Trace whose events come in pieces) and whether it
+    fits `capacity`, smallest need first."""
+    floor = events.peak_rounded if isinstance(events, Trace) else live_peaks(events)[1]
     out = []
     for policy in policies:
         free_run, _ = replay_once(events, policy, 0)

@@ -73,8 +73,10 @@ def replay_once(
     capacity 0: unlimited. The GIL is released for the whole replay, so
     replays on several threads run in parallel.
     """
-    events = _events_of(trace)
     series = np.empty(series_len, dtype=np.int64) if series_len > 0 else None
+    if isinstance(trace, Trace) and trace.chunks is not None:
+        return _replay_pieces(trace, policy, capacity, series), series
+    events = _events_of(trace)
     result = _lib.replay(
         events.ctypes.data if len(events) else None,
         len(events),
@@ -84,6 +86,21 @@ def replay_once(
         len(series) if series is not None else 0,
     )
     return result, series
+
+
+def _replay_pieces(trace: Trace, policy: str, capacity: int, series: np.ndarray | None) -> dict[str, Any]:
+    """One C replay of a trace that comes in pieces (trace_stream.py), fed piece by piece."""
+    run_ = _lib.ReplayRun(policy, capacity, len(trace), series.ctypes.data if series is not None else None,
+                          len(series) if series is not None else 0)
+    try:
+        for piece in trace.chunks.pieces():
+            events = _events_of(piece)
+            if run_.feed(events.ctypes.data if len(events) else None, len(events)):
+                break  # an OOM ended it
+    except BaseException:
+        run_.close()
+        raise
+    return run_.end()
 
 
 def _grid(lo: int, hi: int, granularity: int) -> tuple[int, int]:
@@ -473,7 +490,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         path = Path(args.trace[0]) if args.trace else default_trace_path()
         trace = load_trace(path, device=args.device, prelude=not args.no_prelude)
-        if not args.json and not (trace.events["kind"] == ALLOC).any():  # (--json still gives its zeros)
+        if not args.json and not trace.has_allocs():  # (--json still gives its zeros)
             print(f"{prog}: nothing to replay: {path} holds no allocation", file=sys.stderr)
             return 0
         report = run(

@@ -40,7 +40,7 @@ def report(
     top: int = 50,
 ) -> dict[str, Any]:
     """The report as plain data (what `torchalloc report --json` prints), for a log path or a decoded log."""
-    a = analyze(log, device=device)
+    a = analyze(log, device=device, at=at)
     data = a.to_dict(top=top)
     data["at"] = [a.anatomy(x, top=top).to_dict() for x in at]
     return data
@@ -207,11 +207,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         fail(parser.prog, problem)
     if len(logs) > 1:
         return _job_main(parser.prog, logs, args)
+    at = [_at_value(x) for x in args.at]
     try:
-        a = analyze(logs[0], device=args.device, max_points=args.points, progress=args.progress)
+        a = analyze(logs[0], device=args.device, max_points=args.points, progress=args.progress, at=at,
+                    page=bool(args.html))
     except (LogFormatError, ValueError) as e:
         fail(parser.prog, str(e))
-    at = [_at_value(x) for x in args.at]
     try:
         for x in at:
             a.index_at(x)

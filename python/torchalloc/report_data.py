@@ -186,6 +186,10 @@ def _block_columns(a: Analysis, held: np.ndarray, shared: _Shared) -> dict[str, 
 
 def page_data(a: Analysis, *, lifetimes_shown: int = 60) -> dict[str, Any]:
     """Everything the page's script needs (module docstring), as plain lists and numbers."""
+    if not isinstance(a, Analysis):  # a log analysed in pieces
+        from .report_data_stream import streamed_page_data
+
+        return streamed_page_data(a, lifetimes_shown=lifetimes_shown)
     t, tl, b = a.table, a.timeline, a.blocks
     shared = _Shared(a)
     colors = phase_colors(list(tl.by_phase))

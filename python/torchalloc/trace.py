@@ -52,8 +52,15 @@ __all__ = [
 
 
 def load_trace(path: str | os.PathLike[str], *, device: int | None = None, prelude: bool = True) -> Trace:
-    """Load a PyTorch memory snapshot or a torchalloc log (recognised by content, not by name)."""
+    """Load a PyTorch memory snapshot or a torchalloc log (recognised by content, not by name). A log too large
+    to hold decoded comes in pieces (trace_stream.py: `Trace.chunks`)."""
     p = Path(path)
+    from .log_chunks import is_large_log
+
+    if is_large_log(p):
+        from .trace_stream import load_log_streamed
+
+        return load_log_streamed(p, device=device, prelude=prelude, what=str(p))
     data = read_bytes(p)
     if data.startswith(records.LOG_MAGIC):
         return load_log(data, str(p), device=device, prelude=prelude)

@@ -61,9 +61,17 @@ class Trace:
     native_label: str = "native (PyTorch)"  # a log: "recorded (<policy>)", what torchalloc reserved in the run
     notes: list[str] = dataclasses.field(default_factory=list)
     rank: int = -1  # a torchalloc log's writer's $RANK (the log header's); -1: none, or a snapshot
+    # A trace too large for memory: its events in pieces (trace_stream.SpilledEvents); `events` is then empty.
+    chunks: Any = None
 
     def __len__(self) -> int:
-        return int(self.events.shape[0])
+        return len(self.chunks) if self.chunks is not None else int(self.events.shape[0])
+
+    def has_allocs(self) -> bool:
+        """Whether any event is an allocation."""
+        if self.chunks is not None:
+            return bool(self.chunks.allocs)
+        return bool((self.events["kind"] == ALLOC).any())
 
     def native_reserved_series(self, buckets: int) -> np.ndarray | None:
         """PyTorch's reserved bytes, highest per bucket of events (as torchalloc_replay's series)."""

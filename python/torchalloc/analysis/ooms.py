@@ -110,22 +110,33 @@ def oom_rows(d: Derived, *, check_alternatives: bool = True) -> list[OomRow]:
 
 def _row(d: Derived, i: int) -> OomRow:
     t = d.table
-    requested, reserved = int(t.size[i]), int(t.block_size[i]) or int(d.reserved[i])
-    allocated = int(d.allocated[i])
+    reserved = int(t.block_size[i]) or int(d.reserved[i])
     largest, nseg, by_segment = _segments_at(d, i)
-    stack = user_suffix(t.stack_of(int(t.stack[i])))
-    site = stack[0].short() if stack else (NO_PYTHON.label if d.has_stacks else NO_STACKS.label)
-    unknown: list[str] = []
     device = _device_record(d, i)
+    facts = None if device is None else (int(t.addr[device]), int(t.size[device]), int(t.stream[device]),
+                                         int(t.flags[device]))
+    return oom_row(d.time_s(i), i, int(t.size[i]), int(t.stream[i]), d.phase_name(int(t.phase[i])),
+                   t.stack_of(int(t.stack[i])), reserved, int(d.allocated[i]), largest, nseg, int(t.addr[i]), facts,
+                   d.has_stacks, lambda fragmentation: _blockers(d, i, by_segment if fragmentation else None))
+
+
+def oom_row(t_s: float, i: int, requested: int, stream: int, phase: str, stack: Any, reserved: int, allocated: int,
+            largest: int, nseg: int, device_free: int, device: tuple[int, int, int, int] | None, has_stacks: bool,
+            blockers: Any) -> OomRow:
+    """An OOM record diagnosed from its numbers: `device` is its oom_device record's (total, limit, largest free on
+    the stream, verdict code), None in a log before them; `blockers(fragmentation)` gives the blocks to blame."""
+    user = user_suffix(stack)
+    site = user[0].short() if user else (NO_PYTHON.label if has_stacks else NO_STACKS.label)
+    unknown: list[str] = []
     total = free = limit = on_stream = held = usable = None
     if device is not None:
-        total, limit, on_stream = int(t.addr[device]), int(t.size[device]), int(t.stream[device])
-        free = int(t.addr[i])
+        total, limit, on_stream = device[0], device[1], device[2]
+        free = device_free
         held = max(0, total - free - reserved)
         usable = min(total - held, limit or total)
     else:
         unknown.append("the device's total and free memory and the memory fraction (the log predates them)")
-    code = int(t.flags[device]) if device is not None else 0
+    code = device[3] if device is not None else 0
     if code in _lib.OOM_VERDICTS and code:
         verdict, source = _lib.OOM_VERDICTS[code], "the allocator, at the failure"
     else:
@@ -136,12 +147,11 @@ def _row(d: Derived, i: int) -> OomRow:
                                        largest_free=on_stream if on_stream is not None else largest)
         except _lib.LibraryError as e:
             verdict = f"unknown (the verdict needs the library: {e})"
-    if not d.has_stacks:
+    if not has_stacks:
         unknown.append("allocation sites (logged without stacks:1)")
-    blockers = _blockers(d, i, by_segment if verdict == "fragmentation" else None)
-    return OomRow(d.time_s(i), i, requested, int(t.stream[i]), d.phase_name(int(t.phase[i])), site, reserved,
-                  allocated, max(0, reserved - allocated), largest, nseg, total, free, limit, held, on_stream, usable,
-                  verdict, source, blockers, [], unknown, "")
+    return OomRow(t_s, i, requested, stream, phase, site, reserved, allocated, max(0, reserved - allocated), largest,
+                  nseg, total, free, limit, held, on_stream, usable, verdict, source, blockers(verdict == "fragmentation"),
+                  [], unknown, "")
 
 
 def _device_record(d: Derived, i: int) -> int | None:
@@ -166,13 +176,21 @@ def _segments_at(d: Derived, i: int) -> tuple[int, int, list[tuple[int, int, lis
             segs[int(t.addr[k])] = int(t.size[k])
         else:
             segs.pop(int(t.addr[k]), None)
+    live = d.live_at(i)
+    return segment_gaps(segs, live, d.blocks.addr[live], d.blocks.block_size[live])
+
+
+def segment_gaps(segs: dict[int, int], ids: np.ndarray, addr: np.ndarray, size: np.ndarray
+                 ) -> tuple[int, int, list[tuple[int, int, list[int]]]]:
+    """The largest gap between the live blocks (`ids`, at `addr` of `size` bytes) inside the segments `segs`
+    (address -> size), how many segments, and per segment (free bytes, address, its live blocks' ids), most free
+    first."""
     if not segs:
         return 0, 0, []
-    live = d.live_at(i)
     seg_addr = np.array(sorted(segs), dtype=np.uint64)
-    order = np.argsort(d.blocks.addr[live])
-    live = live[order]
-    addr, size = d.blocks.addr[live], d.blocks.block_size[live]
+    order = np.argsort(addr)
+    live = ids[order]
+    addr, size = addr[order], size[order]
     owner = np.searchsorted(seg_addr, addr, side="right") - 1
     largest, per_segment = 0, []
     for s in range(seg_addr.size):
@@ -196,19 +214,27 @@ def _segments_at(d: Derived, i: int) -> tuple[int, int, list[tuple[int, int, lis
 def _blockers(d: Derived, i: int, by_segment: list[tuple[int, int, list[int]]] | None) -> list[Blocker]:
     """Fragmentation: the live blocks in the segments with the most free memory; else the largest live blocks."""
     b = d.blocks
+    now = int(d.table.time_ns[i])
+
+    def blocker(k: int) -> Blocker:
+        site = d.sites[int(d.classified.site[k])]
+        age = (now - int(b.alloc_t[k])) / 1e9 if b.alloc_i[k] >= 0 else -1.0
+        return Blocker(int(b.addr[k]), int(b.block_size[k]), site.label, site.location,
+                       d.phase_name(int(b.alloc_phase[k])), age)
+
+    return blockers_of(d.live_at(i).tolist(), by_segment, lambda k: (-int(b.block_size[k]), int(b.addr[k])), blocker)
+
+
+def blockers_of(live: list[int], by_segment: list[tuple[int, int, list[int]]] | None, order: Any, blocker: Any
+                ) -> list[Blocker]:
+    """The blocks to blame (fragmentation: those in the segments with the most free memory, else any live one),
+    largest first (`order(k)`: the sort key), as `blocker(k)` describes them."""
     if by_segment is not None:
         chosen = [k for free, _, members in by_segment if free > 0 and members for k in members][:4 * BLOCKERS_SHOWN]
     else:
-        chosen = d.live_at(i).tolist()
-    chosen.sort(key=lambda k: (-int(b.block_size[k]), int(b.addr[k])))
-    now = int(d.table.time_ns[i])
-    out = []
-    for k in chosen[:BLOCKERS_SHOWN]:
-        site = d.sites[int(d.classified.site[k])]
-        age = (now - int(b.alloc_t[k])) / 1e9 if b.alloc_i[k] >= 0 else -1.0
-        out.append(Blocker(int(b.addr[k]), int(b.block_size[k]), site.label, site.location,
-                           d.phase_name(int(b.alloc_phase[k])), age))
-    return out
+        chosen = list(live)
+    chosen.sort(key=order)
+    return [blocker(k) for k in chosen[:BLOCKERS_SHOWN]]
 
 
 def _before_log(d: Derived) -> list[tuple[int, int, int, int]]:

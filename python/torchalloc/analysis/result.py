@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
+
+from ..log_chunks import DEFAULT_CHUNK_RECORDS, is_large_log
 
 from .anatomy import Anatomy, anatomy, index_at
 from .categorize import Category
@@ -21,6 +23,7 @@ from .events import EventTable, load, table_from_log
 from .lifetimes import LifetimeRow, lifetime_rows
 from .ooms import OomRow, oom_rows
 from .phase_summary import PhaseRow, phase_rows
+from .streamed import StreamedAnalysis, analyze_streamed
 from .wording import estimate_sentence, explain_block, explain_group, oom_explanation, phase_sentence
 
 
@@ -105,9 +108,20 @@ def analyze(
     device: int | None = None,
     max_points: int = 1500,
     progress: bool = False,
-) -> Analysis:
+    chunk_records: int | None = None,
+    at: Sequence[str | float] = (),
+    page: bool = False,
+) -> Analysis | StreamedAnalysis:
     """Analyze a log (a path, a decoded `torchalloc.log.Log`, or an EventTable) for one device
-    (default: the one with the most allocations)."""
+    (default: the one with the most allocations).
+
+    A log file too large to hold decoded (log_chunks.is_large_log), or any log file when `chunk_records` is given,
+    is read in pieces of that many records (streamed.py): the same sections from a `StreamedAnalysis`. `at` (the
+    moments whose anatomy will be asked for) and `page` (the HTML page will be drawn) let it gather them in its
+    one pass; without them a later question about another moment costs one more pass."""
+    if isinstance(source, (str, os.PathLike)) and (chunk_records is not None or is_large_log(source)):
+        return analyze_streamed(source, device=device, max_points=max_points, progress=progress, at=at, page=page,
+                                chunk_records=chunk_records or DEFAULT_CHUNK_RECORDS)
     if isinstance(source, (str, os.PathLike)):
         table = load(source)
     elif isinstance(source, EventTable):

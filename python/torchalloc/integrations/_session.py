@@ -124,7 +124,7 @@ def write_report(log_path: str, *, out_stem: str | None = None, top: int = 15) -
     # the file's size includes the writer's preallocation: an upper bound on what there is to read
     size = os.path.getsize(log_path)
     print(f"torchalloc: writing the report of {log_path}...", file=sys.stderr, flush=True)
-    a = analyze(log_path, progress=size > (256 << 20))
+    a = analyze(log_path, progress=size > (256 << 20), page=True)
     text_path, html_path = f"{stem}.report.txt", f"{stem}.report.html"
     Path(text_path).write_text(render_text(a, top=top))
     write_html(a, html_path)

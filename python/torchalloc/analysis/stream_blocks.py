@@ -1,0 +1,216 @@
+"""classify.py's and categorize.py's rules, block by block: for the streamed analysis' second pass.
+
+Takes the log's stacks and phase names and what the first pass found
+(stream_scan.py: has the log stacks, where the first forward/backward/
+optimizer phase began, the sizes of the persistent parameters, and each
+block's `BIT_*` byte); gives, for a batch of blocks, what the in-memory
+stages give each one: its allocation site, its category (at its alloc:
+everything it depends on is known by then), and at its end its reason,
+free site and returning function. Each rule is the in-memory stage's,
+applied per distinct stack or stack pair and cached.
+
+Site and function ids here are in first-use order; `canonical` gives the
+in-memory stages' order (classify: the allocation stacks' sites in stack
+id order, then BEFORE_LOG, then the free sites in (alloc stack, free
+stack) order), which decides how ties are listed.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .categorize import CATEGORY_CODE, Category, _workspace_sizes
+from .classify import REASON_CODE, Reason, classify_stacks
+from .frames import NN_INIT_FRAME, OPTIMIZER_FRAME, Frame, Stack, has_frame, user_suffix
+from .roles import phase_role
+from .sites import BEFORE_LOG, NO_PYTHON, NO_STACKS, Site, SiteTable
+from .stream_scan import (
+    BIT_ALLOC_BW,
+    BIT_AUTOGRAD_FREE,
+    BIT_FREE_BW,
+    BIT_PERSISTENT,
+    BIT_SAME,
+    BIT_WITHIN,
+    PHASE_IDS,
+)
+
+C = CATEGORY_CODE
+R = REASON_CODE
+_ROLES = ("", "forward", "backward", "optimizer", "setup")
+
+
+class BlockRules:
+    """The per-block rules, with their caches (module docstring)."""
+
+    def __init__(self, stacks: dict[int, Any], phase_names: dict[int, str], has_stacks: bool,
+                 first_begin: dict[int, int]) -> None:
+        self.stacks: dict[int, Stack] = {int(k): tuple(Frame(str(f[0]), int(f[1]), str(f[2])) for f in v)
+                                         for k, v in stacks.items()}
+        self.phase_names = phase_names
+        self.has_stacks = has_stacks
+        roles = {p: phase_role(name) for p, name in phase_names.items()}
+        self.role = np.zeros(PHASE_IDS, dtype=np.int8)
+        for p, r in roles.items():
+            self.role[p] = _ROLES.index(r or "")
+        self.bw_phase = self.role == _ROLES.index("backward")
+        active = [first_begin[p] for p, r in roles.items() if r in ("forward", "backward", "optimizer")
+                  and p in first_begin]
+        self.first_active = min(active) if active else None
+        self.workspace = np.array(sorted(_workspace_sizes()), dtype=np.int64)
+        self.param_sizes = np.zeros(0, dtype=np.int64)
+        self.sites = SiteTable()
+        self._site: dict[int, int] = {}
+        self._flags: dict[int, tuple[bool, bool]] = {}  # stack -> (torch.nn init frame, optimizer frame)
+        self._verdict: dict[tuple[int, int], tuple[int, int, int, bool]] = {}
+        self.functions: list[str] = []
+        self._fn: dict[str, int] = {}
+        self._chain: dict[int, tuple[int, int]] = {}
+        self._chains: dict[Any, int] = {}
+
+    def stack_of(self, sid: int) -> Stack:
+        return self.stacks.get(int(sid), ())
+
+    # -- per stack -------------------------------------------------------
+    def site_ids(self, alloc_stacks: np.ndarray) -> np.ndarray:
+        """classify's allocation site of each block (by its alloc stack)."""
+        uniq, inv = np.unique(alloc_stacks, return_inverse=True)
+        out = np.empty(uniq.size, dtype=np.int64)
+        for k, sid in enumerate(uniq.tolist()):
+            if sid not in self._site:
+                a = user_suffix(self.stack_of(sid))
+                self._site[sid] = (self.sites.of_frame(a[0]) if a
+                                   else self.sites.id(NO_PYTHON if self.has_stacks else NO_STACKS))
+            out[k] = self._site[sid]
+        return out[inv.reshape(-1)]
+
+    def _stack_flags(self, alloc_stacks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        uniq, inv = np.unique(alloc_stacks, return_inverse=True)
+        nn = np.empty(uniq.size, dtype=bool)
+        opt = np.empty(uniq.size, dtype=bool)
+        for k, sid in enumerate(uniq.tolist()):
+            if sid not in self._flags:
+                stack = self.stack_of(sid)
+                self._flags[sid] = (has_frame(stack, NN_INIT_FRAME), has_frame(stack, OPTIMIZER_FRAME))
+            nn[k], opt[k] = self._flags[sid]
+        inv = inv.reshape(-1)
+        return nn[inv], opt[inv]
+
+    def chain_and_line(self, alloc_stacks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """classify._chain_and_line: per alloc stack, its frame chain id (-1: no user frames) and its line."""
+        uniq, inv = np.unique(alloc_stacks, return_inverse=True)
+        chain = np.empty(uniq.size, dtype=np.int64)
+        line = np.empty(uniq.size, dtype=np.int64)
+        for k, sid in enumerate(uniq.tolist()):
+            if sid not in self._chain:
+                a = user_suffix(self.stack_of(sid))
+                if not a:
+                    self._chain[sid] = (-1, -1)
+                else:
+                    key = ((a[0].filename, a[0].function), a[1:])
+                    self._chain[sid] = (self._chains.setdefault(key, len(self._chains)), a[0].line)
+            chain[k], line[k] = self._chain[sid]
+        inv = inv.reshape(-1)
+        return chain[inv], line[inv]
+
+    # -- categories (categorize.categorize), at the alloc --------------------------
+    def params_flags(self, stacks: np.ndarray, phases: np.ndarray, alloc_i: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(params, optim, setup) per block: categorize's evidence from stacks, phase roles and time."""
+        nn, opt_frame = self._stack_flags(stacks)
+        role = self.role[phases]
+        optim = (role == _ROLES.index("optimizer")) | opt_frame
+        setup = role == _ROLES.index("setup")
+        if self.has_stacks or self.first_active is None:
+            early = np.zeros(len(stacks), dtype=bool)
+        else:
+            early = alloc_i < self.first_active
+        params = nn | ((setup | early) & ~optim)
+        return params, optim, setup
+
+    def set_param_sizes(self, persistent: dict[str, np.ndarray]) -> None:
+        """categorize's param_sizes: the sizes of the persistent blocks that are parameters."""
+        if not len(persistent["ordinal"]):
+            return
+        params, _, _ = self.params_flags(persistent["stack"], persistent["phase"], persistent["alloc_i"])
+        self.param_sizes = np.unique(persistent["block_size"][params])
+
+    def categories(self, bits: np.ndarray, stacks: np.ndarray, phases: np.ndarray, alloc_i: np.ndarray,
+                   block_size: np.ndarray, size: np.ndarray) -> np.ndarray:
+        """Each new block's category, as categorize assigns it (its bits say how it will end)."""
+        params, optim, setup = self.params_flags(stacks, phases, alloc_i)
+        persistent = (bits & BIT_PERSISTENT) != 0
+        alloc_bw = (bits & BIT_ALLOC_BW) != 0
+        free_bw = (bits & BIT_FREE_BW) != 0
+        within = (bits & BIT_WITHIN) != 0
+        saved = self.saved(bits)
+        ws = np.isin(block_size, self.workspace) | np.isin(size, self.workspace)
+        ws &= ((bits & BIT_SAME) != 0) & ~(alloc_bw & np.isin(block_size, self.param_sizes))
+        cat = np.full(len(bits), C[Category.OTHER], dtype=np.int8)
+        p = persistent
+        cat[p] = C[Category.OTHER_PERSISTENT]
+        cat[p & params] = C[Category.PARAMETERS]
+        cat[p & ~params & alloc_bw] = C[Category.GRADIENTS]
+        cat[p & ~params & optim] = C[Category.OPTIMIZER_STATE]
+        cat[p & ~params & ~optim & ws & ~setup] = C[Category.WORKSPACE]
+        f = ~persistent
+        cat[f] = C[Category.TEMPORARIES]
+        cat[f & alloc_bw] = C[Category.BACKWARD_TEMPORARIES]
+        cat[f & alloc_bw & ~free_bw] = C[Category.GRADIENTS]
+        cat[f & optim] = np.where(within[f & optim], C[Category.OPTIMIZER_INTERMEDIATES], C[Category.OPTIMIZER_STATE])
+        cat[f & saved] = C[Category.ACTIVATIONS]
+        cat[f & params & ~alloc_bw & ~optim] = C[Category.PARAMETERS]
+        return cat
+
+    def saved(self, bits: np.ndarray) -> np.ndarray:
+        """classify's "saved for backward" (for blocks that end): made outside backward, freed by autograd during it."""
+        autograd = ((bits & BIT_AUTOGRAD_FREE) != 0) | (not self.has_stacks)
+        return (((bits & BIT_FREE_BW) != 0) & ((bits & BIT_ALLOC_BW) == 0) & autograd
+                & ((bits & BIT_PERSISTENT) == 0))
+
+    # -- reasons (classify.classify), at the end ---------------------------------
+    def stack_rules(self, alloc_stacks: np.ndarray, free_stacks: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """classify_stacks per block (cached per pair): reason code, free site id, returned function id, and
+        whether it was a same-line (temporary) candidate."""
+        pairs = np.stack((alloc_stacks, free_stacks), axis=1)
+        uniq, inv = np.unique(pairs, axis=0, return_inverse=True)
+        n = len(uniq)
+        reason = np.empty(n, dtype=np.int8)
+        free_site = np.empty(n, dtype=np.int64)
+        returned = np.empty(n, dtype=np.int64)
+        for k, (a, f) in enumerate(uniq.tolist()):
+            key = (a, f)
+            if key not in self._verdict:
+                v = classify_stacks(self.stack_of(a), self.stack_of(f))
+                fn = -1
+                if v.returned is not None:
+                    fn = self._fn.setdefault(v.returned, len(self.functions))
+                    if fn == len(self.functions):
+                        self.functions.append(v.returned)
+                self._verdict[key] = (R[v.reason], self.sites.of_frame(v.free_site), fn, v.same_frame_line)
+            reason[k], free_site[k], returned[k], _ = self._verdict[key]
+        inv = inv.reshape(-1)
+        return reason[inv], free_site[inv], returned[inv], reason[inv] == R[Reason.TEMPORARY]
+
+    # -- the in-memory order of sites and functions ----------------------------------
+    def canonical(self, alloc_stacks: np.ndarray, rest_pairs: np.ndarray) -> tuple[list[Site], np.ndarray, np.ndarray]:
+        """The in-memory SiteTable's sites (classify's interning order), and the maps from this object's
+        site and function ids to that order's. `alloc_stacks`: every block's alloc stack (unique, sorted;
+        0 for blocks allocated before the log); `rest_pairs`: the (alloc, free) stack pairs that went through
+        the stack rules (unique, sorted)."""
+        table = SiteTable()
+        for sid in alloc_stacks.tolist():
+            a = user_suffix(self.stack_of(sid))
+            table.of_frame(a[0]) if a else table.id(NO_PYTHON if self.has_stacks else NO_STACKS)
+        table.id(BEFORE_LOG)
+        functions: dict[str, int] = {}
+        if self.has_stacks:
+            for a, f in rest_pairs.tolist():
+                v = classify_stacks(self.stack_of(a), self.stack_of(f))
+                table.of_frame(v.free_site)
+                if v.returned is not None:
+                    functions.setdefault(v.returned, len(functions))
+        site_map = np.array([table.id(s) for s in self.sites.sites] + [-1], dtype=np.int64)  # [-1]: no site
+        fn_map = np.array([functions.get(f, -1) for f in self.functions] + [-1], dtype=np.int64)
+        return table.sites, site_map, fn_map

@@ -1,0 +1,737 @@
+"""The streamed analysis' second pass: every block classified as it ends, the report's sums, and the moments.
+
+Takes a `ChunkedLog`, the first pass' `Scan` (stream_scan.py) and the
+moments the report shows (`Wanted`); reads the log again piece by piece
+and gives a `Passed`:
+
+- per block, as it is allocated, its site and category (stream_blocks.py),
+  and as it ends (or at the end of the log, when it never does) its reason;
+  what the lifetimes and the phase table add up (`Group`s, phase sums);
+- the peak over time of each estimate term's live bytes;
+- at each wanted moment, the blocks live then (in the in-memory blocks
+  order: blocks allocated before the log first, then by allocation): all of
+  them for an anatomy or an OOM, the `PER_MOMENT` largest for the HTML
+  page; a block still live at the moment gets its reason when it ends;
+- at the timeline's samples, allocated per phase and the live block count.
+
+Nothing is kept per block but a few bytes (`Scan.bits`); a block's details
+are kept only when a moment, a lifetime row or the page shows it.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from .._records import ALLOC, FREE, SEGMENT_ALLOC, SEGMENT_FREE
+from ..log_chunks import ChunkedLog
+from .categorize import CATEGORIES, CATEGORY_CODE, Category
+from .classify import REASON_CODE, Reason
+from .sites import BEFORE_LOG
+from .stream_blocks import BlockRules
+from .stream_scan import BIT_WITHIN, INT_MAX, PHASE_IDS, Scan
+from .stream_table import Carry, Piece, device_pieces, pair_piece
+
+R = REASON_CODE
+EXACT_LIFETIMES = 1 << 16  # a lifetime row's blocks whose lifetimes are kept exactly; past it, a histogram
+MANTISSA_BITS = 12  # the histogram's bins: 2^12 per power of two (0.02 % wide)
+# The estimate's terms (estimate.estimate), each the categories whose live bytes peak together.
+ESTIMATE_TERMS: dict[str, tuple[Category, ...]] = {
+    "parameters": (Category.PARAMETERS,),
+    "gradients": (Category.GRADIENTS,),
+    "optimizer_state": (Category.OPTIMIZER_STATE,),
+    "optimizer_intermediates": (Category.OPTIMIZER_INTERMEDIATES,),
+    "activations": (Category.ACTIVATIONS,),
+    "gradients_plus_intermediates": (Category.GRADIENTS, Category.OPTIMIZER_INTERMEDIATES),
+    "temporaries": (Category.TEMPORARIES, Category.BACKWARD_TEMPORARIES),
+    "workspace": (Category.WORKSPACE,),
+    "other": (Category.OTHER_PERSISTENT, Category.OTHER, Category.BEFORE_LOG),
+}
+_BT_COLUMNS = ("ordinal", "addr", "alloc_i", "size", "block_size", "stream", "phase", "stack", "tid", "time", "site",
+               "category", "occ", "bits", "chain", "line", "end", "reason", "free_site", "returned", "rerun", "real")
+
+
+@dataclasses.dataclass
+class Wanted:
+    """The moments the report shows, known after the first pass."""
+
+    anatomy: list[int]  # event indices whose anatomy is built
+    page: np.ndarray  # the HTML page's moments (sorted), or empty
+    priority: set[int]  # of those, the ones whose PER_MOMENT largest are always held
+    ooms: list[int]  # OOM records to diagnose
+    samples: np.ndarray  # the timeline's sample indices
+    per_moment: int = 100
+
+
+class Lifetimes:
+    """A lifetime row's lifetimes: exact while few, then a histogram with 0.02 % wide bins (its median within
+    that of the exact one)."""
+
+    def __init__(self) -> None:
+        self.exact: list[np.ndarray] = []
+        self.count = 0
+        self.hist: dict[int, int] | None = None
+
+    def add(self, ns: np.ndarray) -> None:
+        self.count += ns.size
+        if self.hist is None:
+            self.exact.append(ns)
+            if self.count > EXACT_LIFETIMES:
+                self.hist = {}
+                self._bin(np.concatenate(self.exact))
+                self.exact = []
+        else:
+            self._bin(ns)
+
+    def _bin(self, ns: np.ndarray) -> None:
+        assert self.hist is not None
+        keys, counts = np.unique(_bin_of(ns), return_counts=True)
+        for k, c in zip(keys.tolist(), counts.tolist()):
+            self.hist[k] = self.hist.get(k, 0) + c
+
+    def median_s(self) -> float:
+        """np.median of the lifetimes in seconds (exactly, or from the histogram's bins)."""
+        if self.hist is None:
+            return float(np.median(np.concatenate(self.exact) / 1e9))
+        keys = np.array(sorted(self.hist), dtype=np.int64)
+        counts = np.array([self.hist[k] for k in keys.tolist()], dtype=np.int64)
+        cum = np.cumsum(counts)
+        n = int(cum[-1])
+        lo = _bin_value(keys[np.searchsorted(cum, (n - 1) // 2, side="right")])
+        hi = _bin_value(keys[np.searchsorted(cum, n // 2, side="right")])
+        return (lo + hi) / 2 / 1e9
+
+
+def _bin_of(ns: np.ndarray) -> np.ndarray:
+    """Histogram bin of each lifetime (ns >= 0): its exponent and the next MANTISSA_BITS bits."""
+    x = np.maximum(ns, 0).astype(np.int64)
+    small = x < (1 << MANTISSA_BITS)
+    e = np.zeros(x.size, dtype=np.int64)
+    big = ~small
+    e[big] = np.floor(np.log2(x[big].astype(np.float64))).astype(np.int64) - MANTISSA_BITS
+    e[big] = np.maximum(e[big], 0)
+    mant = np.where(big, x >> e, x)
+    fix = big & (mant >= (2 << MANTISSA_BITS))  # log2 of a float rounded up
+    mant[fix] >>= 1
+    e[fix] += 1
+    return (e << 20) | mant
+
+
+def _bin_value(key: int) -> float:
+    e, mant = int(key) >> 20, int(key) & ((1 << 20) - 1)
+    return float((mant << e) + ((1 << e) - 1) / 2) if e else float(mant)
+
+
+@dataclasses.dataclass
+class Group:
+    """The blocks of one lifetime row so far (lifetimes.lifetime_rows' groups)."""
+
+    count: int = 0
+    bytes: int = 0
+    largest: int = 0
+    phases: set[int] = dataclasses.field(default_factory=set)
+    persistent: bool = False
+    negative: bool = False  # a lifetime below 0 (clocks of two threads): lifetime_rows then says -1
+    lives: Lifetimes = dataclasses.field(default_factory=Lifetimes)
+    first: int = INT_MAX  # the lowest block index: the block that speaks for the row
+    rep: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Passed:
+    """What the second pass gathered (module docstring)."""
+
+    rules: BlockRules
+    groups: dict[tuple[int, int, int, int, int, int], Group]
+    alloc_stacks: np.ndarray  # every block's alloc stack, unique
+    rest_pairs: np.ndarray  # (alloc, free) stack pairs the stack rules saw, unique
+    allocated: dict[int, list[int]]  # phase -> [bytes, count]
+    freed: dict[int, list[int]]
+    transient: dict[int, int]
+    handed: dict[int, int]
+    handed_to: dict[int, dict[str, list[int]]]  # phase -> free phase name -> [bytes, first block]
+    persistent: dict[int, int]
+    persistent_cat: dict[int, np.ndarray]  # phase -> bytes per category
+    first_occ_persistent: dict[int, int]
+    alloc_phases: set[int]
+    term_peak: dict[str, int]
+    snapshots: dict[int, dict[str, np.ndarray]]  # moment -> live blocks (columns), for anatomies and OOMs
+    page: dict[int, np.ndarray]  # moment -> its ranked largest live blocks (block indices)
+    live_at: dict[int, int]  # moment -> live blocks
+    details: dict[int, dict[str, Any]]  # block index -> its details (shown blocks)
+    by_phase: dict[int, np.ndarray]  # phase -> allocated at each sample
+    before_log: np.ndarray | None  # allocated by blocks from before the log, at each sample
+    segments: dict[int, dict[int, int]]  # OOM moment -> live segments (address -> size)
+    reasons: dict[int, int]  # block index -> reason (blocks a moment showed)
+    levels_at: dict[int, tuple[int, int, int]]  # moment -> (cum, raw, time_ns) as Scan keeps them
+    persistent_total: np.ndarray  # bytes of persistent blocks per category
+
+
+def run_pass(log: ChunkedLog, scan: Scan, wanted: Wanted, progress: Any = None) -> Passed:
+    return _Pass(log, scan, wanted, progress).run()
+
+
+class _Pass:
+    def __init__(self, log: ChunkedLog, scan: Scan, wanted: Wanted, progress: Any) -> None:
+        self.log, self.scan, self.wanted, self.progress = log, scan, wanted, progress
+        self.rules = BlockRules(log.stacks, log.phase_names, scan.has_stacks, scan.first_begin)
+        self.rules.set_param_sizes(scan.persistent)
+        self.O = len(scan.orphans["addr"])
+        self.orphan_rank = {(int(a), int(f)): k for k, (a, f) in
+                            enumerate(zip(scan.orphans["addr"].tolist(), scan.orphans["free_i"].tolist()))}
+        self.has_occ = np.zeros(PHASE_IDS, dtype=bool)
+        self.has_occ[scan.occ_phase] = True
+        self.first_occ = {}
+        for row, p in enumerate(scan.occ_phase.tolist()):
+            self.first_occ.setdefault(p, row)
+        self.occ_rows: dict[int, np.ndarray] = {}  # phase -> its occurrence rows (by begin)
+        if scan.occ_phase.size:
+            order = np.argsort(scan.occ_phase, kind="stable")
+            ph = scan.occ_phase[order]
+            cut = np.flatnonzero(np.concatenate(([True], ph[1:] != ph[:-1], [True])))
+            for a, b in zip(cut[:-1].tolist(), cut[1:].tolist()):
+                self.occ_rows[int(ph[a])] = order[a:b]
+        self.groups: dict[tuple[int, int, int, int, int, int], Group] = {}
+        self.alloc_stack_set: list[np.ndarray] = [np.zeros(1, dtype=np.int64)] if self.O else []
+        self.rest_pair_set: list[np.ndarray] = []
+        self.allocated: dict[int, list[int]] = {}
+        self.freed: dict[int, list[int]] = {}
+        self.transient: dict[int, int] = {}
+        self.handed: dict[int, int] = {}
+        self.handed_to: dict[int, dict[str, list[int]]] = {}
+        self.terms = {name: np.array([CATEGORY_CODE[c] for c in cats]) for name, cats in ESTIMATE_TERMS.items()}
+        self.term_level = {name: (scan.initial if Category.BEFORE_LOG in cats else 0)
+                           for name, cats in ESTIMATE_TERMS.items()}
+        self.term_peak = {name: INT_MIN_ for name in ESTIMATE_TERMS}
+        self.cat_seen = np.zeros(len(CATEGORIES), dtype=bool)
+        if self.O:
+            self.cat_seen[CATEGORY_CODE[Category.BEFORE_LOG]] = True
+        self.last_change: dict[int, int] = {}  # chain -> index of its last line change
+        self.last_line: dict[int, int] = {}
+        self.snapshots: dict[int, dict[str, np.ndarray]] = {}
+        self.page: dict[int, np.ndarray] = {}
+        self.live_at: dict[int, int] = {}
+        self.details: dict[int, dict[str, Any]] = {}
+        self.watch: dict[int, int] = {}  # ordinal -> block index, for blocks whose end a moment needs
+        self.reasons: dict[int, int] = {}
+        self.segs: dict[int, int] = {}
+        self.segments: dict[int, dict[int, int]] = {}
+        samples = wanted.samples
+        self.samples = samples
+        self.by_phase: dict[int, np.ndarray] = {}
+        self.phase_level: dict[int, int] = {}
+        self.before_level = scan.initial
+        self.before_curve = np.zeros(samples.size, dtype=np.int64) if self.O else None
+        self.live_count = self.O
+        self.cum = self.raw = 0
+        self.levels_at: dict[int, tuple[int, int, int]] = {}
+        anatomy = set(wanted.anatomy) | set(wanted.ooms)
+        self.moments = np.array(sorted(anatomy | set(wanted.page.tolist()) | set(samples.tolist())), dtype=np.int64)
+        self.anatomy_moments = anatomy
+        self.page_moments = set(wanted.page.tolist())
+
+    # ------------------------------------------------------------------
+    def run(self) -> Passed:
+        scan = self.scan
+        carry = Carry({c: np.zeros(0, dtype=np.int64) for c in _BT_COLUMNS})
+        carry.columns["addr"] = np.zeros(0, dtype=np.uint64)
+        ordinals = 0
+        for piece in device_pieces(self.log, scan.device):
+            carry = self._piece(piece, carry, ordinals)
+            ordinals = int(carry.columns.pop("_next"))  # type: ignore[call-overload]
+            if self.progress is not None:
+                self.progress(piece.base + len(piece))
+        self._finish(carry)
+        alloc_stacks = np.unique(np.concatenate(self.alloc_stack_set)) if self.alloc_stack_set else np.zeros(0, np.int64)
+        rest_pairs = (np.unique(np.concatenate(self.rest_pair_set), axis=0) if self.rest_pair_set
+                      else np.zeros((0, 2), dtype=np.int64))
+        return Passed(self.rules, self.groups, alloc_stacks, rest_pairs, self.allocated, self.freed, self.transient,
+                      self.handed, self.handed_to, self.persistent, self.persistent_cat, self.first_occ_persistent,
+                      set(self.allocated), {k: max(int(v), self._term_floor(k)) for k, v in self.term_peak.items()},
+                      self.snapshots, self.page, self.live_at, self.details, self.by_phase, self.before_curve,
+                      self.segments, self.reasons, self.levels_at, self.persistent_total)
+
+    def _term_floor(self, name: str) -> int:
+        """estimate.category_peak: 0 when no block has the term's categories, else at least the initial level."""
+        if not self.cat_seen[self.terms[name]].any():
+            return 0
+        return self.term_level_initial(name)
+
+    def term_level_initial(self, name: str) -> int:
+        return self.scan.initial if Category.BEFORE_LOG in ESTIMATE_TERMS[name] else 0
+
+    # ------------------------------------------------------------------
+    def _piece(self, piece: Piece, carry: Carry, next_ordinal: int) -> Carry:
+        t, base, m = piece.table, piece.base, len(piece)
+        self._t, self._base = t, base
+        scan, rules = self.scan, self.rules
+        paired = pair_piece(piece, carry, next_ordinal)
+        nr = paired.new_rows
+        nc = len(carry)
+        # the piece's blocks: the carried ones, then the new ones (both by ordinal)
+        new = {
+            "ordinal": paired.new_ordinals, "addr": t.addr[nr], "alloc_i": base + nr, "size": t.size[nr],
+            "block_size": t.block_size[nr], "stream": t.stream[nr].astype(np.int64), "phase": t.phase[nr].astype(np.int64),
+            "stack": t.stack[nr], "tid": t.tid[nr], "time": t.time_ns[nr],
+        }
+        new["bits"] = scan.bits[paired.new_ordinals].astype(np.int64)
+        new["site"] = rules.site_ids(new["stack"])
+        new["category"] = rules.categories(new["bits"].astype(np.uint8), new["stack"], new["phase"], new["alloc_i"],
+                                           new["block_size"], new["size"]).astype(np.int64)
+        new["occ"] = self._occurrences(new["phase"], new["alloc_i"])
+        new["chain"], new["line"] = (rules.chain_and_line(new["stack"]) if scan.has_stacks
+                                     else (np.full(nr.size, -1), np.full(nr.size, -1)))
+        new["end"] = np.full(nr.size, INT_MAX, dtype=np.int64)
+        for name in ("reason", "free_site", "returned", "rerun", "real"):  # set when it ends
+            new[name] = np.full(nr.size, -1, dtype=np.int64)
+        bt = {c: np.concatenate((carry[c], new[c])) for c in _BT_COLUMNS}
+        is_alloc_rel = t.kind[paired.rel] == ALLOC
+        bt_of = np.concatenate((np.arange(nc), np.where(is_alloc_rel, nc + np.cumsum(is_alloc_rel) - 1, -1)))
+        ended = bt_of[paired.ended_src]
+        end_rows = paired.ended_at
+        bt["end"][ended] = base + end_rows
+        self.alloc_stack_set.append(np.unique(new["stack"]))
+        self._line_changes(bt, nc, base)
+        self.cat_seen[np.unique(new["category"])] = True
+        _add(self.allocated, new["phase"], new["block_size"])
+        # ended blocks: reasons, sums
+        self._ended(bt, ended, end_rows, paired.ended_real, t, base)
+        orow = paired.orphan_rows
+        self._orphans(orow, t, base)
+        # levels per estimate term, the timeline's per-phase curves and live counts, the moments
+        self._levels(bt, nc, ended, end_rows, orow, t, base, m)
+        self._segments(t, base)
+        live = np.flatnonzero(bt["end"] == INT_MAX)
+        out = Carry({c: bt[c][live] for c in _BT_COLUMNS})
+        out.columns["_next"] = np.int64(next_ordinal + nr.size)  # type: ignore[assignment]
+        return out
+
+    def _occurrences(self, phases: np.ndarray, alloc_i: np.ndarray) -> np.ndarray:
+        """Occurrences.of: the latest occurrence of each block's phase begun at or before its alloc."""
+        s = self.scan
+        out = np.full(phases.size, -1, dtype=np.int64)
+        for p in np.unique(phases).tolist():
+            rows = self.occ_rows.get(p)
+            if rows is None:
+                continue
+            sel = phases == p
+            k = np.searchsorted(s.occ_begin[rows], alloc_i[sel], side="right") - 1
+            out[sel] = np.where(k >= 0, rows[np.maximum(k, 0)], -1)
+        return out
+
+    def _line_changes(self, bt: dict[str, np.ndarray], nc: int, base: int) -> None:
+        """Per frame chain, where its allocating line changed (classify._line_ran_again's "the line ran again")."""
+        chain, line, ai = bt["chain"][nc:], bt["line"][nc:], bt["alloc_i"][nc:]
+        sel = chain >= 0
+        if not sel.any():
+            self._changes = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+            return
+        c, l_, i = chain[sel], line[sel], ai[sel]
+        order = np.lexsort((i, c))
+        c, l_, i = c[order], l_[order], i[order]
+        prev = np.empty(c.size, dtype=np.int64)
+        prev[1:] = l_[:-1]
+        first = np.ones(c.size, dtype=bool)
+        first[1:] = c[1:] != c[:-1]
+        prev[first] = [self.last_line.get(int(x), int(y)) for x, y in zip(c[first].tolist(), l_[first].tolist())]
+        change = l_ != prev
+        self._changes = (c[change], i[change])  # sorted by (chain, index)
+        self._changes_before = dict(self.last_change)
+        last = np.ones(c.size, dtype=bool)
+        last[:-1] = c[1:] != c[:-1]
+        for x, y in zip(c[last].tolist(), l_[last].tolist()):
+            self.last_line[x] = y
+        for x, y in zip(self._changes[0].tolist(), self._changes[1].tolist()):
+            self.last_change[x] = y
+
+    def _ran_again(self, chain: np.ndarray, alloc_i: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Did the chain's line change at an allocation between each block's alloc and its end?"""
+        out = np.array([self._changes_before.get(int(c), -1) > a for c, a in zip(chain.tolist(), alloc_i.tolist())],
+                       dtype=bool) if chain.size else np.zeros(0, dtype=bool)
+        cc, ci = self._changes
+        if cc.size:
+            key = (cc << 40) | ci
+            q = np.searchsorted(key, (chain << 40) | alloc_i, side="right")
+            ok = q < key.size
+            qq = np.minimum(q, key.size - 1)
+            out |= ok & (cc[qq] == chain) & (ci[qq] < end)
+        return out & (chain >= 0)
+
+    def _ended(self, bt: dict[str, np.ndarray], ended: np.ndarray, rows: np.ndarray, real: np.ndarray, t: Any,
+               base: int) -> None:
+        """Blocks that ended in this piece: their reason (classify), their lifetime row, the phase sums."""
+        if not ended.size:
+            return
+        rules = self.rules
+        bits = bt["bits"][ended].astype(np.uint8)
+        free_stack = np.where(real, t.stack[rows], 0)
+        free_phase = t.phase[rows].astype(np.int64)
+        alloc_phase = bt["phase"][ended]
+        reason = np.full(ended.size, R[Reason.OTHER], dtype=np.int64)
+        free_site = np.full(ended.size, -1, dtype=np.int64)
+        returned = np.full(ended.size, -1, dtype=np.int64)
+        rerun = np.zeros(ended.size, dtype=bool)
+        saved = rules.saved(bits)
+        reason[saved] = R[Reason.SAVED_FOR_BACKWARD]
+        rest = np.flatnonzero(~saved)
+        if self.scan.has_stacks:
+            if rest.size:
+                a_st, f_st = bt["stack"][ended][rest], free_stack[rest]
+                self.rest_pair_set.append(np.unique(np.stack((a_st, f_st), axis=1), axis=0))
+                r_, fs, ret, temp = rules.stack_rules(a_st, f_st)
+                again = np.zeros(rest.size, dtype=bool)
+                if temp.any():
+                    tt = np.flatnonzero(temp)
+                    e = ended[rest[tt]]
+                    again[tt] = self._ran_again(bt["chain"][e], bt["alloc_i"][e], base + rows[rest[tt]])
+                r_ = np.where(again, R[Reason.REBINDING], r_)
+                reason[rest], free_site[rest], returned[rest], rerun[rest] = r_, fs, ret, again
+        else:
+            occ = bt["occ"][ended][rest]
+            within = np.where(occ >= 0, (bits[rest] & BIT_WITHIN) != 0, free_phase[rest] == alloc_phase[rest])
+            reason[rest] = np.where(within, R[Reason.SAME_PHASE], R[Reason.LATER_PHASE])
+        bt["reason"][ended], bt["free_site"][ended], bt["returned"][ended] = reason, free_site, returned
+        bt["rerun"][ended], bt["real"][ended] = rerun, real
+        size = bt["block_size"][ended]
+        life = t.time_ns[rows] - bt["time"][ended]
+        k = self.O + bt["ordinal"][ended]
+        cols = {"site": bt["site"][ended], "reason": reason, "free_site": free_site, "returned": returned,
+                "rerun": rerun.astype(np.int64), "category": bt["category"][ended]}
+        self._group(cols, k, size, alloc_phase, life, False, lambda j: self._detail_ended(
+            bt, ended[j], rows[j], real[j], t, base, reason[j], free_site[j], returned[j], rerun[j]))
+        # the phase table
+        _add(self.freed, free_phase, size)
+        within = np.where(self.has_occ[alloc_phase], (bits & BIT_WITHIN) != 0, free_phase == alloc_phase)
+        _add_bytes(self.transient, alloc_phase[within], size[within])
+        handed = ~within
+        _add_bytes(self.handed, alloc_phase[handed], size[handed])
+        if handed.any():
+            names = self.rules.phase_names
+            hp, hf = alloc_phase[handed], free_phase[handed]
+            key = (hp << 17) | (hf + 1)
+            uniq, inv = np.unique(key, return_inverse=True)
+            inv = inv.reshape(-1)
+            total = np.zeros(uniq.size, dtype=np.int64)
+            np.add.at(total, inv, size[handed])
+            first = np.full(uniq.size, INT_MAX, dtype=np.int64)
+            np.minimum.at(first, inv, bt["ordinal"][ended][handed])
+            for u, tot, fst in zip(uniq.tolist(), total.tolist(), first.tolist()):
+                p, fp = u >> 17, (u & ((1 << 17) - 1)) - 1
+                name = names.get(fp, f"phase {fp}") if fp >= 0 else BEFORE_LOG.label
+                slot = self.handed_to.setdefault(p, {}).setdefault(name, [0, fst])
+                slot[0] += tot
+                slot[1] = min(slot[1], fst)
+        # blocks a moment or the page showed: their end
+        self._resolve(bt, ended, rows, real, t, base, reason, free_site, returned, rerun)
+
+    def _orphans(self, orow: np.ndarray, t: Any, base: int) -> None:
+        """Frees of blocks allocated before the log: their own lifetime row, freed sums."""
+        if not orow.size:
+            return
+        rules = self.rules
+        size = t.block_size[orow]
+        k = np.array([self.orphan_rank[(int(a), int(base + r))] for a, r in zip(t.addr[orow].tolist(), orow.tolist())],
+                     dtype=np.int64)
+        n_ = orow.size
+        cols = {"site": np.full(n_, rules.sites.id(BEFORE_LOG)), "reason": np.full(n_, R[Reason.OTHER]),
+                "free_site": np.full(n_, -1), "returned": np.full(n_, -1), "rerun": np.zeros(n_, dtype=np.int64),
+                "category": np.full(n_, CATEGORY_CODE[Category.BEFORE_LOG])}
+        life = t.time_ns[orow] - self.scan.first_ns
+        self._group(cols, k, size, np.full(n_, -1), life, False, lambda j: self._detail_orphan(int(k[j])))
+        _add(self.freed, t.phase[orow].astype(np.int64), size)
+        for kk in k.tolist():
+            if kk in self.details or kk in self.reasons:
+                self.reasons[kk] = R[Reason.OTHER]
+
+    def _group(self, cols: dict[str, np.ndarray], k: np.ndarray, size: np.ndarray, phase: np.ndarray,
+               life: np.ndarray | None, persistent: bool, detail: Any) -> None:
+        """Add blocks to their lifetime rows (lifetimes.lifetime_rows' key)."""
+        uniq, inv = _group_keys(cols)
+        order = np.argsort(inv, kind="stable")
+        bounds = np.flatnonzero(np.concatenate(([True], inv[order][1:] != inv[order][:-1], [True])))
+        for g in range(len(uniq)):
+            members = order[bounds[g]:bounds[g + 1]]
+            gkey = uniq[g]
+            grp = self.groups.get(gkey)
+            if grp is None:
+                grp = self.groups[gkey] = Group()
+            s = size[members]
+            grp.count += members.size
+            grp.bytes += int(s.sum())
+            grp.largest = max(grp.largest, int(s.max()))
+            grp.phases.update(np.unique(phase[members]).tolist())
+            if persistent:
+                grp.persistent = True
+            elif life is not None:
+                lm = life[members]
+                grp.lives.add(lm)
+                if (lm < 0).any():
+                    grp.negative = True
+            j = int(members[np.argmin(k[members])])
+            if int(k[j]) < grp.first:
+                grp.first = int(k[j])
+                grp.rep = detail(j)
+
+    # -- block details (what explains a block, and what the page lists of it) ----------------------
+    def _detail_alloc(self, bt: dict[str, np.ndarray], b: int) -> dict[str, Any]:
+        return {"k": self.O + int(bt["ordinal"][b]), "addr": int(bt["addr"][b]), "size": int(bt["size"][b]),
+                "block_size": int(bt["block_size"][b]), "phase": int(bt["phase"][b]), "site": int(bt["site"][b]),
+                "category": int(bt["category"][b]), "occ": int(bt["occ"][b]), "alloc_i": int(bt["alloc_i"][b]),
+                "alloc_t": int(bt["time"][b]), "alloc_stack": int(bt["stack"][b]), "free_i": -1, "free_t": -1,
+                "free_phase": -1, "free_stack": 0, "free_site": -1, "returned": -1, "rerun": False,
+                "reason": R[Reason.PERSISTENT]}
+
+    def _detail_ended(self, bt: dict[str, np.ndarray], b: int, row: int, real: bool, t: Any, base: int, reason: int,
+                      free_site: int, returned: int, rerun: bool) -> dict[str, Any]:
+        d = self._detail_alloc(bt, b)
+        d.update(free_i=base + int(row), free_t=int(t.time_ns[row]), free_phase=int(t.phase[row]),
+                 free_stack=int(t.stack[row]) if real else 0, free_site=int(free_site), returned=int(returned),
+                 rerun=bool(rerun), reason=int(reason))
+        return d
+
+    def _detail_orphan(self, k: int) -> dict[str, Any]:
+        o = self.scan.orphans
+        return {"k": k, "addr": int(o["addr"][k]), "size": int(o["size"][k]), "block_size": int(o["block_size"][k]),
+                "phase": -1, "site": self.rules.sites.id(BEFORE_LOG),
+                "category": CATEGORY_CODE[Category.BEFORE_LOG], "occ": -1, "alloc_i": -1,
+                "alloc_t": self.scan.first_ns, "alloc_stack": 0, "free_i": int(o["free_i"][k]),
+                "free_t": int(o["free_t"][k]), "free_phase": int(o["free_phase"][k]),
+                "free_stack": int(o["free_stack"][k]), "free_site": -1, "returned": -1, "rerun": False,
+                "reason": R[Reason.OTHER]}
+
+    def _resolve(self, bt: dict[str, np.ndarray], ended: np.ndarray, rows: np.ndarray, real: np.ndarray, t: Any,
+                 base: int, reason: np.ndarray, free_site: np.ndarray, returned: np.ndarray, rerun: np.ndarray) -> None:
+        if not self.watch:
+            return
+        ords = bt["ordinal"][ended]
+        hit = np.flatnonzero(np.isin(ords, np.fromiter(self.watch, dtype=np.int64, count=len(self.watch))))
+        for j in hit.tolist():
+            k = self.watch.pop(int(ords[j]))
+            self.reasons[k] = int(reason[j])
+            if k in self.details:
+                self.details[k] = self._detail_ended(bt, int(ended[j]), int(rows[j]), bool(real[j]), t, base,
+                                                     int(reason[j]), int(free_site[j]), int(returned[j]),
+                                                     bool(rerun[j]))
+
+    # -- levels and moments --------------------------------------------------------------------------
+    def _levels(self, bt: dict[str, np.ndarray], nc: int, ended: np.ndarray, end_rows: np.ndarray, orow: np.ndarray,
+                t: Any, base: int, m: int) -> None:
+        new = np.arange(nc, len(bt["ordinal"]))
+        arow = bt["alloc_i"][new] - base
+        cat_new, cat_end = bt["category"][new], bt["category"][ended]
+        bs_new, bs_end = bt["block_size"][new], bt["block_size"][ended]
+        for name, codes in self.terms.items():
+            delta = np.zeros(m, dtype=np.int64)
+            sel = np.isin(cat_new, codes)
+            np.add.at(delta, arow[sel], bs_new[sel])
+            sel = np.isin(cat_end, codes)
+            np.subtract.at(delta, end_rows[sel], bs_end[sel])
+            if CATEGORY_CODE[Category.BEFORE_LOG] in codes.tolist():
+                np.subtract.at(delta, orow, t.block_size[orow])
+            level = self.term_level[name] + np.cumsum(delta)
+            self.term_peak[name] = max(self.term_peak[name], int(level.max()))
+            self.term_level[name] = int(level[-1])
+        # the moments in this piece
+        here = self.moments[(self.moments >= base) & (self.moments < base + m)]
+        samples = np.flatnonzero((self.samples >= base) & (self.samples < base + m))
+        count = np.zeros(m, dtype=np.int64)
+        np.add.at(count, arow, 1)
+        np.subtract.at(count, end_rows, 1)
+        np.subtract.at(count, orow, 1)
+        live_count = self.live_count + np.cumsum(count)
+        self.live_count = int(live_count[-1])
+        delta = np.zeros(m, dtype=np.int64)
+        np.add.at(delta, arow, bs_new)
+        np.subtract.at(delta, end_rows, bs_end)
+        np.subtract.at(delta, orow, t.block_size[orow])
+        cum = self.cum + np.cumsum(delta)
+        segd = np.where(t.kind == SEGMENT_ALLOC, t.size, 0) - np.where(t.kind == SEGMENT_FREE, t.size, 0)
+        raw = self.raw + np.cumsum(segd)
+        self.cum, self.raw = int(cum[-1]), int(raw[-1])
+        self._phase_curves(bt, new, ended, end_rows, orow, t, base, m, samples)
+        for i in here.tolist():
+            self.live_at[i] = int(live_count[i - base])
+            self.levels_at[i] = (int(cum[i - base]), int(raw[i - base]), int(t.time_ns[i - base]))
+            if i in self.anatomy_moments or i in self.page_moments:
+                self._moment(i, bt)
+
+    def _phase_curves(self, bt: dict[str, np.ndarray], new: np.ndarray, ended: np.ndarray, end_rows: np.ndarray,
+                      orow: np.ndarray, t: Any, base: int, m: int, samples: np.ndarray) -> None:
+        """timeline.build_timeline's by_phase: allocated per allocating phase, at the samples (`samples`: those
+        in this piece, as positions in self.samples); every piece moves the levels."""
+        at = self.samples[samples] - base
+        p_new, p_end = bt["phase"][new], bt["phase"][ended]
+        moved = np.unique(np.concatenate((p_new, p_end))).tolist()
+        for p in moved:
+            sel_new, sel_end = p_new == p, p_end == p
+            if not samples.size:
+                self.phase_level[p] = (self.phase_level.get(p, 0) + int(bt["block_size"][new][sel_new].sum())
+                                       - int(bt["block_size"][ended][sel_end].sum()))
+                continue
+            delta = np.zeros(m, dtype=np.int64)
+            np.add.at(delta, bt["alloc_i"][new][sel_new] - base, bt["block_size"][new][sel_new])
+            np.subtract.at(delta, end_rows[sel_end], bt["block_size"][ended][sel_end])
+            level = self.phase_level.get(p, 0) + np.cumsum(delta)
+            self.by_phase.setdefault(p, np.zeros(self.samples.size, dtype=np.int64))[samples] = level[at]
+            self.phase_level[p] = int(level[-1])
+        if samples.size:
+            for p, level_ in self.phase_level.items():  # phases nothing moved in this piece keep their level
+                if p not in moved:
+                    self.by_phase.setdefault(p, np.zeros(self.samples.size, dtype=np.int64))[samples] = level_
+        if self.before_curve is not None and (orow.size or samples.size):
+            delta = np.zeros(m, dtype=np.int64)
+            np.subtract.at(delta, orow, t.block_size[orow])
+            level = self.before_level + np.cumsum(delta)
+            self.before_curve[samples] = level[at]
+            self.before_level = int(level[-1])
+
+    def _moment(self, i: int, bt: dict[str, np.ndarray]) -> None:
+        """The blocks live just after event i, in the blocks order: from before the log, then by allocation."""
+        o = self.scan.orphans
+        live_o = np.flatnonzero(o["free_i"] > i)
+        live_b = np.flatnonzero((bt["alloc_i"] <= i) & (bt["end"] > i))
+        k = np.concatenate((live_o, self.O + bt["ordinal"][live_b]))
+        size = np.concatenate((o["block_size"][live_o], bt["block_size"][live_b]))
+        if i in self.anatomy_moments:
+            snap = {
+                "k": k, "block_size": size, "size": np.concatenate((o["size"][live_o], bt["size"][live_b])),
+                "site": np.concatenate((np.full(live_o.size, self.rules.sites.id(BEFORE_LOG)), bt["site"][live_b])),
+                "phase": np.concatenate((np.full(live_o.size, -1), bt["phase"][live_b])),
+                "category": np.concatenate((np.full(live_o.size, CATEGORY_CODE[Category.BEFORE_LOG]),
+                                            bt["category"][live_b])),
+                "reason": np.concatenate((np.full(live_o.size, R[Reason.OTHER]), bt["reason"][live_b])),
+                "addr": np.concatenate((o["addr"][live_o], bt["addr"][live_b])),
+                "alloc_t": np.concatenate((np.full(live_o.size, self.scan.first_ns), bt["time"][live_b])),
+            }
+            self.snapshots[i] = snap
+            for j in np.flatnonzero(snap["reason"] < 0).tolist():
+                kk = int(k[j])
+                self.watch[kk - self.O] = kk
+            if i in self.wanted.ooms:
+                self.segments[i] = dict(self.segs)
+        if i in self.page_moments:
+            per = self.wanted.per_moment
+            live = np.arange(k.size)
+            if live.size > per:
+                live = live[np.argpartition(-size[live], per - 1)[:per]]
+            ranked = live[np.lexsort((live, -size[live]))]
+            self.page[i] = k[ranked]
+            for j in ranked.tolist():
+                kk = int(k[j])
+                if kk in self.details:
+                    continue
+                if j < live_o.size:
+                    self.details[kk] = self._detail_orphan(kk)
+                else:
+                    b = int(live_b[j - live_o.size])
+                    if bt["end"][b] == INT_MAX:  # ends in a later piece
+                        self.details[kk] = self._detail_alloc(bt, b)
+                        self.watch[kk - self.O] = kk
+                    else:  # ended later in this piece: already classified
+                        self.details[kk] = self._detail_ended(
+                            bt, b, int(bt["end"][b]) - self._base, bool(bt["real"][b]), self._t, self._base,
+                            int(bt["reason"][b]), int(bt["free_site"][b]), int(bt["returned"][b]), bool(bt["rerun"][b]))
+
+    def _segments(self, t: Any, base: int) -> None:
+        """The segments live, for the OOM moments (ooms._segments_at)."""
+        rows = np.flatnonzero((t.kind == SEGMENT_ALLOC) | (t.kind == SEGMENT_FREE))
+        if not rows.size or not self.wanted.ooms:
+            return
+        # the OOM moments are taken in _levels before this piece's segments: redo those inside the piece
+        for i in [x for x in self.wanted.ooms if base <= x < base + len(t)]:
+            segs = dict(self.segs)
+            for r in rows[rows <= i - base].tolist():
+                if t.kind[r] == SEGMENT_ALLOC:
+                    segs[int(t.addr[r])] = int(t.size[r])
+                else:
+                    segs.pop(int(t.addr[r]), None)
+            self.segments[i] = segs
+        for r in rows.tolist():
+            if t.kind[r] == SEGMENT_ALLOC:
+                self.segs[int(t.addr[r])] = int(t.size[r])
+            else:
+                self.segs.pop(int(t.addr[r]), None)
+
+    # -- the end of the log: persistent blocks --------------------------------------------------------
+    def _finish(self, carry: Carry) -> None:
+        bt = carry.columns
+        n_ = len(bt["ordinal"])
+        self.persistent: dict[int, int] = {}
+        self.persistent_cat: dict[int, np.ndarray] = {}
+        self.first_occ_persistent: dict[int, int] = {}
+        self.persistent_total = np.zeros(len(CATEGORIES), dtype=np.int64)
+        if not n_:
+            return
+        np.add.at(self.persistent_total, bt["category"], bt["block_size"])
+        idx = np.arange(n_)
+        k = self.O + bt["ordinal"]
+        cols = {"site": bt["site"], "reason": np.full(n_, R[Reason.PERSISTENT]), "free_site": np.full(n_, -1),
+                "returned": np.full(n_, -1), "rerun": np.zeros(n_, dtype=np.int64), "category": bt["category"]}
+        self._group(cols, k, bt["block_size"], bt["phase"], None, True, lambda j: self._detail_alloc(bt, int(idx[j])))
+        for kk in k.tolist():
+            if self.watch.pop(kk - self.O, None) is not None:
+                self.reasons[kk] = R[Reason.PERSISTENT]
+        phases, size, cat, occ = bt["phase"], bt["block_size"], bt["category"], bt["occ"]
+        for p in np.unique(phases).tolist():
+            sel = phases == p
+            self.persistent[p] = int(size[sel].sum())
+            self.persistent_cat[p] = np.bincount(cat[sel], weights=size[sel].astype(np.float64),
+                                                 minlength=len(CATEGORIES))
+            first = self.first_occ.get(p, -1)
+            self.first_occ_persistent[p] = int(size[sel & (occ == first)].sum()) if first >= 0 else int(size[sel].sum())
+
+
+INT_MIN_ = np.iinfo(np.int64).min
+_KEY = ("site", "reason", "free_site", "returned", "rerun", "category")
+# bits of each key column in one int64 (the +1 columns may be -1): site, reason, free_site + 1, returned + 1, rerun,
+# category
+_WIDTHS = (20, 4, 20, 14, 1, 4)
+
+
+def _group_keys(cols: dict[str, np.ndarray]) -> tuple[list[tuple[int, ...]], np.ndarray]:
+    """The distinct lifetime-row keys of these blocks, and each block's: one int64 per block when the ids fit
+    (they do but in huge logs of distinct call sites), else rows of the key."""
+    shift = (0, 0, 1, 1, 0, 0)
+    values = [cols[c].astype(np.int64) + d for c, d in zip(_KEY, shift)]
+    if all(int(v.max(initial=0)) < (1 << w) for v, w in zip(values, _WIDTHS)):
+        packed = np.zeros(values[0].size, dtype=np.int64)
+        for v, w in zip(values, _WIDTHS):
+            packed = (packed << w) | v
+        uniq, inv = np.unique(packed, return_inverse=True)
+        out = []
+        for u in uniq.tolist():
+            parts = []
+            for w in reversed(_WIDTHS):
+                parts.append(u & ((1 << w) - 1))
+                u >>= w
+            parts.reverse()
+            out.append(tuple(x - d for x, d in zip(parts, shift)))
+        return out, inv.reshape(-1)
+    key = np.stack([cols[c] for c in _KEY], axis=1)
+    uniq2, inv = np.unique(key, axis=0, return_inverse=True)
+    return [tuple(int(x) for x in row) for row in uniq2], inv.reshape(-1)
+
+
+def _add(sums: dict[int, list[int]], keys: np.ndarray, values: np.ndarray) -> None:
+    """sums[key] += [value, 1] per element."""
+    if not keys.size:
+        return
+    uniq, inv = np.unique(keys, return_inverse=True)
+    totals = np.zeros(uniq.size, dtype=np.int64)
+    np.add.at(totals, inv.reshape(-1), values)
+    counts = np.bincount(inv.reshape(-1), minlength=uniq.size)
+    for k, v, c in zip(uniq.tolist(), totals.tolist(), counts.tolist()):
+        slot = sums.setdefault(k, [0, 0])
+        slot[0] += v
+        slot[1] += c
+
+
+def _add_bytes(sums: dict[int, int], keys: np.ndarray, values: np.ndarray) -> None:
+    if not keys.size:
+        return
+    uniq, inv = np.unique(keys, return_inverse=True)
+    totals = np.zeros(uniq.size, dtype=np.int64)
+    np.add.at(totals, inv.reshape(-1), values)
+    for k, v in zip(uniq.tolist(), totals.tolist()):
+        sums[k] = sums.get(k, 0) + v

@@ -1,0 +1,627 @@
+"""The streamed analysis' first pass: the facts about one device's events that the second pass needs.
+
+Takes a `ChunkedLog` and a device; reads the log once, piece by piece
+(stream_table.py), and gives a `Scan`: how many events, the levels'
+peaks (allocated = the blocks' cumulated sizes, reserved = the segments',
+as timeline.levels computes them, kept as running sums and their
+extremes), every phase occurrence with its end, per phase its peak, its
+highest rise in an occurrence and its reserved growth, the markers and
+OOMs, the blocks allocated before the log (`orphans`), the timeline's
+sample indices (timeline._sample's rule: per time bucket the highest and
+the last event) with the levels there, and per block (by ordinal) a byte
+of facts that only its end or the end of the log tells (`BIT_*`): the
+second pass needs them to give a block its category the moment it is
+allocated.
+
+What the in-memory stages compute from whole arrays is computed here from
+running values, with the same rules: derived.py, blocks.py, classify.py's
+backward detection, categorize.py's inputs, timeline.py, phase_summary.py.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import numpy as np
+
+from .._records import ALLOC, FREE, MARKER, OOM, OOM_DEVICE, PHASE_BEGIN, PHASE_END, SEGMENT_ALLOC, SEGMENT_FREE
+from ..log_chunks import ChunkedLog
+from .frames import BACKWARD_FRAME, Frame, has_frame
+from .roles import phase_role
+from .stream_table import Carry, Piece, device_pieces, pair_piece
+
+INT_MIN = np.iinfo(np.int64).min
+INT_MAX = np.iinfo(np.int64).max
+PHASE_IDS = 1 << 16  # the phase field is a u16
+
+# Per block (by ordinal): what the first pass learns of it.
+BIT_ALLOC_BW = 1  # allocated during backward (classify.backward_mask: a backward phase, or a Python thread inside
+#                   Tensor.backward; phase names as far as read: every phase_begin precedes its events)
+BIT_FREE_BW = 2  # ended during backward
+BIT_AUTOGRAD_FREE = 4  # its free has no stack, or a stack inside backward (classify: free_by_autograd)
+BIT_WITHIN = 8  # ended before the occurrence of the phase that allocated it ended
+BIT_SAME = 16  # the thread's allocation before or after it has the same stack (categorize: workspaces)
+BIT_PERSISTENT = 32  # never ended: live at the end of the log
+
+MARKERS_KEPT = 10000  # markers listed in the timeline (the first ones); every label keeps its first index
+OOMS_KEPT = 1000  # OOM records diagnosed (the first ones)
+
+
+class _Bits:
+    """One byte per block ordinal, growing as blocks are made; bits OR-ed in at any ordinal made so far."""
+
+    def __init__(self) -> None:
+        self.arr = np.zeros(1 << 16, dtype=np.uint8)
+        self.n = 0
+
+    def append(self, values: np.ndarray) -> None:
+        need = self.n + len(values)
+        if need > len(self.arr):
+            grown = np.zeros(max(need, len(self.arr) * 3 // 2), dtype=np.uint8)
+            grown[: self.n] = self.arr[: self.n]
+            self.arr = grown
+        self.arr[self.n: need] = values
+        self.n = need
+
+    def set(self, ordinals: np.ndarray, values: np.ndarray) -> None:
+        if len(ordinals):
+            np.bitwise_or.at(self.arr, ordinals, values)
+
+    def array(self) -> np.ndarray:
+        return self.arr[: self.n].copy()
+
+
+class _Grow:
+    """An int64 (or other) array that grows by appending pieces."""
+
+    def __init__(self, dtype: Any) -> None:
+        self.parts: list[np.ndarray] = []
+        self.dtype = dtype
+
+    def add(self, values: np.ndarray) -> None:
+        if len(values):
+            self.parts.append(np.asarray(values, dtype=self.dtype))
+
+    def array(self) -> np.ndarray:
+        return np.concatenate(self.parts) if self.parts else np.zeros(0, dtype=self.dtype)
+
+
+@dataclasses.dataclass
+class Scan:
+    """What the first pass found (module docstring). Levels are the running sums: allocated = cum +
+    `initial` (the blocks allocated before the log, known only at its end), reserved = raw + `offset`."""
+
+    device: int
+    devices: list[int]
+    n: int
+    first_ns: int
+    last_ns: int
+    has_stacks: bool
+    peak_i: int
+    peak_cum: int
+    peak_ns: int
+    rpeak_i: int
+    rpeak_raw: int
+    rpeak_ns: int
+    initial: int
+    offset: int
+    blocks: int  # allocs (ordinals 0 .. blocks - 1)
+    bits: np.ndarray  # uint8 per ordinal
+    orphans: dict[str, np.ndarray]  # blocks allocated before the log, in the in-memory blocks order
+    lost_frees: int
+    any_freed: bool
+    occ_phase: np.ndarray
+    occ_epoch: np.ndarray
+    occ_begin: np.ndarray
+    occ_end: np.ndarray  # n when it never ended
+    occ_begin_ns: np.ndarray
+    occ_end_ns: np.ndarray  # the time of its end, or of the last event
+    first_begin: dict[int, int]  # per phase, its first begin
+    phase_peak: dict[int, int]  # cum, highest at its alloc/free/segment events
+    phase_rise: dict[int, int]
+    phase_growth: dict[int, int]
+    segment_phases: set[int]
+    markers: list[tuple[int, int, int, int]]  # (index, label id, phase, time_ns), the first MARKERS_KEPT
+    marker_count: int
+    marker_first: dict[int, int]  # label id -> its first marker's index
+    ooms: list[dict[str, Any]]
+    oom_count: int
+    stack_backward: bool  # a with-stack event inside backward was seen
+    samples: np.ndarray | None  # timeline sample indices (None: the span was not known: scan again)
+    sample_cum: np.ndarray
+    sample_raw: np.ndarray
+    sample_ns: np.ndarray
+    at_time: dict[float, int]  # --at times asked for in advance -> index
+    phase_names: dict[int, str]
+    persistent: dict[str, np.ndarray]  # the blocks live at the end: ordinal, block_size, stack, phase, alloc_i
+
+    def allocated(self, cum: int) -> int:
+        return cum + self.initial
+
+
+# ---------------------------------------------------------------------------
+# Backward detection (classify.backward_mask's stack part), running over pieces
+# ---------------------------------------------------------------------------
+
+
+class _Backward:
+    """Per thread, whether a span "inside Tensor.backward" is open; per event, whether it is covered and
+    counts (no stack, or a flagged one): classify.backward_mask's rule, piece by piece."""
+
+    def __init__(self, stack_of: Any) -> None:
+        self.stack_of = stack_of
+        self.flag: dict[int, bool] = {}
+        self.open: dict[int, bool] = {}  # tid -> span open after the last with-stack event
+        self.seen_flag = False
+
+    def flagged(self, stacks: np.ndarray) -> np.ndarray:
+        uniq, inv = np.unique(stacks, return_inverse=True)
+        for s in uniq.tolist():
+            if s not in self.flag:
+                self.flag[s] = has_frame(tuple(self.stack_of(s)), BACKWARD_FRAME)
+        return np.array([self.flag[s] for s in uniq.tolist()], dtype=bool)[inv.reshape(-1)]
+
+    def piece(self, t: Any) -> np.ndarray:
+        n = len(t)
+        with_stack = np.flatnonzero(((t.kind == ALLOC) | (t.kind == FREE)) & (t.stack != 0))
+        carried = [tid for tid, is_open in self.open.items() if is_open]
+        if with_stack.size == 0 and not carried:
+            return np.zeros(n, dtype=bool)
+        flags = self.flagged(t.stack[with_stack]) if with_stack.size else np.zeros(0, dtype=bool)
+        if flags.any():
+            self.seen_flag = True
+        tids = t.tid[with_stack]
+        order = np.lexsort((with_stack, tids))
+        tid_s, idx_s, flag_s = tids[order], with_stack[order], flags[order]
+        first_of_tid = np.ones(order.size, dtype=bool)
+        first_of_tid[1:] = tid_s[1:] != tid_s[:-1]
+        prev = np.zeros(order.size, dtype=bool)
+        prev[1:] = flag_s[:-1]
+        if order.size:
+            prev[first_of_tid] = [self.open.get(int(x), False) for x in tid_s[first_of_tid].tolist()]
+        delta = np.zeros(n + 1, dtype=np.int64)
+        np.add.at(delta, idx_s[flag_s & ~prev], 1)  # a span opens
+        np.add.at(delta, idx_s[~flag_s & prev], -1)  # ... and ends (exclusive)
+        covered = (len(carried) + np.cumsum(delta[:n])) > 0
+        last_of_tid = np.ones(order.size, dtype=bool)
+        last_of_tid[:-1] = tid_s[1:] != tid_s[:-1]
+        for tid, f in zip(tid_s[last_of_tid].tolist(), flag_s[last_of_tid].tolist()):
+            self.open[tid] = f
+        flagged_event = np.zeros(n, dtype=bool)
+        flagged_event[with_stack[flags]] = True
+        return covered & ((t.stack == 0) | flagged_event)
+
+
+# ---------------------------------------------------------------------------
+# Timeline samples (timeline._sample), running over pieces
+# ---------------------------------------------------------------------------
+
+
+class _Sampler:
+    """timeline._sample with the span known in advance: per time bucket the highest event (the last among
+    equals) and the last event of each run of one bucket."""
+
+    def __init__(self, first_ns: int, last_ns: int, base_ns: int, max_points: int) -> None:
+        self.base = base_ns
+        self.t0 = (first_ns - base_ns) / 1e9
+        self.span = float((last_ns - base_ns) / 1e9 - self.t0) or 1.0
+        self.buckets = max(1, max_points // 2)
+        self.high_v = np.full(self.buckets, INT_MIN, dtype=np.int64)
+        self.high_i = np.full(self.buckets, -1, dtype=np.int64)
+        self.high_raw = np.zeros(self.buckets, dtype=np.int64)
+        self.high_ns = np.zeros(self.buckets, dtype=np.int64)
+        self.lasts: list[tuple[int, int, int, int]] = []  # (index, cum, raw, ns)
+        self.prev: tuple[int, int, int, int, int] | None = None  # (bucket, index, cum, raw, ns) of the last event
+
+    def piece(self, base: int, time_ns: np.ndarray, cum: np.ndarray, raw: np.ndarray) -> None:
+        n = len(time_ns)
+        time_s = (time_ns - self.base) / 1e9
+        b = np.minimum(((time_s - self.t0) / self.span * self.buckets).astype(np.int64), self.buckets - 1)
+        order = np.lexsort((cum, b))
+        last_of_bucket = np.flatnonzero(np.concatenate((b[order][1:] != b[order][:-1], [True])))
+        top = order[last_of_bucket]
+        tb = b[top]
+        better = cum[top] >= self.high_v[tb]
+        sel, tb = top[better], tb[better]
+        self.high_v[tb], self.high_i[tb] = cum[sel], base + sel
+        self.high_raw[tb], self.high_ns[tb] = raw[sel], time_ns[sel]
+        if self.prev is not None and self.prev[0] != int(b[0]):
+            self.lasts.append(self.prev[1:])
+        run_end = np.flatnonzero(b[1:] != b[:-1])
+        self.lasts += list(zip((base + run_end).tolist(), cum[run_end].tolist(), raw[run_end].tolist(),
+                               time_ns[run_end].tolist()))
+        k = n - 1
+        self.prev = (int(b[k]), base + k, int(cum[k]), int(raw[k]), int(time_ns[k]))
+
+    def finish(self, extra: Sequence[tuple[int, int, int, int]]) -> tuple[np.ndarray, ...]:
+        """Sample indices with cum, raw and time at each; `extra`: (index, cum, raw, ns) always drawn."""
+        picks = [(int(i), int(v), int(r), int(t)) for i, v, r, t in
+                 zip(self.high_i.tolist(), self.high_v.tolist(), self.high_raw.tolist(), self.high_ns.tolist())
+                 if i >= 0]
+        picks += self.lasts + ([self.prev[1:]] if self.prev else []) + list(extra)
+        by_index = dict(sorted((p[0], p) for p in picks))
+        rows = np.array(list(by_index.values()), dtype=np.int64).reshape(-1, 4)
+        return rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3]
+
+
+# ---------------------------------------------------------------------------
+# The pass
+# ---------------------------------------------------------------------------
+
+
+def scan(log: ChunkedLog, device: int | None, *, max_points: int = 1500, last_ns: int | None = None,
+         at_times: Sequence[float] = (), progress: Any = None) -> Scan:
+    """One pass over `log` for `device` (None: the device of the first record about one)."""
+    return _Scanner(log, device, max_points, last_ns, at_times, progress).run()
+
+
+class _Scanner:
+    def __init__(self, log: ChunkedLog, device: int | None, max_points: int, last_ns: int | None,
+                 at_times: Sequence[float], progress: Any) -> None:
+        self.log, self.device, self.max_points, self.last_hint = log, device, max_points, last_ns
+        self.at_times = list(at_times)
+        self.progress = progress
+
+    def run(self) -> Scan:  # noqa: C901 (one pass, one place: the state it carries is listed here)
+        log = self.log
+        names: dict[int, str] = {0: "default"}  # phase names as far as read (begins precede their events)
+        backward = _Backward(log.stack_now)
+        bw_phase = np.zeros(PHASE_IDS, dtype=bool)
+        autograd: dict[int, bool] = {}
+        carry = Carry.empty({"addr": np.uint64, "ordinal": np.int64, "block_size": np.int64, "occ": np.int64,
+                             "stack": np.int64, "phase": np.int64, "alloc_i": np.int64})
+        bits = _Bits()
+        ordinals = 0
+        last_alloc: dict[int, tuple[int, int]] = {}  # tid -> (stack, ordinal) of its last alloc
+        cum = raw = 0
+        peak_cum, peak_i, rpeak_raw, rpeak_i = INT_MIN, 0, INT_MIN, 0
+        raw_min, gap_max = INT_MAX, INT_MIN
+        phase_peak = np.full(PHASE_IDS, INT_MIN, dtype=np.int64)
+        phase_growth = np.zeros(PHASE_IDS, dtype=np.int64)
+        seg_phase = np.zeros(PHASE_IDS, dtype=bool)
+        phase_rise: dict[int, int] = {}
+        occ_phase, occ_epoch, occ_begin = _Grow(np.int64), _Grow(np.int64), _Grow(np.int64)
+        occ_begin_ns = _Grow(np.int64)
+        end_ns: dict[int, int] = {}  # global index of an end record -> its time
+        occ_count = 0
+        occ_end: dict[int, int] = {}  # occurrence row -> its end (the first end of its key)
+        key_end: dict[tuple[int, int], int] = {}
+        key_rows: dict[tuple[int, int], list[int]] = {}  # occurrences not ended yet, by key
+        open_rise: dict[int, tuple[int, int, int, int]] = {}  # row -> (begin index, cum at it, highest since, phase)
+        current_occ: dict[int, int] = {}  # phase -> its latest occurrence row
+        first_begin: dict[int, int] = {}
+        orphans: dict[str, list[np.ndarray]] = {k: [] for k in ("addr", "free_i", "size", "block_size", "stream",
+                                                                "free_phase", "free_stack", "free_tid", "free_t",
+                                                                "deferred")}
+        lost = 0
+        any_freed = False
+        has_stacks = False
+        markers: list[tuple[int, int, int, int]] = []
+        marker_first: dict[int, int] = {}
+        marker_count = 0
+        ooms: list[dict[str, Any]] = []
+        oom_count = 0
+        pending_oom: list[tuple[dict[str, Any], int]] = []  # waiting for an oom_device record in the next events
+        device = self.device
+        counts: dict[int, int] = {}
+        present: set[int] = set()
+        n = 0
+        first_ns = last_ns = 0
+        sampler: _Sampler | None = None
+        head: list[np.ndarray] = []  # while n <= max_points: (cum, raw, ns) of every event
+        at_count = {x: 0 for x in self.at_times}
+        base_ns = 0
+        for piece in device_pieces(log, None):
+            records = piece.table
+            dev = records.device
+            if device is None:
+                about = np.flatnonzero(dev >= 0)
+                if about.size:
+                    device = int(dev[about[0]])
+            present.update(np.unique(dev[dev >= 0]).tolist())
+            allocs_dev = dev[records.kind == ALLOC]
+            if allocs_dev.size:
+                u, c = np.unique(allocs_dev, return_counts=True)
+                for d, k in zip(u.tolist(), c.tolist()):
+                    counts[d] = counts.get(d, 0) + k
+            mine = (dev == device) | (dev < 0) if device is not None else dev < 0
+            t = records.select(mine)
+            if not len(t):
+                continue
+            p = Piece(t, n)
+            m = len(t)
+            if n == 0:
+                first_ns = int(t.time_ns[0])
+                start = log.header.created_monotonic_ns
+                base_ns = start if 0 <= first_ns - start < 3600 * 10**9 else first_ns
+                if self.last_hint is not None:
+                    sampler = _Sampler(first_ns, self.last_hint, base_ns, self.max_points)
+            kind = t.kind
+            # phases: names, occurrences and their ends
+            begin_rows = np.flatnonzero(kind == PHASE_BEGIN)
+            for r in begin_rows.tolist():
+                ph = int(t.phase[r])
+                if ph not in names:
+                    names[ph] = log.string_now(int(t.stack[r]), f"phase{ph}")
+                    bw_phase[ph] = phase_role(names[ph]) == "backward"
+            end_rows = np.flatnonzero(kind == PHASE_END)
+            for r in end_rows.tolist():
+                key = (int(t.phase[r]), int(t.size[r]))
+                if key not in key_end:
+                    key_end[key] = n + r
+                    end_ns[n + r] = int(t.time_ns[r])
+                    for row in key_rows.pop(key, []):
+                        occ_end[row] = n + r
+            new_occ_rows = np.arange(occ_count, occ_count + begin_rows.size)
+            if begin_rows.size:
+                ph = t.phase[begin_rows].astype(np.int64)
+                ep = t.size[begin_rows].astype(np.int64)
+                occ_phase.add(ph)
+                occ_epoch.add(ep)
+                occ_begin.add(n + begin_rows)
+                occ_begin_ns.add(t.time_ns[begin_rows])
+                for row, a, b_, i in zip(new_occ_rows.tolist(), ph.tolist(), ep.tolist(), (n + begin_rows).tolist()):
+                    first_begin.setdefault(a, i)
+                    key = (a, b_)
+                    if key in key_end:
+                        occ_end[row] = key_end[key]
+                    else:
+                        key_rows.setdefault(key, []).append(row)
+                occ_count += begin_rows.size
+            # backward: the stack part per event
+            in_bw = bw_phase[t.phase] | backward.piece(t)
+            # pairing
+            paired = pair_piece(p, carry, ordinals)
+            nr = paired.new_rows
+            has_stacks = has_stacks or bool(np.any(t.stack[nr] != 0))
+            # the occurrence each new block was allocated in (Occurrences.of)
+            new_occ = np.full(nr.size, -1, dtype=np.int64)
+            alloc_phase = t.phase[nr].astype(np.int64)
+            for ph in np.unique(alloc_phase).tolist():
+                sel = alloc_phase == ph
+                mine_b = np.flatnonzero(t.phase[begin_rows] == ph)
+                before = current_occ.get(ph, -1)
+                if mine_b.size == 0:
+                    new_occ[sel] = before
+                    continue
+                k = np.searchsorted(begin_rows[mine_b], nr[sel], side="right") - 1
+                new_occ[sel] = np.where(k >= 0, new_occ_rows[mine_b][np.maximum(k, 0)], before)
+            for r, ph in zip(new_occ_rows.tolist(), t.phase[begin_rows].tolist()):
+                current_occ[ph] = r
+            # the new blocks' bits: allocated inside backward, and the same stack as the thread's neighbour
+            b_new = np.where(in_bw[nr], BIT_ALLOC_BW, 0).astype(np.uint8)
+            tid_new, stack_new = t.tid[nr], t.stack[nr]
+            order = np.lexsort((nr, tid_new))
+            ts, ss = tid_new[order], stack_new[order]
+            pair = np.zeros(order.size, dtype=bool)
+            if order.size > 1:
+                pair[1:] = (ts[1:] == ts[:-1]) & (ss[1:] == ss[:-1])
+            same = np.zeros(order.size, dtype=bool)
+            same[pair] = True
+            same[:-1] |= pair[1:]
+            first_of_tid = np.ones(order.size, dtype=bool)
+            first_of_tid[1:] = ts[1:] != ts[:-1]
+            for k in np.flatnonzero(first_of_tid).tolist():
+                prev = last_alloc.get(int(ts[k]))
+                if prev is not None and prev[0] == int(ss[k]):
+                    same[k] = True
+                    bits.set(np.array([prev[1]]), np.array([BIT_SAME], dtype=np.uint8))
+            last_of_tid = np.ones(order.size, dtype=bool)
+            last_of_tid[:-1] = ts[1:] != ts[:-1]
+            for k in np.flatnonzero(last_of_tid).tolist():
+                last_alloc[int(ts[k])] = (int(ss[k]), ordinals + int(order[k]))
+            b_new[order[same]] |= BIT_SAME
+            bits.append(b_new)
+            # levels
+            delta = np.zeros(m, dtype=np.int64)
+            delta[nr] += t.block_size[nr]
+            comb_size = paired.combined(carry["block_size"], t.block_size)
+            comb_ord = paired.ordinals(carry["ordinal"])
+            comb_occ = np.concatenate((carry["occ"], _scatter(paired, nr, new_occ)))
+            es, ea = paired.ended_src, paired.ended_at
+            delta[ea] -= comb_size[es]
+            orow = paired.orphan_rows
+            delta[orow] -= t.block_size[orow]
+            c = cum + np.cumsum(delta)
+            segd = np.where(kind == SEGMENT_ALLOC, t.size, 0) - np.where(kind == SEGMENT_FREE, t.size, 0)
+            rw = raw + np.cumsum(segd)
+            # ended blocks: their bits
+            e_ord = comb_ord[es]
+            e_bits = np.where(in_bw[ea], BIT_FREE_BW, 0).astype(np.uint8)
+            free_stack = np.where(paired.ended_real, t.stack[ea], 0)
+            e_bits |= np.where(self._autograd(autograd, free_stack, log), BIT_AUTOGRAD_FREE, 0).astype(np.uint8)
+            occ_of = comb_occ[es]
+            ends_of = np.array([occ_end.get(int(o), INT_MAX) if o >= 0 else INT_MAX for o in occ_of.tolist()],
+                               dtype=np.int64)
+            e_bits |= np.where(n + ea < ends_of, BIT_WITHIN, 0).astype(np.uint8)
+            bits.set(e_ord, e_bits)
+            lost += int((~paired.ended_real).sum())
+            any_freed = any_freed or bool(es.size) or bool(orow.size)
+            if orow.size:
+                for name, values in (("addr", t.addr[orow]), ("free_i", n + orow), ("size", t.size[orow]),
+                                     ("block_size", t.block_size[orow]), ("stream", t.stream[orow]),
+                                     ("free_phase", t.phase[orow]), ("free_stack", t.stack[orow]),
+                                     ("free_tid", t.tid[orow]), ("free_t", t.time_ns[orow]),
+                                     ("deferred", (t.flags[orow] & 1) != 0)):
+                    orphans[name].append(np.asarray(values))
+            # the carry: blocks live after this piece
+            ls = paired.live_src
+            carry = Carry({"addr": np.concatenate((carry["addr"], t.addr[paired.rel]))[ls],
+                           "ordinal": comb_ord[ls], "block_size": comb_size[ls], "occ": comb_occ[ls],
+                           "stack": paired.combined(carry["stack"], t.stack)[ls],
+                           "phase": paired.combined(carry["phase"], t.phase.astype(np.int64))[ls],
+                           "alloc_i": paired.combined(carry["alloc_i"], n + np.arange(m, dtype=np.int64))[ls]})
+            ordinals += nr.size
+            # extremes of the levels
+            k = int(np.argmax(c))
+            if c[k] > peak_cum:
+                peak_cum, peak_i, peak_at = int(c[k]), n + k, (int(c[k]), int(rw[k]), int(t.time_ns[k]))
+            k = int(np.argmax(rw))
+            if rw[k] > rpeak_raw:
+                rpeak_raw, rpeak_i, rpeak_at = int(rw[k]), n + k, (int(c[k]), int(rw[k]), int(t.time_ns[k]))
+            raw_min = min(raw_min, int(rw.min()))
+            gap_max = max(gap_max, int((c - rw).max()))
+            # per phase: peak, reserved growth
+            is_mem = (kind == ALLOC) | (kind == FREE) | (kind == SEGMENT_ALLOC) | (kind == SEGMENT_FREE)
+            np.maximum.at(phase_peak, t.phase[is_mem], c[is_mem])
+            is_seg = (kind == SEGMENT_ALLOC) | (kind == SEGMENT_FREE)
+            np.add.at(phase_growth, t.phase[is_seg], segd[is_seg])
+            seg_phase[t.phase[is_seg]] = True
+            # rises in occurrences: from each begin to its end (inclusive), the highest cum above the begin's
+            self._rises(open_rise, occ_end, new_occ_rows, begin_rows, t.phase[begin_rows], n, c, phase_rise)
+            # markers, OOMs
+            for r in np.flatnonzero(kind == MARKER).tolist():
+                label = int(t.stack[r])
+                marker_first.setdefault(label, n + r)
+                if len(markers) < MARKERS_KEPT:
+                    markers.append((n + r, label, int(t.phase[r]), int(t.time_ns[r])))
+                marker_count += 1
+            pending_oom = self._device_records(pending_oom, t, 0)  # those of the piece before
+            for r in np.flatnonzero(kind == OOM).tolist():
+                oom_count += 1
+                if len(ooms) >= OOMS_KEPT:
+                    continue
+                row = {"index": n + r, "size": int(t.size[r]), "block_size": int(t.block_size[r]),
+                       "addr": int(t.addr[r]), "stream": int(t.stream[r]), "stack": int(t.stack[r]),
+                       "phase": int(t.phase[r]), "time_ns": int(t.time_ns[r]), "cum": int(c[r]), "raw": int(rw[r]),
+                       "device": None}
+                ooms.append(row)
+                pending_oom += self._device_records([(row, 2)], t, r + 1)
+            # samples, --at times
+            if sampler is not None:
+                sampler.piece(n, t.time_ns, c, rw)
+            if n <= self.max_points:
+                head.append(np.stack((c, rw, t.time_ns))[:, : self.max_points + 1 - n])
+            if at_count:
+                rel_s = (t.time_ns - base_ns) / 1e9
+                for x in at_count:
+                    at_count[x] += int(np.count_nonzero(rel_s <= x))
+            cum, raw = int(c[-1]), int(rw[-1])
+            last_ns = int(t.time_ns[-1])
+            n += m
+            if self.progress is not None:
+                self.progress(n)
+        # the end of the log: live blocks are persistent; open occurrences end at n
+        bits.set(carry["ordinal"], np.full(len(carry), BIT_PERSISTENT, dtype=np.uint8))
+        phase_of = occ_phase.array()
+        for _, start, high, p_ in open_rise.values():
+            phase_rise[p_] = max(phase_rise.get(p_, 0), high - start)
+        ends = np.array([occ_end.get(r, n) for r in range(occ_count)], dtype=np.int64)
+        orphan_cols = {k: (np.concatenate(v) if v else np.zeros(0, dtype=np.int64)) for k, v in orphans.items()}
+        if orphan_cols["addr"].size:  # the in-memory blocks order: by address, then free index
+            o = np.lexsort((orphan_cols["free_i"], orphan_cols["addr"]))
+            orphan_cols = {k: v[o] for k, v in orphan_cols.items()}
+        initial = int(orphan_cols["block_size"].sum()) if orphan_cols["block_size"].size else 0
+        offset = 0
+        if n:
+            offset = max(0, initial + gap_max, -raw_min)
+        devices = _devices(counts, present)
+        samples = sample_cum = sample_raw = sample_ns = None
+        if n and n <= self.max_points:
+            h = np.concatenate(head, axis=1)[:, :n]
+            samples, sample_cum, sample_raw, sample_ns = np.arange(n), h[0], h[1], h[2]
+        elif n and sampler is not None and last_ns == self.last_hint:
+            extra = [(0,) + tuple(int(x) for x in np.concatenate(head, axis=1)[:, 0]), (n - 1, cum, raw, last_ns),
+                     (peak_i,) + peak_at, (rpeak_i,) + rpeak_at]
+            samples, sample_cum, sample_raw, sample_ns = sampler.finish(extra)
+        empty = np.zeros(0, dtype=np.int64)
+        return Scan(
+            device=device if device is not None else (devices[0] if devices else 0), devices=devices, n=n,
+            first_ns=first_ns, last_ns=last_ns, has_stacks=has_stacks, peak_i=peak_i if n else 0,
+            peak_cum=peak_cum if n else 0, peak_ns=peak_at[2] if n else 0, rpeak_i=rpeak_i if n else 0,
+            rpeak_raw=rpeak_raw if n else 0, rpeak_ns=rpeak_at[2] if n else 0,
+            initial=initial, offset=offset, blocks=ordinals, bits=bits.array(),
+            orphans=orphan_cols, lost_frees=lost, any_freed=any_freed,
+            occ_phase=phase_of, occ_epoch=occ_epoch.array(), occ_begin=occ_begin.array(), occ_end=ends,
+            occ_begin_ns=occ_begin_ns.array(),
+            occ_end_ns=np.array([end_ns.get(int(e), last_ns) for e in ends.tolist()], dtype=np.int64),
+            first_begin=first_begin,
+            phase_peak={int(p_): int(v) for p_, v in zip(np.flatnonzero(phase_peak > INT_MIN).tolist(),
+                                                         phase_peak[phase_peak > INT_MIN].tolist())},
+            phase_rise=phase_rise,
+            phase_growth={int(p_): int(phase_growth[p_]) for p_ in np.flatnonzero(seg_phase).tolist()},
+            segment_phases=set(np.flatnonzero(seg_phase).tolist()),
+            markers=markers, marker_count=marker_count, marker_first=marker_first, ooms=ooms, oom_count=oom_count,
+            stack_backward=backward.seen_flag,
+            samples=samples, sample_cum=sample_cum if sample_cum is not None else empty,
+            sample_raw=sample_raw if sample_raw is not None else empty,
+            sample_ns=sample_ns if sample_ns is not None else empty,
+            at_time={x: max(0, min(k - 1, n - 1)) for x, k in at_count.items()},
+            phase_names=names,
+            persistent={k: carry[k] for k in ("ordinal", "block_size", "stack", "phase", "alloc_i")},
+        )
+
+    @staticmethod
+    def _autograd(cache: dict[int, bool], stacks: np.ndarray, log: ChunkedLog) -> np.ndarray:
+        """Per free stack: none, or one inside backward (classify: freed by autograd)."""
+        uniq, inv = np.unique(stacks, return_inverse=True)
+        for s in uniq.tolist():
+            if s not in cache:
+                cache[s] = s == 0 or has_frame(tuple(Frame(*f) for f in log.stack_now(s)), BACKWARD_FRAME)
+        return np.array([cache[s] for s in uniq.tolist()], dtype=bool)[inv.reshape(-1)]
+
+    @staticmethod
+    def _rises(open_rise: dict[int, tuple[int, int, int, int]], occ_end: dict[int, int], new_rows: np.ndarray,
+               begin_rows: np.ndarray, phases: np.ndarray, base: int, c: np.ndarray, phase_rise: dict[int, int]) -> None:
+        """phase_summary's rise: per occurrence, the highest allocated from its begin to its end (inclusive)
+        above the allocated at its begin; the running highest of the open ones is carried."""
+        for row, r, p_ in zip(new_rows.tolist(), begin_rows.tolist(), phases.tolist()):
+            open_rise[row] = (base + r, int(c[r]), int(c[r]), p_)
+        if not open_rise:
+            return
+        m = len(c)
+        rows = list(open_rise)
+        lo = np.array([max(open_rise[r][0], base) - base for r in rows], dtype=np.int64)
+        end = np.array([occ_end.get(r, INT_MAX) for r in rows], dtype=np.int64)
+        hi = np.minimum(end, base + m - 1) - base  # inclusive
+        valid = hi >= lo
+        highs = np.full(len(rows), INT_MIN, dtype=np.int64)
+        if valid.any():
+            idx = np.empty(2 * int(valid.sum()), dtype=np.int64)
+            idx[0::2], idx[1::2] = lo[valid], hi[valid] + 1
+            padded = np.concatenate((c, [INT_MIN]))
+            highs[valid] = np.maximum.reduceat(padded, idx)[0::2]
+        for k, r in enumerate(rows):
+            begin, start, high, p_ = open_rise[r]
+            high = max(high, int(highs[k]))
+            if end[k] < base + m:  # it ended in this piece (or before its begin: a damaged log, no rise)
+                del open_rise[r]
+                if end[k] >= begin:
+                    phase_rise[p_] = max(phase_rise.get(p_, 0), high - start)
+            else:
+                open_rise[r] = (begin, start, high, p_)
+
+    @staticmethod
+    def _device_records(pending: list[tuple[dict[str, Any], int]], t: Any, start: int) -> list[tuple[dict[str, Any], int]]:
+        """ooms._device_record: the oom_device record among the next two events, before another OOM."""
+        out = []
+        for row, left in pending:
+            k = start
+            while left and k < len(t):
+                if t.kind[k] == OOM_DEVICE:
+                    row["device"] = {"addr": int(t.addr[k]), "size": int(t.size[k]), "stream": int(t.stream[k]),
+                                     "flags": int(t.flags[k])}
+                    left = 0
+                    break
+                if t.kind[k] == OOM:
+                    left = 0
+                    break
+                k += 1
+                left -= 1
+            if left:
+                out.append((row, left))
+        return out
+
+
+def _scatter(paired: Any, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """A per-row value of the piece's allocs as a column over the piece's alloc and free rows."""
+    out = np.full(paired.rel.size, -1, dtype=np.int64)
+    out[np.searchsorted(paired.rel, rows)] = values
+    return out
+
+
+def _devices(counts: dict[int, int], present: set[int]) -> list[int]:
+    """events.devices_in: devices with allocs, most first (ties: the lower id); else every device seen."""
+    if not counts:
+        return sorted(present)
+    return [d for d, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]

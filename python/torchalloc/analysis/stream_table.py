@@ -1,0 +1,128 @@
+"""The streamed analysis' common ground: one device's events piece by piece, and blocks paired across pieces.
+
+Takes the pieces of a `ChunkedLog` (log_chunks.py); gives, per piece, an
+`EventTable` of the device's rows (events.py's columns; `base` is the
+index of its first row in the whole device table) and `pair_piece`, which
+pairs each alloc with the next event on its address as blocks.pair_blocks
+does, carrying the blocks still live from one piece to the next
+(`Carry`). Both passes of the streamed analysis pair the same way, so a
+block has the same ordinal (its alloc's rank among the device's allocs) in
+both.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterator
+
+import numpy as np
+
+from .._records import ALLOC, FREE
+from ..log_chunks import ChunkedLog
+from .events import _COLUMNS, EventTable
+
+
+@dataclasses.dataclass
+class Piece:
+    """One piece of the device table: its rows, and where they start in the whole table."""
+
+    table: EventTable
+    base: int
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+
+def device_pieces(log: ChunkedLog, device: int | None) -> Iterator[Piece]:
+    """The device's rows (device == `device` or < 0), piece by piece; `device` None: every row."""
+    base = 0
+    for _, records in log.chunks():
+        dev = records["device"]
+        rows = records if device is None else records[(dev == device) | (dev < 0)]
+        if not len(rows):
+            continue
+        cols = {name: np.asarray(rows[name]).astype(dtype) for name, dtype in _COLUMNS.items()}
+        table = EventTable(**cols)
+        yield Piece(table, base)
+        base += len(table)
+
+
+class Carry:
+    """Blocks live at the end of a piece: named columns of equal length (addr, alloc_i, ordinal, ...)."""
+
+    def __init__(self, columns: dict[str, np.ndarray]) -> None:
+        self.columns = columns
+
+    @classmethod
+    def empty(cls, dtypes: dict[str, Any]) -> "Carry":
+        return cls({name: np.zeros(0, dtype=dt) for name, dt in dtypes.items()})
+
+    def __len__(self) -> int:
+        return len(self.columns["addr"])
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.columns[name]
+
+
+@dataclasses.dataclass
+class Paired:
+    """What pairing one piece found. Indices `*_i` are global (device table); `src` indexes the
+    concatenation [carried blocks, the piece's rows] (`combined` gives that column)."""
+
+    ended_src: np.ndarray  # blocks that ended in this piece: their alloc, in `combined` positions
+    ended_at: np.ndarray  # the row (in the piece) of the event that ended each: its free, or the next alloc
+    ended_real: np.ndarray  # bool: ended by a free (False: the next alloc of the address, a lost free)
+    orphan_rows: np.ndarray  # rows of frees of addresses not live: blocks allocated before the log
+    new_rows: np.ndarray  # rows of the piece's allocs, in order
+    new_ordinals: np.ndarray  # their ordinals
+    live_src: np.ndarray  # blocks still live after the piece, in `combined` positions, by ordinal
+    rel: np.ndarray  # the piece's alloc and free rows: combined position n_carried + k is row rel[k]
+    n_carried: int
+
+    def combined(self, carried: np.ndarray, piece_column: np.ndarray) -> np.ndarray:
+        """A column over [carried blocks, the piece's alloc and free rows], from the carried blocks' values and
+        the piece's column (all rows)."""
+        return np.concatenate((carried, piece_column[self.rel]))
+
+    def ordinals(self, carried: np.ndarray) -> np.ndarray:
+        """Each combined position's block ordinal (-1 for a free)."""
+        per_row = np.full(self.rel.size, -1, dtype=np.int64)
+        per_row[np.searchsorted(self.rel, self.new_rows)] = self.new_ordinals
+        return np.concatenate((carried, per_row))
+
+
+def pair_piece(piece: Piece, carry: Carry, next_ordinal: int) -> Paired:
+    """Pair the piece's allocs and frees with each other and with the carried live blocks (blocks.pair_blocks'
+    rules: an alloc ends at the next event on its address, a free with no live alloc before it is a block
+    allocated before the log)."""
+    t = piece.table
+    kind = t.kind
+    is_alloc_row = kind == ALLOC
+    rel = np.flatnonzero(is_alloc_row | (kind == FREE))
+    nc = len(carry)
+    addr = np.concatenate((carry["addr"], t.addr[rel]))
+    # positions in the combined sequence: carried first (they precede the piece), then the rows in order;
+    # a stable sort by address keeps that order among the events of one address
+    order = np.argsort(addr, kind="stable")
+    m = order.size
+    is_alloc = np.concatenate((np.ones(nc, dtype=bool), is_alloc_row[rel]))[order]
+    same_next = np.zeros(m, dtype=bool)
+    if m > 1:
+        same_next[:-1] = addr[order[1:]] == addr[order[:-1]]
+    next_is_free = np.zeros(m, dtype=bool)
+    next_is_free[:-1] = ~is_alloc[1:]
+    ends = is_alloc & same_next  # the next event on the address ends it: its free, or a lost free
+    prev_is_alloc = np.zeros(m, dtype=bool)
+    prev_is_alloc[1:] = is_alloc[:-1] & same_next[:-1]
+    orphan = ~is_alloc & ~prev_is_alloc
+    pos = np.flatnonzero(ends)
+    ended_src = order[pos]
+    ended_at = rel[order[pos + 1] - nc]
+    ended_real = next_is_free[pos]
+    still = order[is_alloc & ~same_next]
+    still.sort()  # carried (kept by ordinal) first, then the piece's allocs in order: by ordinal
+    new_rows = np.flatnonzero(is_alloc_row)
+    orphan_rows = np.sort(rel[order[orphan] - nc])
+    # the ended blocks by ordinal: carried ones (older) first, then the piece's in order
+    by_alloc = np.argsort(ended_src, kind="stable")
+    return Paired(ended_src[by_alloc], ended_at[by_alloc], ended_real[by_alloc], orphan_rows, new_rows,
+                  next_ordinal + np.arange(new_rows.size, dtype=np.int64), still, rel, nc)

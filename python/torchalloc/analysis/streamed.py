@@ -1,0 +1,636 @@
+"""The analysis of a log too large for memory: two passes over it, and the same report as `Analysis` gives.
+
+    from torchalloc.analysis.streamed import analyze_streamed
+    a = analyze_streamed("big.talog", at=["step 100"], page=True)   # moments the report will show, in advance
+    a.anatomy("peak"); a.lifetimes(); a.phases(); a.estimate(); a.ooms(); a.to_dict()
+
+`analyze` (result.py) holds every event and every block in numpy arrays:
+about 300 bytes per record, so 3 GB for 10^7 records. This reads the log
+in pieces (log_chunks.py) twice -- a first pass for the facts the second
+needs (stream_scan.py), a second that classifies each block as it ends and
+keeps only sums, and the blocks live at the moments the report shows
+(stream_pass.py) -- and answers the same methods with the same rows,
+sentences and numbers; only these differ:
+
+- the typical lifetime of a row of more than 65536 blocks is the median of
+  a histogram with bins 0.02 % wide (exact below);
+- the timeline lists the first 10000 markers and OOMs, the anatomies of
+  the first 1000 marker labels, the first 10000 phase occurrences (the
+  notes say when more were left out);
+- a moment not named in advance (`at`, `page`) costs one more pass.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from ..log import WRITER_KILLED, WRITER_RUNNING, WRITER_UNKNOWN
+from ..log_chunks import DEFAULT_CHUNK_RECORDS, ChunkedLog
+from .anatomy import Anatomy, AnatomyRow
+from .categorize import CATEGORIES, CATEGORY_CODE, Category
+from .classify import REASONS, Reason
+from .derived import bytes_by, dominant
+from .estimate import Estimate
+from .frames import Frame
+from .lifetimes import LifetimeRow
+from .ooms import OomRow, blockers_of, oom_row, segment_gaps, Blocker
+from .phase_summary import PhaseRow
+from .roles import phase_role
+from .sites import BEFORE_LOG, Site
+from .stream_pass import Passed, Wanted, run_pass
+from .stream_scan import MARKERS_KEPT, OOMS_KEPT, Scan, scan
+from .timeline import Timeline
+from .wording import estimate_sentence, oom_explanation, phase_sentence, reason_sentence
+
+SPANS_KEPT = 10000  # phase occurrences the timeline lists
+MARKER_ANATOMIES = 1000  # marker labels whose anatomy the JSON report carries
+PAGE_MAX_MARKERS = 200  # report_svg.MAX_MARKERS: the markers the page draws (a test checks they agree)
+PRIORITY_OOMS = 10  # report_data.PRIORITY_OOMS
+
+
+@dataclasses.dataclass
+class StreamTable:
+    """What the report reads of the event table: its path, its length, the writer; no per-event arrays."""
+
+    path: str
+    n: int
+    pid: int
+    rank: int
+    world_size: int
+    phase_names: dict[int, str]
+    strings: dict[int, str]
+    stacks: dict[int, tuple[Frame, ...]]
+
+    def __len__(self) -> int:
+        return self.n
+
+    def stack_of(self, stack_id: int) -> tuple[Frame, ...]:
+        return self.stacks.get(int(stack_id), ())
+
+
+@dataclasses.dataclass
+class _Count:
+    """len() of the blocks, for the renderers."""
+
+    n: int
+
+    def __len__(self) -> int:
+        return self.n
+
+
+class StreamedAnalysis:
+    """`Analysis`'s sections for a log read in pieces (module docstring). Build with `analyze_streamed`."""
+
+    def __init__(self, log: ChunkedLog, scan_: Scan, passed: Passed, wanted: Wanted, notes: list[str],
+                 backward_from: str, max_points: int, page: bool) -> None:
+        self.log, self.scan, self.passed, self.wanted = log, scan_, passed, wanted
+        self.max_points, self.page_wanted = max_points, page
+        header = log.header
+        stacks = {int(k): tuple(Frame(str(f[0]), int(f[1]), str(f[2])) for f in v) for k, v in log.stacks.items()}
+        self.table = StreamTable(log.path, scan_.n, int(header.pid), int(header.rank),
+                                 int(getattr(header, "world_size", 0)), dict(log.phase_names), dict(log.strings), stacks)
+        self.device = scan_.device
+        self.notes = notes
+        self.has_stacks = scan_.has_stacks
+        self.backward_from = backward_from
+        self.blocks = _Count(len(scan_.orphans["addr"]) + scan_.blocks)
+        start = header.created_monotonic_ns
+        first = scan_.first_ns
+        self.base_ns = start if scan_.n and 0 <= first - start < 3600 * 10**9 else first
+        self.sites, self.site_map, self.fn_map = passed.rules.canonical(passed.alloc_stacks, passed.rest_pairs)
+        self.timeline = self._timeline()
+        self._lifetimes: list[tuple[LifetimeRow, dict[str, Any]]] | None = None
+        self._occ_first: dict[int, int] = {}
+        self._occ_count: dict[int, int] = {}
+        for row, p in enumerate(scan_.occ_phase.tolist()):
+            self._occ_first.setdefault(p, row)
+            self._occ_count[p] = self._occ_count.get(p, 0) + 1
+        self._ooms: list[OomRow] | None = None
+
+    # -- small things ------------------------------------------------------------------------
+    def phase_name(self, p: int) -> str:
+        if p < 0:
+            return BEFORE_LOG.label
+        return self.table.phase_names.get(int(p), f"phase {p}")
+
+    def _t(self, time_ns: int) -> float:
+        return (int(time_ns) - self.base_ns) / 1e9
+
+    def time_s(self, i: int) -> float:
+        if not self.scan.n:
+            return 0.0
+        return self._t(self._levels(i)[2])
+
+    def allocated_at(self, i: int) -> int:
+        return self._levels(i)[0] + self.scan.initial
+
+    def reserved_at(self, i: int) -> int:
+        return self._levels(i)[1] + self.scan.offset
+
+    def _levels(self, i: int) -> tuple[int, int, int]:
+        got = self.passed.levels_at.get(int(i))
+        if got is None:
+            self._more([int(i)])
+            got = self.passed.levels_at[int(i)]
+        return got
+
+    def site(self, my_id: int) -> Site:
+        return self.sites[int(self.site_map[my_id])]
+
+    # -- the timeline ----------------------------------------------------------------------------
+    def _timeline(self) -> Timeline:
+        s = self.scan
+        if not s.n:
+            z = np.zeros(0)
+            return Timeline(z, z.astype(np.int64), z.astype(np.int64), z.astype(np.int64), {}, [], [], 0.0, 0, 0, 0.0,
+                            0, [], 0.0)
+        t_s = (s.sample_ns - self.base_ns) / 1e9
+        by_phase: dict[str, np.ndarray] = {}
+        for p in sorted(self.passed.alloc_phases):
+            curve = self.passed.by_phase.get(p, np.zeros(len(s.samples), dtype=np.int64))
+            name = self.phase_name(p)
+            by_phase[name] = by_phase.get(name, 0) + curve
+        if self.passed.before_log is not None:
+            by_phase[BEFORE_LOG.label] = self.passed.before_log
+        spans = [(self.phase_name(int(p)), self._t(b), self._t(e)) for p, b, e in
+                 zip(s.occ_phase[:SPANS_KEPT].tolist(), s.occ_begin_ns[:SPANS_KEPT].tolist(),
+                     s.occ_end_ns[:SPANS_KEPT].tolist())]
+        strings = self.table.strings
+        markers = [(self._t(ns), strings.get(label, ""), self.table.phase_names.get(phase, ""))
+                   for _, label, phase, ns in s.markers]
+        ooms = [(self._t(o["time_ns"]), o["size"]) for o in s.ooms]
+        return Timeline(t_s=t_s, index=s.samples, allocated=s.sample_cum + s.initial, reserved=s.sample_raw + s.offset,
+                        by_phase=by_phase, phase_spans=spans, markers=markers, peak_t=self._t(s.peak_ns),
+                        peak_allocated=s.peak_cum + s.initial, peak_index=s.peak_i,
+                        peak_reserved_t=self._t(s.rpeak_ns), peak_reserved=s.rpeak_raw + s.offset, ooms=ooms,
+                        duration_s=self._t(s.last_ns))
+
+    # -- moments -----------------------------------------------------------------------------
+    def marker_index(self, label: str) -> int | None:
+        """The first marker whose text is `label`."""
+        hits = [i for lid, i in self.scan.marker_first.items() if self.table.strings.get(lid, "") == label]
+        return min(hits) if hits else None
+
+    def index_at(self, at: str | float | int | None = None) -> tuple[int, str]:
+        """anatomy.index_at's answer: "peak", "peak_reserved", "end", "oom", a marker label, or a time."""
+        s = self.scan
+        if s.n == 0:
+            return 0, "empty log"
+        if at is None or at == "peak":
+            return s.peak_i, "peak"
+        if at == "peak_reserved":
+            return s.rpeak_i, "peak reserved"
+        if at == "end":
+            return s.n - 1, "end"
+        if at == "oom":
+            if not s.ooms:
+                raise ValueError("the log has no OOM record")
+            return int(s.ooms[0]["index"]), "OOM"
+        if isinstance(at, str):
+            i = self.marker_index(at)
+            if i is not None:
+                return i, f"marker '{at}'"
+            try:
+                at = float(at.rstrip("s"))
+            except ValueError:
+                labels = sorted({self.table.strings.get(lid, "") for lid in s.marker_first})
+                raise ValueError(
+                    f"no marker {at!r}; markers: {', '.join(labels) or 'none'}; or give a time in seconds"
+                ) from None
+        target = float(at)
+        if target not in s.at_time:
+            s.at_time.update(scan(self.log, s.device, max_points=self.max_points, last_ns=s.last_ns,
+                                  at_times=[target]).at_time)
+        return s.at_time[target], f"t={target:g}s"
+
+    def _more(self, moments: Sequence[int]) -> None:
+        """A pass for moments not named in advance."""
+        extra = Wanted(anatomy=list(moments), page=np.zeros(0, dtype=np.int64), priority=set(), ooms=[],
+                       samples=np.zeros(0, dtype=np.int64))
+        more = run_pass(self.log, self.scan, extra)
+        self.passed.snapshots.update(more.snapshots)
+        self.passed.levels_at.update(more.levels_at)
+        for k, r in more.reasons.items():
+            self.passed.reasons[k] = r
+
+    def ensure_page(self) -> None:
+        """The blocks the HTML page can list, when the analysis was built without page=True: one more pass."""
+        if self.page_wanted or not self.scan.n:
+            self.page_wanted = True
+            return
+        moments, priority = _page_moments(self.scan)
+        extra = Wanted(anatomy=[], page=moments, priority=priority, ooms=[], samples=self.scan.samples)
+        more = run_pass(self.log, self.scan, extra)
+        for name in ("page", "details", "live_at", "levels_at", "reasons"):
+            getattr(self.passed, name).update(getattr(more, name))
+        self.page_wanted = True
+
+    def anatomy(self, at: str | float | int | None = None, top: int | None = None) -> Anatomy:
+        i, label = self.index_at(at)
+        if self.scan.n and i not in self.passed.snapshots:
+            self._more([i])
+        return self._anatomy(i, label, top)
+
+    def _anatomy(self, i: int, label: str, top: int | None) -> Anatomy:
+        """anatomy.anatomy from the blocks live at moment i."""
+        if not self.scan.n:
+            return Anatomy(label, i, 0.0, 0, 0, [], {}, {})
+        snap = self.passed.snapshots[i]
+        reason = self._reasons(snap)
+        groups: dict[tuple[int, int, int], list[int]] = {}
+        for j, key in enumerate(zip(snap["site"].tolist(), snap["phase"].tolist(), reason.tolist())):
+            groups.setdefault(key, []).append(j)
+        rows = []
+        for (s_, p, _r), members in groups.items():
+            m = np.array(members)
+            size = snap["block_size"][m]
+            cat = dominant(snap["category"][m], size, CATEGORIES)
+            why = dominant(reason[m], size, REASONS)
+            site = self.site(s_)
+            rows.append(AnatomyRow(site.label, site.location, self.phase_name(p), str(cat), str(why), int(m.size),
+                                   int(size.sum()), int(snap["size"][m].sum())))
+        rows.sort(key=lambda r: (-r.bytes, r.site))
+        by_cat = bytes_by(snap["category"], snap["block_size"], CATEGORIES)
+        by_phase: dict[str, int] = {}
+        for p, sz in zip(snap["phase"].tolist(), snap["block_size"].tolist()):
+            name = self.phase_name(p)
+            by_phase[name] = by_phase.get(name, 0) + sz
+        return Anatomy(label, i, self.time_s(i), self.allocated_at(i), self.reserved_at(i), rows[:top] if top else rows,
+                       by_cat, dict(sorted(by_phase.items(), key=lambda kv: -kv[1])))
+
+    def _reasons(self, snap: dict[str, np.ndarray]) -> np.ndarray:
+        reason = snap["reason"].copy()
+        for j in np.flatnonzero(reason < 0).tolist():
+            reason[j] = self.passed.reasons[int(snap["k"][j])]
+        return reason
+
+    # -- lifetimes ---------------------------------------------------------------------------
+    def explain(self, d: dict[str, Any], phases: list[str] | None = None) -> str:
+        """wording.explain_block (and explain_group with `phases`) for a block's details."""
+        site = self.site(d["site"]).label
+        free_site = self.site(d["free_site"]).label if d["free_site"] >= 0 else None
+        fn = self.passed.rules.functions[d["returned"]] if d["returned"] >= 0 else None
+        phase = self.phase_name(d["phase"])
+        free_phase = self.phase_name(d["free_phase"]) if d["free_phase"] >= 0 else ""
+        first, count = self._occ_first.get(d["phase"], -1), self._occ_count.get(d["phase"], 0)
+        if count > 1 and d["occ"] == first:
+            phase = f"the first occurrence of {phase}"
+        text = reason_sentence(REASONS[d["reason"]], CATEGORIES[d["category"]], site, free_site, fn, phase, free_phase,
+                               bool(d["rerun"]), self.has_stacks)
+        if phases is None or len(phases) == 1:
+            return text
+        return text.replace(f"in {self.phase_name(d['phase'])}", f"in {', '.join(phases)}")
+
+    def lifetime_rows(self) -> list[tuple[LifetimeRow, dict[str, Any]]]:
+        """lifetimes.lifetime_rows, each with the details of the block that speaks for it."""
+        if self._lifetimes is None:
+            canonical = []
+            for key, g in self.passed.groups.items():
+                site, reason, free_site, returned, rerun, cat = key
+                ckey = (int(self.site_map[site]), reason, int(self.site_map[free_site]) if free_site >= 0 else -1,
+                        int(self.fn_map[returned]) if returned >= 0 else -1, rerun, cat)
+                canonical.append((ckey, key, g))
+            canonical.sort(key=lambda x: x[0])
+            rows = []
+            for _, (site, reason, free_site, _ret, _rerun, cat), g in canonical:
+                phases = sorted({self.phase_name(p) for p in g.phases})
+                typical = -1.0 if g.persistent or g.negative else g.lives.median_s()
+                s_ = self.site(site)
+                rows.append((LifetimeRow(
+                    site=s_.label, location=s_.location, reason=str(REASONS[reason]), category=str(CATEGORIES[cat]),
+                    phases=phases, count=g.count, bytes=g.bytes, largest=g.largest, typical_lifetime_s=typical,
+                    free_site=self.site(free_site).label if free_site >= 0 else None,
+                    explanation=self.explain(g.rep, phases)), g.rep))
+            rows.sort(key=lambda rr: (-rr[0].bytes, rr[0].site, rr[0].reason))
+            self._lifetimes = rows
+        return self._lifetimes
+
+    def lifetimes(self, top: int | None = None) -> list[LifetimeRow]:
+        rows = [r for r, _ in self.lifetime_rows()]
+        return rows[:top] if top else rows
+
+    # -- phases, the estimate ------------------------------------------------------------------
+    def _parameters(self) -> int:
+        """estimate.category_total(PARAMETERS): the parameters live at the end, else their peak."""
+        return int(self.passed.persistent_total[CATEGORY_CODE[Category.PARAMETERS]]) or self.passed.term_peak["parameters"]
+
+    def phases(self) -> list[PhaseRow]:
+        s, p_ = self.scan, self.passed
+        ids = sorted(set(p_.alloc_phases) | set(s.occ_phase.tolist()) | set(s.segment_phases))
+        occurrences = {p: int(c) for p, c in zip(*np.unique(s.occ_phase, return_counts=True))} if s.occ_phase.size else {}
+        params = self._parameters()
+        rows = []
+        for p in ids:
+            name = self.phase_name(p)
+            allocated, count = p_.allocated.get(p, [0, 0])
+            freed, freed_count = p_.freed.get(p, [0, 0])
+            by_cat = p_.persistent_cat.get(p)
+            cats = {}
+            if by_cat is not None:
+                cats = {str(CATEGORIES[k]): int(v) for k, v in enumerate(by_cat.tolist()) if v}
+                cats = dict(sorted(cats.items(), key=lambda kv: -kv[1]))
+            handed_to = p_.handed_to.get(p, {})
+            handed = dict((k, v[0]) for k, v in sorted(handed_to.items(), key=lambda kv: (-kv[1][0], kv[1][1])))
+            peak = s.phase_peak.get(p)
+            row = PhaseRow(
+                phase=name, role=phase_role(name), occurrences=occurrences.get(p, 0), allocated=allocated,
+                allocated_count=count, freed=freed, freed_count=freed_count,
+                peak=peak + s.initial if peak is not None else 0, peak_over_start=s.phase_rise.get(p, 0),
+                reserved_growth=s.phase_growth.get(p, 0), persistent=p_.persistent.get(p, 0),
+                handed_on=p_.handed.get(p, 0), transient=p_.transient.get(p, 0), persistent_by_category=cats,
+                handed_on_to=handed, first_occurrence_persistent=p_.first_occ_persistent.get(p, 0), sentence="")
+            row.sentence = phase_sentence(row, params)
+            rows.append(row)
+        return rows
+
+    def estimate(self) -> Estimate:
+        t = self.passed.term_peak
+        P, G, O, I, A = (t["parameters"], t["gradients"], t["optimizer_state"], t["optimizer_intermediates"],
+                         t["activations"])
+        GI = t["gradients_plus_intermediates"]
+        at_peak = self.anatomy("peak").by_category if self.scan.n else {}
+        est = Estimate(P, G, O, I, A, GI, t["temporaries"], t["workspace"], t["other"], P + O + max(GI, A),
+                       self.timeline.peak_allocated, at_peak, "")
+        est.sentence = estimate_sentence(est)
+        return est
+
+    # -- OOMs ----------------------------------------------------------------------------------
+    def ooms(self) -> list[OomRow]:
+        if self._ooms is None:
+            self._ooms = [self._oom(o) for o in self.scan.ooms]
+            for row in self._ooms:
+                row.explanation = oom_explanation(row)
+            if self._ooms:
+                self._check_last(self._ooms[-1])
+                self._ooms[-1].explanation = oom_explanation(self._ooms[-1])
+        return self._ooms
+
+    def _oom(self, o: dict[str, Any]) -> OomRow:
+        i = int(o["index"])
+        if i not in self.passed.snapshots:
+            self._more([i])
+        snap = self.passed.snapshots[i]
+        segs = self.passed.segments.get(i, {})
+        largest, nseg, by_segment = segment_gaps(segs, np.arange(len(snap["k"])), snap["addr"], snap["block_size"])
+        reserved = o["block_size"] or self.reserved_at(i)
+        dev = o["device"]
+        facts = None if dev is None else (dev["addr"], dev["size"], dev["stream"], dev["flags"])
+        now = o["time_ns"]
+
+        def blocker(j: int) -> Blocker:
+            site = self.site(int(snap["site"][j]))
+            age = (now - int(snap["alloc_t"][j])) / 1e9 if snap["phase"][j] >= 0 else -1.0
+            return Blocker(int(snap["addr"][j]), int(snap["block_size"][j]), site.label, site.location,
+                           self.phase_name(int(snap["phase"][j])), age)
+
+        order = np.argsort(snap["k"], kind="stable")  # the snapshot is in blocks order already
+
+        def pick(fragmentation: bool) -> list[Blocker]:
+            return blockers_of(order.tolist(), by_segment if fragmentation else None,
+                               lambda j: (-int(snap["block_size"][j]), int(snap["addr"][j])), blocker)
+
+        return oom_row(self._t(now), i, o["size"], o["stream"], self.phase_name(o["phase"]),
+                       self.table.stack_of(o["stack"]), reserved, self.allocated_at(i), largest, nseg, o["addr"], facts,
+                       self.has_stacks, pick)
+
+    def _check_last(self, last: OomRow) -> None:
+        """ooms.oom_rows' replays of the run up to the last OOM under every policy, fed in pieces."""
+        if last.usable is None:
+            last.unknown.append("whether another policy would have fit (the log has no device numbers)")
+            return
+        from .. import _lib
+        from ..oom_alternatives import alternatives, default_policies
+
+        try:
+            trace = self._trace_until(last.index)
+            try:
+                last.alternatives = alternatives(trace, last.usable, default_policies())
+            finally:
+                trace.chunks.close()
+        except _lib.LibraryError as e:
+            last.unknown.append(f"whether another policy would have fit (the replay needs the library: {e})")
+
+    def _trace_until(self, index: int) -> Any:
+        """oom_alternatives.events_until as a Trace in pieces: the blocks from before the log, the device's events
+        up to OOM record `index`, then the failed request."""
+        from ..trace_events import ALLOC as EV_ALLOC
+        from ..trace_events import EVENT_DTYPE, Trace
+        from ..trace_stream import SpilledEvents, _Live, log_events
+
+        o = self.scan.orphans
+        pre = np.flatnonzero(o["size"] > 0)
+        head = np.zeros(pre.size, dtype=EVENT_DTYPE)
+        head["kind"] = EV_ALLOC
+        head["addr"], head["size"], head["stream"] = o["addr"][pre], o["size"][pre], o["stream"][pre]
+        top = [int(head["addr"].max(initial=0))]
+
+        def pieces() -> Any:
+            for events in log_events(self.log, self.scan.device, upto=index + 1, what=self.table.path):
+                top.append(int(events["addr"].max(initial=0)))
+                yield events
+
+        spilled = SpilledEvents(pieces(), head=head)
+        oom = next(r for r in self.scan.ooms if int(r["index"]) == index)
+        tail = np.zeros(1, dtype=EVENT_DTYPE)
+        tail["kind"], tail["addr"], tail["size"] = EV_ALLOC, max(top) + (1 << 20), oom["size"]
+        tail["stream"], tail["phase"] = oom["stream"], oom["phase"]
+        spilled.tail = tail
+        spilled.allocs += 1
+        peaks = _Live()
+        for piece in spilled.pieces():
+            peaks.piece(piece)
+        trace = Trace(events=np.zeros(0, dtype=EVENT_DTYPE), source="torchalloc-log",
+                      peak_requested=int(peaks.peak[0]), peak_rounded=int(peaks.peak[1]))
+        trace.chunks = spilled
+        return trace
+
+    # -- all of it -----------------------------------------------------------------------------
+    def marker_labels(self) -> list[str]:
+        return _unique(m[1] for m in self.timeline.markers)[:MARKER_ANATOMIES]
+
+    def to_dict(self, top: int = 50) -> dict[str, Any]:
+        t = self.table
+        return {
+            "log": t.path,
+            "device": self.device,
+            "events": len(t),
+            "blocks": len(self.blocks),
+            "has_stacks": self.has_stacks,
+            "backward_detected_from": self.backward_from,
+            "notes": list(self.notes),
+            "peak_allocated": self.timeline.peak_allocated,
+            "peak_reserved": self.timeline.peak_reserved,
+            "timeline": self.timeline.to_dict(),
+            "peak_anatomy": self.anatomy("peak", top=top).to_dict() if len(t) else None,
+            "markers": [self.anatomy(lab, top=top).to_dict() for lab in self.marker_labels()],
+            "lifetimes": [r.to_dict() for r in self.lifetimes(top=top)],
+            "phases": [r.to_dict() for r in self.phases()],
+            "estimate": self.estimate().to_dict(),
+            "ooms": [r.to_dict() for r in self.ooms()],
+        }
+
+
+def _unique(items: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+# ---------------------------------------------------------------------------
+# Building it
+# ---------------------------------------------------------------------------
+
+
+def analyze_streamed(
+    source: str | os.PathLike[str] | bytes,
+    *,
+    device: int | None = None,
+    max_points: int = 1500,
+    progress: bool = False,
+    chunk_records: int = DEFAULT_CHUNK_RECORDS,
+    at: Sequence[str | float] = (),
+    page: bool = False,
+) -> StreamedAnalysis:
+    """The streamed analysis of a log for one device (default: the one with the most allocations). `at`: the
+    moments whose anatomy will be asked for besides the peak and the markers; `page`: the HTML page will be drawn."""
+    log = ChunkedLog(source, chunk_records)
+    bar = _progress_bar(progress, log)
+    times = [float(x.rstrip("s")) if isinstance(x, str) else float(x) for x in at if _is_time(x)]
+    last = log.last_event_time(device)
+    s = scan(log, device, max_points=max_points, last_ns=last, at_times=times, progress=bar)
+    if device is None and s.devices and s.device != s.devices[0]:
+        s = scan(log, s.devices[0], max_points=max_points, last_ns=last, at_times=times, progress=bar)
+    elif device is not None and s.devices and device not in s.devices:
+        raise ValueError(f"no events for device {device}; the log has devices {s.devices}")
+    if s.samples is None:  # the span of the timeline was not known in advance: a second first pass
+        s = scan(log, s.device, max_points=max_points, last_ns=s.last_ns, at_times=times, progress=bar)
+    notes = _notes(log, s)
+    backward_from = _backward_from(log.phase_names, s)
+    a_moments = _anatomy_moments(log, s, at)
+    wanted = Wanted(anatomy=a_moments, page=np.zeros(0, dtype=np.int64), priority=set(),
+                    ooms=[int(o["index"]) for o in s.ooms], samples=s.samples)
+    if page and s.n:
+        wanted.page, wanted.priority = _page_moments(s)
+    passed = run_pass(log, s, wanted, progress=bar)
+    if bar is not None:
+        bar.close()
+    return StreamedAnalysis(log, s, passed, wanted, notes, backward_from, max_points, page)
+
+
+def _is_time(x: Any) -> bool:
+    """Whether index_at would read `x` as a time (a number, or text that parses as one once "s" is cut)."""
+    if isinstance(x, (int, float)):
+        return True
+    if x in ("peak", "peak_reserved", "end", "oom"):
+        return False
+    try:
+        float(str(x).rstrip("s"))
+        return True
+    except ValueError:
+        return False
+
+
+def _anatomy_moments(log: ChunkedLog, s: Scan, at: Sequence[str | float]) -> list[int]:
+    """The peak, the first marker of each label (the first MARKER_ANATOMIES labels), and the `at` moments."""
+    if not s.n:
+        return []
+    first_of_text: dict[str, int] = {}
+    for lid, i in s.marker_first.items():
+        text = log.strings.get(lid, "")
+        first_of_text[text] = min(i, first_of_text.get(text, i))
+    out = {s.peak_i}
+    shown: list[str] = []
+    for _, label, _, _ in s.markers:
+        text = log.strings.get(label, "")
+        if text not in shown:
+            shown.append(text)
+            if len(shown) > MARKER_ANATOMIES:
+                break
+            out.add(first_of_text[text])
+    special = {"peak": s.peak_i, "peak_reserved": s.rpeak_i, "end": s.n - 1}
+    if s.ooms:
+        special["oom"] = int(s.ooms[0]["index"])
+    for x in at:
+        if isinstance(x, str) and x in special:
+            out.add(special[x])
+        elif isinstance(x, str) and x in first_of_text:
+            out.add(first_of_text[x])
+        elif _is_time(x):
+            out.add(s.at_time[float(x.rstrip("s")) if isinstance(x, str) else float(x)])
+    return sorted(out)
+
+
+def _page_moments(s: Scan) -> tuple[np.ndarray, set[int]]:
+    """report_data.moments: the samples, the first markers, the peak and every OOM; the priority ones."""
+    marks = [m[0] for m in s.markers[:PAGE_MAX_MARKERS]]
+    ooms = [int(o["index"]) for o in s.ooms]
+    moments = np.unique(np.concatenate((s.samples, np.asarray(marks, dtype=np.int64),
+                                        np.asarray([s.peak_i] + ooms, dtype=np.int64))))
+    return moments.astype(np.int64), {s.peak_i, *ooms[:PRIORITY_OOMS]}
+
+
+def _notes(log: ChunkedLog, s: Scan) -> list[str]:
+    """events.table_from_log's notes, then derive's."""
+    notes = list(log.damage)
+    header = log.header
+    pid = header.pid
+    if log.truncated:
+        notes.append("the log was truncated (log_max reached or the disk filled): events after that are missing")
+    elif log.writer == WRITER_RUNNING:
+        notes.append(f"the log is still being written (process {pid} holds it): this covers it up to its last "
+                     "complete record so far")
+    elif log.writer == WRITER_KILLED:
+        notes.append(f"the log was not closed and no process is writing it: its writer (process {pid}) was killed "
+                     "or crashed mid-run; it ends at the last complete record")
+    elif log.writer == WRITER_UNKNOWN and header.status == 0:
+        notes.append("the log was not closed: its writer was killed or is still running (a copy cannot tell "
+                     "which); it ends at the last complete record")
+    if len(s.devices) > 1:
+        notes.append(f"the log has devices {s.devices}; this is device {s.device} (--device picks another)")
+    before = len(s.orphans["addr"])
+    if before:
+        notes.append(f"{before} blocks were allocated before the log began (their frees are in it)")
+    if s.lost_frees:
+        notes.append(f"{s.lost_frees} addresses were allocated again while still live (a lost free record)")
+    if len(s.orphans["addr"]) + s.blocks and not s.has_stacks:
+        notes.append("no stacks in this log (TORCHALLOC_CONF stacks:1, or install(stacks=True)): reasons come from "
+                     "phases only, and allocation sites are unknown")
+    if _backward_from(log.phase_names, s) == "none" and s.any_freed:
+        notes.append("no backward pass found (no phase named backward, no Tensor.backward frames): "
+                     "nothing can be called 'saved for backward'")
+    if s.marker_count > MARKERS_KEPT:
+        notes.append(f"the timeline lists the first {MARKERS_KEPT} of {s.marker_count} markers")
+    if s.oom_count > OOMS_KEPT:
+        notes.append(f"the report diagnoses the first {OOMS_KEPT} of {s.oom_count} OOM records")
+    if len(s.occ_phase) > SPANS_KEPT:
+        notes.append(f"the timeline lists the first {SPANS_KEPT} of {len(s.occ_phase)} phase occurrences")
+    return notes
+
+
+def _backward_from(phase_names: dict[int, str], s: Scan) -> str:
+    """classify.backward_mask's "how": from phase names, stacks, both, or none."""
+    by_phase = any(phase_role(name) == "backward" for name in phase_names.values())
+    if s.stack_backward:
+        return "phase+stacks" if by_phase else "stacks"
+    return "phase" if by_phase else "none"
+
+
+def _progress_bar(enabled: bool, log: ChunkedLog) -> Any:
+    """A callable taking the events read so far, with close(); None when not asked for or without tqdm."""
+    if not enabled:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    bar = tqdm(desc="reading the log", unit=" events", leave=False)
+
+    class _Bar:
+        def __call__(self, n: int) -> None:
+            bar.update(max(0, n - bar.n))
+
+        def close(self) -> None:
+            bar.close()
+
+    return _Bar()
