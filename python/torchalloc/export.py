@@ -38,7 +38,11 @@ import numpy as np
 from ._records import ALLOC, FREE, OOM, SEGMENT_ALLOC, SEGMENT_EXPANDABLE, SEGMENT_FREE
 from .analysis import EventTable, Stack, load
 
-__all__ = ["to_snapshot", "write_snapshot", "main", "check_snapshot"]
+__all__ = ["to_snapshot", "write_snapshot", "main", "check_snapshot", "keep_last", "MAX_ENTRIES"]
+
+# The trace entries kept per device by default, as `_record_memory_history(max_entries=100000)` keeps them (the
+# value of PyTorch's memory guide): its own default keeps every entry, which memory_viz cannot draw for a long run.
+MAX_ENTRIES = 100_000
 
 _ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
             "segment_unmap", "oom", "snapshot")
@@ -109,11 +113,25 @@ def to_snapshot(t: EventTable) -> tuple[dict[str, Any], list[str]]:
     snapshot = {
         "segments": segments,
         "device_traces": traces,
-        "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": "", "expandable_segments": False, "max_split_size": -1,
-                               "garbage_collection_threshold": 0.0, "torchalloc": True},
+        "allocator_settings": settings(),
         "external_annotations": [],
     }
     return snapshot, notes
+
+
+def settings() -> dict[str, Any]:
+    """The snapshot's allocator_settings: PyTorch's names, and that torchalloc wrote it."""
+    return {"PYTORCH_CUDA_ALLOC_CONF": "", "expandable_segments": False, "max_split_size": -1,
+            "garbage_collection_threshold": 0.0, "torchalloc": True}
+
+
+def keep_last(snapshot: dict[str, Any], max_entries: int) -> list[int]:
+    """Cut each device's trace to its last `max_entries` entries (0: keep all), as PyTorch's ring buffer keeps
+    them; returns how many each had."""
+    totals = [len(trace) for trace in snapshot["device_traces"]]
+    if max_entries:
+        snapshot["device_traces"] = [trace[-max_entries:] for trace in snapshot["device_traces"]]
+    return totals
 
 
 def _map_range(runs: dict[int, tuple[int, int]], start: int, end: int, stream: int, add: bool) -> None:
@@ -261,6 +279,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "pattern such as 'run.*.talog', with %%r in -o")
     parser.add_argument("-o", "--output", required=True, help="the snapshot to write (.pickle, or .pickle.gz); with "
                         "several logs it must hold %%r, which becomes each log's rank (snap.%%r.pickle)")
+    parser.add_argument("--max-entries", type=int, default=MAX_ENTRIES, metavar="N",
+                        help="keep the last N trace entries of each device, as PyTorch's ring buffer "
+                        "(_record_memory_history(max_entries=N)) does; 0 keeps them all (default: %(default)s). The "
+                        "segments and blocks at the end are complete either way")
     args = parser.parse_args(argv)
     from .log import LogFormatError
     from .tool_args import expand_logs, fail, output_problem, snapshot_pointer
@@ -271,25 +293,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         problem = (f"-o {args.output}: {len(logs)} logs give {len(logs)} snapshots (memory_viz shows one process "
                    "at a time): put %r in the name, e.g. -o snap.%r.pickle")
     bad_output = output_problem(args.output.replace("%r", "0"))
+    if args.max_entries < 0 and not problem:
+        problem = f"--max-entries {args.max_entries}: give a number of entries, or 0 to keep them all"
     if problem or bad_output:
         fail(parser.prog, problem or f"-o {bad_output}")
-    try:
-        tables = [load(p) for p in logs]
+    from .log_chunks import ChunkedLog, is_large_log
+
+    try:  # a large log is read in pieces, twice, when its snapshot is built; here only its header
+        sources = [ChunkedLog(p) if is_large_log(p) else load(p) for p in logs]
     except LogFormatError as e:
         fail(parser.prog, str(e))
     from .job import assign_ranks
 
-    ranks, rank_notes = assign_ranks([t.rank for t in tables])
+    ranks, rank_notes = assign_ranks([s.header.rank if isinstance(s, ChunkedLog) else s.rank for s in sources])
     for note in rank_notes:
         print(f"torchalloc export: note: {note}", file=sys.stderr)
-    for rank, table in zip(ranks, tables):
+    for rank, source, path in zip(ranks, sources, logs):
         output = args.output.replace("%r", str(rank))
-        snapshot, notes = to_snapshot(table)
+        if isinstance(source, ChunkedLog):
+            from .export_stream import to_snapshot_streamed
+
+            try:
+                snapshot, notes, totals = to_snapshot_streamed(path, args.max_entries)
+            except LogFormatError as e:
+                fail(parser.prog, str(e))
+        else:
+            snapshot, made_up = to_snapshot(source)
+            notes = list(source.notes) + made_up  # the log's own (damage, how it ended), then what was made up
+            totals = keep_last(snapshot, args.max_entries)
         write_snapshot(snapshot, output)
-        for note in list(table.notes) + notes:  # the log's own (damage, how it ended), then what was made up
+        for note in notes:
             print(f"torchalloc export: note: {note}", file=sys.stderr)
-        n = sum(len(t) for t in snapshot["device_traces"])
-        print(f"wrote {output}: {n} trace entries, {len(snapshot['segments'])} segments at the end", file=sys.stderr)
+        n, total = sum(len(t) for t in snapshot["device_traces"]), sum(totals)
+        entries = (f"{n} trace entries" if n == total else
+                   f"the last {n} of {total} trace entries (--max-entries {args.max_entries} per device, as "
+                   "PyTorch's ring buffer keeps them; --max-entries 0 keeps all)")
+        print(f"wrote {output}: {entries}, {len(snapshot['segments'])} segments at the end", file=sys.stderr)
     return 0
 
 

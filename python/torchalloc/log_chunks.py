@@ -54,7 +54,7 @@ from .log import (
 
 __all__ = ["ChunkedLog", "DEFAULT_CHUNK_RECORDS", "STREAM_FROM_BYTES", "is_large_log"]
 
-DEFAULT_CHUNK_RECORDS = 1 << 20  # 64 MiB of log per piece
+DEFAULT_CHUNK_RECORDS = 1 << 18  # 16 MiB of log per piece (larger pieces: more memory, no faster)
 # From this size on the tools read a log in pieces: decoded whole, a log takes several times its size in
 # memory (the report about 14x, export 30x). A compressed log: from a tenth of it (compressed size).
 STREAM_FROM_BYTES = 256 << 20

@@ -28,7 +28,7 @@ from .._records import ALLOC, FREE, MARKER, OOM, OOM_DEVICE, PHASE_BEGIN, PHASE_
 from ..log_chunks import ChunkedLog
 from .frames import BACKWARD_FRAME, Frame, has_frame
 from .roles import phase_role
-from .stream_table import Carry, Piece, device_pieces, pair_piece
+from .stream_table import Carry, Piece, PieceTable, pair_piece
 
 INT_MIN = np.iinfo(np.int64).min
 INT_MAX = np.iinfo(np.int64).max
@@ -69,6 +69,24 @@ class _Bits:
 
     def array(self) -> np.ndarray:
         return self.arr[: self.n].copy()
+
+
+class _GrowEnd:
+    """Per occurrence row, its end index (INT_MAX until its end is read); grows as occurrences begin."""
+
+    def __init__(self) -> None:
+        self.arr = np.full(1 << 10, INT_MAX, dtype=np.int64)
+        self.n = 0
+
+    def extend(self, k: int) -> None:
+        if self.n + k > len(self.arr):
+            grown = np.full(max(self.n + k, 2 * len(self.arr)), INT_MAX, dtype=np.int64)
+            grown[: self.n] = self.arr[: self.n]
+            self.arr = grown
+        self.n += k
+
+    def set(self, row: int, end: int) -> None:
+        self.arr[row] = end
 
 
 class _Grow:
@@ -284,7 +302,7 @@ class _Scanner:
         occ_begin_ns = _Grow(np.int64)
         end_ns: dict[int, int] = {}  # global index of an end record -> its time
         occ_count = 0
-        occ_end: dict[int, int] = {}  # occurrence row -> its end (the first end of its key)
+        occ_end = _GrowEnd()  # occurrence row -> its end (the first end of its key), INT_MAX until known
         key_end: dict[tuple[int, int], int] = {}
         key_rows: dict[tuple[int, int], list[int]] = {}  # occurrences not ended yet, by key
         open_rise: dict[int, tuple[int, int, int, int]] = {}  # row -> (begin index, cum at it, highest since, phase)
@@ -311,21 +329,25 @@ class _Scanner:
         head: list[np.ndarray] = []  # while n <= max_points: (cum, raw, ns) of every event
         at_count = {x: 0 for x in self.at_times}
         base_ns = 0
-        for piece in device_pieces(log, None):
-            records = piece.table
-            dev = records.device
-            if device is None:
-                about = np.flatnonzero(dev >= 0)
-                if about.size:
-                    device = int(dev[about[0]])
-            present.update(np.unique(dev[dev >= 0]).tolist())
-            allocs_dev = dev[records.kind == ALLOC]
+        for _, records in log.chunks():
+            dev = records["device"]
+            about = dev >= 0
+            if device is None and about.any():
+                device = int(dev[np.argmax(about)])
+            if len(present) < 2 or not about.all():  # (most logs: one device, every record about it)
+                present.update(np.unique(dev[about]).tolist())
+            kinds = records["kind"]
+            allocs_dev = dev[kinds == ALLOC]
             if allocs_dev.size:
-                u, c = np.unique(allocs_dev, return_counts=True)
-                for d, k in zip(u.tolist(), c.tolist()):
-                    counts[d] = counts.get(d, 0) + k
+                lo, hi = int(allocs_dev.min()), int(allocs_dev.max())
+                if lo == hi:
+                    counts[lo] = counts.get(lo, 0) + int(allocs_dev.size)
+                else:
+                    u, c = np.unique(allocs_dev, return_counts=True)
+                    for d, k in zip(u.tolist(), c.tolist()):
+                        counts[d] = counts.get(d, 0) + k
             mine = (dev == device) | (dev < 0) if device is not None else dev < 0
-            t = records.select(mine)
+            t = PieceTable(records if mine.all() else records[mine])
             if not len(t):
                 continue
             p = Piece(t, n)
@@ -351,8 +373,9 @@ class _Scanner:
                     key_end[key] = n + r
                     end_ns[n + r] = int(t.time_ns[r])
                     for row in key_rows.pop(key, []):
-                        occ_end[row] = n + r
+                        occ_end.set(row, n + r)
             new_occ_rows = np.arange(occ_count, occ_count + begin_rows.size)
+            occ_end.extend(begin_rows.size)
             if begin_rows.size:
                 ph = t.phase[begin_rows].astype(np.int64)
                 ep = t.size[begin_rows].astype(np.int64)
@@ -364,7 +387,7 @@ class _Scanner:
                     first_begin.setdefault(a, i)
                     key = (a, b_)
                     if key in key_end:
-                        occ_end[row] = key_end[key]
+                        occ_end.set(row, key_end[key])
                     else:
                         key_rows.setdefault(key, []).append(row)
                 occ_count += begin_rows.size
@@ -431,8 +454,8 @@ class _Scanner:
             free_stack = np.where(paired.ended_real, t.stack[ea], 0)
             e_bits |= np.where(self._autograd(autograd, free_stack, log), BIT_AUTOGRAD_FREE, 0).astype(np.uint8)
             occ_of = comb_occ[es]
-            ends_of = np.array([occ_end.get(int(o), INT_MAX) if o >= 0 else INT_MAX for o in occ_of.tolist()],
-                               dtype=np.int64)
+            ends_of = np.where(occ_of >= 0, occ_end.arr[np.maximum(occ_of, 0)], INT_MAX) if occ_end.n else \
+                np.full(occ_of.size, INT_MAX, dtype=np.int64)
             e_bits |= np.where(n + ea < ends_of, BIT_WITHIN, 0).astype(np.uint8)
             bits.set(e_ord, e_bits)
             lost += int((~paired.ended_real).sum())
@@ -506,7 +529,8 @@ class _Scanner:
         phase_of = occ_phase.array()
         for _, start, high, p_ in open_rise.values():
             phase_rise[p_] = max(phase_rise.get(p_, 0), high - start)
-        ends = np.array([occ_end.get(r, n) for r in range(occ_count)], dtype=np.int64)
+        ends = occ_end.arr[:occ_count].copy()
+        ends[ends == INT_MAX] = n
         orphan_cols = {k: (np.concatenate(v) if v else np.zeros(0, dtype=np.int64)) for k, v in orphans.items()}
         if orphan_cols["addr"].size:  # the in-memory blocks order: by address, then free index
             o = np.lexsort((orphan_cols["free_i"], orphan_cols["addr"]))
@@ -561,7 +585,7 @@ class _Scanner:
         return np.array([cache[s] for s in uniq.tolist()], dtype=bool)[inv.reshape(-1)]
 
     @staticmethod
-    def _rises(open_rise: dict[int, tuple[int, int, int, int]], occ_end: dict[int, int], new_rows: np.ndarray,
+    def _rises(open_rise: dict[int, tuple[int, int, int, int]], occ_end: "_GrowEnd", new_rows: np.ndarray,
                begin_rows: np.ndarray, phases: np.ndarray, base: int, c: np.ndarray, phase_rise: dict[int, int]) -> None:
         """phase_summary's rise: per occurrence, the highest allocated from its begin to its end (inclusive)
         above the allocated at its begin; the running highest of the open ones is carried."""
@@ -572,7 +596,7 @@ class _Scanner:
         m = len(c)
         rows = list(open_rise)
         lo = np.array([max(open_rise[r][0], base) - base for r in rows], dtype=np.int64)
-        end = np.array([occ_end.get(r, INT_MAX) for r in rows], dtype=np.int64)
+        end = occ_end.arr[np.array(rows, dtype=np.int64)]
         hi = np.minimum(end, base + m - 1) - base  # inclusive
         valid = hi >= lo
         highs = np.full(len(rows), INT_MIN, dtype=np.int64)

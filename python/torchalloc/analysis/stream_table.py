@@ -18,14 +18,41 @@ import numpy as np
 
 from .._records import ALLOC, FREE
 from ..log_chunks import ChunkedLog
-from .events import _COLUMNS, EventTable
+from .events import _COLUMNS
+
+
+class PieceTable:
+    """One piece's rows as the columns of an EventTable (events.py's names and dtypes), each made when first
+    asked for: most passes read a few of them."""
+
+    def __init__(self, records: np.ndarray) -> None:
+        self._records = records
+        self._n = len(records)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        dtype = _COLUMNS.get(name)
+        if dtype is None:
+            raise AttributeError(name)
+        field = self._records[name]
+        if field.dtype.itemsize == np.dtype(dtype).itemsize and field.dtype.kind in "iu" and np.dtype(dtype).kind in "iu":
+            col = np.ascontiguousarray(field).view(dtype)  # u8 -> i8 as astype wraps: one copy, no conversion
+        else:
+            col = np.asarray(field).astype(dtype)
+        self.__dict__[name] = col
+        return col
+
+    def select(self, mask: np.ndarray) -> "PieceTable":
+        return PieceTable(self._records[mask])
 
 
 @dataclasses.dataclass
 class Piece:
     """One piece of the device table: its rows, and where they start in the whole table."""
 
-    table: EventTable
+    table: PieceTable
     base: int
 
     def __len__(self) -> int:
@@ -36,12 +63,12 @@ def device_pieces(log: ChunkedLog, device: int | None) -> Iterator[Piece]:
     """The device's rows (device == `device` or < 0), piece by piece; `device` None: every row."""
     base = 0
     for _, records in log.chunks():
-        dev = records["device"]
-        rows = records if device is None else records[(dev == device) | (dev < 0)]
-        if not len(rows):
+        if device is not None:
+            dev = records["device"]
+            records = records[(dev == device) | (dev < 0)]
+        if not len(records):
             continue
-        cols = {name: np.asarray(rows[name]).astype(dtype) for name, dtype in _COLUMNS.items()}
-        table = EventTable(**cols)
+        table = PieceTable(records)
         yield Piece(table, base)
         base += len(table)
 

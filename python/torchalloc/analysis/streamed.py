@@ -572,6 +572,12 @@ def _page_moments(s: Scan) -> tuple[np.ndarray, set[int]]:
 
 def _notes(log: ChunkedLog, s: Scan) -> list[str]:
     """events.table_from_log's notes, then derive's."""
+    notes = table_notes(log)
+    return notes_so_far(log, notes, s)
+
+
+def table_notes(log: ChunkedLog) -> list[str]:
+    """events.table_from_log's notes for a log read in pieces (after a whole pass): its damage, how it ended."""
     notes = list(log.damage)
     header = log.header
     pid = header.pid
@@ -586,6 +592,11 @@ def _notes(log: ChunkedLog, s: Scan) -> list[str]:
     elif log.writer == WRITER_UNKNOWN and header.status == 0:
         notes.append("the log was not closed: its writer was killed or is still running (a copy cannot tell "
                      "which); it ends at the last complete record")
+    return notes
+
+
+def notes_so_far(log: ChunkedLog, notes: list[str], s: Scan) -> list[str]:
+    """derive's notes after the table's."""
     if len(s.devices) > 1:
         notes.append(f"the log has devices {s.devices}; this is device {s.device} (--device picks another)")
     before = len(s.orphans["addr"])
