@@ -58,6 +58,7 @@ LAYERS: dict[str, str] = {
     "torchalloc.report_job_html": TOOL,
     "torchalloc.replay_job": TOOL,
     "torchalloc.export": TOOL,
+    "torchalloc.export_stream": TOOL,
     "torchalloc.oom_alternatives": TOOL,
     "torchalloc.compare": TOOL,
     "torchalloc.cli": TOOL,

@@ -63,8 +63,10 @@ _OPENERS = ((b"\x1f\x8b", gzip.open), (b"\xfd7zXZ\x00", lzma.open), (b"BZh", bz2
 _STREAM_ERRORS = (EOFError, OSError, lzma.LZMAError, zlib.error, ValueError)
 
 
-def is_large_log(path: Union[str, os.PathLike[str]], threshold: int = STREAM_FROM_BYTES) -> bool:
-    """Whether `path` is a torchalloc log to read in pieces (module docstring's sizes); False for anything else."""
+def is_large_log(path: Union[str, os.PathLike[str]], threshold: int | None = None) -> bool:
+    """Whether `path` is a torchalloc log to read in pieces (STREAM_FROM_BYTES's sizes); False for anything else."""
+    if threshold is None:
+        threshold = STREAM_FROM_BYTES
     try:
         if not os.path.isfile(path):
             return False
@@ -280,10 +282,11 @@ class ChunkedLog:
         self.records_total = 0  # event records in the log
         self.passes = 0  # whole passes made
 
-    def last_event_time(self, device: int | None, probe: int = 4096) -> int | None:
+    def last_event_time(self, device: int | None, probe: int = 4096, reach: int = 64 << 20) -> int | None:
         """The time of the log's last event record about `device` (or no device; None: any), found by reading
-        only the file's last `probe` slots; None when they hold none (or the log is compressed). A guess for
-        planning a pass (the timeline's time buckets): the pass checks it."""
+        the file backwards, `probe` slots at a time, at most `reach` bytes (a killed writer leaves up to 32 MiB
+        of zeros after its last record); None when they hold none, or the log is compressed. A guess for planning
+        a pass (the timeline's time buckets): the pass checks it."""
         if self._compressed:
             return None
         header = self.header
@@ -292,16 +295,24 @@ class ChunkedLog:
             if header.status != 0 and header.header_size <= header.end_offset < end:
                 end = header.end_offset
             total = max(0, (end - header.header_size) // RECORD_SIZE)
-            first = max(0, total - probe)
-            f.seek(header.header_size + first * RECORD_SIZE)
-            data = self._read(f, (total - first) * RECORD_SIZE)
-        assert isinstance(data, bytes)
-        slots = np.frombuffer(data, dtype=np.uint8).reshape(-1, RECORD_SIZE)
+            stop = max(0, total - reach // RECORD_SIZE)
+            while total > stop:
+                first = max(stop, total - probe)
+                f.seek(header.header_size + first * RECORD_SIZE)
+                data = self._read(f, (total - first) * RECORD_SIZE)
+                assert isinstance(data, bytes)
+                found = self._last_in(np.frombuffer(data, dtype=np.uint8).reshape(-1, RECORD_SIZE), first, device)
+                if found is not None:
+                    return found
+                total = first
+        return None
+
+    def _last_in(self, slots: np.ndarray, first: int, device: int | None) -> int | None:
         raw = slots.view(RECORD_DTYPE).reshape(-1)
         kinds = raw["kind"]
         ok = (kinds != 0) & (kinds <= MAX_KIND) & ((kinds < STRING) | (kinds > STACK))
         ok &= raw["seq"] == np.arange(first, first + len(raw), dtype=np.uint64)
-        if header.version >= CHECKSUMS_FROM:
+        if self.header.version >= CHECKSUMS_FROM:
             ok &= _xor_folded(slots) == 0
         if device is not None:
             ok &= (raw["device"] == device) | (raw["device"] < 0)
@@ -409,10 +420,27 @@ class ChunkedLog:
                     break
                 if got < want:
                     break
-        # (read_log compares the end offset with the whole file's size; reading stops at the end offset, so
-        # what was read stands for the size: either it reached the end offset, or the file ended before it)
+            # read_log compares the end offset with the whole file's size: reading stopped at the end offset
+            # or at the file's end, so what was read stands for it, unless damage stopped the reading first
+            if scan.stop is not None:
+                position += self._rest(f, None if limit is None else limit - position)
         self._meta = None
         self._finish(scan, meta, slot, tail, position, emitted, truncated, last_kind)
+
+    def _rest(self, f: IO[bytes], limit: int | None) -> int:
+        """How many bytes are left to read (at most `limit`, where reading would stop)."""
+        if not self._compressed:
+            here = f.tell()
+            left = f.seek(0, os.SEEK_END) - here
+            return left if limit is None else min(left, limit)
+        n = 0
+        while limit is None or n < limit:
+            part = self._read(f, 1 << 20 if limit is None else min(1 << 20, limit - n))
+            assert isinstance(part, bytes)
+            if not part:
+                break
+            n += len(part)
+        return n
 
     def _finish(self, scan: _Scan, meta: _Metadata, slots_read: int, tail: bytes, size: int, emitted: int,
                 truncated: bool, last_kind: int) -> None:

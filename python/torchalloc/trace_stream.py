@@ -271,7 +271,8 @@ def load_log_streamed(source: str | os.PathLike[str] | bytes, *, device: int | N
             ff = live.piece(events)
             if ff.any():
                 pre = events[ff]
-                first_frees.append(np.stack((pre["addr"].astype(np.int64), pre["size"].astype(np.int64),
+                sizes = rows["size"][ff].astype(np.int64)  # the free record's: the bytes asked at the alloc
+                first_frees.append(np.stack((pre["addr"].astype(np.int64), sizes,
                                              pre["stream"].astype(np.int64), pre["phase"].astype(np.int64)), axis=1))
             facts["count"] += len(events)
             yield events

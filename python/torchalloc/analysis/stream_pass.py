@@ -168,15 +168,20 @@ class Passed:
     persistent_total: np.ndarray  # bytes of persistent blocks per category
 
 
-def run_pass(log: ChunkedLog, scan: Scan, wanted: Wanted, progress: Any = None) -> Passed:
-    return _Pass(log, scan, wanted, progress).run()
+def run_pass(log: ChunkedLog, scan: Scan, wanted: Wanted, progress: Any = None, rules: BlockRules | None = None
+             ) -> Passed:
+    """The second pass; `rules`: those of an earlier pass over the same log (a pass for more moments), so that
+    site ids mean the same."""
+    return _Pass(log, scan, wanted, progress, rules).run()
 
 
 class _Pass:
-    def __init__(self, log: ChunkedLog, scan: Scan, wanted: Wanted, progress: Any) -> None:
+    def __init__(self, log: ChunkedLog, scan: Scan, wanted: Wanted, progress: Any, rules: BlockRules | None) -> None:
         self.log, self.scan, self.wanted, self.progress = log, scan, wanted, progress
-        self.rules = BlockRules(log.stacks, log.phase_names, scan.has_stacks, scan.first_begin)
-        self.rules.set_param_sizes(scan.persistent)
+        if rules is None:
+            rules = BlockRules(log.stacks, log.phase_names, scan.has_stacks, scan.first_begin)
+            rules.set_param_sizes(scan.persistent)
+        self.rules = rules
         self.O = len(scan.orphans["addr"])
         self.orphan_rank = {(int(a), int(f)): k for k, (a, f) in
                             enumerate(zip(scan.orphans["addr"].tolist(), scan.orphans["free_i"].tolist()))}

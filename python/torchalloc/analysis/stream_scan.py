@@ -72,21 +72,68 @@ class _Bits:
 
 
 class _GrowEnd:
-    """Per occurrence row, its end index (INT_MAX until its end is read); grows as occurrences begin."""
+    """Per occurrence row, its end index (INT_MAX until its end is read) and that end's time; grows as
+    occurrences begin."""
 
     def __init__(self) -> None:
         self.arr = np.full(1 << 10, INT_MAX, dtype=np.int64)
+        self.ns = np.zeros(1 << 10, dtype=np.int64)
         self.n = 0
 
     def extend(self, k: int) -> None:
         if self.n + k > len(self.arr):
-            grown = np.full(max(self.n + k, 2 * len(self.arr)), INT_MAX, dtype=np.int64)
-            grown[: self.n] = self.arr[: self.n]
-            self.arr = grown
+            size = max(self.n + k, 2 * len(self.arr))
+            arr, ns = np.full(size, INT_MAX, dtype=np.int64), np.zeros(size, dtype=np.int64)
+            arr[: self.n], ns[: self.n] = self.arr[: self.n], self.ns[: self.n]
+            self.arr, self.ns = arr, ns
         self.n += k
 
-    def set(self, row: int, end: int) -> None:
-        self.arr[row] = end
+    def set(self, row: int, end: int, ns: int) -> None:
+        self.arr[row], self.ns[row] = end, ns
+
+
+class _Occurrences:
+    """blocks.phase_occurrences' ends, in one pass: an occurrence ends at the first phase_end of its (phase,
+    occurrence number) anywhere in the log. Only the open occurrences are kept by key; a key seen again (a
+    damaged or hand-made log: an end before its begin, a begin repeated) is looked up among the rows."""
+
+    def __init__(self, ends: _GrowEnd, phases: "_Grow", epochs: "_Grow", begins: "_Grow") -> None:
+        self.ends, self.phases, self.epochs, self.begins = ends, phases, epochs, begins
+        self.open: dict[tuple[int, int], list[int]] = {}
+        self.orphan_ends: dict[tuple[int, int], tuple[int, int]] = {}  # ends before any begin of their key
+        self.max_epoch: dict[int, int] = {}
+        self.first_begin: dict[int, int] = {}
+
+    def _earlier(self, key: tuple[int, int], before: int) -> np.ndarray:
+        """Rows with this key begun before event `before` (the unusual case only: it reads every row)."""
+        ph, ep, b = self.phases.array(), self.epochs.array(), self.begins.array()
+        return np.flatnonzero((ph == key[0]) & (ep == key[1]) & (b < before))
+
+    def piece(self, t: Any, base: int, begin_rows: np.ndarray, end_rows: np.ndarray, new_rows: np.ndarray) -> None:
+        row_of = dict(zip(begin_rows.tolist(), new_rows.tolist()))
+        for r in np.sort(np.concatenate((begin_rows, end_rows))).tolist():
+            key = (int(t.phase[r]), int(t.size[r]))
+            i, ns = base + r, int(t.time_ns[r])
+            if r in row_of:
+                row = row_of[r]
+                self.first_begin.setdefault(key[0], i)
+                fresh = key[1] > self.max_epoch.get(key[0], -1)
+                self.max_epoch[key[0]] = max(key[1], self.max_epoch.get(key[0], -1))
+                if key in self.orphan_ends:
+                    self.ends.set(row, *self.orphan_ends[key])
+                elif not fresh and (key not in self.open):
+                    done = [e for e in self._earlier(key, i).tolist() if self.ends.arr[e] != INT_MAX]
+                    if done:
+                        self.ends.set(row, int(self.ends.arr[done[0]]), int(self.ends.ns[done[0]]))
+                    else:
+                        self.open.setdefault(key, []).append(row)
+                else:
+                    self.open.setdefault(key, []).append(row)
+            elif key in self.open:
+                for row in self.open.pop(key):
+                    self.ends.set(row, i, ns)
+            elif key not in self.orphan_ends and not self._earlier(key, i).size:
+                self.orphan_ends[key] = (i, ns)
 
 
 class _Grow:
@@ -300,14 +347,12 @@ class _Scanner:
         phase_rise: dict[int, int] = {}
         occ_phase, occ_epoch, occ_begin = _Grow(np.int64), _Grow(np.int64), _Grow(np.int64)
         occ_begin_ns = _Grow(np.int64)
-        end_ns: dict[int, int] = {}  # global index of an end record -> its time
         occ_count = 0
         occ_end = _GrowEnd()  # occurrence row -> its end (the first end of its key), INT_MAX until known
-        key_end: dict[tuple[int, int], int] = {}
-        key_rows: dict[tuple[int, int], list[int]] = {}  # occurrences not ended yet, by key
         open_rise: dict[int, tuple[int, int, int, int]] = {}  # row -> (begin index, cum at it, highest since, phase)
         current_occ: dict[int, int] = {}  # phase -> its latest occurrence row
-        first_begin: dict[int, int] = {}
+        occ = _Occurrences(occ_end, occ_phase, occ_epoch, occ_begin)
+        first_begin = occ.first_begin
         orphans: dict[str, list[np.ndarray]] = {k: [] for k in ("addr", "free_i", "size", "block_size", "stream",
                                                                 "free_phase", "free_stack", "free_tid", "free_t",
                                                                 "deferred")}
@@ -366,30 +411,16 @@ class _Scanner:
                 if ph not in names:
                     names[ph] = log.string_now(int(t.stack[r]), f"phase{ph}")
                     bw_phase[ph] = phase_role(names[ph]) == "backward"
-            end_rows = np.flatnonzero(kind == PHASE_END)
-            for r in end_rows.tolist():
-                key = (int(t.phase[r]), int(t.size[r]))
-                if key not in key_end:
-                    key_end[key] = n + r
-                    end_ns[n + r] = int(t.time_ns[r])
-                    for row in key_rows.pop(key, []):
-                        occ_end.set(row, n + r)
             new_occ_rows = np.arange(occ_count, occ_count + begin_rows.size)
             occ_end.extend(begin_rows.size)
             if begin_rows.size:
-                ph = t.phase[begin_rows].astype(np.int64)
-                ep = t.size[begin_rows].astype(np.int64)
-                occ_phase.add(ph)
-                occ_epoch.add(ep)
+                occ_phase.add(t.phase[begin_rows].astype(np.int64))
+                occ_epoch.add(t.size[begin_rows].astype(np.int64))
                 occ_begin.add(n + begin_rows)
                 occ_begin_ns.add(t.time_ns[begin_rows])
-                for row, a, b_, i in zip(new_occ_rows.tolist(), ph.tolist(), ep.tolist(), (n + begin_rows).tolist()):
-                    first_begin.setdefault(a, i)
-                    key = (a, b_)
-                    if key in key_end:
-                        occ_end.set(row, key_end[key])
-                    else:
-                        key_rows.setdefault(key, []).append(row)
+            end_rows = np.flatnonzero(kind == PHASE_END)
+            if begin_rows.size or end_rows.size:
+                occ.piece(t, n, begin_rows, end_rows, new_occ_rows)
                 occ_count += begin_rows.size
             # backward: the stack part per event
             in_bw = bw_phase[t.phase] | backward.piece(t)
@@ -558,7 +589,7 @@ class _Scanner:
             orphans=orphan_cols, lost_frees=lost, any_freed=any_freed,
             occ_phase=phase_of, occ_epoch=occ_epoch.array(), occ_begin=occ_begin.array(), occ_end=ends,
             occ_begin_ns=occ_begin_ns.array(),
-            occ_end_ns=np.array([end_ns.get(int(e), last_ns) for e in ends.tolist()], dtype=np.int64),
+            occ_end_ns=np.where(occ_end.arr[:occ_count] == INT_MAX, last_ns, occ_end.ns[:occ_count]),
             first_begin=first_begin,
             phase_peak={int(p_): int(v) for p_, v in zip(np.flatnonzero(phase_peak > INT_MIN).tolist(),
                                                          phase_peak[phase_peak > INT_MIN].tolist())},

@@ -210,7 +210,7 @@ class StreamedAnalysis:
         """A pass for moments not named in advance."""
         extra = Wanted(anatomy=list(moments), page=np.zeros(0, dtype=np.int64), priority=set(), ooms=[],
                        samples=np.zeros(0, dtype=np.int64))
-        more = run_pass(self.log, self.scan, extra)
+        more = run_pass(self.log, self.scan, extra, rules=self.passed.rules)
         self.passed.snapshots.update(more.snapshots)
         self.passed.levels_at.update(more.levels_at)
         for k, r in more.reasons.items():
@@ -223,7 +223,7 @@ class StreamedAnalysis:
             return
         moments, priority = _page_moments(self.scan)
         extra = Wanted(anatomy=[], page=moments, priority=priority, ooms=[], samples=self.scan.samples)
-        more = run_pass(self.log, self.scan, extra)
+        more = run_pass(self.log, self.scan, extra, rules=self.passed.rules)
         for name in ("page", "details", "live_at", "levels_at", "reasons"):
             getattr(self.passed, name).update(getattr(more, name))
         self.page_wanted = True

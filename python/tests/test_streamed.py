@@ -1,0 +1,420 @@
+"""Logs of any size in bounded memory (issue 23, finding 8): read in pieces, the tools say what they say whole.
+
+A log past log_chunks.STREAM_FROM_BYTES is read piece by piece: the report in
+two passes (analysis/streamed.py), replay fed to C in pieces
+(trace_stream.py, torchalloc_replay_feed), export in two passes keeping the
+last --max-entries trace entries (export_stream.py). Every check here
+forces that path with pieces of a few records -- so that every block, phase
+occurrence, marker and backward span crosses pieces -- on the test logs,
+and compares it with the whole-log path on the same file. No check times
+anything.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import lzma
+import pickle
+import random
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from torchalloc import cli, log_chunks, trace_stream
+from torchalloc.analysis import analyze
+from torchalloc.analysis.stream_pass import EXACT_LIFETIMES, Lifetimes
+from torchalloc.analysis.streamed import analyze_streamed
+from torchalloc.export import keep_last, to_snapshot
+from torchalloc.export_stream import to_snapshot_streamed
+from torchalloc.log import read_log
+from torchalloc.log_chunks import ChunkedLog
+from torchalloc.report import render_text
+from torchalloc.report_html import render_html
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from report_demo import demo_log  # noqa: E402
+from synthfile import write_log as write_synth  # noqa: E402
+from synthlog import ADAM, LINEAR, MODULE, TENSOR, MiB, SynthLog  # noqa: E402
+from test_analysis import main, training_log  # noqa: E402
+from test_every_log import write_log as write_child  # noqa: E402
+from test_log_decode import synth  # noqa: E402
+from test_log_integrity import flipped, sealed  # noqa: E402
+
+BUNDLED = HERE.parent / "torchalloc" / "data" / "phases_trace.talog.xz"
+
+
+# ---------------------------------------------------------------------------
+# The logs: hand-made scenarios written as files, logs of the library, the bundled one
+# ---------------------------------------------------------------------------
+
+
+def _reasons() -> SynthLog:
+    """Every stack rule, a loop rebinding, saved for backward seen from frames, a lost free, frees of blocks from
+    before the log, a double free, a second device, and a fragmentation OOM."""
+    L = SynthLog()
+    L._row(kind=2, addr=0x900000, size=3 * MiB, block_size=3 * MiB, stack=0)  # allocated before the log
+    L.segment(0, 64 * MiB)
+    s10 = L.stack(main(10))
+    L.alloc(0, MiB, s10)
+    L.free(0, s10)  # temporary
+    L.alloc(MiB, MiB, L.stack(("/home/u/train.py", 3, "f"), main(12)))
+    L.free(MiB, L.stack(main(12)))  # freed when f returned
+    s20, s21 = L.stack(main(20)), L.stack(main(21))
+    for k in range(3):  # for ...: x = x + 1; y = x * 2
+        L.alloc((2 + k) * MiB, MiB, s20)
+        L.alloc(8 * MiB, MiB, s21)
+        L.free(8 * MiB, s21)
+        if k:
+            L.free((1 + k) * MiB, s20)
+    L.alloc(16 * MiB, 2 * MiB, L.stack((LINEAR, 125, "forward"), (MODULE, 1750, "_call_impl"), main(30)))
+    L.alloc(20 * MiB, MiB, L.stack(main(31)))
+    L.alloc(20 * MiB, MiB, L.stack(main(32)))  # the free of the first was lost
+    L.free(20 * MiB, L.stack(main(33)))
+    bw = L.stack((TENSOR, 500, "backward"), main(40))
+    L.alloc(24 * MiB, MiB, bw)
+    L.free(16 * MiB, 0, tid=2)  # freed by autograd while a Python thread is inside Tensor.backward
+    L.free(24 * MiB, bw)
+    L._row(kind=2, addr=0x910000, size=MiB, block_size=MiB, stack=0)  # before the log too
+    L._row(kind=2, addr=0x910000, size=MiB, block_size=MiB, stack=0)  # and freed twice
+    L._row(kind=1, addr=0x5000000, size=MiB, block_size=MiB, stack=s10, device=1)  # another device
+    for s in range(3):  # three 20 MiB segments, each 6 + 6 + 6 MiB, the middle block kept
+        base = (64 + s * 32) * MiB
+        L.segment(base, 20 * MiB)
+        for k in range(3):
+            L.alloc(base + k * 6 * MiB, 6 * MiB, L.stack(main(50)))
+    for s in range(3):
+        base = (64 + s * 32) * MiB
+        L.free(base, L.stack(main(51)))
+        L.free(base + 12 * MiB, L.stack(main(51)))
+    L.oom(12 * MiB, 124 * MiB, L.stack(main(52)))
+    L.mark("after the oom")
+    return L
+
+
+def _phases_without_stacks() -> SynthLog:
+    """Phases that repeat and nest, a workspace-sized block, blocks handed on between phases, no stacks."""
+    L = SynthLog()
+    L.begin("model")
+    L.alloc(0, 4 * MiB)
+    L.alloc(4 * MiB, 4 * MiB)
+    L.end()
+    for step in range(4):
+        L.mark(f"step {step}")
+        L.begin("forward")
+        if step == 0:
+            L.alloc(64 * MiB, 32 * MiB)
+            L.alloc(96 * MiB, 1 * MiB)
+        L.alloc(16 * MiB, (2 + step) * MiB)
+        L.begin("attention")
+        L.alloc(24 * MiB, MiB)
+        L.free(24 * MiB)
+        L.end()
+        L.end()
+        L.begin("backward")
+        L.free(16 * MiB)
+        L.alloc(32 * MiB, 4 * MiB)
+        if step:
+            L.free(32 * MiB)
+        L.end()
+        L.begin("optimizer")
+        L.alloc(40 * MiB + step * MiB, MiB)
+        L.alloc(48 * MiB, 2 * MiB)
+        L.free(48 * MiB)
+        L.end()
+    return L
+
+
+SCENARIOS = {"training": lambda: training_log(steps=3), "oom_demo": demo_log, "reasons": _reasons,
+             "phases": _phases_without_stacks}
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Each scenario as a file, logs the library wrote (with and without stacks and phases, closed and killed),
+    and the bundled log."""
+    d = tmp_path_factory.mktemp("streamed")
+    out = {name: write_synth(make(), d / f"{name}.talog", start_ns=10**9) for name, make in SCENARIOS.items()}
+    for policy, stacks, phases, mode in (("caching", 1, 1, "exit"), ("phase_arena", 0, 1, "kill"),
+                                         ("caching", 1, 0, "kill"), ("exact", 0, 0, "exit")):
+        name = f"{policy}_{stacks}{phases}_{mode}"
+        out[name] = write_child(d / f"{name}.talog", policy, stacks, phases, mode)
+    out["bundled"] = BUNDLED
+    return out
+
+
+def _chunk(name: str) -> int:
+    """Pieces of a few records; a killed writer's file holds megabytes of zeros, read in larger ones."""
+    return 4096 if name == "bundled" else 64 if "kill" in name else 5
+
+
+# ---------------------------------------------------------------------------
+# The reader
+# ---------------------------------------------------------------------------
+
+
+def _same_as_read_log(source: object, chunk: int) -> None:
+    whole = read_log(source)  # type: ignore[arg-type]
+    pieces = ChunkedLog(source, chunk)  # type: ignore[arg-type]
+    got = [r.copy() for _, r in pieces.chunks()]
+    records = np.concatenate(got) if got else whole.records[:0]
+    assert records.tobytes() == whole.records.tobytes()
+    assert (pieces.strings, pieces.frames, pieces.stacks, pieces.phase_names) == \
+           (whole.strings, whole.frames, whole.stacks, whole.phase_names)
+    assert (pieces.damage, pieces.truncated, pieces.complete, pieces.writer) == \
+           (whole.damage, whole.truncated, whole.complete, whole.writer)
+
+
+@pytest.mark.parametrize("name", ["training", "reasons", "caching_11_exit", "phase_arena_01_kill", "bundled"])
+def test_the_reader_in_pieces_gives_what_read_log_gives(logs: dict[str, Path], name: str) -> None:
+    for chunk in (1, 3, 64) if name != "bundled" else (4096,):
+        _same_as_read_log(logs[name], chunk if "kill" not in name or chunk > 3 else 64)
+
+
+def test_the_reader_in_pieces_on_damaged_logs(tmp_path: Path) -> None:
+    """Every kind of damage read_log reports, at every piece size: the same records kept, the same notes."""
+    rng = random.Random(23)
+    v1 = synth(40)
+    v2 = sealed(synth(40))
+    cases = [v1, v2, v1[:-10], v2[: 128 + 64 * 17 + 30]]
+    torn = bytearray(synth(40, status=0))
+    torn[-1] = 0  # the end record never got its kind
+    cases.append(bytes(torn) + bytes(64 * 50))
+    hole = bytearray(v2)
+    hole[128 + 64 * 9: 128 + 64 * 10] = bytes(64)  # reserved, never written
+    cases.append(bytes(hole))
+    for field, value in ((slice(8, 16), struct.pack("<Q", 999)), (slice(63, 64), b"\xc8")):
+        bad = bytearray(v1)
+        bad[128 + 64 * 30 + field.start: 128 + 64 * 30 + field.stop] = value
+        cases.append(bytes(bad))
+    cases += [flipped(v2, rng.randrange(128 * 8, len(v2) * 8)) for _ in range(12)]
+    short = bytearray(synth(40, status=1))
+    short[64:72] = struct.pack("<Q", len(short) + 640)  # the header says the writer wrote more
+    cases.append(bytes(short))
+    extra = bytearray(synth(40, status=1)) + bytes(64) * 3  # bytes after the end the writer declared
+    cases.append(bytes(extra))
+    for k, data in enumerate(cases):
+        for chunk in (1, 2, 7, 1 << 10):
+            _same_as_read_log(data, chunk)
+        path = tmp_path / f"case{k}.talog"
+        path.write_bytes(data)
+        _same_as_read_log(path, 3)
+    packed = tmp_path / "v2.talog.xz"
+    packed.write_bytes(lzma.compress(v2))
+    _same_as_read_log(packed, 4)
+
+
+def test_the_tail_probe_finds_the_last_event(logs: dict[str, Path]) -> None:
+    for name in ("training", "caching_11_exit", "phase_arena_01_kill"):
+        whole = read_log(logs[name])
+        assert ChunkedLog(logs[name]).last_event_time(None) == int(whole.records["time_ns"][-1])
+
+
+def test_large_logs_are_recognised_by_size_and_content(tmp_path: Path) -> None:
+    log = tmp_path / "x.talog"
+    log.write_bytes(synth(40))
+    assert log_chunks.is_large_log(log, threshold=1024)
+    assert not log_chunks.is_large_log(log, threshold=1 << 30)
+    other = tmp_path / "x.txt"
+    other.write_bytes(b"not a log" * 1000)
+    assert not log_chunks.is_large_log(other, threshold=1024)
+    packed = tmp_path / "x.talog.xz"
+    packed.write_bytes(lzma.compress(synth(4000)))
+    assert log_chunks.is_large_log(packed, threshold=packed.stat().st_size * 5)
+    assert not log_chunks.is_large_log(tmp_path / "missing.talog", threshold=1)
+
+
+# ---------------------------------------------------------------------------
+# The report
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS) + ["caching_11_exit", "phase_arena_01_kill", "caching_10_kill",
+                                                    "exact_00_exit", "bundled"])
+def test_the_report_in_pieces_is_the_report(logs: dict[str, Path], name: str) -> None:
+    """Text, JSON and the HTML page, byte for byte, and the same answers about other moments."""
+    path = logs[name]
+    whole = analyze(path)
+    streamed = analyze(path, chunk_records=_chunk(name), page=True)
+    assert json.dumps(streamed.to_dict()) == json.dumps(whole.to_dict())
+    assert render_text(streamed) == render_text(whole)
+    assert render_html(streamed) == render_html(whole)
+    for at in ("peak_reserved", "end", 0.0, "1e-3", "step 1"):
+        try:
+            expected = whole.anatomy(at)
+        except ValueError as e:
+            with pytest.raises(ValueError, match=str(e)[:20]):
+                streamed.anatomy(at)
+            continue
+        assert streamed.anatomy(at) == expected  # not named in advance: one more pass
+
+
+def test_moments_named_in_advance_need_no_more_pass(logs: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    path = logs["training"]
+    whole = analyze(path)
+    at = ["after forward 1", 2.5e-5, "peak_reserved"]
+    streamed = analyze_streamed(path, chunk_records=5, at=at)
+    from torchalloc.analysis import streamed as module
+
+    def no_pass(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a moment named in advance needed another pass")
+
+    monkeypatch.setattr(module, "run_pass", no_pass)
+    monkeypatch.setattr(module, "scan", no_pass)
+    for x in at:
+        assert streamed.anatomy(x) == whole.anatomy(x)
+
+
+def test_the_cli_reads_a_large_log_in_pieces(logs: dict[str, Path], tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past STREAM_FROM_BYTES `torchalloc report` takes the streamed path; what it prints does not change."""
+    path = logs["training"]
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                status = cli.main(list(argv))
+            except SystemExit as e:
+                status = int(e.code or 0)
+        return status, out.getvalue(), err.getvalue()
+
+    args = [("report", str(path), "--at", "step 1", "--at", "2e-5"), ("report", str(path), "--json"),
+            ("report", str(path), "--html", str(tmp_path / "r.html")),
+            ("replay", str(path), "--policies", "caching,phase_arena+expandable"),
+            ("export", str(path), "-o", str(tmp_path / "s.pickle"), "--max-entries", "10")]
+    before = [run(*a) for a in args]
+    page = (tmp_path / "r.html").read_text()
+    snap = (tmp_path / "s.pickle").read_bytes()
+    monkeypatch.setattr(log_chunks, "STREAM_FROM_BYTES", 1024)
+    calls = []
+    real = log_chunks.ChunkedLog.chunks
+
+    def counted(self: ChunkedLog):  # type: ignore[no-untyped-def]
+        calls.append(self.chunk_records)
+        return real(self)
+
+    monkeypatch.setattr(log_chunks.ChunkedLog, "chunks", counted)
+    after = [run(*a) for a in args]
+    assert calls, "the streamed path was not taken"
+    for (s0, o0, e0), (s1, o1, e1) in zip(before, after):
+        assert (s1, e1) == (s0, e0)
+        if not o0.startswith("trace:"):
+            assert o1 == o0
+        else:  # replay: the same table (its speed line measures this run)
+            assert [line for line in o1.splitlines() if "speed" not in line] == \
+                   [line for line in o0.splitlines() if "speed" not in line]
+    assert (tmp_path / "r.html").read_text() == page
+    assert (tmp_path / "s.pickle").read_bytes() == snap
+
+
+def test_a_lifetime_median_from_the_histogram_is_within_its_bin() -> None:
+    rng = np.random.default_rng(7)
+    for values in (rng.integers(0, 5000, 3 * EXACT_LIFETIMES), rng.lognormal(12, 3, 2 * EXACT_LIFETIMES + 1),
+                   np.full(EXACT_LIFETIMES + 5, 123456789)):
+        ns = np.asarray(values, dtype=np.int64)
+        lives = Lifetimes()
+        for part in np.array_split(ns, 7):
+            lives.add(part)
+        assert lives.hist is not None  # past EXACT_LIFETIMES: the histogram
+        exact = float(np.median(ns / 1e9))
+        assert abs(lives.median_s() - exact) <= exact * 2.0 ** -11 + 1e-9
+    small = Lifetimes()
+    small.add(np.array([5, 1, 9, 3], dtype=np.int64))
+    assert small.median_s() == float(np.median(np.array([5, 1, 9, 3]) / 1e9))
+
+
+# ---------------------------------------------------------------------------
+# Replay and export
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["training", "reasons", "caching_10_kill", "bundled"])
+def test_a_trace_in_pieces_replays_as_the_whole_one(logs: dict[str, Path], name: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchalloc.replay import report_json, run
+    from torchalloc.trace import load_trace
+
+    whole = load_trace(logs[name])
+    if whole.events.dtype != trace_stream.EVENT_DTYPE:  # a log opened mid-run: trace_log's own bug (issue 23, 2)
+        padded = np.zeros(len(whole.events), dtype=trace_stream.EVENT_DTYPE)
+        for f in whole.events.dtype.names:
+            padded[f] = whole.events[f]
+        whole.events = padded
+    monkeypatch.setattr(trace_stream, "IN_MEMORY_EVENTS", 16)  # a temporary file from 16 events on
+    pieces = trace_stream.load_log_streamed(logs[name], chunk_records=_chunk(name))
+    spill = pieces.chunks.path
+    for field in ("device", "peak_requested", "peak_rounded", "unknown_frees", "replaced_allocs", "prelude",
+                  "native_peak_reserved", "native_label", "native_ooms", "notes", "rank", "phase_names"):
+        assert getattr(pieces, field) == getattr(whole, field), field
+    assert np.array_equal(pieces.native_pos, whole.native_pos)
+    assert all(np.array_equal(pieces.chunks.array()[f], whole.events[f]) for f in whole.events.dtype.names)
+    policies = ["caching", "phase_arena+compact", "exact"]
+    assert report_json(run(pieces, policies, 64 << 20, series_len=50)) == \
+           report_json(run(whole, policies, 64 << 20, series_len=50))
+    assert spill is not None and Path(spill).exists()
+    pieces.chunks.close()
+    assert not Path(spill).exists()
+
+
+def test_replay_takes_any_number_of_stream_pool_pairs() -> None:
+    """5000 (stream, pool) pairs each get an expandable segment reserving 1 TiB of addresses: the simulated
+    device used to run out of them at the 4096th (every +expandable and +compact run aborted)."""
+    from torchalloc.replay import replay_once
+    from torchalloc.trace import from_arrays
+
+    pairs = 5000
+    s = np.arange(pairs)
+    kind = np.concatenate((np.full(pairs, 1), np.full(pairs, 2)))
+    addr = np.concatenate((s, s)) * 4096 + 4096
+    size = np.concatenate((np.where(s % 2, 512, 4 * MiB), np.zeros(pairs)))
+    trace = from_arrays(kind, addr, size, stream=np.concatenate((s // 2, s // 2)))
+    for policy in ("caching+expandable", "phase_arena+compact"):
+        result, _ = replay_once(trace, policy, 0)
+        assert not result["oom"] and result["events"] == 2 * pairs
+        assert result["peak_requested"] == (pairs // 2) * (4 * MiB + 512)
+
+
+@pytest.mark.parametrize("name", ["training", "reasons", "phase_arena_01_kill", "bundled"])
+def test_export_in_pieces_is_the_export(logs: dict[str, Path], name: str) -> None:
+    for cap in (0, 9, 100_000):
+        snap, notes = to_snapshot(__import__("torchalloc.analysis", fromlist=["load"]).load(logs[name]))
+        totals = keep_last(snap, cap)
+        streamed, s_notes, s_totals = to_snapshot_streamed(logs[name], cap, chunk_records=_chunk(name))
+        assert pickle.dumps(streamed) == pickle.dumps(snap)
+        assert s_totals == totals
+        table_notes = __import__("torchalloc.analysis", fromlist=["load"]).load(logs[name]).notes
+        assert s_notes == list(table_notes) + notes
+
+
+def test_export_keeps_the_last_entries_and_says_so(logs: dict[str, Path], tmp_path: Path) -> None:
+    """--max-entries N keeps each device's last N trace entries, as PyTorch's ring buffer does; the segments and
+    blocks at the end stay complete; 0 keeps everything."""
+    from torchalloc.export import check_snapshot
+
+    path = logs["caching_11_exit"]
+    out = tmp_path / "s.pickle"
+
+    def export(*extra: str) -> tuple[dict, str]:
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            assert cli.main(["export", str(path), "-o", str(out), *extra]) == 0
+        return pickle.loads(out.read_bytes()), err.getvalue()
+
+    everything, said = export("--max-entries", "0")
+    total = len(everything["device_traces"][0])
+    assert f": {total} trace entries," in said and "the last" not in said
+    cut, said = export("--max-entries", "10")
+    assert cut["device_traces"][0] == everything["device_traces"][0][-10:]
+    assert f"the last 10 of {total} trace entries" in said and "ring buffer" in said
+    assert cut["segments"] == everything["segments"] and check_snapshot(cut) == []
+    default, said = export()
+    assert len(default["device_traces"][0]) == min(total, 100_000)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit):
+        cli.main(["export", str(path), "-o", str(out), "--max-entries", "-1"])
+    assert "--max-entries -1" in err.getvalue()
