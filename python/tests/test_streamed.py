@@ -130,7 +130,7 @@ def _phases_without_stacks() -> SynthLog:
 
 
 SCENARIOS = {"training": lambda: training_log(steps=3), "oom_demo": demo_log, "reasons": _reasons,
-             "phases": _phases_without_stacks}
+             "phases": _phases_without_stacks, "empty": SynthLog}
 
 
 @pytest.fixture(scope="module")
@@ -320,9 +320,9 @@ def test_a_lifetime_median_from_the_histogram_is_within_its_bin() -> None:
         lives = Lifetimes()
         for part in np.array_split(ns, 7):
             lives.add(part)
-        assert lives.hist is not None  # past EXACT_LIFETIMES: the histogram
+        assert lives.hist  # past EXACT_LIFETIMES: the histogram
         exact = float(np.median(ns / 1e9))
-        assert abs(lives.median_s() - exact) <= exact * 2.0 ** -11 + 1e-9
+        assert abs(lives.median_s() - exact) <= exact * 2.0 ** -9 + 1e-9
     small = Lifetimes()
     small.add(np.array([5, 1, 9, 3], dtype=np.int64))
     assert small.median_s() == float(np.median(np.array([5, 1, 9, 3]) / 1e9))

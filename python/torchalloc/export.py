@@ -297,10 +297,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         problem = f"--max-entries {args.max_entries}: give a number of entries, or 0 to keep them all"
     if problem or bad_output:
         fail(parser.prog, problem or f"-o {bad_output}")
-    from .log_chunks import ChunkedLog, is_large_log
+    from .log_chunks import EXPORT_SHARE, ChunkedLog, is_large_log
 
     try:  # a large log is read in pieces, twice, when its snapshot is built; here only its header
-        sources = [ChunkedLog(p) if is_large_log(p) else load(p) for p in logs]
+        sources = [ChunkedLog(p) if is_large_log(p, share=EXPORT_SHARE) else load(p) for p in logs]
     except LogFormatError as e:
         fail(parser.prog, str(e))
     from .job import assign_ranks

@@ -55,18 +55,22 @@ from .log import (
 __all__ = ["ChunkedLog", "DEFAULT_CHUNK_RECORDS", "STREAM_FROM_BYTES", "is_large_log"]
 
 DEFAULT_CHUNK_RECORDS = 1 << 18  # 16 MiB of log per piece (larger pieces: more memory, no faster)
-# From this size on the tools read a log in pieces: decoded whole, a log takes several times its size in
-# memory (the report about 14x, export 30x). A compressed log: from a tenth of it (compressed size).
+# From this size on `torchalloc report` reads a log in pieces: decoded whole, a log takes about 4.5 times its
+# size in memory (1.2 GB at this size). Export (10 times its size whole) and replay give exactly what they give
+# whole when they read in pieces, and do from an eighth and a quarter of it. A compressed log: from a tenth of
+# each (compressed size).
 STREAM_FROM_BYTES = 256 << 20
+EXPORT_SHARE, REPLAY_SHARE = 8, 4
 _ITEM = np.dtype((np.void, RECORD_SIZE))
 _OPENERS = ((b"\x1f\x8b", gzip.open), (b"\xfd7zXZ\x00", lzma.open), (b"BZh", bz2.open))
 _STREAM_ERRORS = (EOFError, OSError, lzma.LZMAError, zlib.error, ValueError)
 
 
-def is_large_log(path: Union[str, os.PathLike[str]], threshold: int | None = None) -> bool:
-    """Whether `path` is a torchalloc log to read in pieces (STREAM_FROM_BYTES's sizes); False for anything else."""
+def is_large_log(path: Union[str, os.PathLike[str]], threshold: int | None = None, share: int = 1) -> bool:
+    """Whether `path` is a torchalloc log of `threshold` bytes or more (default: STREAM_FROM_BYTES / `share`): one to
+    read in pieces; False for anything else."""
     if threshold is None:
-        threshold = STREAM_FROM_BYTES
+        threshold = STREAM_FROM_BYTES // share
     try:
         if not os.path.isfile(path):
             return False

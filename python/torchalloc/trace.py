@@ -55,9 +55,9 @@ def load_trace(path: str | os.PathLike[str], *, device: int | None = None, prelu
     """Load a PyTorch memory snapshot or a torchalloc log (recognised by content, not by name). A log too large
     to hold decoded comes in pieces (trace_stream.py: `Trace.chunks`)."""
     p = Path(path)
-    from .log_chunks import is_large_log
+    from .log_chunks import REPLAY_SHARE, is_large_log
 
-    if is_large_log(p):
+    if is_large_log(p, share=REPLAY_SHARE):
         from .trace_stream import load_log_streamed
 
         return load_log_streamed(p, device=device, prelude=prelude, what=str(p))

@@ -35,7 +35,8 @@ from .stream_table import Carry, Piece, device_pieces, pair_piece
 
 R = REASON_CODE
 EXACT_LIFETIMES = 1 << 16  # a lifetime row's blocks whose lifetimes are kept exactly; past it, a histogram
-MANTISSA_BITS = 12  # the histogram's bins: 2^12 per power of two (0.02 % wide)
+EXACT_BUDGET = 1 << 22  # exact lifetimes kept over all rows (32 MiB): past it, the largest rows go to histograms
+MANTISSA_BITS = 10  # the histogram's bins: 2^10 per power of two (0.1 % wide)
 # The estimate's terms (estimate.estimate), each the categories whose live bytes peak together.
 ESTIMATE_TERMS: dict[str, tuple[Category, ...]] = {
     "parameters": (Category.PARAMETERS,),
@@ -65,41 +66,55 @@ class Wanted:
 
 
 class Lifetimes:
-    """A lifetime row's lifetimes: exact while few, then a histogram with 0.02 % wide bins (its median within
-    that of the exact one)."""
+    """A lifetime row's lifetimes (ns): exact while few, then a histogram with bins 0.1 % wide (its median within a
+    bin of the exact one), kept as two arrays (bin keys, counts)."""
 
     def __init__(self) -> None:
         self.exact: list[np.ndarray] = []
         self.count = 0
-        self.hist: dict[int, int] | None = None
+        self.keys: np.ndarray | None = None  # None: exact
+        self.counts = np.zeros(0, dtype=np.int64)
+
+    @property
+    def hist(self) -> bool:
+        return self.keys is not None
+
+    @property
+    def exact_count(self) -> int:
+        return 0 if self.hist else self.count
 
     def add(self, ns: np.ndarray) -> None:
         self.count += ns.size
-        if self.hist is None:
+        if self.keys is None:
             self.exact.append(ns)
             if self.count > EXACT_LIFETIMES:
-                self.hist = {}
-                self._bin(np.concatenate(self.exact))
-                self.exact = []
+                self.to_histogram()
         else:
             self._bin(ns)
 
+    def to_histogram(self) -> None:
+        if self.keys is None:
+            self.keys = np.zeros(0, dtype=np.int64)
+            self._bin(np.concatenate(self.exact) if self.exact else np.zeros(0, dtype=np.int64))
+            self.exact = []
+
     def _bin(self, ns: np.ndarray) -> None:
-        assert self.hist is not None
+        assert self.keys is not None
         keys, counts = np.unique(_bin_of(ns), return_counts=True)
-        for k, c in zip(keys.tolist(), counts.tolist()):
-            self.hist[k] = self.hist.get(k, 0) + c
+        merged = np.concatenate((self.keys, keys))
+        uniq, inv = np.unique(merged, return_inverse=True)
+        total = np.zeros(uniq.size, dtype=np.int64)
+        np.add.at(total, inv.reshape(-1), np.concatenate((self.counts, counts)))
+        self.keys, self.counts = uniq, total
 
     def median_s(self) -> float:
         """np.median of the lifetimes in seconds (exactly, or from the histogram's bins)."""
-        if self.hist is None:
+        if self.keys is None:
             return float(np.median(np.concatenate(self.exact) / 1e9))
-        keys = np.array(sorted(self.hist), dtype=np.int64)
-        counts = np.array([self.hist[k] for k in keys.tolist()], dtype=np.int64)
-        cum = np.cumsum(counts)
+        cum = np.cumsum(self.counts)
         n = int(cum[-1])
-        lo = _bin_value(keys[np.searchsorted(cum, (n - 1) // 2, side="right")])
-        hi = _bin_value(keys[np.searchsorted(cum, n // 2, side="right")])
+        lo = _bin_value(self.keys[np.searchsorted(cum, (n - 1) // 2, side="right")])
+        hi = _bin_value(self.keys[np.searchsorted(cum, n // 2, side="right")])
         return (lo + hi) / 2 / 1e9
 
 
@@ -198,6 +213,7 @@ class _Pass:
             for a, b in zip(cut[:-1].tolist(), cut[1:].tolist()):
                 self.occ_rows[int(ph[a])] = order[a:b]
         self.groups: dict[tuple[int, int, int, int, int, int], Group] = {}
+        self.exact_total = 0
         self.alloc_stack_set: list[np.ndarray] = [np.zeros(1, dtype=np.int64)] if self.O else []
         self.rest_pair_set: list[np.ndarray] = []
         self.allocated: dict[int, list[int]] = {}
@@ -470,9 +486,15 @@ class _Pass:
                 grp.persistent = True
             elif life is not None:
                 lm = life[members]
+                before = grp.lives.exact_count
                 grp.lives.add(lm)
+                self.exact_total += grp.lives.exact_count - before
                 if (lm < 0).any():
                     grp.negative = True
+            while self.exact_total > EXACT_BUDGET:  # the row keeping the most exact lifetimes goes to a histogram
+                most = max(self.groups.values(), key=lambda x: x.lives.exact_count)
+                self.exact_total -= most.lives.exact_count
+                most.lives.to_histogram()
             j = int(members[np.argmin(k[members])])
             if int(k[j]) < grp.first:
                 grp.first = int(k[j])

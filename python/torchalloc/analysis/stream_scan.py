@@ -580,6 +580,8 @@ class _Scanner:
                      (peak_i,) + peak_at, (rpeak_i,) + rpeak_at]
             samples, sample_cum, sample_raw, sample_ns = sampler.finish(extra)
         empty = np.zeros(0, dtype=np.int64)
+        if not n:
+            samples = empty
         return Scan(
             device=device if device is not None else (devices[0] if devices else 0), devices=devices, n=n,
             first_ns=first_ns, last_ns=last_ns, has_stacks=has_stacks, peak_i=peak_i if n else 0,
