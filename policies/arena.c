@@ -44,31 +44,32 @@ static ta_noinline ta_stream_bins *add_stream(ta_arena *a, cudaStream_t stream) 
   }
   ta_stream_bins *s = &a->streams[a->nstreams];
   s->stream = stream;
-  s->pool[0] = NULL;
+  s->pool[0] = s->pool[TA_POOL_SMALL] = s->pool[TA_POOL_LARGE] = NULL; /* made on first use: 43 KiB each */
   s->expandable[0] = s->expandable[TA_POOL_SMALL] = s->expandable[TA_POOL_LARGE] = NULL;
-  s->pool[TA_POOL_SMALL] = calloc(1, sizeof(ta_bins));
-  s->pool[TA_POOL_LARGE] = calloc(1, sizeof(ta_bins));
-  if (!s->pool[TA_POOL_SMALL] || !s->pool[TA_POOL_LARGE]) {
-    free(s->pool[TA_POOL_SMALL]);
-    free(s->pool[TA_POOL_LARGE]);
-    return NULL;
-  }
   a->last = a->nstreams++;
   return s;
 }
 
-/* The free index of `stream`; created on first use. NULL only when host
+/* bins_for's slow path: another stream, or a pool of the stream not used yet. */
+static ta_noinline ta_bins *bins_slow(ta_arena *a, cudaStream_t stream, int pool) {
+  size_t i = 0;
+  while (i < a->nstreams && a->streams[i].stream != stream) i++;
+  ta_stream_bins *s = i < a->nstreams ? &a->streams[i] : add_stream(a, stream);
+  if (!s) return NULL;
+  a->last = (size_t)(s - a->streams);
+  if (!s->pool[pool]) s->pool[pool] = calloc(1, sizeof(ta_bins));
+  return s->pool[pool];
+}
+
+/* The free index of `stream` and `pool`; created on first use (a trace may
+ * name thousands of streams, most with one pool). NULL only when host
  * memory runs out. Linear search: a process uses a handful of streams. */
 static inline ta_bins *bins_for(ta_arena *a, cudaStream_t stream, int pool) {
-  if (ta_likely(a->nstreams && a->streams[a->last].stream == stream)) return a->streams[a->last].pool[pool];
-  for (size_t i = 0; i < a->nstreams; i++) {
-    if (a->streams[i].stream == stream) {
-      a->last = i;
-      return a->streams[i].pool[pool];
-    }
+  if (ta_likely(a->nstreams && a->streams[a->last].stream == stream)) {
+    ta_bins *bins = a->streams[a->last].pool[pool];
+    if (ta_likely(bins != NULL)) return bins;
   }
-  ta_stream_bins *s = add_stream(a, stream);
-  return s ? s->pool[pool] : NULL;
+  return bins_slow(a, stream, pool);
 }
 
 /* Every block enters and leaves a free index through these two, so the
