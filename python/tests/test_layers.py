@@ -85,8 +85,11 @@ LAYERS: dict[str, str] = {
     "torchalloc.analysis.ooms": TOOL,
     "torchalloc.analysis.wording": TOOL,
     "torchalloc.analysis.stream_table": TOOL,
+    "torchalloc.analysis.stream_running": TOOL,
     "torchalloc.analysis.stream_scan": TOOL,
+    "torchalloc.analysis.stream_notes": TOOL,
     "torchalloc.analysis.stream_blocks": TOOL,
+    "torchalloc.analysis.stream_groups": TOOL,
     "torchalloc.analysis.stream_pass": TOOL,
     "torchalloc.analysis.streamed": TOOL,
     "torchalloc.analysis.result": TOOL,
@@ -104,9 +107,9 @@ ANALYSIS_STAGES: list[tuple[str, ...]] = [
     ("derived",),  # the stages above, run for one device
     ("anatomy", "lifetimes", "phase_summary", "estimate", "ooms"),  # result rows
     ("wording",),
-    ("stream_table",),  # the same sections for a log read in pieces: two passes
+    ("stream_table", "stream_running", "stream_groups"),  # the same sections for a log read in pieces: two passes
     ("stream_scan",),
-    ("stream_blocks",),
+    ("stream_notes", "stream_blocks"),
     ("stream_pass",),
     ("streamed",),
     ("result",),  # Analysis, analyze

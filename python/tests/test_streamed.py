@@ -26,7 +26,7 @@ import pytest
 
 from torchalloc import cli, log_chunks, trace_stream
 from torchalloc.analysis import analyze
-from torchalloc.analysis.stream_pass import EXACT_LIFETIMES, Lifetimes
+from torchalloc.analysis.stream_groups import EXACT_LIFETIMES, Lifetimes
 from torchalloc.analysis.streamed import analyze_streamed
 from torchalloc.export import keep_last, to_snapshot
 from torchalloc.export_stream import to_snapshot_streamed
@@ -39,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from report_demo import demo_log  # noqa: E402
 from synthfile import write_log as write_synth  # noqa: E402
-from synthlog import ADAM, LINEAR, MODULE, TENSOR, MiB, SynthLog  # noqa: E402
+from synthlog import LINEAR, MODULE, TENSOR, MiB, SynthLog  # noqa: E402
 from test_analysis import main, training_log  # noqa: E402
 from test_every_log import write_log as write_child  # noqa: E402
 from test_log_decode import synth  # noqa: E402

@@ -19,7 +19,7 @@ import numpy as np
 
 from ._records import ALLOC, FREE, OOM, SEGMENT_ALLOC, SEGMENT_EXPANDABLE, SEGMENT_FREE
 from .analysis.stream_table import Carry, Piece, PieceTable, pair_piece
-from .analysis.streamed import table_notes
+from .analysis.stream_notes import table_notes
 from .log_chunks import DEFAULT_CHUNK_RECORDS, ChunkedLog
 from .export import _frames, _map_range, _segments_at_end, settings
 

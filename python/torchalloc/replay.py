@@ -42,7 +42,7 @@ import numpy as np
 from . import _lib
 from ._lib import ReplayError
 from ._records import POLICY_NAMES
-from .trace import ALLOC, EVENT_DTYPE, Trace, TraceError, load_trace
+from .trace import EVENT_DTYPE, Trace, TraceError, load_trace
 from .units import GiB, fmt_bytes, parse_bytes
 
 # every policy the library has, in its registry's order, then those that can grow expandable segments with

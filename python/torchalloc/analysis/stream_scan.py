@@ -28,10 +28,9 @@ from .._records import ALLOC, FREE, MARKER, OOM, OOM_DEVICE, PHASE_BEGIN, PHASE_
 from ..log_chunks import ChunkedLog
 from .frames import BACKWARD_FRAME, Frame, has_frame
 from .roles import phase_role
+from .stream_running import INT_MAX, INT_MIN, Backward, Bits, Grow, GrowEnd, Occurrences, Sampler
 from .stream_table import Carry, Piece, PieceTable, pair_piece
 
-INT_MIN = np.iinfo(np.int64).min
-INT_MAX = np.iinfo(np.int64).max
 PHASE_IDS = 1 << 16  # the phase field is a u16
 
 # Per block (by ordinal): what the first pass learns of it.
@@ -45,110 +44,6 @@ BIT_PERSISTENT = 32  # never ended: live at the end of the log
 
 MARKERS_KEPT = 10000  # markers listed in the timeline (the first ones); every label keeps its first index
 OOMS_KEPT = 1000  # OOM records diagnosed (the first ones)
-
-
-class _Bits:
-    """One byte per block ordinal, growing as blocks are made; bits OR-ed in at any ordinal made so far."""
-
-    def __init__(self) -> None:
-        self.arr = np.zeros(1 << 16, dtype=np.uint8)
-        self.n = 0
-
-    def append(self, values: np.ndarray) -> None:
-        need = self.n + len(values)
-        if need > len(self.arr):
-            grown = np.zeros(max(need, len(self.arr) * 3 // 2), dtype=np.uint8)
-            grown[: self.n] = self.arr[: self.n]
-            self.arr = grown
-        self.arr[self.n: need] = values
-        self.n = need
-
-    def set(self, ordinals: np.ndarray, values: np.ndarray) -> None:
-        if len(ordinals):
-            np.bitwise_or.at(self.arr, ordinals, values)
-
-    def array(self) -> np.ndarray:
-        return self.arr[: self.n].copy()
-
-
-class _GrowEnd:
-    """Per occurrence row, its end index (INT_MAX until its end is read) and that end's time; grows as
-    occurrences begin."""
-
-    def __init__(self) -> None:
-        self.arr = np.full(1 << 10, INT_MAX, dtype=np.int64)
-        self.ns = np.zeros(1 << 10, dtype=np.int64)
-        self.n = 0
-
-    def extend(self, k: int) -> None:
-        if self.n + k > len(self.arr):
-            size = max(self.n + k, 2 * len(self.arr))
-            arr, ns = np.full(size, INT_MAX, dtype=np.int64), np.zeros(size, dtype=np.int64)
-            arr[: self.n], ns[: self.n] = self.arr[: self.n], self.ns[: self.n]
-            self.arr, self.ns = arr, ns
-        self.n += k
-
-    def set(self, row: int, end: int, ns: int) -> None:
-        self.arr[row], self.ns[row] = end, ns
-
-
-class _Occurrences:
-    """blocks.phase_occurrences' ends, in one pass: an occurrence ends at the first phase_end of its (phase,
-    occurrence number) anywhere in the log. Only the open occurrences are kept by key; a key seen again (a
-    damaged or hand-made log: an end before its begin, a begin repeated) is looked up among the rows."""
-
-    def __init__(self, ends: _GrowEnd, phases: "_Grow", epochs: "_Grow", begins: "_Grow") -> None:
-        self.ends, self.phases, self.epochs, self.begins = ends, phases, epochs, begins
-        self.open: dict[tuple[int, int], list[int]] = {}
-        self.orphan_ends: dict[tuple[int, int], tuple[int, int]] = {}  # ends before any begin of their key
-        self.max_epoch: dict[int, int] = {}
-        self.first_begin: dict[int, int] = {}
-
-    def _earlier(self, key: tuple[int, int], before: int) -> np.ndarray:
-        """Rows with this key begun before event `before` (the unusual case only: it reads every row)."""
-        ph, ep, b = self.phases.array(), self.epochs.array(), self.begins.array()
-        return np.flatnonzero((ph == key[0]) & (ep == key[1]) & (b < before))
-
-    def piece(self, t: Any, base: int, begin_rows: np.ndarray, end_rows: np.ndarray, new_rows: np.ndarray) -> None:
-        row_of = dict(zip(begin_rows.tolist(), new_rows.tolist()))
-        for r in np.sort(np.concatenate((begin_rows, end_rows))).tolist():
-            key = (int(t.phase[r]), int(t.size[r]))
-            i, ns = base + r, int(t.time_ns[r])
-            if r in row_of:
-                row = row_of[r]
-                self.first_begin.setdefault(key[0], i)
-                fresh = key[1] > self.max_epoch.get(key[0], -1)
-                self.max_epoch[key[0]] = max(key[1], self.max_epoch.get(key[0], -1))
-                if key in self.orphan_ends:
-                    self.ends.set(row, *self.orphan_ends[key])
-                elif not fresh and (key not in self.open):
-                    done = [e for e in self._earlier(key, i).tolist() if self.ends.arr[e] != INT_MAX]
-                    if done:
-                        self.ends.set(row, int(self.ends.arr[done[0]]), int(self.ends.ns[done[0]]))
-                    else:
-                        self.open.setdefault(key, []).append(row)
-                else:
-                    self.open.setdefault(key, []).append(row)
-            elif key in self.open:
-                for row in self.open.pop(key):
-                    self.ends.set(row, i, ns)
-            elif key not in self.orphan_ends and not self._earlier(key, i).size:
-                self.orphan_ends[key] = (i, ns)
-
-
-class _Grow:
-    """An int64 (or other) array that grows by appending pieces."""
-
-    def __init__(self, dtype: Any) -> None:
-        self.parts: list[np.ndarray] = []
-        self.dtype = dtype
-
-    def add(self, values: np.ndarray) -> None:
-        if len(values):
-            self.parts.append(np.asarray(values, dtype=self.dtype))
-
-    def array(self) -> np.ndarray:
-        return np.concatenate(self.parts) if self.parts else np.zeros(0, dtype=self.dtype)
 
 
 @dataclasses.dataclass
@@ -205,111 +100,6 @@ class Scan:
 
 
 # ---------------------------------------------------------------------------
-# Backward detection (classify.backward_mask's stack part), running over pieces
-# ---------------------------------------------------------------------------
-
-
-class _Backward:
-    """Per thread, whether a span "inside Tensor.backward" is open; per event, whether it is covered and
-    counts (no stack, or a flagged one): classify.backward_mask's rule, piece by piece."""
-
-    def __init__(self, stack_of: Any) -> None:
-        self.stack_of = stack_of
-        self.flag: dict[int, bool] = {}
-        self.open: dict[int, bool] = {}  # tid -> span open after the last with-stack event
-        self.seen_flag = False
-
-    def flagged(self, stacks: np.ndarray) -> np.ndarray:
-        uniq, inv = np.unique(stacks, return_inverse=True)
-        for s in uniq.tolist():
-            if s not in self.flag:
-                self.flag[s] = has_frame(tuple(self.stack_of(s)), BACKWARD_FRAME)
-        return np.array([self.flag[s] for s in uniq.tolist()], dtype=bool)[inv.reshape(-1)]
-
-    def piece(self, t: Any) -> np.ndarray:
-        n = len(t)
-        with_stack = np.flatnonzero(((t.kind == ALLOC) | (t.kind == FREE)) & (t.stack != 0))
-        carried = [tid for tid, is_open in self.open.items() if is_open]
-        if with_stack.size == 0 and not carried:
-            return np.zeros(n, dtype=bool)
-        flags = self.flagged(t.stack[with_stack]) if with_stack.size else np.zeros(0, dtype=bool)
-        if flags.any():
-            self.seen_flag = True
-        tids = t.tid[with_stack]
-        order = np.lexsort((with_stack, tids))
-        tid_s, idx_s, flag_s = tids[order], with_stack[order], flags[order]
-        first_of_tid = np.ones(order.size, dtype=bool)
-        first_of_tid[1:] = tid_s[1:] != tid_s[:-1]
-        prev = np.zeros(order.size, dtype=bool)
-        prev[1:] = flag_s[:-1]
-        if order.size:
-            prev[first_of_tid] = [self.open.get(int(x), False) for x in tid_s[first_of_tid].tolist()]
-        delta = np.zeros(n + 1, dtype=np.int64)
-        np.add.at(delta, idx_s[flag_s & ~prev], 1)  # a span opens
-        np.add.at(delta, idx_s[~flag_s & prev], -1)  # ... and ends (exclusive)
-        covered = (len(carried) + np.cumsum(delta[:n])) > 0
-        last_of_tid = np.ones(order.size, dtype=bool)
-        last_of_tid[:-1] = tid_s[1:] != tid_s[:-1]
-        for tid, f in zip(tid_s[last_of_tid].tolist(), flag_s[last_of_tid].tolist()):
-            self.open[tid] = f
-        flagged_event = np.zeros(n, dtype=bool)
-        flagged_event[with_stack[flags]] = True
-        return covered & ((t.stack == 0) | flagged_event)
-
-
-# ---------------------------------------------------------------------------
-# Timeline samples (timeline._sample), running over pieces
-# ---------------------------------------------------------------------------
-
-
-class _Sampler:
-    """timeline._sample with the span known in advance: per time bucket the highest event (the last among
-    equals) and the last event of each run of one bucket."""
-
-    def __init__(self, first_ns: int, last_ns: int, base_ns: int, max_points: int) -> None:
-        self.base = base_ns
-        self.t0 = (first_ns - base_ns) / 1e9
-        self.span = float((last_ns - base_ns) / 1e9 - self.t0) or 1.0
-        self.buckets = max(1, max_points // 2)
-        self.high_v = np.full(self.buckets, INT_MIN, dtype=np.int64)
-        self.high_i = np.full(self.buckets, -1, dtype=np.int64)
-        self.high_raw = np.zeros(self.buckets, dtype=np.int64)
-        self.high_ns = np.zeros(self.buckets, dtype=np.int64)
-        self.lasts: list[tuple[int, int, int, int]] = []  # (index, cum, raw, ns)
-        self.prev: tuple[int, int, int, int, int] | None = None  # (bucket, index, cum, raw, ns) of the last event
-
-    def piece(self, base: int, time_ns: np.ndarray, cum: np.ndarray, raw: np.ndarray) -> None:
-        n = len(time_ns)
-        time_s = (time_ns - self.base) / 1e9
-        b = np.minimum(((time_s - self.t0) / self.span * self.buckets).astype(np.int64), self.buckets - 1)
-        order = np.lexsort((cum, b))
-        last_of_bucket = np.flatnonzero(np.concatenate((b[order][1:] != b[order][:-1], [True])))
-        top = order[last_of_bucket]
-        tb = b[top]
-        better = cum[top] >= self.high_v[tb]
-        sel, tb = top[better], tb[better]
-        self.high_v[tb], self.high_i[tb] = cum[sel], base + sel
-        self.high_raw[tb], self.high_ns[tb] = raw[sel], time_ns[sel]
-        if self.prev is not None and self.prev[0] != int(b[0]):
-            self.lasts.append(self.prev[1:])
-        run_end = np.flatnonzero(b[1:] != b[:-1])
-        self.lasts += list(zip((base + run_end).tolist(), cum[run_end].tolist(), raw[run_end].tolist(),
-                               time_ns[run_end].tolist()))
-        k = n - 1
-        self.prev = (int(b[k]), base + k, int(cum[k]), int(raw[k]), int(time_ns[k]))
-
-    def finish(self, extra: Sequence[tuple[int, int, int, int]]) -> tuple[np.ndarray, ...]:
-        """Sample indices with cum, raw and time at each; `extra`: (index, cum, raw, ns) always drawn."""
-        picks = [(int(i), int(v), int(r), int(t)) for i, v, r, t in
-                 zip(self.high_i.tolist(), self.high_v.tolist(), self.high_raw.tolist(), self.high_ns.tolist())
-                 if i >= 0]
-        picks += self.lasts + ([self.prev[1:]] if self.prev else []) + list(extra)
-        by_index = dict(sorted((p[0], p) for p in picks))
-        rows = np.array(list(by_index.values()), dtype=np.int64).reshape(-1, 4)
-        return rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3]
-
-
-# ---------------------------------------------------------------------------
 # The pass
 # ---------------------------------------------------------------------------
 
@@ -330,12 +120,12 @@ class _Scanner:
     def run(self) -> Scan:  # noqa: C901 (one pass, one place: the state it carries is listed here)
         log = self.log
         names: dict[int, str] = {0: "default"}  # phase names as far as read (begins precede their events)
-        backward = _Backward(log.stack_now)
+        backward = Backward(log.stack_now)
         bw_phase = np.zeros(PHASE_IDS, dtype=bool)
         autograd: dict[int, bool] = {}
         carry = Carry.empty({"addr": np.uint64, "ordinal": np.int64, "block_size": np.int64, "occ": np.int64,
                              "stack": np.int64, "phase": np.int64, "alloc_i": np.int64})
-        bits = _Bits()
+        bits = Bits()
         ordinals = 0
         last_alloc: dict[int, tuple[int, int]] = {}  # tid -> (stack, ordinal) of its last alloc
         cum = raw = 0
@@ -345,13 +135,13 @@ class _Scanner:
         phase_growth = np.zeros(PHASE_IDS, dtype=np.int64)
         seg_phase = np.zeros(PHASE_IDS, dtype=bool)
         phase_rise: dict[int, int] = {}
-        occ_phase, occ_epoch, occ_begin = _Grow(np.int64), _Grow(np.int64), _Grow(np.int64)
-        occ_begin_ns = _Grow(np.int64)
+        occ_phase, occ_epoch, occ_begin = Grow(np.int64), Grow(np.int64), Grow(np.int64)
+        occ_begin_ns = Grow(np.int64)
         occ_count = 0
-        occ_end = _GrowEnd()  # occurrence row -> its end (the first end of its key), INT_MAX until known
+        occ_end = GrowEnd()  # occurrence row -> its end (the first end of its key), INT_MAX until known
         open_rise: dict[int, tuple[int, int, int, int]] = {}  # row -> (begin index, cum at it, highest since, phase)
         current_occ: dict[int, int] = {}  # phase -> its latest occurrence row
-        occ = _Occurrences(occ_end, occ_phase, occ_epoch, occ_begin)
+        occ = Occurrences(occ_end, occ_phase, occ_epoch, occ_begin)
         first_begin = occ.first_begin
         orphans: dict[str, list[np.ndarray]] = {k: [] for k in ("addr", "free_i", "size", "block_size", "stream",
                                                                 "free_phase", "free_stack", "free_tid", "free_t",
@@ -370,7 +160,7 @@ class _Scanner:
         present: set[int] = set()
         n = 0
         first_ns = last_ns = 0
-        sampler: _Sampler | None = None
+        sampler: Sampler | None = None
         head: list[np.ndarray] = []  # while n <= max_points: (cum, raw, ns) of every event
         at_count = {x: 0 for x in self.at_times}
         base_ns = 0
@@ -402,7 +192,7 @@ class _Scanner:
                 start = log.header.created_monotonic_ns
                 base_ns = start if 0 <= first_ns - start < 3600 * 10**9 else first_ns
                 if self.last_hint is not None:
-                    sampler = _Sampler(first_ns, self.last_hint, base_ns, self.max_points)
+                    sampler = Sampler(first_ns, self.last_hint, base_ns, self.max_points)
             kind = t.kind
             # phases: names, occurrences and their ends
             begin_rows = np.flatnonzero(kind == PHASE_BEGIN)
@@ -618,7 +408,7 @@ class _Scanner:
         return np.array([cache[s] for s in uniq.tolist()], dtype=bool)[inv.reshape(-1)]
 
     @staticmethod
-    def _rises(open_rise: dict[int, tuple[int, int, int, int]], occ_end: "_GrowEnd", new_rows: np.ndarray,
+    def _rises(open_rise: dict[int, tuple[int, int, int, int]], occ_end: "GrowEnd", new_rows: np.ndarray,
                begin_rows: np.ndarray, phases: np.ndarray, base: int, c: np.ndarray, phase_rise: dict[int, int]) -> None:
         """phase_summary's rise: per occurrence, the highest allocated from its begin to its end (inclusive)
         above the allocated at its begin; the running highest of the open ones is carried."""

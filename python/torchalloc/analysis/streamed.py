@@ -28,11 +28,10 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from ..log import WRITER_KILLED, WRITER_RUNNING, WRITER_UNKNOWN
 from ..log_chunks import DEFAULT_CHUNK_RECORDS, ChunkedLog
 from .anatomy import Anatomy, AnatomyRow
 from .categorize import CATEGORIES, CATEGORY_CODE, Category
-from .classify import REASONS, Reason
+from .classify import REASONS
 from .derived import bytes_by, dominant
 from .estimate import Estimate
 from .frames import Frame
@@ -42,11 +41,11 @@ from .phase_summary import PhaseRow
 from .roles import phase_role
 from .sites import BEFORE_LOG, Site
 from .stream_pass import Passed, Wanted, run_pass
-from .stream_scan import MARKERS_KEPT, OOMS_KEPT, Scan, scan
+from .stream_notes import SPANS_KEPT, backward_from, derive_notes, table_notes
+from .stream_scan import Scan, scan
 from .timeline import Timeline
 from .wording import estimate_sentence, oom_explanation, phase_sentence, reason_sentence
 
-SPANS_KEPT = 100_000  # phase occurrences the timeline lists (about 6 MB of JSON)
 MARKER_ANATOMIES = 1000  # marker labels whose anatomy the JSON report carries
 PAGE_MAX_MARKERS = 200  # report_svg.MAX_MARKERS: the markers the page draws (a test checks they agree)
 PRIORITY_OOMS = 10  # report_data.PRIORITY_OOMS
@@ -506,8 +505,8 @@ def analyze_streamed(
         raise ValueError(f"no events for device {device}; the log has devices {s.devices}")
     if s.samples is None:  # the span of the timeline was not known in advance: a second first pass
         s = scan(log, s.device, max_points=max_points, last_ns=s.last_ns, at_times=times, progress=bar)
-    notes = _notes(log, s)
-    backward_from = _backward_from(log.phase_names, s)
+    notes = derive_notes(log, table_notes(log), s)
+    backward_from_ = backward_from(log.phase_names, s)
     a_moments = _anatomy_moments(log, s, at)
     wanted = Wanted(anatomy=a_moments, page=np.zeros(0, dtype=np.int64), priority=set(),
                     ooms=[int(o["index"]) for o in s.ooms], samples=s.samples)
@@ -516,7 +515,7 @@ def analyze_streamed(
     passed = run_pass(log, s, wanted, progress=bar)
     if bar is not None:
         bar.close()
-    return StreamedAnalysis(log, s, passed, wanted, notes, backward_from, max_points, page)
+    return StreamedAnalysis(log, s, passed, wanted, notes, backward_from_, max_points, page)
 
 
 def _is_time(x: Any) -> bool:
@@ -569,63 +568,6 @@ def _page_moments(s: Scan) -> tuple[np.ndarray, set[int]]:
     moments = np.unique(np.concatenate((s.samples, np.asarray(marks, dtype=np.int64),
                                         np.asarray([s.peak_i] + ooms, dtype=np.int64))))
     return moments.astype(np.int64), {s.peak_i, *ooms[:PRIORITY_OOMS]}
-
-
-def _notes(log: ChunkedLog, s: Scan) -> list[str]:
-    """events.table_from_log's notes, then derive's."""
-    notes = table_notes(log)
-    return notes_so_far(log, notes, s)
-
-
-def table_notes(log: ChunkedLog) -> list[str]:
-    """events.table_from_log's notes for a log read in pieces (after a whole pass): its damage, how it ended."""
-    notes = list(log.damage)
-    header = log.header
-    pid = header.pid
-    if log.truncated:
-        notes.append("the log was truncated (log_max reached or the disk filled): events after that are missing")
-    elif log.writer == WRITER_RUNNING:
-        notes.append(f"the log is still being written (process {pid} holds it): this covers it up to its last "
-                     "complete record so far")
-    elif log.writer == WRITER_KILLED:
-        notes.append(f"the log was not closed and no process is writing it: its writer (process {pid}) was killed "
-                     "or crashed mid-run; it ends at the last complete record")
-    elif log.writer == WRITER_UNKNOWN and header.status == 0:
-        notes.append("the log was not closed: its writer was killed or is still running (a copy cannot tell "
-                     "which); it ends at the last complete record")
-    return notes
-
-
-def notes_so_far(log: ChunkedLog, notes: list[str], s: Scan) -> list[str]:
-    """derive's notes after the table's."""
-    if len(s.devices) > 1:
-        notes.append(f"the log has devices {s.devices}; this is device {s.device} (--device picks another)")
-    before = len(s.orphans["addr"])
-    if before:
-        notes.append(f"{before} blocks were allocated before the log began (their frees are in it)")
-    if s.lost_frees:
-        notes.append(f"{s.lost_frees} addresses were allocated again while still live (a lost free record)")
-    if len(s.orphans["addr"]) + s.blocks and not s.has_stacks:
-        notes.append("no stacks in this log (TORCHALLOC_CONF stacks:1, or install(stacks=True)): reasons come from "
-                     "phases only, and allocation sites are unknown")
-    if _backward_from(log.phase_names, s) == "none" and s.any_freed:
-        notes.append("no backward pass found (no phase named backward, no Tensor.backward frames): "
-                     "nothing can be called 'saved for backward'")
-    if s.marker_count > MARKERS_KEPT:
-        notes.append(f"the timeline lists the first {MARKERS_KEPT} of {s.marker_count} markers")
-    if s.oom_count > OOMS_KEPT:
-        notes.append(f"the report diagnoses the first {OOMS_KEPT} of {s.oom_count} OOM records")
-    if len(s.occ_phase) > SPANS_KEPT:
-        notes.append(f"the timeline lists the first {SPANS_KEPT} of {len(s.occ_phase)} phase occurrences")
-    return notes
-
-
-def _backward_from(phase_names: dict[int, str], s: Scan) -> str:
-    """classify.backward_mask's "how": from phase names, stacks, both, or none."""
-    by_phase = any(phase_role(name) == "backward" for name in phase_names.values())
-    if s.stack_backward:
-        return "phase+stacks" if by_phase else "stacks"
-    return "phase" if by_phase else "none"
 
 
 def _progress_bar(enabled: bool, log: ChunkedLog) -> Any:

@@ -1,0 +1,65 @@
+"""The notes a log read in pieces gets: events.table_from_log's (its damage, how its writer ended), then derive's.
+
+Takes the `ChunkedLog` after a whole pass and the first pass' `Scan`; gives
+the same lines, in the same order, as the in-memory analysis writes, and
+the notes on what the streamed report lists only in part.
+"""
+from __future__ import annotations
+
+from ..log import WRITER_KILLED, WRITER_RUNNING, WRITER_UNKNOWN
+from ..log_chunks import ChunkedLog
+from .roles import phase_role
+from .stream_scan import MARKERS_KEPT, OOMS_KEPT, Scan
+
+SPANS_KEPT = 100_000  # phase occurrences the timeline lists (about 6 MB of JSON)
+
+
+def table_notes(log: ChunkedLog) -> list[str]:
+    """events.table_from_log's notes for a log read in pieces (after a whole pass): its damage, how it ended."""
+    notes = list(log.damage)
+    header = log.header
+    pid = header.pid
+    if log.truncated:
+        notes.append("the log was truncated (log_max reached or the disk filled): events after that are missing")
+    elif log.writer == WRITER_RUNNING:
+        notes.append(f"the log is still being written (process {pid} holds it): this covers it up to its last "
+                     "complete record so far")
+    elif log.writer == WRITER_KILLED:
+        notes.append(f"the log was not closed and no process is writing it: its writer (process {pid}) was killed "
+                     "or crashed mid-run; it ends at the last complete record")
+    elif log.writer == WRITER_UNKNOWN and header.status == 0:
+        notes.append("the log was not closed: its writer was killed or is still running (a copy cannot tell "
+                     "which); it ends at the last complete record")
+    return notes
+
+
+def derive_notes(log: ChunkedLog, notes: list[str], s: Scan) -> list[str]:
+    """derive's notes after the table's."""
+    if len(s.devices) > 1:
+        notes.append(f"the log has devices {s.devices}; this is device {s.device} (--device picks another)")
+    before = len(s.orphans["addr"])
+    if before:
+        notes.append(f"{before} blocks were allocated before the log began (their frees are in it)")
+    if s.lost_frees:
+        notes.append(f"{s.lost_frees} addresses were allocated again while still live (a lost free record)")
+    if len(s.orphans["addr"]) + s.blocks and not s.has_stacks:
+        notes.append("no stacks in this log (TORCHALLOC_CONF stacks:1, or install(stacks=True)): reasons come from "
+                     "phases only, and allocation sites are unknown")
+    if backward_from(log.phase_names, s) == "none" and s.any_freed:
+        notes.append("no backward pass found (no phase named backward, no Tensor.backward frames): "
+                     "nothing can be called 'saved for backward'")
+    if s.marker_count > MARKERS_KEPT:
+        notes.append(f"the timeline lists the first {MARKERS_KEPT} of {s.marker_count} markers")
+    if s.oom_count > OOMS_KEPT:
+        notes.append(f"the report diagnoses the first {OOMS_KEPT} of {s.oom_count} OOM records")
+    if len(s.occ_phase) > SPANS_KEPT:
+        notes.append(f"the timeline lists the first {SPANS_KEPT} of {len(s.occ_phase)} phase occurrences")
+    return notes
+
+
+def backward_from(phase_names: dict[int, str], s: Scan) -> str:
+    """classify.backward_mask's "how": from phase names, stacks, both, or none."""
+    by_phase = any(phase_role(name) == "backward" for name in phase_names.values())
+    if s.stack_backward:
+        return "phase+stacks" if by_phase else "stacks"
+    return "phase" if by_phase else "none"
