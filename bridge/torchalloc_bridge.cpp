@@ -3,7 +3,7 @@
 // A subclass of torch::cuda::CUDAPluggableAllocator, compiled against the
 // installed torch's headers (python/torchalloc/bridge.py builds it), that
 // turns every virtual PyTorch calls into calls of the public C API
-// (allocator/torchalloc.h). It is glue only: no allocation decision is made
+// (include/torchalloc.h). It is glue only: no allocation decision is made
 // here. What lives here is what only C++ can do:
 //   - raise c10::OutOfMemoryError (torch.OutOfMemoryError in Python) after
 //     calling the attached OOM observers, instead of handing PyTorch NULL;
@@ -38,7 +38,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "../allocator/torchalloc.h"
+#include "../include/torchalloc.h"
 
 namespace {
 

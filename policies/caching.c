@@ -2,8 +2,8 @@
  * whole device, blocks split and coalesced, reuse per stream. */
 #include <stdlib.h>
 
-#include "arena.h"
-#include "registry.h"
+#include "parts/arena.h"
+#include "policy_list.h"
 
 typedef struct caching_policy {
   ta_policy base;

@@ -3,9 +3,9 @@
  * fit for compute-sanitizer, which cannot see overruns into cached slack. */
 #include <stdlib.h>
 
-#include "../allocator/policy.h"
-#include "registry.h"
-#include "size_classes.h"
+#include "policy/policy.h"
+#include "policy_list.h"
+#include "parts/size_classes.h"
 
 static ta_policy *exact_create(ta_segments *segments, uint8_t id, unsigned flags) {
   ta_policy *p = calloc(1, sizeof *p);

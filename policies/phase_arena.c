@@ -4,8 +4,8 @@
  * short-lived activations churn through. */
 #include <stdlib.h>
 
-#include "arena.h"
-#include "registry.h"
+#include "parts/arena.h"
+#include "policy_list.h"
 
 #define NARENAS TORCHALLOC_MAX_PHASES
 

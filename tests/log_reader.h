@@ -5,7 +5,7 @@
 
 #include <unistd.h>
 
-#include "log_format.h"
+#include "log/log_format.h"
 #include "sim.h"
 
 typedef struct parsed {

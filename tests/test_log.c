@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "log_intern.h" /* interning a stack by hand: C has no Python frames */
+#include "log/log_intern.h" /* interning a stack by hand: C has no Python frames */
 #include "log_reader.h"
 
 /* ------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Find, load and describe libtorchalloc.so through ctypes.
 
-This is the only module that knows the C ABI (allocator/torchalloc.h): every
+This is the only module that knows the C ABI (include/torchalloc.h): every
 function's argument and return types and the layout of the structs. The rest
 of the package calls `lib()` (or `replay()`) and works with Python values.
 The one mirror of a C struct elsewhere is trace.EVENT_DTYPE, the numpy view
@@ -108,7 +108,7 @@ class PhaseStatsStruct(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int64) for name in PHASE_STAT_FIELDS]
 
 
-# Replay (allocator/replay.c). Must equal TORCHALLOC_REPLAY_VERSION in torchalloc.h.
+# Replay (allocator/runtime/replay.c). Must equal TORCHALLOC_REPLAY_VERSION in torchalloc.h.
 REPLAY_VERSION = 1
 # TORCHALLOC_REPLAY_*: what a torchalloc_replay_event does.
 REPLAY_ALLOC, REPLAY_FREE, REPLAY_PHASE_BEGIN, REPLAY_PHASE_END = 1, 2, 3, 4

@@ -6,7 +6,7 @@ TRACE is a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot) or a
 torchalloc log; without one, the trace bundled with the package (recorded
 from a real training run, see torchalloc/data/default_trace.md) is used.
 Every policy runs the very C code that serves the GPU, on a simulated device
-(allocator/replay.c): no GPU needed.
+(allocator/runtime/replay.c): no GPU needed.
 
 Per policy: peak allocated and reserved, their ratio, fragmentation at the
 peak of reserved ((free inside reserved - largest free block) / free inside

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "canary.h"
-#include "common.h" /* TA_MAX_REQUEST: larger requests are misuse, smaller ones may OOM */
+#include "base/common.h" /* TA_MAX_REQUEST: larger requests are misuse, smaller ones may OOM */
 #include "driver_state.h"
 
 static const char *const phase_names[] = {"forward", "backward", "optimizer", "zero_grad"};

@@ -1,0 +1,56 @@
+/* TORCHALLOC_CONF: every option in one place, parsed once. */
+#ifndef TA_CONFIG_H
+#define TA_CONFIG_H
+
+#include "base/common.h"
+
+enum ta_backend_kind { TA_BACKEND_CUDA = 0, TA_BACKEND_SIM = 1 };
+
+#define TA_NAME_MAX 32
+#define TA_PATH_MAX 1024
+
+typedef struct ta_config {
+  char policy[TA_NAME_MAX];
+  int backend;              /* enum ta_backend_kind */
+  size_t sim_capacity;      /* bytes per simulated device */
+  int sim_devices;
+  uint64_t sim_fail_alloc;  /* fail the Nth device allocation; 0: never */
+  int sim_event_polls;      /* sim events complete on their Nth query; 0: at once */
+  size_t sim_held_elsewhere; /* bytes of each sim device another user holds (another process, say) */
+  int warn;                 /* print misuse lines on stderr */
+  char log_path[TA_PATH_MAX]; /* "" = no log */
+  size_t log_max;           /* 0 = unlimited */
+  int stacks;
+  int stack_depth;
+  int oom;                  /* enum ta_oom_action: what a failed torchalloc_malloc does */
+  char oom_report[TA_PATH_MAX]; /* "": beside the log, else the working directory; "off"; or a directory */
+  int expandable;           /* 1: caching and phase_arena grow expandable segments (where the device can);
+                             * 2: and compact them (TA_POLICY_COMPACT) */
+  int sim_vmm;              /* the sim device has virtual memory (0: model one without, for tests) */
+} ta_config;
+
+/* A failed torchalloc_malloc (size > 0): PyTorch's plain pluggable route
+ * builds a tensor on a NULL pointer and the next kernel kills the CUDA
+ * context, so on the real device the default is to print the reason and
+ * stop the process. The C++ bridge never stops it (it raises
+ * OutOfMemoryError instead); C programs and the simulated device get NULL. */
+enum ta_oom_action { TA_OOM_AUTO = 0, TA_OOM_ABORT = 1, TA_OOM_NULL = 2 };
+
+/* TA_OOM_ABORT or TA_OOM_NULL, `auto` resolved by the backend. */
+static inline int ta_config_oom_action(const ta_config *c) {
+  if (c->oom != TA_OOM_AUTO) return c->oom;
+  return c->backend == TA_BACKEND_CUDA ? TA_OOM_ABORT : TA_OOM_NULL;
+}
+
+ta_internal void ta_config_defaults(ta_config *c);
+
+/* Parse `text` (the TORCHALLOC_CONF syntax) over `c`. Returns 0, or -1 with a
+ * message naming the offending key in `err`. `c` is unchanged on error. */
+ta_internal int ta_config_parse(ta_config *c, const char *text, char *err, size_t errlen);
+
+/* "80GiB", "512MB", "1048576" -> bytes. Returns 0 or -1. */
+ta_internal int ta_parse_bytes(const char *text, size_t *out);
+
+ta_internal const char *ta_config_key_list(void);
+
+#endif
