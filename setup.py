@@ -119,7 +119,7 @@ setup(
     python_requires=">=3.10",
     package_dir={"": "python"},
     packages=find_packages(where="python", exclude=["tests", "tests.*"]),
-    package_data={"torchalloc": [LIB_NAME, "data/*", "report_page.js", "report_page.css", "bridge_src/*/*", "libtorchalloc_bridge.so"]},
+    package_data={"torchalloc": [LIB_NAME, "data/*", "report/page.js", "report/page.css", "bridge_src/*/*", "libtorchalloc_bridge.so"]},
     install_requires=["numpy", "tqdm"],
     extras_require={"plot": ["matplotlib"], "lightning": ["lightning"], "huggingface": ["transformers", "accelerate"]},
     entry_points={"console_scripts": ["torchalloc=torchalloc.cli:main"]},

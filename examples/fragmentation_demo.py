@@ -137,7 +137,7 @@ def run(allocator: str, cap: int, log: str | None, timeout: float) -> dict[str, 
 
 
 def report_of(log: str) -> dict[str, Any]:
-    from torchalloc.report import report
+    from torchalloc.report.text import report
 
     data = report(log)
     return data["ooms"][-1] if data["ooms"] else {}

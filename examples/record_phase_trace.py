@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     md = args.out.with_name(args.out.name.split(".")[0] + ".md")
     md.write_text(note)
     print(note)
-    from torchalloc.trace import load_trace
+    from torchalloc.log.trace import load_trace
 
     t = load_trace(args.out)
     print(f"replay reads {len(t)} events")

@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     # Read it back the way replay does, when torchalloc is importable (from this checkout).
     sys.path.insert(0, str(REPO / "python"))
     try:
-        from torchalloc.trace import load_trace
+        from torchalloc.log.trace import load_trace
     except ImportError as e:
         print(f"(not checked with torchalloc.trace: {e})")
         return 0

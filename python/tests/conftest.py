@@ -79,3 +79,11 @@ def sim(library_path: Path) -> Iterator[object]:
         yield _lib.lib()
     finally:
         _lib.teardown()
+
+
+@pytest.fixture(autouse=True)
+def _work_in_a_scratch_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test runs in its own folder: an OOM report written to the working directory (no log, no
+    oom_report directory: torchalloc-oom-PID-cudaN.txt), or any other file a test or its child leaves
+    there, never lands in the repository."""
+    monkeypatch.chdir(tmp_path)

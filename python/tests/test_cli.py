@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from torchalloc import cli
+from torchalloc.cli import dispatch as cli
 
 PYTHON_DIR = Path(__file__).resolve().parents[1]
 
@@ -56,7 +56,7 @@ def test_unknown_command() -> None:
 
 def test_dispatch_is_lazy_and_extensible(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[list[str]] = []
-    monkeypatch.setitem(cli.COMMANDS, "echo", cli.Command("cli", "_test_echo", "test"))
+    monkeypatch.setitem(cli.COMMANDS, "echo", cli.Command("cli.dispatch", "_test_echo", "test"))
     monkeypatch.setattr(cli, "_test_echo", lambda argv: calls.append(argv) or 3, raising=False)
     assert cli.main(["echo", "a", "--b"]) == 3
     assert calls == [["a", "--b"]]

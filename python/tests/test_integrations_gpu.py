@@ -165,7 +165,7 @@ def test_memory_viz_reads_the_export_and_prints_the_same_numbers(library_path: P
     from torch.cuda import _memory_viz as viz
 
     from torchalloc.analysis import analyze
-    from torchalloc.export import main as export_main
+    from torchalloc.cli.export import main as export_main
 
     log, native_path, exported_path = tmp_path / "viz.talog", tmp_path / "native.pickle", tmp_path / "export.pickle"
     script = tmp_path / "viz_child.py"

@@ -18,10 +18,10 @@ import pytest
 
 from torchalloc import _lib, last_oom
 from torchalloc.analysis import analyze
-from torchalloc.log import read_log
-from torchalloc.replay import min_capacity, replay_once
-from torchalloc.trace_log import from_log
-from torchalloc.trace_events import ALLOC, EVENT_DTYPE, live_peaks
+from torchalloc.log.reader import read_log
+from torchalloc.replay.engine import min_capacity, replay_once
+from torchalloc.log.trace_log import from_log
+from torchalloc.log.trace_events import ALLOC, EVENT_DTYPE, live_peaks
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "examples"))

@@ -31,7 +31,7 @@ def test_header_field_offsets_equal_the_c_struct() -> None:
     """The decoder's header layout puts rank and world_size where log_format.h's asserts do."""
     import struct
 
-    from torchalloc import log as talog
+    from torchalloc.log import reader as talog
 
     text = (REPO / "allocator" / "log" / "log_format.h").read_text()
     offsets = {name: int(v) for name, v in re.findall(r"#define TA_LOG_HEADER_([A-Z_]+)_OFFSET (\d+)", text)}

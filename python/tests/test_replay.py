@@ -45,8 +45,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from torchalloc import replay, trace, units
-from torchalloc.trace import ALLOC, FREE, PHASE_BEGIN, PHASE_END, TraceError
+from torchalloc.cli import replay as replay_cli
+from torchalloc.replay import engine as replay
+from torchalloc.log import trace
+from torchalloc import units
+from torchalloc.log.trace import ALLOC, FREE, PHASE_BEGIN, PHASE_END, TraceError
 
 DATA = Path(__file__).resolve().parent / "data"
 SNAPSHOT = DATA / "small_snapshot.pickle"
@@ -72,7 +75,7 @@ def run_main(*args: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
         try:
-            status = replay.main(list(args))
+            status = replay_cli.main(list(args))
         except SystemExit as e:
             status = e.code if isinstance(e.code, int) else 2
             err.write(str(e.code))
@@ -345,7 +348,7 @@ def test_parse_bytes(text: str, value: int) -> None:
 
 
 def test_cli_dispatches_replay(lib: Path) -> None:
-    from torchalloc import cli
+    from torchalloc.cli import dispatch as cli
 
     out = io.StringIO()
     with redirect_stdout(out):

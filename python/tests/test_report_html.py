@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import headless  # noqa: E402
 from test_analysis import training_log  # noqa: E402
 
-from torchalloc.report_html import render_html  # noqa: E402
-from torchalloc.report_svg import LEFT, PALETTE, TOP, H, W  # noqa: E402
+from torchalloc.report.html import render_html  # noqa: E402
+from torchalloc.report.svg import LEFT, PALETTE, TOP, H, W  # noqa: E402
 
 
 def decode_png(data: bytes) -> tuple[int, int, list[bytes]]:

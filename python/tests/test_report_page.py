@@ -25,9 +25,9 @@ from report_demo import OOM_ASKED, demo_log  # noqa: E402
 from synthlog import USER, MiB, SynthLog  # noqa: E402
 
 from torchalloc import analysis as A  # noqa: E402
-from torchalloc.report_data import PER_MOMENT, choose_blocks, lifetime_examples, moments  # noqa: E402
-from torchalloc.report_html import render_html  # noqa: E402
-from torchalloc.report_svg import LEFT, RIGHT, W  # noqa: E402
+from torchalloc.report.data import PER_MOMENT, choose_blocks, lifetime_examples, moments  # noqa: E402
+from torchalloc.report.html import render_html  # noqa: E402
+from torchalloc.report.svg import LEFT, RIGHT, W  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BUNDLED = REPO / "python" / "torchalloc" / "data" / "phases_trace.talog.xz"

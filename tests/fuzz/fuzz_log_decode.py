@@ -37,7 +37,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "python"))
 
-from torchalloc.log import (  # noqa: E402
+from torchalloc.log.reader import (  # noqa: E402
     HEADER_SIZE,
     RECORD_DTYPE,
     RECORD_SIZE,

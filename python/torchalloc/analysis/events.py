@@ -17,7 +17,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from .._records import ALLOC
-from ..log import WRITER_KILLED, WRITER_RUNNING, WRITER_UNKNOWN, read_log
+from ..log.reader import WRITER_KILLED, WRITER_RUNNING, WRITER_UNKNOWN, read_log
 from .frames import Frame, Stack
 
 _COLUMNS: dict[str, Any] = {

@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import _lib
 from .._records import OOM, OOM_DEVICE, SEGMENT_ALLOC, SEGMENT_FREE
-from ..oom_alternatives import Alternative, alternatives, default_policies, events_until
+from ..replay.oom_alternatives import Alternative, alternatives, default_policies, events_until
 from .derived import Derived
 from .frames import user_suffix
 from .sites import NO_PYTHON, NO_STACKS

@@ -114,8 +114,8 @@ def write_report(log_path: str, *, out_stem: str | None = None, top: int = 15) -
 
     The log may still be open: the reader stops at the last record written.
     """
-    from ..report import render_text
-    from ..report_html import write_html
+    from ..report.text import render_text
+    from ..report.html import write_html
     from ..analysis import analyze
     from ..units import fmt_bytes
 

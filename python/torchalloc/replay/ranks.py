@@ -13,10 +13,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from .job import assign_ranks
-from .replay import Report, format_table, report_json, run
-from .trace import load_trace
-from .units import fmt_bytes
+from ..log.ranks import assign_ranks
+from .engine import Report, format_table, report_json, run
+from ..log.trace import load_trace
+from ..units import fmt_bytes
 
 __all__ = ["RankReplay", "run_ranks", "format_ranks", "ranks_json"]
 

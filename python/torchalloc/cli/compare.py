@@ -39,8 +39,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from ._records import POLICY_NAMES
-from .units import GiB, fmt_bytes
+from .._records import POLICY_NAMES
+from ..units import GiB, fmt_bytes
 
 ENV_POLICY = "TORCHALLOC_COMPARE_POLICY"
 ENV_OUT = "TORCHALLOC_COMPARE_OUT"
@@ -176,7 +176,8 @@ class RunResult:
 
 
 def _package_root() -> Path:
-    return Path(__file__).resolve().parent.parent
+    """The folder holding the torchalloc package (cli/ is two levels below it)."""
+    return Path(__file__).resolve().parents[2]
 
 
 def child_env(policy: str, out: Path, hook_dir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -190,7 +191,7 @@ def child_env(policy: str, out: Path, hook_dir: Path, base: dict[str, str] | Non
     env[ENV_OUT] = str(out)
     if policy != NATIVE and "TORCHALLOC_LIB" not in env:
         try:  # the child loads the same library this process would
-            from . import _lib
+            from .. import _lib
 
             env["TORCHALLOC_LIB"] = str(_lib.find_library())
         except Exception:

@@ -1,7 +1,7 @@
 """The report's timeline as a static inline SVG, drawn in Python.
 
 The page shows it as it is when JavaScript is off; with JavaScript the
-page's script (report_page.js) redraws the same picture from the embedded
+page's script (page.js) redraws the same picture from the embedded
 data, zoomed and panned, with the same classes and colours. Drawn here:
 
 - one filled area per phase (`path.phase-area`, `data-phase=NAME`), stacked:
@@ -19,8 +19,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .analysis import Analysis
-from .units import byte_unit, fmt_axis_seconds, fmt_bytes, fmt_seconds, fmt_time
+from ..analysis import Analysis
+from ..units import byte_unit, fmt_axis_seconds, fmt_bytes, fmt_seconds, fmt_time
 
 __all__ = ["render_svg", "phase_colors", "PALETTE", "W", "H", "LEFT", "RIGHT", "TOP", "BOTTOM", "STRIP",
            "MAX_SPANS", "MAX_MARKERS"]

@@ -1,7 +1,7 @@
 """The data the interactive HTML report embeds: one JSON object, bounded in size.
 
 Takes an `Analysis`; gives `page_data(a)`, a dict of plain lists the page's
-script (report_page.js) draws and lists from, and `embed_json`, that dict
+script (page.js) draws and lists from, and `embed_json`, that dict
 as the text of a `<script type="application/json">` element. In it:
 
 - `timeline`: the samples the analysis already made (`Timeline`, at most
@@ -35,10 +35,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ._records import MARKER
-from .analysis import CATEGORIES, NEVER, REASONS, Analysis, is_library_frame, time_base_ns
-from .analysis.lifetimes import lifetime_rows
-from .report_svg import BOTTOM, H, LEFT, MAX_MARKERS, MAX_SPANS, RIGHT, STRIP, TOP, W, phase_colors
+from .._records import MARKER
+from ..analysis import CATEGORIES, NEVER, REASONS, Analysis, is_library_frame, time_base_ns
+from ..analysis.lifetimes import lifetime_rows
+from .svg import BOTTOM, H, LEFT, MAX_MARKERS, MAX_SPANS, RIGHT, STRIP, TOP, W, phase_colors
 
 __all__ = ["page_data", "embed_json", "lifetime_examples", "PER_MOMENT", "TOTAL_BLOCKS"]
 

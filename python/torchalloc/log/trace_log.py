@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from . import _records as records
-from .log import LogFormatError, read_log
+from .. import _records as records
+from .reader import LogFormatError, read_log
 from .trace_events import (
     ALLOC,
     EVENT_DTYPE,

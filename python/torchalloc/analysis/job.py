@@ -28,11 +28,13 @@ import os
 from collections import defaultdict
 from typing import Any, Sequence
 
-from .analysis import CATEGORIES, Analysis, analyze
-from .analysis.events import load
-from .units import fmt_bytes, fmt_time
+from .categorize import CATEGORIES
+from .result import Analysis, analyze
+from .events import load
+from ..units import fmt_bytes, fmt_time
+from ..log.ranks import assign_ranks
 
-__all__ = ["RankRow", "GroupRow", "Job", "analyze_job", "assign_ranks"]
+__all__ = ["RankRow", "GroupRow", "Job", "analyze_job"]
 
 Key = tuple[str, int]  # (allocation site, block size): "the same tensor" across ranks
 
@@ -129,16 +131,6 @@ class Job:
             "notes": list(self.notes),
             "reports": [a.to_dict(top=top) for a in self.analyses],
         }
-
-
-def assign_ranks(header_ranks: Sequence[int]) -> tuple[list[int], list[str]]:
-    """The rank of each log: its header's, or -- when a log has none, or two logs claim one -- its position."""
-    known = [r for r in header_ranks if r >= 0]
-    if len(known) == len(header_ranks) and len(set(known)) == len(known):
-        return list(header_ranks), []
-    why = ("some logs were written without $RANK (no launcher)" if len(known) < len(header_ranks)
-           else "two logs have the same $RANK (different jobs?)")
-    return list(range(len(header_ranks))), [f"{why}: ranks are numbered by the logs' order on the command line"]
 
 
 def _rank_row(rank: int, a: Analysis, top_sites: int) -> RankRow:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _lib
+from .. import _lib
 
 # Mirrors torchalloc_replay_event field for field, naturally aligned; its size is the C ABI's
 # (_lib checks the library's against it before the first replay).

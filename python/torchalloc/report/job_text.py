@@ -14,8 +14,8 @@ import json
 import sys
 from typing import Any, Sequence
 
-from .job import GroupRow, Job
-from .units import fmt_bytes, fmt_time
+from ..analysis.job import GroupRow, Job
+from ..units import fmt_bytes, fmt_time
 
 __all__ = ["render_job_text", "write_job"]
 
@@ -79,7 +79,7 @@ def render_job_text(job: Job, *, top: int = 15) -> str:
 def write_job(job: Job, *, text: bool, json_out: bool, html: str | None, top: int) -> None:
     """What `torchalloc report` prints or writes for several logs."""
     if html:
-        from .report_job_html import write_job_html
+        from .job_html import write_job_html
 
         write_job_html(job, html)
         print(f"wrote {html}", file=sys.stderr)

@@ -26,8 +26,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from . import _records as records
-from ._compressed import decompress
+from .. import _records as records
+from .._compressed import decompress
 from .trace_events import (  # noqa: F401  (the trace's vocabulary, imported from here across the package)
     ALLOC,
     EVENT_DTYPE,

@@ -8,7 +8,7 @@ artifact. Its parts:
   the whole report, with JavaScript off;
 - the data the script needs, as JSON in a <script type="application/json">
   element (report_data.py: bounded, escaped);
-- the script (report_page.js) and the style (report_page.css), inlined:
+- the script (page.js) and the style (page.css), inlined:
   zoom and pan, a tooltip, the blocks live at a clicked moment, a block's
   or a site's stacks and reason, buttons for the peak and each OOM. Its
   controls and panels carry `needs-script` and stay hidden without it.
@@ -22,10 +22,10 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from .analysis import Analysis, Anatomy
-from .report_data import embed_json, page_data
-from .report_svg import PALETTE, phase_colors, render_svg
-from .units import fmt_bytes, fmt_seconds, fmt_time
+from ..analysis import Analysis, Anatomy
+from .data import embed_json, page_data
+from .svg import PALETTE, phase_colors, render_svg
+from ..units import fmt_bytes, fmt_seconds, fmt_time
 
 __all__ = ["render_html", "write_html", "render_svg", "phase_colors", "PALETTE"]
 
@@ -56,7 +56,7 @@ _ASSETS = Path(__file__).resolve().parent
 
 
 def _asset(name: str) -> str:
-    """report_page.css or report_page.js, to inline: the page fetches nothing."""
+    """page.css or page.js, to inline: the page fetches nothing."""
     text = (_ASSETS / name).read_text(encoding="utf-8")
     if "</script" in text.lower() or "</style" in text.lower():
         raise RuntimeError(f"{name} holds an end tag: inlined, it would end its element early")
@@ -180,8 +180,8 @@ def render_html(a: Analysis, *, at: Sequence[str | float] = (), top: int = 30) -
 
     return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
             f"<meta name=viewport content='width=device-width, initial-scale=1'><title>{_e(title)}</title>"
-            f"<style>{_asset('report_page.css')}</style></head><body>\n" + "\n".join(body) +
-            f"\n<script>\n{_asset('report_page.js')}</script>\n</body></html>\n")
+            f"<style>{_asset('page.css')}</style></head><body>\n" + "\n".join(body) +
+            f"\n<script>\n{_asset('page.js')}</script>\n</body></html>\n")
 
 
 def write_html(a: Analysis, path: str | os.PathLike[str], *, at: Sequence[str | float] = ()) -> None:

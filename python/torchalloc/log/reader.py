@@ -41,10 +41,10 @@ from typing import IO, Iterator, NamedTuple, Union
 
 import numpy as np
 
-from ._compressed import decompress, is_compressed
+from .._compressed import decompress, is_compressed
 # The record kinds, flags, statuses, policy and pool names: defined in _records
 # (one source for the whole package), re-exported here for users of the decoder.
-from ._records import (  # noqa: F401
+from .._records import (  # noqa: F401
     ALLOC,
     END,
     FRAME,

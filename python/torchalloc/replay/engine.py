@@ -6,7 +6,8 @@ TRACE is a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot) or a
 torchalloc log; without one, the trace bundled with the package (recorded
 from a real training run, see torchalloc/data/default_trace.md) is used.
 Every policy runs the very C code that serves the GPU, on a simulated device
-(allocator/runtime/replay.c): no GPU needed.
+(allocator/runtime/replay.c): no GPU needed. The command line is
+cli/replay.py.
 
 Per policy: peak allocated and reserved, their ratio, fragmentation at the
 peak of reserved ((free inside reserved - largest free block) / free inside
@@ -25,10 +26,8 @@ the table (JSON: "capped", "unlimited_peak_reserved").
 """
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import dataclasses
-import json
 import math
 import os
 import sys
@@ -39,11 +38,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import _lib
-from ._lib import ReplayError
-from ._records import POLICY_NAMES
-from .trace import ALLOC, EVENT_DTYPE, Trace, TraceError, load_trace
-from .units import GiB, fmt_bytes, parse_bytes
+from .. import _lib
+from .._records import POLICY_NAMES
+from ..log.trace import EVENT_DTYPE, Trace, TraceError
+from ..units import GiB, fmt_bytes, parse_bytes
 
 # every policy the library has, in its registry's order, then those that can grow expandable segments with
 # them (expandable:1), and compact them too (expandable:2)
@@ -52,7 +50,7 @@ DEFAULT_POLICIES = (*POLICY_NAMES.values(), "caching+expandable", "phase_arena+e
 DEFAULT_CAPACITY_TEXT = "80GiB"  # --capacity's default, in its syntax: an 80 GB GPU
 DEFAULT_CAPACITY = parse_bytes(DEFAULT_CAPACITY_TEXT)
 SEARCH_GRANULARITY = 2 << 20
-DATA_DIR = Path(__file__).resolve().parent / "data"
+DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 DEFAULT_TRACE = DATA_DIR / "default_trace.pickle.xz"
 PROGRESS_MIN_EVENTS = 1_000_000  # show a progress bar from this many events (on a terminal)
 PLOT_POINTS = 2000
@@ -369,16 +367,6 @@ def format_table(report: Report) -> str:
     return "\n".join(lines)
 
 
-def check_matplotlib() -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        from .tool_args import fail
-
-        fail("torchalloc replay", "--png needs matplotlib, which is not installed (pip install matplotlib); "
-             "run without --png for the table", 1)
-
-
 def plot_png(report: Report, path: str | os.PathLike[str]) -> None:
     """Reserved bytes over the trace, one line per policy (and PyTorch's own, when known)."""
     import matplotlib
@@ -408,10 +396,6 @@ def plot_png(report: Report, path: str | os.PathLike[str]) -> None:
     plt.close(fig)
 
 
-# ---------------------------------------------------------------------------
-# Command line
-# ---------------------------------------------------------------------------
-
 def default_trace_path() -> Path:
     if not DEFAULT_TRACE.is_file():
         raise TraceError(
@@ -421,95 +405,3 @@ def default_trace_path() -> Path:
             "or a torchalloc log"
         )
     return DEFAULT_TRACE
-
-
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog="torchalloc replay",
-        description="Replay an allocation trace through torchalloc's policies on a simulated device (no GPU needed).",
-    )
-    ap.add_argument("trace", nargs="*", help="PyTorch memory snapshot (.pickle[.gz|.xz]) or torchalloc log; "
-                    "several (one per rank) or a quoted pattern such as 'run.*.talog' for a job's ranks side by side; "
-                    "default: the trace bundled with torchalloc")
-    ap.add_argument("--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated (default: %(default)s)")
-    ap.add_argument("--capacity", default=DEFAULT_CAPACITY_TEXT, help="simulated device size (default: %(default)s)")
-    ap.add_argument("--json", action="store_true", help="print the report as JSON")
-    ap.add_argument("--png", metavar="FILE", help="plot reserved memory over the trace per policy (needs matplotlib)")
-    ap.add_argument("--device", type=int, help="which device's trace in a multi-GPU snapshot (default: the busiest)")
-    ap.add_argument("--no-search", action="store_true", help="skip the smallest-capacity search")
-    ap.add_argument("--no-prelude", action="store_true",
-                    help="do not reconstruct allocations made before a snapshot's history began")
-    ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                    help="progress bar (default: on a terminal for traces of 1M+ events)")
-    return ap
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from .tool_args import fail, output_problem
-
-    args = build_parser().parse_args(argv)
-    prog = "torchalloc replay"
-    try:
-        capacity = parse_bytes(args.capacity)
-    except ValueError as e:
-        fail(prog, f"--capacity: {e}")
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    if not policies:
-        fail(prog, "--policies is empty")
-    if len(args.trace) > 1 or (args.trace and any(c in args.trace[0] for c in "*?[")):
-        from .tool_args import expand_logs
-
-        paths, problem = expand_logs(args.trace)
-        if problem or (len(paths) > 1 and args.png):
-            fail(prog, problem or "--png plots one trace; give one rank's")
-        args.trace = paths
-    if args.png:
-        bad_output = output_problem(args.png)
-        if bad_output:
-            fail(prog, f"--png {bad_output}")
-        check_matplotlib()
-    if len(args.trace) > 1:
-        return _ranks_main(prog, args.trace, policies, capacity, args)
-    try:
-        path = Path(args.trace[0]) if args.trace else default_trace_path()
-        trace = load_trace(path, device=args.device, prelude=not args.no_prelude)
-        if not args.json and not (trace.events["kind"] == ALLOC).any():  # (--json still gives its zeros)
-            print(f"{prog}: nothing to replay: {path} holds no allocation", file=sys.stderr)
-            return 0
-        report = run(
-            trace,
-            policies,
-            capacity,
-            search=not args.no_search,
-            series_len=min(PLOT_POINTS, max(len(trace), 1)) if args.png else 0,
-            progress=args.progress,
-        )
-    except (TraceError, ReplayError, _lib.LibraryError) as e:
-        fail(prog, str(e))
-    if args.json:
-        print(json.dumps(report_json(report), indent=2))
-    else:
-        print(format_table(report))
-    if args.png:
-        plot_png(report, args.png)
-        if not args.json:
-            print(f"plot: {args.png}")
-    return 0
-
-
-def _ranks_main(prog: str, paths: list[str], policies: list[str], capacity: int, args: argparse.Namespace) -> int:
-    """Several traces: a job's ranks (replay_job.py)."""
-    from .replay_job import format_ranks, ranks_json, run_ranks
-    from .tool_args import fail
-
-    try:
-        ranks, notes = run_ranks(paths, policies, capacity, search=not args.no_search, device=args.device,
-                                 prelude=not args.no_prelude, progress=args.progress)
-    except (TraceError, ReplayError, _lib.LibraryError) as e:
-        fail(prog, str(e))
-    print(json.dumps(ranks_json(ranks, notes), indent=2) if args.json else format_ranks(ranks, notes))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

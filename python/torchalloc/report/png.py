@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import os
 
-from .analysis import Analysis
-from .report_svg import phase_colors
-from .units import byte_unit, fmt_bytes
+from ..analysis import Analysis
+from .svg import phase_colors
+from ..units import byte_unit, fmt_bytes
 
 __all__ = ["write_png"]
 

@@ -14,12 +14,12 @@ import html
 import os
 from typing import Any, Sequence
 
-from .analysis import Analysis
-from .analysis.events import time_base_ns
-from .job import GroupRow, Job
-from .report_html import _anatomy_html, _asset, _rows_html
-from .report_svg import PALETTE
-from .units import fmt_bytes, fmt_time
+from ..analysis import Analysis
+from ..analysis.events import time_base_ns
+from ..analysis.job import GroupRow, Job
+from .html import _anatomy_html, _asset, _rows_html
+from .svg import PALETTE
+from ..units import fmt_bytes, fmt_time
 
 __all__ = ["render_job_html", "write_job_html"]
 
@@ -127,7 +127,7 @@ def render_job_html(job: Job, *, top: int = 30) -> str:
                     f"{notes}<h3>Peak anatomy</h3>{anatomy}<h3>Phases</h3>{ptable}</details>")
     return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
             f"<meta name=viewport content='width=device-width, initial-scale=1'><title>{_e(title)}</title>"
-            f"<style>{_asset('report_page.css')}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+            f"<style>{_asset('page.css')}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 
 def write_job_html(job: Job, path: str | os.PathLike[str]) -> None:

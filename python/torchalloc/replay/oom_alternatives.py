@@ -22,9 +22,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import _records as records
-from .replay import min_capacity, replay_once
-from .trace_events import ALLOC, EVENT_DTYPE, FREE, PHASE_BEGIN, PHASE_END, live_peaks
+from .. import _records as records
+from .engine import min_capacity, replay_once
+from ..log.trace_events import ALLOC, EVENT_DTYPE, FREE, PHASE_BEGIN, PHASE_END, live_peaks
 
 _TO_EVENT = np.zeros(256, dtype=np.uint8)
 _TO_EVENT[[records.ALLOC, records.FREE, records.PHASE_BEGIN, records.PHASE_END]] = [ALLOC, FREE, PHASE_BEGIN,

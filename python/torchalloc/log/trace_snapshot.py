@@ -28,7 +28,7 @@ from typing import Any, BinaryIO, NoReturn
 import numpy as np
 
 from .trace_events import ALLOC, EVENT_DTYPE, FREE, MAX_REQUEST, Trace, TraceError, live_peaks
-from .units import fmt_bytes
+from ..units import fmt_bytes
 
 # First bytes a pickle can start with: PROTO (protocol 2+), or an opcode that
 # can open a protocol 0/1 pickle. Anything else is not tried as a pickle.

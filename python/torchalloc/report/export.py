@@ -25,20 +25,18 @@ such pickle; this builds one from the log instead:
 """
 from __future__ import annotations
 
-import argparse
 import gzip
 import os
 import pickle
-import sys
 from collections import defaultdict
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-from ._records import ALLOC, FREE, OOM, SEGMENT_ALLOC, SEGMENT_EXPANDABLE, SEGMENT_FREE
-from .analysis import EventTable, Stack, load
+from .._records import ALLOC, FREE, OOM, SEGMENT_ALLOC, SEGMENT_EXPANDABLE, SEGMENT_FREE
+from ..analysis import EventTable, Stack
 
-__all__ = ["to_snapshot", "write_snapshot", "main", "check_snapshot"]
+__all__ = ["to_snapshot", "write_snapshot", "check_snapshot"]
 
 _ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
             "segment_unmap", "oom", "snapshot")
@@ -249,49 +247,3 @@ def write_snapshot(snapshot: dict[str, Any], path: str | os.PathLike[str]) -> No
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "wb") as f:
         pickle.dump(snapshot, f, protocol=4)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="torchalloc export",
-        description="Convert a torchalloc log to a PyTorch memory snapshot pickle, for "
-        "https://pytorch.org/memory_viz or torch.cuda._memory_viz (trace_plot, segment_plot, segsum).",
-    )
-    parser.add_argument("log", nargs="+", help="a torchalloc event log; several (one per rank), or a quoted "
-                        "pattern such as 'run.*.talog', with %%r in -o")
-    parser.add_argument("-o", "--output", required=True, help="the snapshot to write (.pickle, or .pickle.gz); with "
-                        "several logs it must hold %%r, which becomes each log's rank (snap.%%r.pickle)")
-    args = parser.parse_args(argv)
-    from .log import LogFormatError
-    from .tool_args import expand_logs, fail, output_problem, snapshot_pointer
-
-    logs, problem = expand_logs(args.log)
-    problem = problem or next(filter(None, (snapshot_pointer(p, "export") for p in logs)), None)
-    if not problem and len(logs) > 1 and "%r" not in args.output:
-        problem = (f"-o {args.output}: {len(logs)} logs give {len(logs)} snapshots (memory_viz shows one process "
-                   "at a time): put %r in the name, e.g. -o snap.%r.pickle")
-    bad_output = output_problem(args.output.replace("%r", "0"))
-    if problem or bad_output:
-        fail(parser.prog, problem or f"-o {bad_output}")
-    try:
-        tables = [load(p) for p in logs]
-    except LogFormatError as e:
-        fail(parser.prog, str(e))
-    from .job import assign_ranks
-
-    ranks, rank_notes = assign_ranks([t.rank for t in tables])
-    for note in rank_notes:
-        print(f"torchalloc export: note: {note}", file=sys.stderr)
-    for rank, table in zip(ranks, tables):
-        output = args.output.replace("%r", str(rank))
-        snapshot, notes = to_snapshot(table)
-        write_snapshot(snapshot, output)
-        for note in list(table.notes) + notes:  # the log's own (damage, how it ended), then what was made up
-            print(f"torchalloc export: note: {note}", file=sys.stderr)
-        n = sum(len(t) for t in snapshot["device_traces"])
-        print(f"wrote {output}: {n} trace entries, {len(snapshot['segments'])} segments at the end", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -15,8 +15,8 @@ import sys
 import zlib
 from typing import NoReturn, Sequence
 
-from ._records import LOG_MAGIC
-from .trace_snapshot import looks_like_pickle
+from .._records import LOG_MAGIC
+from ..log.trace_snapshot import looks_like_pickle
 
 _SNIFF_BYTES = 64 << 10  # a compressed file's first block: enough to show what it starts with
 
