@@ -48,13 +48,12 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--pairs", type=int, default=200000)
     args = ap.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print("SKIP: torch is not installed")
-        return 0
-    if not torch.cuda.is_available():
-        print("SKIP: no CUDA GPU")
+    sys.path.insert(0, str(REPO / "python"))
+    from torchalloc._gpu_child import skip_reason
+
+    reason = skip_reason()
+    if reason:
+        print(f"SKIP: {reason}")
         return 0
     env = dict(os.environ, PYTHONPATH=str(REPO / "python"))
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]

@@ -200,16 +200,6 @@ def format_table(native: dict[str, Any], ours: dict[str, Any]) -> tuple[str, int
     return "\n".join(lines), bad, bad_peaks
 
 
-def skip_reason() -> str | None:
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    if not torch.cuda.is_available():  # does not initialise CUDA in this process
-        return "no CUDA GPU visible to torch"
-    return None
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
@@ -219,6 +209,9 @@ def main() -> int:
     if args.child:
         child(args.child)
         return 0
+    sys.path.insert(0, str(REPO / "python"))
+    from torchalloc._gpu_child import skip_reason
+
     reason = skip_reason()
     if reason:
         print(f"SKIP: {reason}")

@@ -147,6 +147,23 @@ static void report_streams(ta_text *t, const ta_heap *h) {
   if (others) ta_text_printf(t, "  ... and %d free blocks on more streams\n", others);
 }
 
+
+/* The live block after `prev` (NULL: the first) in the order largest first,
+ * then lowest address, among the blocks of `segments[0..n)`. Listing blocks
+ * by repeated selection needs no sort buffer while the heap is failing, and
+ * the lists it serves are a few entries long. */
+static const ta_block *next_largest_live(const ta_segment *const *segments, size_t n, const ta_block *prev) {
+  const ta_block *best = NULL;
+  for (size_t i = 0; i < n; i++)
+    for (const ta_block *b = segments[i]->first; b; b = b->next) {
+      if (b->state != TA_BLOCK_LIVE) continue;
+      int after_prev = !prev || b->size < prev->size || (b->size == prev->size && b->addr > prev->addr);
+      if (after_prev && (!best || b->size > best->size || (b->size == best->size && b->addr < best->addr)))
+        best = b;
+    }
+  return best;
+}
+
 static void report_segments(ta_text *t, const ta_heap *h) {
   const ta_segment_registry *r = &h->seg.registry;
   segment_view *views = r->count ? malloc(r->count * sizeof *views) : NULL;
@@ -175,21 +192,11 @@ static void report_segments(ta_text *t, const ta_heap *h) {
     if (!views[i].free || !views[i].live_blocks) continue;
     ta_text_printf(t, "  in segment %#" PRIxPTR " (%s free, largest hole %s):\n", views[i].s->addr,
                    SZ(views[i].free), SZ(views[i].largest_hole));
-    /* largest first, by repeated selection: a segment holds few blocks */
-    size_t last = SIZE_MAX;
-    uintptr_t last_addr = 0;
+    const ta_block *best = NULL;
     for (int k = 0; k < views[i].live_blocks && listed < PINNED_BLOCKS; k++) {
-      const ta_block *best = NULL;
-      for (const ta_block *b = views[i].s->first; b; b = b->next) {
-        if (b->state != TA_BLOCK_LIVE) continue;
-        int after_last = b->size < last || (b->size == last && b->addr > last_addr);
-        if (after_last && (!best || b->size > best->size || (b->size == best->size && b->addr < best->addr)))
-          best = b;
-      }
+      best = next_largest_live(&views[i].s, 1, best);
       if (!best) break;
       block_line(t, h, best);
-      last = best->size;
-      last_addr = best->addr;
       listed++;
     }
   }
@@ -203,22 +210,12 @@ static void report_segments(ta_text *t, const ta_heap *h) {
 static void report_largest(ta_text *t, const ta_heap *h) {
   ta_text_printf(t, "\nThe largest live blocks:\n");
   const ta_segment_registry *r = &h->seg.registry;
-  size_t last = SIZE_MAX;
-  uintptr_t last_addr = 0;
+  const ta_block *best = NULL;
   int listed = 0;
   for (; listed < PINNED_BLOCKS; listed++) {
-    const ta_block *best = NULL;
-    for (size_t i = 0; i < r->count; i++)
-      for (const ta_block *b = r->items[i]->first; b; b = b->next) {
-        if (b->state != TA_BLOCK_LIVE) continue;
-        int after_last = b->size < last || (b->size == last && b->addr > last_addr);
-        if (after_last && (!best || b->size > best->size || (b->size == best->size && b->addr < best->addr)))
-          best = b;
-      }
+    best = next_largest_live((const ta_segment *const *)r->items, r->count, best);
     if (!best) break;
     block_line(t, h, best);
-    last = best->size;
-    last_addr = best->addr;
   }
   if (!listed) ta_text_printf(t, "  none\n");
 }

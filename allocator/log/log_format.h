@@ -2,7 +2,7 @@
  * statuses, the 64-byte event record and the checksum every slot and the
  * header carry (docs/LOG_FORMAT.md says what each field means per kind).
  * The bottom of the log's layers: log_file.c writes records of this shape,
- * log_intern.c and log.c fill them, the decoder in python/torchalloc/log.py
+ * log_intern.c and log.c fill them, the decoder in python/torchalloc/log/reader.py
  * reads them. */
 #ifndef TA_LOG_FORMAT_H
 #define TA_LOG_FORMAT_H

@@ -2,7 +2,7 @@
 
 The first tests read the JSON the page embeds and hold it against the
 analysis it came from (no browser). The rest load the page in headless
-Chromium with a `#test=...` hash: report_page.js then runs those steps
+Chromium with a `#test=...` hash: page.js then runs those steps
 through the handlers a user's clicks reach (buttons clicked, mouse and wheel
 events dispatched on the SVG), and the test reads the DOM Chromium dumps
 afterwards: what the panels list and show, the SVG's view and ticks. They

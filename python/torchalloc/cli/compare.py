@@ -52,7 +52,7 @@ _STDERR_TAIL = 30  # lines of a failed run's stderr to show
 # what it needs; everything it does is guarded so that a failure is recorded,
 # not swallowed.
 SITECUSTOMIZE = r'''
-"""torchalloc compare's start-up hook (generated; see torchalloc/compare.py)."""
+"""torchalloc compare's start-up hook (generated; see torchalloc/cli/compare.py)."""
 import atexit as _atexit
 import json as _json
 import os as _os

@@ -5,7 +5,7 @@ index of an OOM record and the capacity torchalloc could use then; builds
 the trace of that run up to the failure -- every allocation, free and phase
 before it, blocks allocated before the log was opened reconstructed at the
 start, and the failed request last -- and replays it through each policy on
-the simulated device (replay.py, the very C code that serves the GPU):
+the simulated device (engine.py, the very C code that serves the GPU):
 
 - `needed`: the smallest capacity at which the whole run, the failed
   request included, completes (bisection, as `torchalloc replay` finds it);

@@ -7,7 +7,7 @@ as the text of a `<script type="application/json">` element. In it:
 - `timeline`: the samples the analysis already made (`Timeline`, at most
   `max_points`): time, event index, allocated, reserved, the number of live
   blocks, allocated per phase; phase spans and markers as the SVG draws
-  them (report_svg's bounds);
+  them (svg.py's bounds);
 - `peak` and `ooms`: the moments the buttons jump to, each OOM with its
   verdict and explanation (`Analysis.ooms()`);
 - `blocks`: columns, one entry per block the page can list (below), with

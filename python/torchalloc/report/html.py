@@ -4,10 +4,10 @@ Nothing is fetched from the network (no CDN, no fonts, no scripts from
 elsewhere): the page opens from a file on an offline machine or as a CI
 artifact. Its parts:
 
-- the timeline as a static SVG (report_svg.py) and the tables, drawn here:
+- the timeline as a static SVG (svg.py) and the tables, drawn here:
   the whole report, with JavaScript off;
 - the data the script needs, as JSON in a <script type="application/json">
-  element (report_data.py: bounded, escaped);
+  element (data.py: bounded, escaped);
 - the script (page.js) and the style (page.css), inlined:
   zoom and pan, a tooltip, the blocks live at a clicked moment, a block's
   or a site's stacks and reason, buttons for the peak and each OOM. Its

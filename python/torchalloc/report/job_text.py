@@ -3,7 +3,7 @@
     torchalloc report run.0.talog run.1.talog      # ranks side by side, who peaked and why, shared and different
     torchalloc report 'run.*.talog'                # the same: a quoted pattern is expanded here
     torchalloc report run.*.talog --json           # as one JSON object: the job, then every rank's own report
-    torchalloc report run.*.talog --html job.html  # one page with the ranks together (report_job_html.py)
+    torchalloc report run.*.talog --html job.html  # one page with the ranks together (job_html.py)
 
 The numbers come from torchalloc.job; `torchalloc report LOG` with one log
 is the single-process report, unchanged.
@@ -12,22 +12,13 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Sequence
+from typing import Sequence
 
 from ..analysis.job import GroupRow, Job
 from ..units import fmt_bytes, fmt_time
+from .text_table import text_table
 
 __all__ = ["render_job_text", "write_job"]
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = ()) -> list[str]:
-    cells = [[str(c) for c in r] for r in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-
-    def line(values: Sequence[str]) -> str:
-        return "  ".join(v.rjust(widths[i]) if i in right else v.ljust(widths[i]) for i, v in enumerate(values)).rstrip()
-
-    return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in cells]
 
 
 def _group_rows(job: Job, groups: Sequence[GroupRow], top: int) -> list[str]:
@@ -35,7 +26,7 @@ def _group_rows(job: Job, groups: Sequence[GroupRow], top: int) -> list[str]:
     rows = [[g.site, fmt_bytes(g.block_size), g.category] + [f"{c} = {fmt_bytes(n)}" if c else "-"
                                                               for c, n in zip(g.counts, g.bytes)]
             for g in groups[:top]]
-    out = ["  " + line for line in _table(headers, rows, right=range(3, 3 + len(job.ranks)))]
+    out = ["  " + line for line in text_table(headers, rows, right=range(3, 3 + len(job.ranks)))]
     if len(groups) > top:
         out.append(f"  ... {len(groups) - top} more groups")
     return out
@@ -53,7 +44,7 @@ def render_job_text(job: Job, *, top: int = 15) -> str:
     out.append("== Ranks side by side (each at its own peak of allocated bytes)")
     rows = [(r.rank, r.device, r.pid, fmt_bytes(r.peak_allocated), fmt_time(r.peak_t_s), fmt_bytes(r.peak_reserved),
              r.phase_at_peak, r.top_sites[0][0] if r.top_sites else "-", r.path) for r in ranks]
-    out += _table(["rank", "device", "pid", "peak allocated", "at", "peak reserved", "phase at peak", "largest site",
+    out += text_table(["rank", "device", "pid", "peak allocated", "at", "peak reserved", "phase at peak", "largest site",
                    "log"], rows, right=(0, 1, 2, 3, 4, 5))
     out.append("")
     out.append(job.why_highest())
@@ -62,7 +53,7 @@ def render_job_text(job: Job, *, top: int = 15) -> str:
         out.append("")
         out.append("== Live at each rank's peak, by category")
         crow = [[c] + [fmt_bytes(r.by_category.get(c, 0)) for r in ranks] for c in categories]
-        out += _table(["category"] + [f"rank {r.rank}" for r in ranks], crow, right=range(1, 1 + len(ranks)))
+        out += text_table(["category"] + [f"rank {r.rank}" for r in ranks], crow, right=range(1, 1 + len(ranks)))
     out.append("")
     out.append(f"== Shared: {fmt_bytes(job.shared_bytes)} per rank in blocks of the same site and size, as many in "
                "every rank (parameters, gradients, even optimizer-state shards)")

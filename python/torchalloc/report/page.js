@@ -1,6 +1,6 @@
-// The interactive part of torchalloc's HTML report (report_html.py inlines this file).
+// The interactive part of torchalloc's HTML report (html.py inlines this file).
 //
-// Reads the JSON the page embeds (report_data.py) and, with no library and
+// Reads the JSON the page embeds (data.py) and, with no library and
 // nothing fetched: redraws the timeline SVG for the range in view (zoom with
 // the wheel, the buttons or +/-; pan by dragging or with the arrow keys),
 // shows a tooltip under the mouse (time, allocated, reserved, the phase then,

@@ -25,6 +25,7 @@ from typing import Any, Sequence
 
 from ..analysis import Analysis, Anatomy, analyze
 from ..units import fmt_bytes, fmt_seconds, fmt_time
+from .text_table import text_table
 
 __all__ = ["report", "render_text"]
 
@@ -48,16 +49,6 @@ def report(
 # ---------------------------------------------------------------------------
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = ()) -> list[str]:
-    cells = [[str(c) for c in r] for r in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-
-    def line(values: Sequence[str]) -> str:
-        return "  ".join(v.rjust(widths[i]) if i in right else v.ljust(widths[i]) for i, v in enumerate(values)).rstrip()
-
-    return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in cells]
-
-
 def _sparkline(values: Sequence[int], width: int = 64) -> str:
     """Allocated over time as one line of block characters (max per column)."""
     bars = " ▁▂▃▄▅▆▇█"
@@ -77,7 +68,7 @@ def _anatomy_text(an: Anatomy, top: int) -> list[str]:
     out = [f"At {an.at} ({fmt_time(an.t_s)}): {fmt_bytes(an.allocated)} allocated, {fmt_bytes(an.reserved)} reserved, "
            f"{sum(r.count for r in an.rows)} live blocks"]
     rows = [(fmt_bytes(r.bytes), r.count, r.phase, r.category, r.reason, r.site) for r in an.rows[:top]]
-    out += ["  " + line for line in _table(["bytes", "blocks", "phase", "category", "reason", "allocated at"], rows, right=(0, 1))]
+    out += ["  " + line for line in text_table(["bytes", "blocks", "phase", "category", "reason", "allocated at"], rows, right=(0, 1))]
     if len(an.rows) > top:
         rest = an.rows[top:]
         out.append(f"  ... {len(rest)} more sites, {fmt_bytes(sum(r.bytes for r in rest))}")
@@ -128,14 +119,14 @@ def render_text(a: Analysis, *, top: int = 15, at: Sequence[str | float] = ()) -
     if phases:
         out.append("== Phases")
         prow = [p.cells() for p in phases]
-        out += _table(["phase", "occurrences", "allocated", "freed", "peak", "reserved +", "persistent", "handed on",
+        out += text_table(["phase", "occurrences", "allocated", "freed", "peak", "reserved +", "persistent", "handed on",
                        "transient"], prow, right=range(1, 9))
         out += [f"  {p.sentence}" for p in phases]
         out.append("")
     est = a.estimate()
     out.append("== The estimate, measured")
     erow = [(term, fmt_bytes(n)) for term, n in est.rows()]
-    out += ["  " + line for line in _table(["term (peak live bytes)", "bytes"], erow, right=(1,))]
+    out += ["  " + line for line in text_table(["term (peak live bytes)", "bytes"], erow, right=(1,))]
     out.append(f"  {est.sentence}")
     ooms = a.ooms()
     if ooms:
