@@ -24,7 +24,7 @@
 
 /* Larger requests are bad input: no device has a terabyte, and a policy may
  * round a request up by at most 2 MiB, so anything below this rounds without
- * overflowing (policies/parts/bins.h checks that its bins reach this far). */
+ * overflowing (allocator/policies/parts/bins.h checks that its bins reach this far). */
 #define TA_MAX_REQUEST (((size_t)1 << 40) - 2 * TA_MiB)
 
 static inline size_t ta_align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
