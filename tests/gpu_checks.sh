@@ -20,7 +20,7 @@ if ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else
   exit 2
 fi
 mkdir -p "$out"
-if [ ! -f "$lib" ] || [ -n "$(find allocator policies -newer "$lib" -name '*.[ch]' | head -1)" ]; then
+if [ ! -f "$lib" ] || [ -n "$(find allocator include -newer "$lib" -name '*.[ch]' | head -1)" ]; then
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DTORCHALLOC_TESTS=OFF >/dev/null && cmake --build build-gpu -j >/dev/null || {
     echo "build failed"; exit 1; }
 fi
