@@ -94,7 +94,12 @@ def from_log(log: Any, *, device: int | None = None, prelude: bool = True, path:
         pre["stream"] = events["stream"][first_free][keep]
         pre["phase"] = events["phase"][first_free][keep]
         n_pre = len(pre)
-        events = np.concatenate((pre, events))
+        # Into an array of EVENT_DTYPE itself: np.concatenate of structured arrays (numpy >= 2) returns
+        # a packed dtype without the padding the C struct has, which replay must refuse.
+        joined = np.zeros(n_pre + len(events), dtype=EVENT_DTYPE)
+        joined[:n_pre] = pre
+        joined[n_pre:] = events
+        events = joined
     if unknown:
         notes.append(f"{unknown} frees of addresses the log never saw allocated: it was opened mid-run")
     if n_pre:
