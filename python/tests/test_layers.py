@@ -40,6 +40,7 @@ LAYERS: dict[str, str] = {
     "torchalloc.units": SHARED,
     "torchalloc._compressed": SHARED,
     "torchalloc.log": TOOL,
+    "torchalloc.log_checks": TOOL,  # records no writer produces, dropped (report, export) or refused (replay)
     "torchalloc.trace": TOOL,
     "torchalloc.trace_events": TOOL,
     "torchalloc.trace_snapshot": TOOL,

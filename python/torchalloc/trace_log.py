@@ -13,6 +13,7 @@ import numpy as np
 
 from . import _records as records
 from .log import LogFormatError, read_log
+from .log_checks import impossible
 from .trace_events import (
     ALLOC,
     EVENT_DTYPE,
@@ -57,6 +58,10 @@ def from_log(log: Any, *, device: int | None = None, prelude: bool = True, path:
     """
     what = path or getattr(log, "path", "") or "log"
     r = log.records
+    bad, problems = impossible(r, header_size=getattr(getattr(log, "header", None), "header_size", 128), path=what)
+    if bad.any():  # a replay of impossible records would simulate a run that never was
+        raise TraceError(f"{what}: a damaged or hand-made log: {problems[0]}; replay refuses it "
+                         "(report and export drop such records)")
     kind = r["kind"]
     dev_of = r["device"]
     is_block = (kind == records.ALLOC) | (kind == records.FREE)
