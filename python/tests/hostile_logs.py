@@ -42,6 +42,7 @@ class LogBuilder:
         self._strings: dict[str, int] = {}
         self.phase_ids: dict[str, int] = {}
         self.epochs: dict[int, int] = {}
+        self.open: list[int] = []  # phases begun and not ended: records carry the innermost
 
     # metadata -------------------------------------------------------------
     def _id(self) -> int:
@@ -89,6 +90,7 @@ class LogBuilder:
         r["seq"] = len(self.slots)
         r["tid"] = 7
         r["device"] = fields.pop("device", 0)
+        r["phase"] = self.open[-1] if self.open else 0
         for name, value in fields.items():
             r[name] = value
         r["kind"] = 0
@@ -116,10 +118,13 @@ class LogBuilder:
         pid = self.phase_id(name)
         if epoch is None:
             epoch = self.epochs[pid] = self.epochs.get(pid, 0) + 1
+        self.open.append(pid)
         self.record(R.PHASE_BEGIN, size=epoch, stack=self.string(name), phase=pid, device=-1)
 
     def end(self, name: str | bytes, epoch: int | None = None) -> None:
         pid = self.phase_id(name)
+        if pid in self.open:
+            self.open.remove(pid)
         self.record(R.PHASE_END, size=self.epochs.get(pid, 1) if epoch is None else epoch, stack=self.string(name),
                     phase=pid, device=-1)
 

@@ -39,6 +39,7 @@ LAYERS: dict[str, str] = {
     "torchalloc._records": SHARED,
     "torchalloc.units": SHARED,
     "torchalloc._compressed": SHARED,
+    "torchalloc.printable": SHARED,  # control characters escaped in every text the tools print
     "torchalloc.log": TOOL,
     "torchalloc.log_checks": TOOL,  # records no writer produces, dropped (report, export) or refused (replay)
     "torchalloc.trace": TOOL,

@@ -17,6 +17,8 @@ import sys
 import traceback
 from typing import Any, Callable, Sequence
 
+from .printable import printable
+
 
 @dataclasses.dataclass(frozen=True)
 class Command:
@@ -71,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     name, rest = args[0], args[1:]
     if name not in COMMANDS:
-        print(f"torchalloc: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        print(f"torchalloc: unknown command {printable(name)!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     try:
         status = _resolve(name)(rest)
@@ -81,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - every tool error is one line; the traceback only on request
         if os.environ.get("TORCHALLOC_DEBUG"):
             traceback.print_exc()
-        print(f"torchalloc {name}: error: {describe_error(e)}", file=sys.stderr)
+        print(printable(f"torchalloc {name}: error: {describe_error(e)}"), file=sys.stderr)
         return 1
     return 0 if status is None else int(status)
 

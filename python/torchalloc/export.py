@@ -37,6 +37,7 @@ import numpy as np
 
 from ._records import ALLOC, FREE, OOM, SEGMENT_ALLOC, SEGMENT_EXPANDABLE, SEGMENT_FREE
 from .analysis import EventTable, Stack, load
+from .printable import printable
 
 __all__ = ["to_snapshot", "write_snapshot", "main", "check_snapshot"]
 
@@ -281,15 +282,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ranks, rank_notes = assign_ranks([t.rank for t in tables])
     for note in rank_notes:
-        print(f"torchalloc export: note: {note}", file=sys.stderr)
+        print(printable(f"torchalloc export: note: {note}"), file=sys.stderr)
     for rank, table in zip(ranks, tables):
         output = args.output.replace("%r", str(rank))
         snapshot, notes = to_snapshot(table)
         write_snapshot(snapshot, output)
         for note in list(table.notes) + notes:  # the log's own (damage, how it ended), then what was made up
-            print(f"torchalloc export: note: {note}", file=sys.stderr)
+            print(printable(f"torchalloc export: note: {note}"), file=sys.stderr)
         n = sum(len(t) for t in snapshot["device_traces"])
-        print(f"wrote {output}: {n} trace entries, {len(snapshot['segments'])} segments at the end", file=sys.stderr)
+        print(printable(f"wrote {output}: {n} trace entries, {len(snapshot['segments'])} segments at the end"), file=sys.stderr)
     return 0
 
 

@@ -42,6 +42,7 @@ import numpy as np
 from . import _lib
 from ._lib import ReplayError
 from ._records import POLICY_NAMES
+from .printable import printable
 from .trace import ALLOC, EVENT_DTYPE, Trace, TraceError, load_trace
 from .units import GiB, fmt_bytes, parse_bytes
 
@@ -474,7 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         path = Path(args.trace[0]) if args.trace else default_trace_path()
         trace = load_trace(path, device=args.device, prelude=not args.no_prelude)
         if not args.json and not (trace.events["kind"] == ALLOC).any():  # (--json still gives its zeros)
-            print(f"{prog}: nothing to replay: {path} holds no allocation", file=sys.stderr)
+            print(printable(f"{prog}: nothing to replay: {path} holds no allocation"), file=sys.stderr)
             return 0
         report = run(
             trace,
@@ -489,11 +490,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps(report_json(report), indent=2))
     else:
-        print(format_table(report))
+        print(printable(format_table(report), newlines=True))
     if args.png:
         plot_png(report, args.png)
         if not args.json:
-            print(f"plot: {args.png}")
+            print(printable(f"plot: {args.png}"))
     return 0
 
 
@@ -507,7 +508,8 @@ def _ranks_main(prog: str, paths: list[str], policies: list[str], capacity: int,
                                  prelude=not args.no_prelude, progress=args.progress)
     except (TraceError, ReplayError, _lib.LibraryError) as e:
         fail(prog, str(e))
-    print(json.dumps(ranks_json(ranks, notes), indent=2) if args.json else format_ranks(ranks, notes))
+    print(json.dumps(ranks_json(ranks, notes), indent=2) if args.json else printable(format_ranks(ranks, notes),
+                                                                                      newlines=True))
     return 0
 
 

@@ -27,6 +27,7 @@ import sys
 from typing import Any, Sequence
 
 from .analysis import Analysis, Anatomy, analyze
+from .printable import printable
 from .units import fmt_bytes, fmt_seconds, fmt_time
 
 __all__ = ["report", "render_text", "main"]
@@ -109,7 +110,7 @@ def render_text(a: Analysis, *, top: int = 15, at: Sequence[str | float] = ()) -
         out.append(f"allocated |{_sparkline(tl.allocated.tolist())}| {fmt_bytes(tl.peak_allocated)}")
         out.append(f"reserved  |{_sparkline(tl.reserved.tolist())}| {fmt_bytes(tl.peak_reserved)}")
     if tl.markers:
-        out.append("markers: " + ", ".join(f"{label!r} at {fmt_time(ts)}" for ts, label, _ in tl.markers))
+        out.append("markers: " + ", ".join(f"'{label}' at {fmt_time(ts)}" for ts, label, _ in tl.markers))
     out.append("")
     if len(t):
         out.append("== Peak anatomy: what was live at the peak, by allocation site and phase")
@@ -222,12 +223,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The text report shows its notes at the top; the other outputs carry
         # them too, but a damaged log must be said where the user looks.
         for note in a.notes:
-            print(f"torchalloc report: note: {note}", file=sys.stderr)
+            print(printable(f"torchalloc report: note: {note}"), file=sys.stderr)
     if args.html:
         from .report_html import write_html
 
         write_html(a, args.html, at=at)
-        print(f"wrote {args.html}", file=sys.stderr)
+        print(printable(f"wrote {args.html}"), file=sys.stderr)
     if args.png:
         from .report_png import write_png
 
@@ -235,14 +236,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_png(a, args.png)
         except ImportError as e:
             fail(parser.prog, str(e), 1)
-        print(f"wrote {args.png}", file=sys.stderr)
+        print(printable(f"wrote {args.png}"), file=sys.stderr)
     if args.json:
         data = a.to_dict(top=max(args.top, 50))
         data["at"] = [a.anatomy(x, top=max(args.top, 50)).to_dict() for x in at]
         json.dump(data, sys.stdout, indent=1)
         sys.stdout.write("\n")
     elif not (args.html or args.png):
-        sys.stdout.write(render_text(a, top=args.top, at=at))
+        sys.stdout.write(printable(render_text(a, top=args.top, at=at), newlines=True))
     return 0
 
 
@@ -259,7 +260,7 @@ def _job_main(prog: str, logs: list[str], args: argparse.Namespace) -> int:
         fail(prog, str(e))
     if args.json or args.html:
         for note in job.notes + [f"rank {r.rank}: {n}" for r, a in zip(job.ranks, job.analyses) for n in a.notes]:
-            print(f"torchalloc report: note: {note}", file=sys.stderr)
+            print(printable(f"torchalloc report: note: {note}"), file=sys.stderr)
     write_job(job, text=not args.html, json_out=args.json, html=args.html, top=args.top)
     return 0
 

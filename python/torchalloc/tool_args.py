@@ -16,6 +16,7 @@ import zlib
 from typing import NoReturn, Sequence
 
 from ._records import LOG_MAGIC
+from .printable import printable
 from .trace_snapshot import looks_like_pickle
 
 _SNIFF_BYTES = 64 << 10  # a compressed file's first block: enough to show what it starts with
@@ -37,7 +38,7 @@ def _first_bytes(head: bytes) -> bytes:
 
 def fail(prog: str, message: str, status: int = 2) -> NoReturn:
     """Print "PROG: error: MESSAGE" (one line: argparse's style, without its usage text) and exit."""
-    print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr)
+    print(printable(f"{prog}: error: {' '.join(message.split())}"), file=sys.stderr)
     raise SystemExit(status)
 
 

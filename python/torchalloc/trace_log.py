@@ -14,6 +14,7 @@ import numpy as np
 from . import _records as records
 from .log import LogFormatError, read_log
 from .log_checks import impossible
+from .printable import printable
 from .trace_events import (
     ALLOC,
     EVENT_DTYPE,
@@ -122,7 +123,7 @@ def from_log(log: Any, *, device: int | None = None, prelude: bool = True, path:
         unknown_frees=unknown,
         replaced_allocs=int(_replaced_allocs(events)),
         prelude=n_pre,
-        phase_names=dict(getattr(log, "phase_names", {})),
+        phase_names={k: printable(v) for k, v in getattr(log, "phase_names", {}).items()},
         native_ooms=int(((kind == records.OOM) & on_dev).sum()),
         notes=notes,
         rank=int(getattr(getattr(log, "header", None), "rank", -1)),

@@ -19,6 +19,7 @@ import numpy as np
 from .._records import ALLOC
 from ..log import WRITER_KILLED, WRITER_RUNNING, WRITER_UNKNOWN, read_log
 from ..log_checks import impossible
+from ..printable import printable
 from .frames import Frame, Stack
 
 _COLUMNS: dict[str, Any] = {
@@ -114,7 +115,10 @@ def table_from_log(log: Any) -> EventTable:
     bad, dropped = impossible(log.records, header_size=getattr(header, "header_size", 128), path=str(log.path))
     r = log.records[~bad] if bad.any() else log.records
     cols = {name: np.asarray(r[name]).astype(dtype) for name, dtype in _COLUMNS.items()}
-    stacks = {int(k): tuple(Frame(str(f[0]), int(f[1]), str(f[2])) for f in v) for k, v in log.stacks.items()}
+    # Text from the log is shown escaped in every output (torchalloc.printable): a name with an ESC
+    # sequence must not reach a terminal, and a newline in it must not forge a line of the report.
+    stacks = {int(k): tuple(Frame(printable(str(f[0])), int(f[1]), printable(str(f[2]))) for f in v)
+              for k, v in log.stacks.items()}
     start = getattr(header, "created_monotonic_ns", None)
     wall = (header.created_realtime_ns - header.created_monotonic_ns) if header is not None else 0
     notes = list(getattr(log, "damage", getattr(log, "warnings", []))) + [
@@ -134,9 +138,9 @@ def table_from_log(log: Any) -> EventTable:
                      "which); it ends at the last complete record")
     return EventTable(
         **cols,
-        strings=dict(log.strings),
+        strings={k: printable(v) for k, v in log.strings.items()},
         stacks=stacks,
-        phase_names=dict(log.phase_names),
+        phase_names={k: printable(v) for k, v in log.phase_names.items()},
         start_ns=start,
         wall_offset_ns=int(wall),
         path=str(getattr(log, "path", "")),
