@@ -164,13 +164,6 @@ def render_text(a: Analysis, *, top: int = 15, at: Sequence[str | float] = ()) -
 # ---------------------------------------------------------------------------
 
 
-def _at_value(text: str) -> str | float:
-    try:
-        return float(text)
-    except ValueError:
-        return text
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="torchalloc report",
@@ -189,11 +182,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--png", metavar="FILE", help="write the timeline as PNG (needs matplotlib)")
     parser.add_argument("--points", type=int, default=1500, help="timeline samples kept for drawing (default 1500)")
     parser.add_argument("--progress", action="store_true", help="show progress on big logs (tqdm)")
-    args = parser.parse_args(argv)
-
     from .log import LogFormatError
-    from .tool_args import expand_logs, fail, output_problem, snapshot_pointer
+    from .tool_args import at_value, expand_logs, fail, output_problem, snapshot_pointer, with_negative_values
 
+    args = parser.parse_args(with_negative_values(sys.argv[1:] if argv is None else argv, ["--at"]))
+
+    try:
+        at = [at_value(x) for x in args.at]  # before the log is read: a big one takes minutes
+    except ValueError as e:
+        fail(parser.prog, str(e))
     logs, problem = expand_logs(args.log)
     problem = problem or next(filter(None, (snapshot_pointer(p, "report") for p in logs)), None)
     for option, path in (("--html", args.html), ("--png", args.png)):
@@ -213,7 +210,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         a = analyze(logs[0], device=args.device, max_points=args.points, progress=args.progress)
     except (LogFormatError, ValueError) as e:
         fail(parser.prog, str(e))
-    at = [_at_value(x) for x in args.at]
     try:
         for x in at:
             a.index_at(x)
