@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import importlib
 import json
 import os
@@ -73,7 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     name, rest = args[0], args[1:]
     if name not in COMMANDS:
-        print(f"torchalloc: unknown command {printable(name)!r}\n\n{_usage()}", file=sys.stderr)
+        close = difflib.get_close_matches(name, COMMANDS, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        print(f"torchalloc: unknown command {printable(name)!r}{hint}\n\n{_usage()}", file=sys.stderr)
         return 2
     try:
         status = _resolve(name)(rest)

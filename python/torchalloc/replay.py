@@ -21,7 +21,8 @@ strictly monotone in the capacity, so the figure is what bisection finds.
 When a policy's unconstrained run reserves more than --capacity, its peak
 columns are those of the run under the capacity (with the cache released
 and retried, or up to its OOM), and the unconstrained peak is printed below
-the table (JSON: "capped", "unlimited_peak_reserved").
+the table (JSON: "capped", "unlimited_peak_reserved"). --capacity 0 means
+unlimited: every run is the unconstrained one.
 """
 from __future__ import annotations
 
@@ -433,7 +434,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "several (one per rank) or a quoted pattern such as 'run.*.talog' for a job's ranks side by side; "
                     "default: the trace bundled with torchalloc")
     ap.add_argument("--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated (default: %(default)s)")
-    ap.add_argument("--capacity", default=DEFAULT_CAPACITY_TEXT, help="simulated device size (default: %(default)s)")
+    ap.add_argument("--capacity", default=DEFAULT_CAPACITY_TEXT, help="simulated device size, e.g. 40GiB; 0 means "
+                    "unlimited: no policy runs out of memory, and the smallest capacity that runs the trace is still "
+                    "searched for (default: %(default)s)")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     ap.add_argument("--png", metavar="FILE", help="plot reserved memory over the trace per policy (needs matplotlib)")
     ap.add_argument("--device", type=int, help="which device's trace in a multi-GPU snapshot (default: the busiest)")
@@ -446,14 +449,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from .tool_args import fail, output_problem
+    from .tool_args import fail, output_problem, with_negative_values
 
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(with_negative_values(sys.argv[1:] if argv is None else argv, ["--capacity"]))
     prog = "torchalloc replay"
+    if args.capacity.strip().startswith("-"):
+        fail(prog, f"--capacity {args.capacity}: a device size cannot be negative (0 means unlimited)")
     try:
         capacity = parse_bytes(args.capacity)
     except ValueError as e:
-        fail(prog, f"--capacity: {e}")
+        fail(prog, f"--capacity: {e}; 0 means unlimited")
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     if not policies:
         fail(prog, "--policies is empty")
