@@ -245,3 +245,29 @@ HOSTILE: dict[str, Callable[[], bytes]] = {
     "block-record-without-device": block_record_without_device,
     "control-characters": control_characters,
 }
+
+
+def phase_id_out_of_range() -> bytes:
+    """An allocation in phase 300 (a process has at most 256): once an OOM's replay failed on it."""
+    b = LogBuilder()
+    _base(b)
+    b.alloc(0x7100_0000, MiB, phase=300)
+    b.oom(900 * MiB, 20 * MiB)
+    return b.to_bytes()
+
+
+HOSTILE["phase-id-out-of-range"] = phase_id_out_of_range
+
+
+def address_at_the_top() -> bytes:
+    """A block at the top of the 64-bit address space, then an OOM: the OOM's replay once took 1 MiB past
+    the highest address for the failed request, past 2^64."""
+    b = LogBuilder()
+    _base(b)
+    b.alloc((1 << 64) - 4096, 512)
+    b.oom(900 * MiB, 20 * MiB)
+    b.record(R.OOM_DEVICE, addr=GiB, size=0, block_size=4 * MiB + 512, stream=16 * MiB, flags=2)  # capacity
+    return b.to_bytes()
+
+
+HOSTILE["address-at-the-top"] = address_at_the_top

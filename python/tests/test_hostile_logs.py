@@ -33,6 +33,7 @@ EXPECTED = {
     "repeated-phase-start": (5 * MiB, "a phase occurrence begun a second time", [5]),
     "phase-end-without-begin": (5 * MiB, "a phase end with no open occurrence", [6]),
     "block-record-without-device": (4 * MiB, "a block, segment or OOM record about no device", [5]),
+    "phase-id-out-of-range": (4 * MiB, "a phase id above 255", [5]),
 }
 
 
@@ -169,3 +170,17 @@ def test_blocks_adding_up_past_64_bit_sums_are_refused_clearly(write, tmp_path: 
 def test_export_of_one_log_without_rank_says_nothing_about_ranks(write, tmp_path: Path) -> None:
     status, out, err = cli("export", str(write("control-characters")), "-o", str(tmp_path / "s.pickle"))
     assert status == 0 and "$RANK" not in err and "numbered" not in err, err
+
+
+def test_an_oom_after_a_block_at_the_top_of_the_address_space(write, library_path: Path) -> None:
+    """Addresses are whatever the device gave: any 64-bit value is possible, so nothing is dropped, and the
+    OOM's replay picks an address for the failed request that no block uses."""
+    from torchalloc.oom_alternatives import _unused_address
+
+    status, out, err = cli("report", str(write("address-at-the-top")), "--json")
+    assert status == 0, err
+    doc = json.loads(out)
+    assert doc["peak_allocated"] == 4 * MiB + 512 and len(doc["ooms"]) == 1 and doc["ooms"][0]["alternatives"]
+    top = (1 << 64) - 4096
+    assert _unused_address(np.array([1 << 30, top], dtype=np.uint64)) == (1 << 30) - (1 << 20)
+    assert _unused_address(np.array([0, 1 << 30, top], dtype=np.uint64)) == 1 << 20

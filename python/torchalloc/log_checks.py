@@ -12,12 +12,14 @@ why; `replay` refuses the log, naming the first.
 The bounds are the C core's: no request above TA_MAX_REQUEST
 (allocator/common.h) is ever served, logged or recorded in an OOM (entry.c
 refuses it before the heap sees it), so no block or segment exceeds that
-request rounded up to 2 MiB, and no device or total comes near 2^50 bytes.
+request rounded up to 2 MiB, and no device or total comes near 2^50 bytes;
+phase ids are below TORCHALLOC_MAX_PHASES.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ._lib import MAX_PHASES
 from ._records import (
     ALLOC,
     FREE,
@@ -56,6 +58,7 @@ def _size_problems(r: np.ndarray) -> list[tuple[np.ndarray, str]]:
     blocks, segments = np.isin(kind, _BLOCKS), np.isin(kind, _SEGMENTS)
     oom, oom_device = kind == OOM, kind == OOM_DEVICE
     return [
+        (r["phase"] >= MAX_PHASES, f"a phase id above {MAX_PHASES - 1} (a process has at most {MAX_PHASES} phases)"),
         (np.isin(kind, _ABOUT_A_DEVICE) & (r["device"] < 0), "a block, segment or OOM record about no device"),
         (blocks & _over(r["size"], MAX_REQUEST), f"a block of more than {MAX_REQUEST} bytes requested "
          "(the largest request the allocator accepts)"),
