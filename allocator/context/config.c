@@ -61,9 +61,12 @@ static int parse_int(const char *text, long lo, long hi, long *out) {
   "stack_depth oom oom_report expandable sim_vmm"
 const char *ta_config_key_list(void) { return KEYS; }
 
+/* parse_int of `val` into n between a and b, the range kept for bad_int's message. */
+#define PARSE_INT(a, b) (lo = (a), hi = (b), parse_int(val, lo, hi, &n))
+
 /* Apply one key:value to `c`. Returns 0, or -1 with a message. */
 static int apply(ta_config *c, const char *key, const char *val, char *err, size_t errlen) {
-  long n;
+  long n, lo = 0, hi = 0;
   if (strcmp(key, "policy") == 0) {
     if (!ta_policy_by_name(val, NULL)) {
       snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key 'policy' (expected %s)", val,
@@ -88,10 +91,10 @@ static int apply(ta_config *c, const char *key, const char *val, char *err, size
     }
     c->sim_capacity = bytes;
   } else if (strcmp(key, "sim_devices") == 0) {
-    if (parse_int(val, 1, 64, &n)) goto bad_int;
+    if (PARSE_INT(1, 64)) goto bad_int;
     c->sim_devices = (int)n;
   } else if (strcmp(key, "sim_fail_alloc") == 0) {
-    if (parse_int(val, 0, 0x7fffffffL, &n)) goto bad_int;
+    if (PARSE_INT(0, 0x7fffffffL)) goto bad_int;
     c->sim_fail_alloc = (uint64_t)n;
   } else if (strcmp(key, "sim_held_elsewhere") == 0) {
     size_t bytes;
@@ -102,10 +105,10 @@ static int apply(ta_config *c, const char *key, const char *val, char *err, size
     }
     c->sim_held_elsewhere = bytes;
   } else if (strcmp(key, "sim_event_polls") == 0) {
-    if (parse_int(val, 0, 1000000, &n)) goto bad_int;
+    if (PARSE_INT(0, 1000000)) goto bad_int;
     c->sim_event_polls = (int)n;
   } else if (strcmp(key, "warn") == 0) {
-    if (parse_int(val, 0, 1, &n)) goto bad_int;
+    if (PARSE_INT(0, 1)) goto bad_int;
     c->warn = (int)n;
   } else if (strcmp(key, "oom") == 0) {
     if (strcmp(val, "abort") == 0) c->oom = TA_OOM_ABORT;
@@ -137,16 +140,16 @@ static int apply(ta_config *c, const char *key, const char *val, char *err, size
     }
     c->log_max = bytes;
   } else if (strcmp(key, "stacks") == 0) {
-    if (parse_int(val, 0, 1, &n)) goto bad_int;
+    if (PARSE_INT(0, 1)) goto bad_int;
     c->stacks = (int)n;
   } else if (strcmp(key, "stack_depth") == 0) {
-    if (parse_int(val, 1, 64, &n)) goto bad_int;
+    if (PARSE_INT(1, 64)) goto bad_int;
     c->stack_depth = (int)n;
   } else if (strcmp(key, "expandable") == 0) {
-    if (parse_int(val, 0, 2, &n)) goto bad_int;
+    if (PARSE_INT(0, 2)) goto bad_int;
     c->expandable = (int)n;
   } else if (strcmp(key, "sim_vmm") == 0) {
-    if (parse_int(val, 0, 1, &n)) goto bad_int;
+    if (PARSE_INT(0, 1)) goto bad_int;
     c->sim_vmm = (int)n;
   } else {
     snprintf(err, errlen, "TORCHALLOC_CONF: unknown key '%s' (known keys: %s)", key, KEYS);
@@ -154,7 +157,8 @@ static int apply(ta_config *c, const char *key, const char *val, char *err, size
   }
   return 0;
 bad_int:
-  snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key '%s' (expected an integer in range)", val, key);
+  snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key '%s' (expected an integer from %ld to %ld)", val,
+           key, lo, hi);
   return -1;
 }
 

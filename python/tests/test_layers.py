@@ -34,7 +34,7 @@ RUNTIME, SHARED, TOOL = "runtime", "shared", "tool"
 
 RUNTIME_MODULES = {"torchalloc", "_lib", "_device", "_cuda_init", "plug", "stats", "phases", "tracking", "bridge",
                    "oom"}
-SHARED_MODULES = {"_records", "units", "_compressed"}
+SHARED_MODULES = {"_records", "units", "_compressed", "printable"}  # printable: control characters escaped in every text the tools print
 # Top-level, but a tool: imported by the examples' and benchmarks' child processes, never by the package.
 TOP_LEVEL_TOOLS = {"_gpu_child"}
 TOOL_PACKAGES = ["log", "replay", "analysis", "report", "integrations", "cli"]
@@ -56,7 +56,7 @@ ANALYSIS_STAGES: list[tuple[str, ...]] = [
     ("job",),  # several logs (one per rank) analysed together
 ]
 # The readers: the log decoder, the trace sources sharing trace_events, trace.py picking between them.
-LOG_STAGES: list[tuple[str, ...]] = [("reader", "ranks", "trace_events"), ("trace_snapshot", "trace_log"),
+LOG_STAGES: list[tuple[str, ...]] = [("reader", "ranks", "trace_events"), ("checks",), ("trace_snapshot", "trace_log"),
                                      ("trace",), ("__init__",)]
 
 # torchalloc.<name> lazily maps these attributes to tool modules: `import torchalloc` never loads

@@ -8,6 +8,7 @@ reason) group of live blocks, and the live bytes by category and by phase.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import defaultdict
 from typing import Any
 
@@ -85,6 +86,12 @@ def index_at(d: Derived, at: str | float | int | None = None) -> tuple[int, str]
             ) from None
     target = float(at)
     rel = (t.time_ns - time_base_ns(t)) / 1e9
+    end = max(float(rel[-1]), 0.0)
+    # A time outside the log was once clamped to its first or last event, and nan or inf passed as
+    # "t=nans": say what the log covers instead.
+    if not math.isfinite(target) or not 0.0 <= target <= end:
+        raise ValueError(f"t={target:g} s is not in this log: it covers t=0 s to t={end:.9g} s (seconds since "
+                         "it was opened); give a time in that range, or a marker")
     i = int(np.searchsorted(rel, target, side="right")) - 1
     return max(0, min(i, n - 1)), f"t={target:g}s"
 

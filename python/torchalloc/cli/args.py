@@ -10,6 +10,7 @@ from __future__ import annotations
 import bz2
 import glob
 import lzma
+import math
 import os
 import sys
 import zlib
@@ -17,6 +18,7 @@ from typing import NoReturn, Sequence
 
 from .._records import LOG_MAGIC
 from ..log.trace_snapshot import looks_like_pickle
+from ..printable import printable
 
 _SNIFF_BYTES = 64 << 10  # a compressed file's first block: enough to show what it starts with
 
@@ -37,8 +39,43 @@ def _first_bytes(head: bytes) -> bytes:
 
 def fail(prog: str, message: str, status: int = 2) -> NoReturn:
     """Print "PROG: error: MESSAGE" (one line: argparse's style, without its usage text) and exit."""
-    print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr)
+    print(printable(f"{prog}: error: {' '.join(message.split())}"), file=sys.stderr)
     raise SystemExit(status)
+
+
+def at_value(text: str) -> str | float:
+    """A `--at` value: seconds since the log was opened (a number, optionally ending in "s") or a marker's
+    label. ValueError for nan and inf, which name no moment (the range is checked against the log)."""
+    try:
+        seconds = float(text.removesuffix("s"))
+    except ValueError:
+        return text  # a marker's label
+    if not math.isfinite(seconds):
+        raise ValueError(f"--at {text}: not a time; give seconds since the log was opened (e.g. --at 1.5) "
+                         "or a marker's label")
+    return text if text.endswith("s") else seconds  # "1.5s" stays text: a marker may be named so
+
+
+def with_negative_values(argv: Sequence[str], options: Sequence[str]) -> list[str]:
+    """`argv` with "OPTION -5GiB" joined into "OPTION=-5GiB" for the given options, so the value reaches the
+    option's own check ("not a size", "not in this log") instead of argparse's "expected one argument"
+    (argparse takes a word starting with "-" and a digit for an option of its own)."""
+    out: list[str] = []
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        word = args[i]
+        if word == "--":
+            out += args[i:]
+            break
+        value = args[i + 1] if i + 1 < len(args) else ""
+        if word in options and len(value) > 1 and value[0] == "-" and (value[1].isdigit() or value[1] in ".i"):
+            out.append(f"{word}={value}")  # "-5GiB", "-1", "-.5", "-inf"
+            i += 2
+            continue
+        out.append(word)
+        i += 1
+    return out
 
 
 def output_problem(path: str) -> str | None:

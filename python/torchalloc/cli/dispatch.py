@@ -11,11 +11,14 @@ returns an exit status (None means 0).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
 import os
 import sys
 import traceback
 from typing import Any, Callable, Sequence
+
+from ..printable import printable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     name, rest = args[0], args[1:]
     if name not in COMMANDS:
-        print(f"torchalloc: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        close = difflib.get_close_matches(name, COMMANDS, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        print(f"torchalloc: unknown command {printable(name)!r}{hint}\n\n{_usage()}", file=sys.stderr)
         return 2
     try:
         status = _resolve(name)(rest)
@@ -81,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - every tool error is one line; the traceback only on request
         if os.environ.get("TORCHALLOC_DEBUG"):
             traceback.print_exc()
-        print(f"torchalloc {name}: error: {describe_error(e)}", file=sys.stderr)
+        print(printable(f"torchalloc {name}: error: {describe_error(e)}"), file=sys.stderr)
         return 1
     return 0 if status is None else int(status)
 

@@ -8,6 +8,7 @@ from typing import Sequence
 from ..analysis import load
 from ..log.ranks import assign_ranks
 from ..log.reader import LogFormatError
+from ..printable import printable
 from ..report.export import to_snapshot, write_snapshot
 from .args import expand_logs, fail, output_problem, snapshot_pointer
 
@@ -37,17 +38,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         fail(parser.prog, str(e))
     ranks, rank_notes = assign_ranks([t.rank for t in tables])
     for note in rank_notes:
-        print(f"torchalloc export: note: {note}", file=sys.stderr)
+        print(printable(f"torchalloc export: note: {note}"), file=sys.stderr)
     for rank, table in zip(ranks, tables):
         output = args.output.replace("%r", str(rank))
         snapshot, notes = to_snapshot(table)
         write_snapshot(snapshot, output)
         for note in list(table.notes) + notes:  # the log's own (damage, how it ended), then what was made up
-            print(f"torchalloc export: note: {note}", file=sys.stderr)
+            print(printable(f"torchalloc export: note: {note}"), file=sys.stderr)
         n = sum(len(t) for t in snapshot["device_traces"])
-        print(f"wrote {output}: {n} trace entries, {len(snapshot['segments'])} segments at the end", file=sys.stderr)
+        print(printable(f"wrote {output}: {n} trace entries, {len(snapshot['segments'])} segments at the end"), file=sys.stderr)
     return 0
-
 
 
 if __name__ == "__main__":

@@ -20,8 +20,9 @@ from ..replay.engine import (
     report_json,
     run,
 )
+from ..printable import printable
 from ..units import parse_bytes
-from .args import expand_logs, fail, output_problem
+from .args import expand_logs, fail, output_problem, with_negative_values
 
 
 def check_matplotlib() -> None:
@@ -41,7 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "several (one per rank) or a quoted pattern such as 'run.*.talog' for a job's ranks side by side; "
                     "default: the trace bundled with torchalloc")
     ap.add_argument("--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated (default: %(default)s)")
-    ap.add_argument("--capacity", default=DEFAULT_CAPACITY_TEXT, help="simulated device size (default: %(default)s)")
+    ap.add_argument("--capacity", default=DEFAULT_CAPACITY_TEXT, help="simulated device size, e.g. 40GiB; 0 means "
+                    "unlimited: no policy runs out of memory, and the smallest capacity that runs the trace is still "
+                    "searched for (default: %(default)s)")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     ap.add_argument("--png", metavar="FILE", help="plot reserved memory over the trace per policy (needs matplotlib)")
     ap.add_argument("--device", type=int, help="which device's trace in a multi-GPU snapshot (default: the busiest)")
@@ -54,12 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(with_negative_values(sys.argv[1:] if argv is None else argv, ["--capacity"]))
     prog = "torchalloc replay"
+    if args.capacity.strip().startswith("-"):
+        fail(prog, f"--capacity {args.capacity}: a device size cannot be negative (0 means unlimited)")
     try:
         capacity = parse_bytes(args.capacity)
     except ValueError as e:
-        fail(prog, f"--capacity: {e}")
+        fail(prog, f"--capacity: {e}; 0 means unlimited")
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     if not policies:
         fail(prog, "--policies is empty")
@@ -79,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         path = Path(args.trace[0]) if args.trace else default_trace_path()
         trace = load_trace(path, device=args.device, prelude=not args.no_prelude)
         if not args.json and not (trace.events["kind"] == ALLOC).any():  # (--json still gives its zeros)
-            print(f"{prog}: nothing to replay: {path} holds no allocation", file=sys.stderr)
+            print(printable(f"{prog}: nothing to replay: {path} holds no allocation"), file=sys.stderr)
             return 0
         report = run(
             trace,
@@ -94,25 +99,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps(report_json(report), indent=2))
     else:
-        print(format_table(report))
+        print(printable(format_table(report), newlines=True))
     if args.png:
         plot_png(report, args.png)
         if not args.json:
-            print(f"plot: {args.png}")
+            print(printable(f"plot: {args.png}"))
     return 0
 
 
 def _ranks_main(prog: str, paths: list[str], policies: list[str], capacity: int, args: argparse.Namespace) -> int:
     """Several traces: a job's ranks (replay/ranks.py)."""
     from ..replay.ranks import format_ranks, ranks_json, run_ranks
+
     try:
         ranks, notes = run_ranks(paths, policies, capacity, search=not args.no_search, device=args.device,
                                  prelude=not args.no_prelude, progress=args.progress)
     except (TraceError, ReplayError, _lib.LibraryError) as e:
         fail(prog, str(e))
-    print(json.dumps(ranks_json(ranks, notes), indent=2) if args.json else format_ranks(ranks, notes))
+    print(json.dumps(ranks_json(ranks, notes), indent=2) if args.json else printable(format_ranks(ranks, notes),
+                                                                                      newlines=True))
     return 0
-
 
 
 if __name__ == "__main__":

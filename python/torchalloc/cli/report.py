@@ -8,16 +8,10 @@ from typing import Sequence
 
 from ..analysis import analyze
 from ..log.reader import LogFormatError
+from ..printable import printable
 from ..report.text import render_text
-from .args import expand_logs, fail, output_problem, snapshot_pointer
+from .args import at_value, expand_logs, fail, output_problem, snapshot_pointer, with_negative_values
 
-
-
-def _at_value(text: str) -> str | float:
-    try:
-        return float(text)
-    except ValueError:
-        return text
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -38,8 +32,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--png", metavar="FILE", help="write the timeline as PNG (needs matplotlib)")
     parser.add_argument("--points", type=int, default=1500, help="timeline samples kept for drawing (default 1500)")
     parser.add_argument("--progress", action="store_true", help="show progress on big logs (tqdm)")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(with_negative_values(sys.argv[1:] if argv is None else argv, ["--at"]))
 
+    try:
+        at = [at_value(x) for x in args.at]  # before the log is read: a big one takes minutes
+    except ValueError as e:
+        fail(parser.prog, str(e))
     logs, problem = expand_logs(args.log)
     problem = problem or next(filter(None, (snapshot_pointer(p, "report") for p in logs)), None)
     for option, path in (("--html", args.html), ("--png", args.png)):
@@ -59,7 +57,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         a = analyze(logs[0], device=args.device, max_points=args.points, progress=args.progress)
     except (LogFormatError, ValueError) as e:
         fail(parser.prog, str(e))
-    at = [_at_value(x) for x in args.at]
     try:
         for x in at:
             a.index_at(x)
@@ -69,12 +66,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The text report shows its notes at the top; the other outputs carry
         # them too, but a damaged log must be said where the user looks.
         for note in a.notes:
-            print(f"torchalloc report: note: {note}", file=sys.stderr)
+            print(printable(f"torchalloc report: note: {note}"), file=sys.stderr)
     if args.html:
         from ..report.html import write_html
 
         write_html(a, args.html, at=at)
-        print(f"wrote {args.html}", file=sys.stderr)
+        print(printable(f"wrote {args.html}"), file=sys.stderr)
     if args.png:
         from ..report.png import write_png
 
@@ -82,14 +79,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_png(a, args.png)
         except ImportError as e:
             fail(parser.prog, str(e), 1)
-        print(f"wrote {args.png}", file=sys.stderr)
+        print(printable(f"wrote {args.png}"), file=sys.stderr)
     if args.json:
         data = a.to_dict(top=max(args.top, 50))
         data["at"] = [a.anatomy(x, top=max(args.top, 50)).to_dict() for x in at]
         json.dump(data, sys.stdout, indent=1)
         sys.stdout.write("\n")
     elif not (args.html or args.png):
-        sys.stdout.write(render_text(a, top=args.top, at=at))
+        sys.stdout.write(printable(render_text(a, top=args.top, at=at), newlines=True))
     return 0
 
 
@@ -104,10 +101,9 @@ def _job_main(prog: str, logs: list[str], args: argparse.Namespace) -> int:
         fail(prog, str(e))
     if args.json or args.html:
         for note in job.notes + [f"rank {r.rank}: {n}" for r, a in zip(job.ranks, job.analyses) for n in a.notes]:
-            print(f"torchalloc report: note: {note}", file=sys.stderr)
+            print(printable(f"torchalloc report: note: {note}"), file=sys.stderr)
     write_job(job, text=not args.html, json_out=args.json, html=args.html, top=args.top)
     return 0
-
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 
 from .. import _records as records
+from ..printable import printable
+from .checks import impossible
 from .reader import LogFormatError, read_log
 from .trace_events import (
     ALLOC,
@@ -57,6 +59,10 @@ def from_log(log: Any, *, device: int | None = None, prelude: bool = True, path:
     """
     what = path or getattr(log, "path", "") or "log"
     r = log.records
+    bad, problems = impossible(r, header_size=getattr(getattr(log, "header", None), "header_size", 128), path=what)
+    if bad.any():  # a replay of impossible records would simulate a run that never was
+        raise TraceError(f"{what}: a damaged or hand-made log: {problems[0]}; replay refuses it "
+                         "(report and export drop such records)")
     kind = r["kind"]
     dev_of = r["device"]
     is_block = (kind == records.ALLOC) | (kind == records.FREE)
@@ -94,7 +100,12 @@ def from_log(log: Any, *, device: int | None = None, prelude: bool = True, path:
         pre["stream"] = events["stream"][first_free][keep]
         pre["phase"] = events["phase"][first_free][keep]
         n_pre = len(pre)
-        events = np.concatenate((pre, events))
+        # Into an array of EVENT_DTYPE itself: np.concatenate of structured arrays (numpy >= 2) returns
+        # a packed dtype without the padding the C struct has, which replay must refuse.
+        joined = np.zeros(n_pre + len(events), dtype=EVENT_DTYPE)
+        joined[:n_pre] = pre
+        joined[n_pre:] = events
+        events = joined
     if unknown:
         notes.append(f"{unknown} frees of addresses the log never saw allocated: it was opened mid-run")
     if n_pre:
@@ -112,7 +123,7 @@ def from_log(log: Any, *, device: int | None = None, prelude: bool = True, path:
         unknown_frees=unknown,
         replaced_allocs=int(_replaced_allocs(events)),
         prelude=n_pre,
-        phase_names=dict(getattr(log, "phase_names", {})),
+        phase_names={k: printable(v) for k, v in getattr(log, "phase_names", {}).items()},
         native_ooms=int(((kind == records.OOM) & on_dev).sum()),
         notes=notes,
         rank=int(getattr(getattr(log, "header", None), "rank", -1)),

@@ -134,7 +134,9 @@ _ACTIVE_BLOCK_STATES = ("active_allocated", "active_awaiting_free", "active_pend
 def _pick_device(traces: list[Any], device: int | None, what: str) -> int:
     if device is not None:
         if not 0 <= device < len(traces):
-            raise TraceError(f"{what}: no device {device} (the snapshot has traces for {len(traces)} devices)")
+            n = len(traces)
+            raise TraceError(f"{what}: no device {device} (the snapshot has traces for {n} device{'s' if n != 1 else ''}"
+                             f"{f': 0 to {n - 1}' if n > 1 else ': 0' if n else ''})")
         if not traces[device]:
             raise TraceError(f"{what}: device_traces are empty for device {device}")
         return device

@@ -22,7 +22,8 @@ strictly monotone in the capacity, so the figure is what bisection finds.
 When a policy's unconstrained run reserves more than --capacity, its peak
 columns are those of the run under the capacity (with the cache released
 and retried, or up to its OOM), and the unconstrained peak is printed below
-the table (JSON: "capped", "unlimited_peak_reserved").
+the table (JSON: "capped", "unlimited_peak_reserved"). --capacity 0 means
+unlimited: every run is the unconstrained one.
 """
 from __future__ import annotations
 

@@ -64,11 +64,25 @@ def events_until(table: Any, index: int, before_log: Sequence[tuple[int, int, in
     body["phase"] = table.phase[rows]
     last = events[-1:]
     last["kind"] = ALLOC
-    last["addr"] = int(events["addr"].max(initial=0)) + (1 << 20)  # an address the run never used
+    last["addr"] = _unused_address(events["addr"][:-1])
     last["size"] = int(table.size[index])
     last["stream"] = int(table.stream[index])
     last["phase"] = int(table.phase[index])
     return events
+
+
+def _unused_address(used: np.ndarray) -> int:
+    """An address no event uses, at least 1 MiB from every used one: past the highest, else (a log with an
+    address at the top of the 64-bit space) below the lowest, else in the first wide enough gap."""
+    gap = 1 << 20
+    top = int(used.max(initial=0))
+    if top < (1 << 64) - 2 * gap:
+        return top + gap
+    if int(used.min()) >= 2 * gap:
+        return int(used.min()) - gap
+    u = np.unique(used)
+    wide = np.flatnonzero(np.diff(u) >= 2 * gap)
+    return int(u[wide[0]]) + gap  # fewer than 2^43 addresses cannot leave every gap narrower
 
 
 def alternatives(events: np.ndarray, capacity: int, policies: Sequence[str]) -> list[Alternative]:

@@ -15,6 +15,7 @@ import sys
 from typing import Sequence
 
 from ..analysis.job import GroupRow, Job
+from ..printable import printable
 from ..units import fmt_bytes, fmt_time
 from .text_table import text_table
 
@@ -73,9 +74,9 @@ def write_job(job: Job, *, text: bool, json_out: bool, html: str | None, top: in
         from .job_html import write_job_html
 
         write_job_html(job, html)
-        print(f"wrote {html}", file=sys.stderr)
+        print(printable(f"wrote {html}"), file=sys.stderr)
     if json_out:
         json.dump(job.to_dict(top=max(top, 50)), sys.stdout, indent=1)
         sys.stdout.write("\n")
     elif text:
-        sys.stdout.write(render_job_text(job, top=top))
+        sys.stdout.write(printable(render_job_text(job, top=top), newlines=True))

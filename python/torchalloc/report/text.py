@@ -90,13 +90,14 @@ def render_text(a: Analysis, *, top: int = 15, at: Sequence[str | float] = ()) -
                    "(torchalloc.install() must run before the first CUDA tensor).")
         return "\n".join(out) + "\n"
     out.append("== Timeline")
-    out.append(f"peak allocated {fmt_bytes(tl.peak_allocated)} at {fmt_time(tl.peak_t)}; peak reserved "
+    at_least = " (at least: the log began mid-run)" if bool((a.blocks.alloc_i < 0).any()) else ""
+    out.append(f"peak allocated {fmt_bytes(tl.peak_allocated)}{at_least} at {fmt_time(tl.peak_t)}; peak reserved "
                f"{fmt_bytes(tl.peak_reserved)} at {fmt_time(tl.peak_reserved_t)}; {fmt_seconds(tl.duration_s)} in all")
     if len(tl.allocated):
         out.append(f"allocated |{_sparkline(tl.allocated.tolist())}| {fmt_bytes(tl.peak_allocated)}")
         out.append(f"reserved  |{_sparkline(tl.reserved.tolist())}| {fmt_bytes(tl.peak_reserved)}")
     if tl.markers:
-        out.append("markers: " + ", ".join(f"{label!r} at {fmt_time(ts)}" for ts, label, _ in tl.markers))
+        out.append("markers: " + ", ".join(f"'{label}' at {fmt_time(ts)}" for ts, label, _ in tl.markers))
     out.append("")
     if len(t):
         out.append("== Peak anatomy: what was live at the peak, by allocation site and phase")
