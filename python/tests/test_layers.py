@@ -51,6 +51,7 @@ ANALYSIS_STAGES: list[tuple[str, ...]] = [
     ("derived",),  # the stages above, run for one device
     ("anatomy", "lifetimes", "phase_summary", "estimate", "ooms"),  # result rows
     ("wording",),
+    ("sections",),  # the report's sections after the anatomy, in order
     ("result",),  # Analysis, analyze
     ("__init__",),  # re-exports
     ("job",),  # several logs (one per rank) analysed together

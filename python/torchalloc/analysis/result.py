@@ -3,7 +3,8 @@
 Takes a log (a path, a decoded `torchalloc.log.Log`, or an `EventTable`);
 gives an `Analysis`: the derived data of derived.py, and one method per
 section of the report -- anatomy, lifetimes, phases, estimate, ooms, and
-to_dict for all of them -- each a row stage followed by the wording stage.
+to_dict for all of them (the sections after the anatomy through
+sections.py's list) -- each a row stage followed by the wording stage.
 Nothing is computed here that a stage could compute.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .events import EventTable, load, table_from_log
 from .lifetimes import LifetimeRow, lifetime_rows
 from .ooms import OomRow, oom_rows
 from .phase_summary import PhaseRow, phase_rows
+from .sections import sections_json
 from .wording import estimate_sentence, explain_block, explain_group, oom_explanation, phase_sentence
 
 
@@ -87,10 +89,7 @@ class Analysis(Derived):
             "timeline": self.timeline.to_dict(),
             "peak_anatomy": self.anatomy("peak", top=top).to_dict() if len(t) else None,
             "markers": [self.anatomy(lab, top=top).to_dict() for lab in _unique([m[1] for m in self.timeline.markers])],
-            "lifetimes": [r.to_dict() for r in self.lifetimes(top=top)],
-            "phases": [r.to_dict() for r in self.phases()],
-            "estimate": self.estimate().to_dict(),
-            "ooms": [r.to_dict() for r in self.ooms()],
+            **sections_json(self, top),
         }
 
 

@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..analysis import Analysis, Anatomy
+from ..analysis.sections import SECTIONS, SectionView
 from .data import embed_json, page_data
 from .svg import PALETTE, phase_colors, render_svg
-from ..units import fmt_bytes, fmt_seconds, fmt_time
+from ..units import fmt_bytes, fmt_time
 
 __all__ = ["render_html", "write_html", "render_svg", "phase_colors", "PALETTE"]
 
@@ -109,6 +110,32 @@ def _drawing_note(data: dict[str, Any]) -> str:
     return f'<p class="note">The timeline draws {" and ".join(cuts)}.</p>' if cuts else ""
 
 
+def _section_html(title: str, intro: str, view: SectionView) -> str:
+    """One section of SECTIONS: its title, its table (each row's notes in a row under it), its sentences."""
+    parts = [f"<h2>{_e(title)}</h2>"]
+    if intro:
+        parts.append(f"<p class=small>{_e(intro)}</p>")
+    table = view.table
+    if table is not None:
+        head = "".join(f"<th{' class=num' if i in table.right else ''}>{_e(h)}</th>" for i, h in enumerate(table.headers))
+        rows = []
+        for k, row in enumerate(table.rows):
+            key = f" {table.row_key}={k}" if table.row_key else ""
+            if k < len(table.row_titles):
+                key += f' title="{_e(table.row_titles[k])}"'
+            cells = "".join(f"<td{key if i == 0 else ''}{' class=num' if i in table.right else ''}>{_e(c)}</td>"
+                            for i, c in enumerate(row))
+            rows.append(f"<tr>{cells}</tr>")
+            notes = table.row_notes[k] if k < len(table.row_notes) else []
+            if notes:
+                rows.append(f"<tr class=why><td colspan={len(table.headers)}>{'<br>'.join(_e(n) for n in notes)}</td></tr>")
+        parts.append(f'<table class="{table.css}"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>')
+        if table.more:
+            parts.append(f"<p class=small>{_e(table.more)}</p>")
+    parts += [f'<p class="sentence">{_e(s)}</p>' for s in view.sentences]
+    return "".join(parts)
+
+
 def render_html(a: Analysis, *, at: Sequence[str | float] = (), top: int = 30) -> str:
     """The whole page."""
     t, tl = a.table, a.timeline
@@ -141,42 +168,10 @@ def render_html(a: Analysis, *, at: Sequence[str | float] = (), top: int = 30) -
         body.append(f"<h2>At {_e(x)}</h2>")
         body.append(_anatomy_html(a.anatomy(x), "anatomy", top))
 
-    body.append("<h2>Lifetimes</h2><p class=small>Per allocation site: why its blocks were freed when they were "
-                "(with JavaScript, click a site for the stacks of the block its sentence speaks for).</p>")
-    head = "".join(f"<th{c}>{h}</th>" for h, c in (("allocated at", ""), ("reason", ""), ("category", ""),
-                                                   ("blocks", " class=num"), ("bytes", " class=num"),
-                                                   ("typical lifetime", " class=num"), ("phases", "")))
-    rows = []
-    for k, r in enumerate(a.lifetimes()[:top * 2]):
-        life = fmt_seconds(r.typical_lifetime_s) if r.typical_lifetime_s >= 0 else "until the end"
-        # data-lifetime: the row of the page's data that the script opens when the site is clicked
-        rows.append(f"<tr><td data-lifetime={k} title=\"{_e(r.location)}\">{_e(r.site)}</td><td>{_e(r.reason)}</td>"
-                    f"<td>{_e(r.category)}</td><td class=num>{r.count}</td><td class=num>{_e(fmt_bytes(r.bytes))}</td><td class=num>{_e(life)}</td>"
-                    f"<td>{_e(', '.join(r.phases))}</td></tr>"
-                    f"<tr class=why><td colspan=7>{_e(r.explanation)}</td></tr>")
-    body.append(f'<table class="lifetimes"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>')
-
-    phases = a.phases()
-    if phases:
-        body.append("<h2>Phases</h2>")
-        prow = [p.cells() for p in phases]
-        body.append(_rows_html(["phase", "occurrences", "allocated", "freed", "peak", "reserved growth", "persistent",
-                                "handed on", "transient"], prow, "phases", range(1, 9)))
-        body += [f'<p class="sentence">{_e(p.sentence)}</p>' for p in phases]
-
-    est = a.estimate()
-    body.append("<h2>The usual estimate, measured</h2>")
-    erow = [(term, fmt_bytes(n)) for term, n in est.rows()]
-    body.append(_rows_html(["term (peak live bytes)", "bytes"], erow, "estimate", (1,)))
-    body.append(f"<p>{_e(est.sentence)}</p>")
-
-    ooms = a.ooms()
-    if ooms:
-        body.append("<h2>Out of memory</h2>")
-        orow = [(fmt_time(o.t_s), o.phase, o.site, fmt_bytes(o.requested), fmt_bytes(o.allocated), fmt_bytes(o.reserved),
-                 fmt_bytes(o.largest_free_range), o.verdict, o.explanation) for o in ooms]
-        body.append(_rows_html(["time", "phase", "at", "asked", "allocated", "reserved", "largest free range", "verdict",
-                                "why"], orow, "ooms", (3, 4, 5, 6)))
+    for section in SECTIONS:
+        view = section.view(a, top * 2)
+        if view is not None:
+            body.append(_section_html(section.title, section.intro, view))
 
     return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
             f"<meta name=viewport content='width=device-width, initial-scale=1'><title>{_e(title)}</title>"

@@ -24,6 +24,7 @@ import os
 from typing import Any, Sequence
 
 from ..analysis import Analysis, Anatomy, analyze
+from ..analysis.sections import SECTIONS, SectionView
 from ..units import fmt_bytes, fmt_seconds, fmt_time
 from .text_table import text_table
 
@@ -77,6 +78,23 @@ def _anatomy_text(an: Anatomy, top: int) -> list[str]:
     return out
 
 
+def _section_text(title: str, view: SectionView) -> list[str]:
+    """One section of SECTIONS: its title, its table (each row followed by its notes), its sentences."""
+    out = [f"== {title}"]
+    table = view.table
+    if table is not None:
+        lines = text_table(table.headers, table.rows, right=table.right)
+        out += ["  " + line for line in lines[:2]]
+        for k, line in enumerate(lines[2:]):
+            out.append("  " + line)
+            out += [f"      {note}" for note in (table.row_notes[k] if k < len(table.row_notes) else [])]
+        if table.more:
+            out.append(f"  {table.more}")
+    out += [f"  {s}" for s in view.sentences]
+    out.append("")
+    return out
+
+
 def render_text(a: Analysis, *, top: int = 15, at: Sequence[str | float] = ()) -> str:
     """The human report."""
     t, tl = a.table, a.timeline
@@ -106,41 +124,10 @@ def render_text(a: Analysis, *, top: int = 15, at: Sequence[str | float] = ()) -
     for x in at:
         out += _anatomy_text(a.anatomy(x), top)
         out.append("")
-    out.append("== Lifetimes: per allocation site, why its blocks were freed when they were")
-    rows = a.lifetimes()
-    for r in rows[:top]:
-        life = fmt_seconds(r.typical_lifetime_s) if r.typical_lifetime_s >= 0 else "until the end"
-        out.append(f"{r.site}: {r.count} blocks, {fmt_bytes(r.bytes)}, {r.reason}, typical lifetime {life} "
-                   f"[{r.category}; {', '.join(r.phases)}]")
-        out.append(f"    {r.explanation}")
-    if len(rows) > top:
-        out.append(f"... {len(rows) - top} more (site, reason) groups, {fmt_bytes(sum(r.bytes for r in rows[top:]))}")
-    out.append("")
-    phases = a.phases()
-    if phases:
-        out.append("== Phases")
-        prow = [p.cells() for p in phases]
-        out += text_table(["phase", "occurrences", "allocated", "freed", "peak", "reserved +", "persistent", "handed on",
-                       "transient"], prow, right=range(1, 9))
-        out += [f"  {p.sentence}" for p in phases]
-        out.append("")
-    est = a.estimate()
-    out.append("== The estimate, measured")
-    erow = [(term, fmt_bytes(n)) for term, n in est.rows()]
-    out += ["  " + line for line in text_table(["term (peak live bytes)", "bytes"], erow, right=(1,))]
-    out.append(f"  {est.sentence}")
-    ooms = a.ooms()
-    if ooms:
-        out.append("")
-        out.append("== Out of memory")
-        for o in ooms:
-            device = (f"; device {fmt_bytes(o.device_total)}, {fmt_bytes(o.device_free)} free"
-                      if o.device_total is not None else "")
-            out.append(f"{fmt_time(o.t_s)} in {o.phase}, at {o.site}: asked for {fmt_bytes(o.requested)}; "
-                       f"{fmt_bytes(o.allocated)} allocated, {fmt_bytes(o.reserved)} reserved{device}. "
-                       f"Verdict: {o.verdict} (from {o.verdict_from})")
-            out.append(f"    {o.explanation}")
-            for blocker in o.blockers:
-                age = fmt_seconds(blocker.age_s) if blocker.age_s >= 0 else "before the log"
-                out.append(f"      {fmt_bytes(blocker.size):>10}  {blocker.site}  phase {blocker.phase}, age {age}")
+    for section in SECTIONS:
+        view = section.view(a, top)
+        if view is not None:
+            out += _section_text(section.title, view)
+    while out and not out[-1]:
+        out.pop()
     return "\n".join(out) + "\n"

@@ -1,0 +1,125 @@
+"""The report's sections after the timeline and the anatomy, in order: the one place to add one.
+
+Each `Section` has a key (its name in `--json`), a title, and `view(a, top)`:
+what the section shows of an analysis as plain data -- its table (headers,
+rows of strings, the sentence under each row), the sentences under the
+table, and its JSON -- or None when there is nothing to show. The text
+report (report/text.py), the HTML page (report/html.py) and the JSON
+(`Analysis.to_dict`) loop over SECTIONS; none of them names a section. A new
+section is a row stage (anatomy.py, lifetimes.py, ...), its sentences in
+wording.py, a method on Analysis, and an entry here.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Protocol, Sequence
+
+from ..units import fmt_bytes, fmt_seconds, fmt_time
+from .estimate import Estimate
+from .lifetimes import LifetimeRow
+from .ooms import OomRow
+from .phase_summary import PhaseRow
+
+
+class Analyzed(Protocol):
+    """What a section reads of an analysis (result.Analysis answers it)."""
+
+    def lifetimes(self, top: int | None = None) -> list[LifetimeRow]: ...
+    def phases(self) -> list[PhaseRow]: ...
+    def estimate(self) -> Estimate: ...
+    def ooms(self) -> list[OomRow]: ...
+
+
+@dataclasses.dataclass
+class Table:
+    headers: Sequence[str]
+    rows: list[Sequence[str]]  # cells as shown
+    right: Sequence[int] = ()  # columns aligned right (numbers)
+    css: str = ""  # the HTML table's class
+    row_notes: list[list[str]] = dataclasses.field(default_factory=list)  # lines under each row (may be empty)
+    more: str = ""  # what the rows leave out, when they were cut
+    row_key: str = ""  # HTML: the first cell of row k gets the attribute row_key=k (the page's script uses it)
+    row_titles: list[str] = dataclasses.field(default_factory=list)  # HTML: the first cell's hover text per row
+
+
+@dataclasses.dataclass
+class SectionView:
+    table: Table | None
+    sentences: list[str]
+    json: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+    key: str  # its name in the JSON
+    title: str
+    intro: str  # a line under the title in the HTML page ("" for none)
+    view: Callable[[Analyzed, int], SectionView | None]  # (analysis, rows to show) -> what to show, or None
+
+
+def _lifetimes(a: Analyzed, top: int) -> SectionView:
+    rows = a.lifetimes()
+    shown = rows[:top]
+    cells = [(r.site, r.reason, r.category, str(r.count), fmt_bytes(r.bytes),
+              fmt_seconds(r.typical_lifetime_s) if r.typical_lifetime_s >= 0 else "until the end", ", ".join(r.phases))
+             for r in shown]
+    more = (f"... {len(rows) - top} more (site, reason) groups, {fmt_bytes(sum(r.bytes for r in rows[top:]))}"
+            if len(rows) > top else "")
+    table = Table(["allocated at", "reason", "category", "blocks", "bytes", "typical lifetime", "phases"], cells,
+                  right=(3, 4, 5), css="lifetimes", row_notes=[[r.explanation] for r in shown], more=more,
+                  row_key="data-lifetime", row_titles=[r.location for r in shown])
+    return SectionView(table, [], [r.to_dict() for r in a.lifetimes(top=top)])
+
+
+def _phases(a: Analyzed, top: int) -> SectionView | None:
+    phases = a.phases()
+    if not phases:
+        return None
+    table = Table(["phase", "occurrences", "allocated", "freed", "peak", "reserved growth", "persistent", "handed on",
+                   "transient"], [tuple(str(c) for c in p.cells()) for p in phases], right=range(1, 9), css="phases")
+    return SectionView(table, [p.sentence for p in phases], [p.to_dict() for p in phases])
+
+
+def _estimate(a: Analyzed, top: int) -> SectionView:
+    est = a.estimate()
+    table = Table(["term (peak live bytes)", "bytes"], [(term, fmt_bytes(n)) for term, n in est.rows()], right=(1,),
+                  css="estimate")
+    return SectionView(table, [est.sentence], est.to_dict())
+
+
+def _ooms(a: Analyzed, top: int) -> SectionView | None:
+    ooms = a.ooms()
+    if not ooms:
+        return None
+    cells, notes = [], []
+    for o in ooms:
+        cells.append((fmt_time(o.t_s), o.phase, o.site, fmt_bytes(o.requested), fmt_bytes(o.allocated),
+                      fmt_bytes(o.reserved), fmt_bytes(o.largest_free_range), o.verdict))
+        device = (f"device {fmt_bytes(o.device_total)}, {fmt_bytes(o.device_free)} free; "
+                  if o.device_total is not None else "")
+        lines = [f"{device}verdict from {o.verdict_from}: {o.explanation}"]
+        for blocker in o.blockers:
+            age = fmt_seconds(blocker.age_s) if blocker.age_s >= 0 else "before the log"
+            lines.append(f"  {fmt_bytes(blocker.size):>10}  {blocker.site}  phase {blocker.phase}, age {age}")
+        notes.append(lines)
+    table = Table(["time", "phase", "at", "asked", "allocated", "reserved", "largest free range", "verdict"], cells,
+                  right=(3, 4, 5, 6), css="ooms", row_notes=notes)
+    return SectionView(table, [], [o.to_dict() for o in ooms])
+
+
+SECTIONS: list[Section] = [
+    Section("lifetimes", "Lifetimes: per allocation site, why its blocks were freed when they were",
+            "With JavaScript, click a site for the stacks of the block its sentence speaks for.", _lifetimes),
+    Section("phases", "Phases", "", _phases),
+    Section("estimate", "The usual estimate, measured", "", _estimate),
+    Section("ooms", "Out of memory", "", _ooms),
+]
+
+
+def sections_json(a: Analyzed, top: int) -> dict[str, Any]:
+    """Every section's JSON under its key (an empty list for a section with nothing to show)."""
+    out: dict[str, Any] = {}
+    for section in SECTIONS:
+        view = section.view(a, top)
+        out[section.key] = view.json if view is not None else []
+    return out
