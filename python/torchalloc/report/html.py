@@ -52,6 +52,15 @@ def _anatomy_html(an: Anatomy, cls: str, top: int) -> str:
         (f"<p class=small>By category: {_e(cats)}</p>" if cats else "")
 
 
+def _advice_html(advice: Sequence[Any]) -> str:
+    """The advice lines as a list, each with its replay check (class confirmed, refuted or unchecked)."""
+    items = []
+    for a in advice:
+        cls = "unchecked" if a.confirmed is None else "confirmed" if a.confirmed else "refuted"
+        items.append(f'<li value={int(a.number)}>{_e(a.text)}<br><span class="check {cls}">{_e(a.check)}</span></li>')
+    return '<ol class="advice">' + "".join(items) + "</ol>"
+
+
 _ASSETS = Path(__file__).resolve().parent
 
 
@@ -177,6 +186,10 @@ def render_html(a: Analysis, *, at: Sequence[str | float] = (), top: int = 30) -
                  fmt_bytes(o.largest_free_range), o.verdict, o.explanation) for o in ooms]
         body.append(_rows_html(["time", "phase", "at", "asked", "allocated", "reserved", "largest free range", "verdict",
                                 "why"], orow, "ooms", (3, 4, 5, 6)))
+        for k, o in enumerate(ooms):
+            if o.advice:
+                body.append(f"<h3>Advice for OOM {k + 1}, each line checked by replaying the run up to it</h3>")
+                body.append(_advice_html(o.advice))
 
     return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
             f"<meta name=viewport content='width=device-width, initial-scale=1'><title>{_e(title)}</title>"

@@ -142,4 +142,9 @@ def render_text(a: Analysis, *, top: int = 15, at: Sequence[str | float] = ()) -
             for blocker in o.blockers:
                 age = fmt_seconds(blocker.age_s) if blocker.age_s >= 0 else "before the log"
                 out.append(f"      {fmt_bytes(blocker.size):>10}  {blocker.site}  phase {blocker.phase}, age {age}")
+            if o.advice:
+                out.append("    Advice, each line checked by replaying the run up to the failure:")
+                for a in o.advice:
+                    out.append(f"      {a.number}. {a.text}")
+                    out.append(f"         -> {a.check}")
     return "\n".join(out) + "\n"
