@@ -308,7 +308,7 @@ static size_t whole_free_granules(const ta_segment *s, const ta_block *b, size_t
   uintptr_t lo = ta_align_up(b->addr, g), hi = (b->addr + b->size) / g * g;
   if (hi <= lo) return 0;
   size_t unmapped = s->expansion ? ta_segments_unmapped_in(s, lo, hi - lo) : 0;
-  return hi - lo - unmapped;
+  return unmapped < hi - lo ? hi - lo - unmapped : 0;
 }
 
 /* One pass over the default pool's segments (private pools serve no other
@@ -332,8 +332,9 @@ static void note_detail(ta_heap *h, const ta_policy *policy, int phase) {
     size_t free_b = 0, granules = 0, live = 0, live_other = 0;
     int pending = 0;
     for (const ta_block *b = s->first; b; b = b->next) {
-      if (b->state == TA_BLOCK_FREE) {
-        free_b += b->size;
+      if (b->state == TA_BLOCK_FREE) { /* only what is mapped: an expandable segment's gaps are not reserved */
+        size_t unmapped = s->expansion ? ta_segments_unmapped_in(s, b->addr, b->size) : 0;
+        free_b += b->size - (unmapped < b->size ? unmapped : b->size);
         granules += whole_free_granules(s, b, g);
       } else if (b->state == TA_BLOCK_PENDING) {
         pending = 1;
