@@ -420,8 +420,8 @@ int ta_heap_format_oom(const ta_oom_info *o, int device, char *buf, size_t len) 
                   "CUDA out of memory. Tried to allocate %s on device %d (stream %#" PRIxPTR
                   ", torchalloc policy %s). The device has %s in total, of which %s is free.%s torchalloc "
                   "reserves %s: %s allocated to tensors and %s cached but free; the largest free cached block is "
-                  "%s (%s on this stream).%s Verdict: %s: %s. Advice, from the numbers at this failure, the first "
-                  "to try first:\n%s%s",
+                  "%s (%s on this stream).%s Verdict: %s: %s. Advice, from the numbers at this failure (try the "
+                  "first line first):\n%s%s",
                   SZ(f->requested), device, o->stream, ta_policy_by_id(o->policy)->name, SZ(f->device_total),
                   SZ(f->device_free), limit, SZ(f->reserved), SZ(f->allocated), SZ(cached > 0 ? cached : 0),
                   SZ(o->largest_free), SZ(f->largest_free),
