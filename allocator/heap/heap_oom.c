@@ -4,8 +4,11 @@
  * full report (a file, torchalloc.last_oom()).
  *
  * Built under the heap lock at the failure, when the segments still look as
- * they did; the report walks every block once. The file is written later,
- * outside the lock (ta_heap_write_oom_report). */
+ * they did; the report walks every block once, and so does the detail the
+ * advice rests on (note_detail: whole free granules, the phases of the
+ * blocks that pin fragmented segments), with no allocation. The advice
+ * itself is oom_advice.c's rule. The file is written later, outside the
+ * lock (ta_heap_write_oom_report). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -228,3 +228,27 @@ def test_a_line_that_would_not_have_helped_is_said_so(clean: None, tmp_path: Pat
     (check,) = row.advice
     assert check.replayed == "caching" and check.confirmed is False
     assert check.check == "would not have helped, by replay: caching runs out of memory in 71.7 MiB too"
+
+
+def test_the_python_mirrors_equal_the_c_sources() -> None:
+    """torchalloc_oom_detail field for field, its flags, and the settings the advice names: each one a
+    replay variant that checks it (SETTING_VARIANTS), so a new setting in oom_advice.h cannot go unchecked."""
+    import re
+
+    from torchalloc.replay.oom_alternatives import SETTING_VARIANTS
+
+    repo = HERE.parents[1]
+    header = (repo / "include" / "torchalloc.h").read_text()
+    body = re.search(r"typedef struct torchalloc_oom_detail \{(.*?)\} torchalloc_oom_detail;", header, re.S)
+    assert body
+    c_fields = re.findall(r"^\s*u?int\d+_t (\w+)", body.group(1), re.M)
+    assert c_fields == [name for name, _ in _lib.OomDetail._fields_]
+    assert ctypes.sizeof(_lib.OomDetail) == 96
+    flags = dict(re.findall(r"TORCHALLOC_OOM_(PHASE_ARENAS|FREES_TO_DEVICE|ROUTING) = (\d+)", header))
+    assert {k: int(v) for k, v in flags.items()} == {"PHASE_ARENAS": _lib.OOM_PHASE_ARENAS,
+                                                     "FREES_TO_DEVICE": _lib.OOM_FREES_TO_DEVICE,
+                                                     "ROUTING": _lib.OOM_ROUTING}
+    advice_h = (repo / "allocator" / "accounting" / "oom_advice.h").read_text()
+    settings = dict(re.findall(r'#define TA_ADVICE_(\w+) "([^"]+)"', advice_h))
+    assert settings["EXPANDABLE"] in SETTING_VARIANTS
+    assert settings["PHASES"].startswith("policy:")
