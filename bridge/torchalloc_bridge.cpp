@@ -490,7 +490,7 @@ class Bridge final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAl
   }
 
   [[noreturn]] void raise_oom(size_t size, DeviceIndex device, cudaStream_t stream) {
-    char summary[2048] = "";
+    char summary[8192] = ""; // the C summary with its advice lines fits in 6 KiB (TA_OOM_SUMMARY_MAX)
     if (core.oom_summary(device, summary, sizeof summary) <= 0)
       snprintf(summary, sizeof summary, "CUDA out of memory. torchalloc could not allocate %zu bytes on device %d: %s",
                size, (int)device, core.last_error());

@@ -38,18 +38,13 @@ const char *ta_oom_verdict_name(int verdict) {
   }
 }
 
-const char *ta_oom_advice(int verdict) {
+const char *ta_oom_verdict_meaning(int verdict) {
   switch (verdict) {
-    case TORCHALLOC_OOM_FRAGMENTATION:
-      return "the memory was there but split between live blocks: keep long-lived tensors apart from short-lived "
-             "ones (policy phase_arena with torchalloc.phase()/track()), allocate long-lived tensors first, or "
-             "reuse buffers of one size; the report names the blocks that pin the segments";
-    case TORCHALLOC_OOM_CAPACITY:
-      return "live tensors alone exceed the device: shrink them (smaller batch or sequence, activation "
-             "checkpointing, lower precision, sharding); the report names the largest live owners";
+    case TORCHALLOC_OOM_FRAGMENTATION: return "the memory was there, cached but split between live blocks";
+    case TORCHALLOC_OOM_CAPACITY: return "live tensors and this request exceed what the device has";
     case TORCHALLOC_OOM_HELD_ELSEWHERE:
       return "the device's memory is held outside torchalloc (another process, another allocator, the CUDA "
-             "context) or capped by a memory fraction: free it or raise the fraction";
+             "context) or capped by a memory fraction";
     default: return "";
   }
 }

@@ -10,8 +10,9 @@
 
 /* TORCHALLOC_OOM_*; see oom_verdict.c for the rule. */
 ta_internal int ta_oom_verdict(const torchalloc_oom_facts *f);
-/* One sentence of advice for a verdict, for the summary line. */
-ta_internal const char *ta_oom_advice(int verdict);
+/* What a verdict means, in a few words ("the bytes were there, ..."); the
+ * advice, computed from the numbers, is oom_advice.h's. */
+ta_internal const char *ta_oom_verdict_meaning(int verdict);
 ta_internal const char *ta_oom_verdict_name(int verdict);
 
 #endif

@@ -50,7 +50,7 @@ static inline void *try_malloc(size_t size, int device, cudaStream_t stream) {
  * nothing said. So (oom:abort, the default on the real device) say why and
  * stop here. */
 static ta_noinline void stop_on_failure(size_t size, int device) {
-  char why[2048];
+  char why[TA_OOM_SUMMARY_MAX];
   ta_heap *h = device >= 0 && device < TA_MAX_DEVICES ? ta_runtime_heap_if_any(device) : NULL;
   ta_oom_info oom;
   if (h) ta_heap_last_oom(h, &oom);

@@ -3,6 +3,7 @@
  * simulated device's capture model. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/errors.h"
 #include "log/log_intern.h"
@@ -69,6 +70,19 @@ TORCHALLOC_API int torchalloc_last_oom(int device, torchalloc_oom_facts *facts, 
   ta_heap_last_oom(h, &oom);
   if (facts) *facts = oom.count ? oom.facts : (torchalloc_oom_facts){0};
   if (verdict) *verdict = oom.count ? oom.verdict : TORCHALLOC_OOM_NONE;
+  return 0;
+}
+
+TORCHALLOC_API int torchalloc_last_oom_detail(int device, torchalloc_oom_detail *detail) {
+  ta_heap *h = ta_runtime_heap_for_control(device);
+  if (!h || !detail || detail->struct_size < sizeof(uint64_t)) return -1;
+  ta_oom_info oom;
+  ta_heap_last_oom(h, &oom);
+  torchalloc_oom_detail d = oom.count ? oom.detail : (torchalloc_oom_detail){0};
+  /* No byte past what the caller's struct has: an older caller's is shorter. */
+  size_t n = detail->struct_size < sizeof d ? (size_t)detail->struct_size : sizeof d;
+  d.struct_size = n;
+  memcpy(detail, &d, n);
   return 0;
 }
 

@@ -60,6 +60,7 @@ typedef struct ta_phase_acct {
 typedef struct ta_oom_info {
   int64_t count;            /* failures so far; 0: none yet */
   torchalloc_oom_facts facts;
+  torchalloc_oom_detail detail; /* the segments' free and live memory: what the advice rests on */
   int verdict;              /* TORCHALLOC_OOM_* */
   uintptr_t stream;
   int64_t pending;          /* freed bytes still waiting for other streams */
@@ -136,8 +137,11 @@ ta_internal size_t ta_heap_largest_free(ta_heap *h);
 
 /* Fill h->oom and build the report at a failure (lock held). */
 ta_internal void ta_heap_note_oom(ta_heap *h, ta_policy *policy, size_t size, cudaStream_t stream, int phase);
-/* The summary of a failure, one paragraph, starting "CUDA out of memory."
- * Returns the length it needed (snprintf's convention). */
+/* The summary of a failure, one paragraph starting "CUDA out of memory."
+ * and its advice, one line each. Returns the length it needed (snprintf's
+ * convention); TA_OOM_SUMMARY_MAX holds any (a report path of 1 KiB, the
+ * advice's four lines). */
+#define TA_OOM_SUMMARY_MAX 6144
 ta_internal int ta_heap_format_oom(const ta_oom_info *o, int device, char *buf, size_t len);
 /* The summary on stderr (lock held). */
 ta_internal void ta_heap_print_oom(ta_heap *h);

@@ -4,8 +4,11 @@
  * full report (a file, torchalloc.last_oom()).
  *
  * Built under the heap lock at the failure, when the segments still look as
- * they did; the report walks every block once. The file is written later,
- * outside the lock (ta_heap_write_oom_report). */
+ * they did; the report walks every block once, and so does the detail the
+ * advice rests on (note_detail: whole free granules, the phases of the
+ * blocks that pin fragmented segments), with no allocation. The advice
+ * itself is oom_advice.c's rule. The file is written later, outside the
+ * lock (ta_heap_write_oom_report). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +18,7 @@
 
 #include "heap/heap.h"
 #include "log/log_intern.h"
+#include "accounting/oom_advice.h"
 #include "accounting/oom_verdict.h"
 #include "base/text.h"
 
@@ -24,6 +28,7 @@
 #define PINNED_BLOCKS 24      /* blocks listed in all */
 #define STREAMS 16            /* streams told apart in the free-memory table */
 #define FRAMES_SHOWN 3        /* frames of a block's allocation stack */
+#define NOMINAL_GRANULE ((size_t)2 << 20) /* the granule of the figures where the device maps none */
 
 #define SZ(x) ta_format_size((uint64_t)(x)).text
 
@@ -220,11 +225,42 @@ static void report_largest(ta_text *t, const ta_heap *h) {
   if (!listed) ta_text_printf(t, "  none\n");
 }
 
+/* The figures the advice rests on, each on its line. */
+static void report_basis(ta_text *t, const ta_oom_info *o) {
+  const torchalloc_oom_detail *d = &o->detail;
+  char g[32];
+  snprintf(g, sizeof g, "%s", SZ(d->granule ? d->granule : NOMINAL_GRANULE));
+  const char *request_phase = ta_phase_name(d->phase) ? ta_phase_name(d->phase) : "?";
+  ta_text_printf(t,
+                 "\nWhat the advice rests on (the default pool's segments at the failure):\n"
+                 "  whole free granules %s free in whole %s granules of segments that hold live blocks%s\n"
+                 "  free segments       %s in segments with no live block\n"
+                 "  expandable segments %s\n"
+                 "  pinned segments     %u hold free memory (%s) and live blocks (%s)\n"
+                 "  pinning phases      %s of those live blocks were allocated in phases other than the "
+                 "request's ('%s')",
+                 SZ(d->free_granules), g, d->granule ? "" : " (nominal: this device maps no granules)",
+                 SZ(d->free_segments),
+                 !d->granule ? "not available on this device"
+                 : d->expandable ? "on (expandable:N gives free granules back before a request fails)"
+                                 : "off",
+                 (unsigned)d->pinned_segments, SZ(d->pinned_free), SZ(d->pinning), SZ(d->pinning_other),
+                 request_phase);
+  for (int k = 0; k < TORCHALLOC_OOM_OTHER_PHASES && d->other_bytes[k]; k++) {
+    const char *name = ta_phase_name(d->other_phases[k]);
+    ta_text_printf(t, "%s'%s' %s", k ? ", " : ": ", name ? name : "?", SZ(d->other_bytes[k]));
+  }
+  ta_text_printf(t, "\n");
+  if (o->verdict == TORCHALLOC_OOM_FRAGMENTATION && d->pinned_segments && !d->pinning_other)
+    ta_text_printf(t, "  (arenas per phase would not keep them apart: every block pinning those segments was "
+                      "allocated in the request's phase)\n");
+}
+
 static void build_report(ta_heap *h) {
   const ta_oom_info *o = &h->oom;
   const torchalloc_oom_facts *f = &o->facts;
   ta_text t = {0};
-  char summary[1536];
+  char summary[TA_OOM_SUMMARY_MAX];
   ta_heap_format_oom(o, h->device, summary, sizeof summary);
   time_t now = time(NULL);
   char when[64] = "";
@@ -254,6 +290,7 @@ static void build_report(ta_heap *h) {
                  SZ(f->device_total), SZ(f->device_free), SZ(held),
                  f->limit ? SZ(f->limit) : "none", SZ(f->reserved), SZ(f->allocated), SZ((uint64_t)o->pending),
                  SZ(free_in_reserved), SZ(o->largest_free), SZ(f->largest_free), frag);
+  report_basis(&t, o);
   report_streams(&t, h);
   report_segments(&t, h);
   if (o->verdict != TORCHALLOC_OOM_FRAGMENTATION) report_largest(&t, h);
@@ -262,6 +299,81 @@ static void build_report(ta_heap *h) {
                  "replays the run up to this failure under each policy to check the advice.\n");
   free(h->oom_report);
   h->oom_report = t.data ? t.data : NULL; /* taken over: freed at the next failure or with the heap */
+}
+
+/* ------------------------------------------------------------------------
+ * What the advice rests on (oom_advice.c)
+ * ---------------------------------------------------------------------- */
+
+/* Bytes of the granules lying wholly inside free block `b` that are backed
+ * by device memory now (an expandable segment may have given some back). */
+static size_t whole_free_granules(const ta_segment *s, const ta_block *b, size_t g) {
+  uintptr_t lo = ta_align_up(b->addr, g), hi = (b->addr + b->size) / g * g;
+  if (hi <= lo) return 0;
+  size_t unmapped = s->expansion ? ta_segments_unmapped_in(s, lo, hi - lo) : 0;
+  return unmapped < hi - lo ? hi - lo - unmapped : 0;
+}
+
+/* One pass over the default pool's segments (private pools serve no other
+ * request), no allocation: the per-phase tally lives on the stack. */
+static void note_detail(ta_heap *h, const ta_policy *policy, int phase) {
+  torchalloc_oom_detail *d = &h->oom.detail;
+  *d = (torchalloc_oom_detail){.struct_size = sizeof *d,
+                               .granule = ta_segments_granule(&h->seg),
+                               .phase = (uint16_t)phase,
+                               .expandable = (uint8_t)h->conf->expandable};
+  int private_pool = h->policies[policy->id] != policy;
+  if (policy->ops->arena_reserved) d->flags |= TORCHALLOC_OOM_PHASE_ARENAS;
+  if (policy->ops->frees_to_device) d->flags |= TORCHALLOC_OOM_FREES_TO_DEVICE;
+  if (h->routing || private_pool) d->flags |= TORCHALLOC_OOM_ROUTING;
+  size_t g = d->granule ? d->granule : NOMINAL_GRANULE;
+  uint64_t other[TA_MAX_PHASES] = {0};
+  const ta_segment_registry *r = &h->seg.registry;
+  for (size_t i = 0; i < r->count; i++) {
+    const ta_segment *s = r->items[i];
+    if (h->policies[s->policy] != s->policy_instance) continue; /* a private pool's */
+    size_t free_b = 0, granules = 0, live = 0, live_other = 0;
+    int pending = 0;
+    for (const ta_block *b = s->first; b; b = b->next) {
+      if (b->state == TA_BLOCK_FREE) { /* only what is mapped: an expandable segment's gaps are not reserved */
+        size_t unmapped = s->expansion ? ta_segments_unmapped_in(s, b->addr, b->size) : 0;
+        free_b += b->size - (unmapped < b->size ? unmapped : b->size);
+        granules += whole_free_granules(s, b, g);
+      } else if (b->state == TA_BLOCK_PENDING) {
+        pending = 1;
+      } else {
+        live += b->size;
+        if (b->phase != phase) live_other += b->size;
+      }
+    }
+    if (!live && !pending) {
+      d->free_segments += s->size - s->unmapped;
+      continue;
+    }
+    d->free_granules += granules;
+    if (!live || !free_b) continue;
+    d->pinned_segments++;
+    d->pinned_free += free_b;
+    d->pinning += live;
+    d->pinning_other += live_other;
+    if (live_other)
+      for (const ta_block *b = s->first; b; b = b->next)
+        if (b->state == TA_BLOCK_LIVE && b->phase != phase) other[b->phase] += b->size;
+  }
+  for (int k = 0; k < TORCHALLOC_OOM_OTHER_PHASES; k++) { /* the phases pinning the most, by selection */
+    int best = -1;
+    for (int p = 0; p < TA_MAX_PHASES; p++)
+      if (other[p] && (best < 0 || other[p] > other[best])) best = p;
+    if (best < 0) break;
+    d->other_phases[k] = (uint16_t)best;
+    d->other_bytes[k] = other[best];
+    other[best] = 0;
+  }
+}
+
+static const char *phase_namer(void *ctx, int phase) {
+  (void)ctx;
+  return ta_phase_name(phase);
 }
 
 void ta_heap_note_oom(ta_heap *h, ta_policy *policy, size_t size, cudaStream_t stream, int phase) {
@@ -290,6 +402,7 @@ void ta_heap_note_oom(ta_heap *h, ta_policy *policy, size_t size, cudaStream_t s
       if (b->stream == stream && b->size > o->facts.largest_free) o->facts.largest_free = b->size;
     }
   o->verdict = ta_oom_verdict(&o->facts);
+  note_detail(h, policy, phase);
   o->report_path[0] = '\0';
   build_report(h);
 }
@@ -300,24 +413,29 @@ int ta_heap_format_oom(const ta_oom_info *o, int device, char *buf, size_t len) 
   char limit[96] = "";
   if (f->limit)
     snprintf(limit, sizeof limit, " The memory fraction caps torchalloc at %s.", ta_format_size(f->limit).text);
+  char advice[TA_OOM_SUMMARY_MAX - 1200];
+  ta_oom_advice_write(f, &o->detail, phase_namer, NULL, "  ", advice, sizeof advice);
+  size_t n = strlen(advice);
+  if (n && advice[n - 1] == '\n' && !o->report_path[0]) advice[n - 1] = '\0'; /* nothing follows */
   char where[1100] = "";
-  if (o->report_path[0]) snprintf(where, sizeof where, " Full report: %s", o->report_path);
+  if (o->report_path[0]) snprintf(where, sizeof where, "Full report: %s", o->report_path);
   return snprintf(buf, len,
                   "CUDA out of memory. Tried to allocate %s on device %d (stream %#" PRIxPTR
                   ", torchalloc policy %s). The device has %s in total, of which %s is free.%s torchalloc "
                   "reserves %s: %s allocated to tensors and %s cached but free; the largest free cached block is "
-                  "%s (%s on this stream).%s Verdict: %s: %s.%s",
+                  "%s (%s on this stream).%s Verdict: %s: %s. Advice, from the numbers at this failure (try the "
+                  "first line first):\n%s%s",
                   SZ(f->requested), device, o->stream, ta_policy_by_id(o->policy)->name, SZ(f->device_total),
                   SZ(f->device_free), limit, SZ(f->reserved), SZ(f->allocated), SZ(cached > 0 ? cached : 0),
                   SZ(o->largest_free), SZ(f->largest_free),
                   o->routing ? " A CUDA graph capture or MemPool context was open, so cached memory could not be "
                                "released and retried."
                              : "",
-                  ta_oom_verdict_name(o->verdict), ta_oom_advice(o->verdict), where);
+                  ta_oom_verdict_name(o->verdict), ta_oom_verdict_meaning(o->verdict), advice, where);
 }
 
 void ta_heap_print_oom(ta_heap *h) {
-  char text[2048];
+  char text[TA_OOM_SUMMARY_MAX];
   ta_heap_format_oom(&h->oom, h->device, text, sizeof text);
   fprintf(stderr, "torchalloc: %s\n", text);
 }

@@ -266,7 +266,7 @@ ta_noinline void ta_runtime_after_oom(ta_heap *h) {
     ta_heap_last_oom(h, &oom);
   }
   if (ta_rt.conf.warn && ta_config_oom_action(&ta_rt.conf) == TA_OOM_NULL) {
-    char text[2048];
+    char text[TA_OOM_SUMMARY_MAX];
     ta_heap_format_oom(&oom, h->device, text, sizeof text);
     fprintf(stderr, "torchalloc: %s\n", text);
   }

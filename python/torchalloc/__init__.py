@@ -51,6 +51,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     # oom.py
     "last_oom": ("oom", "last_oom"),
     "OomReport": ("oom", "OomReport"),
+    "parse_advice": ("oom", "parse_advice"),
     # log/reader.py (a tool's): decode an event log
     "read_log": ("log.reader", "read_log"),
     # _lib.py

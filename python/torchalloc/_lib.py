@@ -157,6 +157,35 @@ class OomFacts(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint64) for name in OOM_FACT_FIELDS]
 
 
+OOM_OTHER_PHASES = 3  # TORCHALLOC_OOM_OTHER_PHASES
+# TORCHALLOC_OOM_PHASE_ARENAS, _FREES_TO_DEVICE, _ROUTING: torchalloc_oom_detail.flags
+OOM_PHASE_ARENAS, OOM_FREES_TO_DEVICE, OOM_ROUTING = 1, 2, 4
+
+
+class OomDetail(ctypes.Structure):
+    """torchalloc_oom_detail, field for field (96 bytes): what the advice rests on besides the facts."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint64),
+        ("granule", ctypes.c_uint64),
+        ("free_granules", ctypes.c_uint64),
+        ("free_segments", ctypes.c_uint64),
+        ("pinned_free", ctypes.c_uint64),
+        ("pinning", ctypes.c_uint64),
+        ("pinning_other", ctypes.c_uint64),
+        ("other_bytes", ctypes.c_uint64 * OOM_OTHER_PHASES),
+        ("other_phases", ctypes.c_uint16 * OOM_OTHER_PHASES),
+        ("phase", ctypes.c_uint16),
+        ("pinned_segments", ctypes.c_uint32),
+        ("expandable", ctypes.c_uint8),
+        ("flags", ctypes.c_uint8),
+        ("reserved_", ctypes.c_uint8 * 2),
+    ]
+
+
+OOM_DETAIL_FIELDS = tuple(name for name, _ in OomDetail._fields_ if name not in ("struct_size", "reserved_"))
+
+
 _c_int, _c_int64, _c_size_t = ctypes.c_int, ctypes.c_int64, ctypes.c_size_t
 _c_char_p, _c_void_p, _c_double = ctypes.c_char_p, ctypes.c_void_p, ctypes.c_double
 _c_uint64 = ctypes.c_uint64
@@ -201,6 +230,9 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "torchalloc_oom_report_path": (_c_char_p, [_c_int]),
     "torchalloc_oom_verdict": (_c_int, [ctypes.POINTER(OomFacts)]),
     "torchalloc_last_oom": (_c_int, [_c_int, ctypes.POINTER(OomFacts), ctypes.POINTER(_c_int)]),
+    "torchalloc_last_oom_detail": (_c_int, [_c_int, ctypes.POINTER(OomDetail)]),
+    "torchalloc_oom_advice": (_c_int, [ctypes.POINTER(OomFacts), ctypes.POINTER(OomDetail),
+                                       ctypes.POINTER(_c_char_p), _c_size_t, _c_char_p, _c_size_t]),
     # private pools: device, id0, id1 (PyTorch's MempoolId_t)
     "torchalloc_pool_retain": (_c_int, [_c_int, _c_uint64, _c_uint64]),
     "torchalloc_pool_release": (_c_int, [_c_int, _c_uint64, _c_uint64]),
@@ -452,6 +484,54 @@ def last_oom(device: int) -> tuple[dict[str, int], str] | None:
     if verdict.value == 0:
         return None
     return {name: int(getattr(facts, name)) for name in OOM_FACT_FIELDS}, OOM_VERDICTS[verdict.value]
+
+
+def _detail_dict(d: OomDetail) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in OOM_DETAIL_FIELDS:
+        value = getattr(d, name)
+        out[name] = [int(v) for v in value] if name in ("other_bytes", "other_phases") else int(value)
+    return out
+
+
+def last_oom_detail(device: int) -> dict[str, Any] | None:
+    """The last failure's detail (OOM_DETAIL_FIELDS), None when there was none."""
+    d = OomDetail(struct_size=ctypes.sizeof(OomDetail))
+    if lib().torchalloc_last_oom_detail(device, ctypes.byref(d)) != 0:
+        raise ValueError(last_error() or f"no device {device}")
+    return _detail_dict(d) if d.struct_size == ctypes.sizeof(OomDetail) and last_oom(device) else None
+
+
+def oom_advice(facts: dict[str, int], detail: dict[str, Any] | None = None,
+               phase_names: dict[int, str] | None = None) -> str:
+    """The advice the library gives these numbers, one "N. ..." line each, as the failure's summary has
+    them: `facts` as OOM_FACT_FIELDS, `detail` as OOM_DETAIL_FIELDS (missing ones 0), phase names by id."""
+    unknown = set(facts) - set(OOM_FACT_FIELDS)
+    if unknown:
+        raise TypeError(f"unknown OOM facts {sorted(unknown)}")
+    f = OomFacts(**{k: int(v) for k, v in facts.items()})
+    d = None
+    if detail is not None:
+        unknown = set(detail) - set(OOM_DETAIL_FIELDS)
+        if unknown:
+            raise TypeError(f"unknown OOM detail fields {sorted(unknown)}")
+        d = OomDetail(struct_size=ctypes.sizeof(OomDetail))
+        for name, value in detail.items():
+            if name in ("other_bytes", "other_phases"):
+                getattr(d, name)[:] = [int(v) for v in value][:OOM_OTHER_PHASES] + [0] * (OOM_OTHER_PHASES - len(value))
+            else:
+                setattr(d, name, int(value))
+    names_by_id = phase_names or {}
+    n = max(names_by_id, default=-1) + 1
+    names = (_c_char_p * max(n, 1))(*[names_by_id[i].encode() if i in names_by_id else None for i in range(n)])
+    cdll = lib()
+    args = (ctypes.byref(f), ctypes.byref(d) if d is not None else None, names, n)
+    size = cdll.torchalloc_oom_advice(*args, None, 0)
+    if size < 0:
+        raise LibraryError("torchalloc_oom_advice refused its arguments")
+    buf = ctypes.create_string_buffer(size + 1)
+    cdll.torchalloc_oom_advice(*args, buf, len(buf))
+    return buf.value.decode("utf-8", "replace")
 
 
 def oom_verdict(**facts: int) -> str:

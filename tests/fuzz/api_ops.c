@@ -303,6 +303,25 @@ void op_stats(const uint8_t *b) {
       break;
     }
     default: {
+      if (b[3] % 2) { /* the last failure's detail and advice: figures within what was reserved, lines numbered */
+        torchalloc_oom_facts f;
+        torchalloc_oom_detail d = {.struct_size = sizeof d};
+        int verdict = 0;
+        EXPECT(torchalloc_last_oom(device, &f, &verdict) == 0 && torchalloc_last_oom_detail(device, &d) == 0,
+               "last_oom / last_oom_detail(%d)", device);
+        if (verdict == TORCHALLOC_OOM_NONE) return;
+        EXPECT(d.free_granules + d.free_segments <= f.reserved && d.pinned_free + d.pinning <= f.reserved &&
+                   d.pinning_other <= d.pinning && d.pinning <= f.allocated,
+               "OOM detail beyond the reserved bytes: granules %llu, free segments %llu, pinned %llu + %llu, "
+               "reserved %llu, allocated %llu", (unsigned long long)d.free_granules,
+               (unsigned long long)d.free_segments, (unsigned long long)d.pinned_free,
+               (unsigned long long)d.pinning, (unsigned long long)f.reserved, (unsigned long long)f.allocated);
+        char advice[4096];
+        int n = torchalloc_oom_advice(&f, &d, NULL, 0, advice, sizeof advice);
+        EXPECT(n > 0 && (size_t)n < sizeof advice && strncmp(advice, "1. ", 3) == 0 && strstr(advice, "[based on "),
+               "OOM advice: %d bytes: %.200s", n, advice);
+        return;
+      }
       if (!D.nlive) return;
       const shadow_block *l = &D.live[u32_at(b + 4) % (uint32_t)D.nlive];
       void *base = NULL;

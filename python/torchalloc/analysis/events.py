@@ -2,7 +2,7 @@
 
 Takes a decoded log (`torchalloc.log.read_log`) or a log file; gives an
 `EventTable` -- parallel numpy arrays (kind, time_ns, addr, size,
-block_size, stream, tid, stack, phase, device, seq, flags) plus the interned
+block_size, stream, tid, stack, phase, device, seq, flags, policy) plus the interned
 strings, stacks and phase names. Every later stage reads only this table, so
 the log format can change behind `table_from_log`, and tests build tables by
 hand (`EventTable.from_rows`). The `kind` column holds the record kinds of
@@ -35,6 +35,7 @@ _COLUMNS: dict[str, Any] = {
     "device": np.int16,
     "seq": np.int64,
     "flags": np.uint8,
+    "policy": np.uint8,  # the registry id of the policy that made a block or segment (alloc, free, segment records)
 }
 
 
@@ -59,6 +60,7 @@ class EventTable:
     device: np.ndarray
     seq: np.ndarray
     flags: np.ndarray
+    policy: np.ndarray
     strings: dict[int, str] = dataclasses.field(default_factory=dict)
     stacks: dict[int, Stack] = dataclasses.field(default_factory=dict)
     phase_names: dict[int, str] = dataclasses.field(default_factory=lambda: {0: "default"})

@@ -43,10 +43,27 @@ class Table:
 
 
 @dataclasses.dataclass
+class CheckedLine:
+    """A numbered statement (a line of advice, say) and what checked it."""
+    number: int
+    text: str
+    check: str
+    status: str  # "confirmed", "refuted" or "unchecked"
+
+
+@dataclasses.dataclass
+class CheckedList:
+    title: str
+    lines: list[CheckedLine]
+    css: str = ""  # the HTML list's class
+
+
+@dataclasses.dataclass
 class SectionView:
     table: Table | None
     sentences: list[str]
     json: Any
+    lists: list[CheckedList] = dataclasses.field(default_factory=list)  # under the sentences
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +121,12 @@ def _ooms(a: Analyzed, top: int) -> SectionView | None:
         notes.append(lines)
     table = Table(["time", "phase", "at", "asked", "allocated", "reserved", "largest free range", "verdict"], cells,
                   right=(3, 4, 5, 6), css="ooms", row_notes=notes)
-    return SectionView(table, [], [o.to_dict() for o in ooms])
+    lists = [CheckedList(f"Advice for OOM {k + 1}, each line checked by replaying the run up to it",
+                         [CheckedLine(int(line.number), line.text, line.check,
+                                      "unchecked" if line.confirmed is None else "confirmed" if line.confirmed
+                                      else "refuted") for line in o.advice], css="advice")
+             for k, o in enumerate(ooms) if o.advice]
+    return SectionView(table, [], [o.to_dict() for o in ooms], lists)
 
 
 SECTIONS: list[Section] = [

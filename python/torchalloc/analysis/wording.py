@@ -174,14 +174,11 @@ def _oom_verdict_sentence(o: OomRow) -> str:
         return (f"fragmentation: {fmt_bytes(free)} of the {fmt_bytes(o.reserved)} torchalloc reserved was free -- "
                 f"{'more than' if free > requested else 'as much as'} the {fmt_bytes(requested)} asked for -- but "
                 f"split between live blocks: the largest free range in the {o.segments} segments was "
-                f"{fmt_bytes(o.largest_free_range)}, and the device gave no new segment. Keep long-lived tensors "
-                "apart from short-lived ones (policy phase_arena with phases), allocate long-lived ones first, or "
-                "reuse buffers of one size.")
+                f"{fmt_bytes(o.largest_free_range)}, and the device gave no new segment.")
     if o.verdict == "capacity":
         total = f"the device's {fmt_bytes(o.device_total)}" if o.device_total else "what the device could give"
         return (f"capacity: live tensors ({fmt_bytes(o.allocated)}) and the {fmt_bytes(requested)} asked for "
-                f"exceed {total}: no allocator could have served it. Shrink what lives (batch or sequence, "
-                "activation checkpointing, lower precision, sharding).")
+                f"exceed {total}: no allocator could have served it.")
     if o.verdict == "held elsewhere":
         why = []
         if o.held_elsewhere:
@@ -190,8 +187,7 @@ def _oom_verdict_sentence(o: OomRow) -> str:
         if o.limit:
             why.append(f"a memory fraction capped torchalloc at {fmt_bytes(o.limit)}")
         return (f"held elsewhere: {' and '.join(why) or 'the device had no room'}, although live tensors and the "
-                f"request ({fmt_bytes(o.allocated + requested)}) fit the device. Free that memory or raise the "
-                "fraction.")
+                f"request ({fmt_bytes(o.allocated + requested)}) fit the device.")
     return f"Verdict: {o.verdict}."
 
 

@@ -11,19 +11,28 @@ the simulated device (engine.py, the very C code that serves the GPU):
   request included, completes (bisection, as `torchalloc replay` finds it);
 - `fits`: whether it completes at the capacity the failing run had.
 
-This is the check behind the OOM verdict's advice: "phase_arena would have
-needed 120 MiB and fits; caching needed 180 MiB; torchalloc could use
-150 MiB".
+The policies are every policy and variant `torchalloc replay` knows
+(engine.DEFAULT_POLICIES: caching+expandable is expandable:1). This is the
+check behind the OOM's advice (`check_advice`): each line the allocator's
+rule gives (allocator/accounting/oom_advice.c) is matched with the replay
+that tests it -- a setting with the policy or variant it makes, "shrink
+live tensors" with whether anything fits, "raise the memory fraction" or
+"free what others hold" with a replay at the capacity that would give --
+and marked confirmed, or said not to have helped: "confirmed by replay:
+caching+expandable fits in 150.00 MiB, peak reserved 128.00 MiB".
 """
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, Sequence
 
 import numpy as np
 
 from .. import _records as records
-from .engine import min_capacity, replay_once
+from ..oom import Advice
+from ..units import fmt_bytes
+from .engine import DEFAULT_POLICIES, min_capacity, replay_once
 from ..log.trace_events import ALLOC, EVENT_DTYPE, FREE, PHASE_BEGIN, PHASE_END, live_peaks
 
 _TO_EVENT = np.zeros(256, dtype=np.uint8)
@@ -37,6 +46,7 @@ class Alternative:
     needed: int  # bytes: the smallest capacity that runs it all
     fits: bool  # within the capacity the failing run had
     peak_reserved: int  # with no limit at all
+    peak_reserved_at_capacity: int = 0  # under the capacity the failing run had (up to its OOM when it does not fit)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -94,9 +104,109 @@ def alternatives(events: np.ndarray, capacity: int, policies: Sequence[str]) -> 
         peak = int(free_run["peak_reserved"])
         at_capacity, _ = replay_once(events, policy, capacity)
         needed = min_capacity(events, policy, floor, peak)
-        out.append(Alternative(policy, needed, not at_capacity["oom"], peak))
+        out.append(Alternative(policy, needed, not at_capacity["oom"], peak, int(at_capacity["peak_reserved"])))
     return sorted(out, key=lambda a: (a.needed, a.policy))
 
 
 def default_policies() -> list[str]:
-    return [records.POLICY_NAMES[i] for i in sorted(records.POLICY_NAMES)]
+    """Every policy, then the variants with expandable segments (engine.DEFAULT_POLICIES)."""
+    return list(DEFAULT_POLICIES)
+
+
+# ---------------------------------------------------------------------------
+# The advice, checked
+# ---------------------------------------------------------------------------
+
+# The TORCHALLOC_CONF settings the advice names for expandable segments (TA_ADVICE_EXPANDABLE in
+# allocator/accounting/oom_advice.h), as the suffix of the replay variant that runs a policy with them.
+# When the advice names another mode (issue 24's default), add it here: the one place on this side.
+SETTING_VARIANTS = {"expandable:1": "+expandable", "expandable:2": "+compact"}
+NOT_A_SETTING = "not checked by replay: it asks for a change to the program, not a setting"
+
+
+@dataclasses.dataclass
+class AdviceCheck:
+    """One advice line and what the replay of the run up to the failure says of it."""
+
+    number: int
+    text: str  # the line, "[based on ...]" included
+    setting: str | None  # the TORCHALLOC_CONF entry it names, None when it asks for something else
+    serves: bool | None  # what the line's own figures say (None: it does not say)
+    replayed: str | None  # the policy or variant replayed for it, None when no replay checks it
+    confirmed: bool | None  # True: the replay agrees; False: it would not have helped; None: not checked
+    check: str  # the sentence: "confirmed by replay: caching+expandable fits in ..., peak reserved ..."
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def variant_for(setting: str | None, policy: str, expandable: int) -> str | None:
+    """The replay policy a setting makes of a run under `policy` with expandable:`expandable` (None: none)."""
+    if not setting:
+        return None
+    key, _, value = setting.partition(":")
+    if setting in SETTING_VARIANTS:
+        return policy + SETTING_VARIANTS[setting] if policy != "exact" else None
+    if key == "policy" and value in records.POLICY_NAMES.values():
+        suffix = SETTING_VARIANTS.get(f"expandable:{expandable}", "") if expandable and value != "exact" else ""
+        return value + suffix
+    return None
+
+
+def check_advice(lines: Sequence[Advice], alts: Sequence[Alternative], events: np.ndarray, *, policy: str,
+                 expandable: int, capacity: int, device_total: int, limit: int) -> list[AdviceCheck]:
+    """Each advice line of an OOM, matched with the replay that tests it (see the module's docstring).
+
+    `alts` are `alternatives(events, capacity, ...)`; `policy` and `expandable` what the failing run
+    used; the device's total and the memory fraction's cap (0: none) give the capacities of the lines
+    about the fraction and about other processes."""
+    by_policy = {a.policy: a for a in alts}
+    failing = variant_for(f"policy:{policy}", policy, expandable) or policy
+    cap = fmt_bytes(capacity)
+    out = []
+    for line in lines:
+        variant = variant_for(line.setting, policy, expandable)
+        replayed: str | None = None
+        confirmed: bool | None = None
+        if variant is not None:
+            alt = by_policy.get(variant) or alternatives(events, capacity, [variant])[0]
+            replayed, confirmed = variant, alt.fits
+            check = (f"confirmed by replay: {variant} fits in {cap}, peak reserved "
+                     f"{fmt_bytes(alt.peak_reserved_at_capacity)}" if alt.fits else
+                     f"would not have helped, by replay: {variant} runs out of memory in {cap} too (it needs "
+                     f"{fmt_bytes(alt.needed)})")
+        elif line.text.startswith("shrink live tensors"):
+            fitting = [a for a in alts if a.fits]
+            least = min(alts, key=lambda a: a.needed) if alts else None
+            confirmed = not fitting
+            if least is None:
+                confirmed, check = None, "not checked: nothing was replayed"
+            elif confirmed:
+                check = (f"confirmed by replay: no policy or variant fits in {cap}; the least any needs is "
+                         f"{fmt_bytes(least.needed)} ({least.policy})")
+            else:
+                check = (f"not needed, by replay: {fitting[0].policy} fits in {cap} (peak reserved "
+                         f"{fmt_bytes(fitting[0].peak_reserved_at_capacity)})")
+        elif line.text.startswith(("raise the memory fraction", "free what other processes")) and device_total:
+            target = _capacity_for(line, device_total, capacity, limit)
+            result, _ = replay_once(events, failing, target)
+            replayed, confirmed = failing, not result["oom"]
+            check = (f"confirmed by replay: {failing} fits in {fmt_bytes(target)}, peak reserved "
+                     f"{fmt_bytes(int(result['peak_reserved']))}" if confirmed else
+                     f"would not have helped, by replay: {failing} runs out of memory in {fmt_bytes(target)} too")
+        else:
+            check = NOT_A_SETTING
+        out.append(AdviceCheck(line.number, line.text, line.setting, line.serves, replayed, confirmed, check))
+    return out
+
+
+_FRACTION = re.compile(r"at least (\d+\.\d+)")
+
+
+def _capacity_for(line: Advice, device_total: int, capacity: int, limit: int) -> int:
+    """What torchalloc could use had the line been followed: the fraction it names of the device, or the
+    device with nothing held by others (still under the fraction's cap)."""
+    m = _FRACTION.search(line.text)
+    if line.text.startswith("raise the memory fraction") and m:
+        return max(capacity, int(float(m.group(1)) * device_total))
+    return max(capacity, min(limit or device_total, device_total))

@@ -9,7 +9,8 @@ as the text of a `<script type="application/json">` element. In it:
   blocks, allocated per phase; phase spans and markers as the SVG draws
   them (svg.py's bounds);
 - `peak` and `ooms`: the moments the buttons jump to, each OOM with its
-  verdict and explanation (`Analysis.ooms()`);
+  verdict, explanation and advice lines with their replay checks
+  (`Analysis.ooms()`);
 - `blocks`: columns, one entry per block the page can list (below), with
   sizes, phases, sites, times, reason and its sentence, and stack ids;
 - `sites`, `stacks` (lists of frame ids), `frames`, `files`: deduplicated;
@@ -204,7 +205,9 @@ def page_data(a: Analysis, *, lifetimes_shown: int = 60) -> dict[str, Any]:
                 "live": int(live_counts(a, np.array([i]))[0])}
 
     ooms = [dict(moment(o.index), requested=o.requested, phase=o.phase, site=o.site, verdict=o.verdict,
-                 verdict_from=o.verdict_from, explanation=o.explanation) for o in a.ooms()]
+                 verdict_from=o.verdict_from, explanation=o.explanation,
+                 advice=[dict(number=c.number, text=c.text, check=c.check, confirmed=c.confirmed) for c in o.advice])
+            for o in a.ooms()]
     priority = ([tl.peak_index] if len(t) else []) + [o.index for o in a.ooms()[:PRIORITY_OOMS]]
     chosen, exact = choose_blocks(a, moments(a), priority) if len(b) else (np.zeros(0, dtype=np.int64), PER_MOMENT)
     examples = lifetime_examples(a)[:lifetimes_shown]

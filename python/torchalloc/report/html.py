@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..analysis import Analysis, Anatomy
-from ..analysis.sections import SECTIONS, SectionView
+from ..analysis.sections import SECTIONS, CheckedList, SectionView
 from .data import embed_json, page_data
 from .svg import PALETTE, phase_colors, render_svg
 from ..units import fmt_bytes, fmt_time
@@ -51,6 +51,13 @@ def _anatomy_html(an: Anatomy, cls: str, top: int) -> str:
     cats = ", ".join(f"{k} {fmt_bytes(v)}" for k, v in an.by_category.items())
     return title + _rows_html(["bytes", "blocks", "phase", "category", "reason", "allocated at"], rows, cls, (0, 1)) + \
         (f"<p class=small>By category: {_e(cats)}</p>" if cats else "")
+
+
+def _checked_html(checked: CheckedList) -> str:
+    """A numbered list, each line with what checked it (class confirmed, refuted or unchecked)."""
+    items = [f'<li value={line.number}>{_e(line.text)}<br><span class="check {line.status}">{_e(line.check)}</span></li>'
+             for line in checked.lines]
+    return f"<h3>{_e(checked.title)}</h3>" + f'<ol class="{checked.css}">' + "".join(items) + "</ol>"
 
 
 _ASSETS = Path(__file__).resolve().parent
@@ -133,6 +140,7 @@ def _section_html(title: str, intro: str, view: SectionView) -> str:
         if table.more:
             parts.append(f"<p class=small>{_e(table.more)}</p>")
     parts += [f'<p class="sentence">{_e(s)}</p>' for s in view.sentences]
+    parts += [_checked_html(checked) for checked in view.lists]
     return "".join(parts)
 
 

@@ -338,6 +338,12 @@
         ': ' + fmtBytes(o.requested) + ' asked in ' + o.phase + ' at ' + o.site + '. Verdict: ',
         el('b', { 'class': 'verdict' }, o.verdict), ' (' + o.verdict_from + '). ',
         el('span', { 'class': 'oom-why' }, o.explanation)]));
+      if (o.advice && o.advice.length) { // each advice line with what the replay said of it
+        momentPanel.appendChild(el('ol', { 'class': 'advice' }, o.advice.map(function (a) {
+          var cls = a.confirmed === null ? 'unchecked' : a.confirmed ? 'confirmed' : 'refuted';
+          return el('li', { value: a.number }, [a.text, el('br', {}), el('span', { 'class': 'check ' + cls }, a.check)]);
+        })));
+      }
     }
     if (held.length < m.live) { // the page's data holds only the largest blocks of each moment: say what is missing
       var atLeast = D.budget.priority.indexOf(m.i) >= 0 ? D.budget.per_moment : D.budget.exact;

@@ -91,6 +91,11 @@ def _section_text(title: str, view: SectionView) -> list[str]:
         if table.more:
             out.append(f"  {table.more}")
     out += [f"  {s}" for s in view.sentences]
+    for checked in view.lists:
+        out.append(f"  {checked.title}:")
+        for line in checked.lines:
+            out.append(f"    {line.number}. {line.text}")
+            out.append(f"       -> {line.check}")
     out.append("")
     return out
 
