@@ -2,7 +2,7 @@
 
 Takes a log (a path, a decoded `torchalloc.log.Log`, or an `EventTable`);
 gives an `Analysis`: the derived data of derived.py, and one method per
-section of the report -- anatomy, lifetimes, phases, estimate, ooms, and
+section of the report -- anatomy, lifetimes, phases, estimate, reserve, ooms, and
 to_dict for all of them (the sections after the anatomy through
 sections.py's list) -- each a row stage followed by the wording stage.
 Nothing is computed here that a stage could compute.
@@ -22,8 +22,10 @@ from .events import EventTable, load, table_from_log
 from .lifetimes import LifetimeRow, lifetime_rows
 from .ooms import OomRow, oom_rows
 from .phase_summary import PhaseRow, phase_rows
+from .reserve import Reserve, reserve as reserve_rows
 from .sections import sections_json
-from .wording import estimate_sentence, explain_block, explain_group, oom_explanation, phase_sentence
+from .wording import (estimate_sentence, explain_block, explain_group, oom_explanation, phase_sentence,
+                      reserve_sentences)
 
 
 @dataclasses.dataclass
@@ -61,6 +63,16 @@ class Analysis(Derived):
         est = estimate(self)
         est.sentence = estimate_sentence(est)
         return est
+
+    def reserve(self) -> Reserve:
+        """Reserved memory split into allocated, fragmentation, cache (and what the log cannot see) at the peaks,
+        the segments live blocks pin, and the run replayed under every policy. Computed once (the replays)."""
+        cached = self.__dict__.get("_reserve")
+        if cached is None:
+            cached = reserve_rows(self)
+            cached.sentences = reserve_sentences(cached, self.timeline.peak_reserved)
+            self.__dict__["_reserve"] = cached
+        return cached
 
     def ooms(self) -> list[OomRow]:
         """Each OOM record diagnosed: verdict, blocks to blame, and (the last) replayed under every policy.

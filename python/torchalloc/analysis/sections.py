@@ -19,6 +19,8 @@ from .estimate import Estimate
 from .lifetimes import LifetimeRow
 from .ooms import OomRow
 from .phase_summary import PhaseRow
+from .reserve import Reserve
+from .wording import pinned_lines, replay_note, setting_of
 
 
 class Analyzed(Protocol):
@@ -27,6 +29,7 @@ class Analyzed(Protocol):
     def lifetimes(self, top: int | None = None) -> list[LifetimeRow]: ...
     def phases(self) -> list[PhaseRow]: ...
     def estimate(self) -> Estimate: ...
+    def reserve(self) -> Reserve: ...
     def ooms(self) -> list[OomRow]: ...
 
 
@@ -129,11 +132,48 @@ def _ooms(a: Analyzed, top: int) -> SectionView | None:
     return SectionView(table, [], [o.to_dict() for o in ooms], lists)
 
 
+def _reserve(a: Analyzed, top: int) -> SectionView | None:
+    r = a.reserve()
+    if not r.moments:
+        return None
+    optional = [(key, head) for key, head in (("mapped_free", "mapped free (expandable)"),
+                                              ("before_log", "before the log"))
+                if any(getattr(m, key) for m in r.moments)]
+    headers = ["at", "reserved", "allocated", "fragmentation (free in segments with live blocks)",
+               "cache (wholly free segments)", *[head for _, head in optional]]
+    cells = [(m.at, fmt_bytes(m.reserved), fmt_bytes(m.allocated), fmt_bytes(m.fragmented), fmt_bytes(m.cached),
+              *[fmt_bytes(getattr(m, key)) for key, _ in optional]) for m in r.moments]
+    notes = [[line for p in m.pinned for line in pinned_lines(p)] for m in r.moments]
+    table = Table(headers, cells, right=range(1, len(headers)), css="reserve", row_notes=notes)
+    moments = [s for s in r.sentences if s.startswith("At the ")]
+    return SectionView(table, moments, {"moments": [m.to_dict() for m in r.moments], "unknown": list(r.unknown)})
+
+
+def _reserve_replays(a: Analyzed, top: int) -> SectionView | None:
+    r = a.reserve()
+    if not r.replays:
+        return None
+    base = r.replays[0]
+    cells = [(x.policy, setting_of(x.policy), fmt_bytes(x.peak_reserved), fmt_bytes(x.peak_allocated),
+              replay_note(x, base)) for x in r.replays]
+    table = Table(["policy", "TORCHALLOC_CONF", "peak reserved", "peak allocated", ""], cells, right=(2, 3),
+                  css="reserve-replays")
+    best = r.best
+    return SectionView(table, [s for s in r.sentences if not s.startswith("At the ")],
+                       {"recording_policy": r.recording_policy, "replays": [x.to_dict() for x in r.replays],
+                        "best": best.policy if best else None})
+
+
 SECTIONS: list[Section] = [
     Section("lifetimes", "Lifetimes: per allocation site, why its blocks were freed when they were",
             "With JavaScript, click a site for the stacks of the block its sentence speaks for.", _lifetimes),
     Section("phases", "Phases", "", _phases),
     Section("estimate", "The usual estimate, measured", "", _estimate),
+    Section("reserve", "Reserved memory: allocated, fragmentation and cache",
+            "Reserved = allocated + free bytes in segments that hold live blocks + segments with no live block; "
+            "under each moment, the segments with the most free bytes that live blocks pin.", _reserve),
+    Section("reserve_replays", "What each policy would have reserved on the same events",
+            "The whole run replayed on the simulated device with no memory limit.", _reserve_replays),
     Section("ooms", "Out of memory", "", _ooms),
 ]
 
