@@ -22,7 +22,7 @@ from .events import EventTable, load, table_from_log
 from .lifetimes import LifetimeRow, lifetime_rows
 from .ooms import OomRow, oom_rows
 from .phase_summary import PhaseRow, phase_rows
-from .reserve import Reserve, reserve as reserve_rows
+from .reserve import Reserve, reserve as reserve_rows, series as reserve_series
 from .sections import sections_json
 from .wording import (estimate_sentence, explain_block, explain_group, oom_explanation, phase_sentence,
                       reserve_sentences)
@@ -72,6 +72,14 @@ class Analysis(Derived):
             cached = reserve_rows(self)
             cached.sentences = reserve_sentences(cached, self.timeline.peak_reserved)
             self.__dict__["_reserve"] = cached
+        return cached
+
+    def fragmented_samples(self) -> Any:
+        """At the timeline's samples, the free bytes in segments that hold live blocks (the page's band)."""
+        cached = self.__dict__.get("_fragmented")
+        if cached is None:
+            cached = reserve_series(self).fragmented[self.timeline.index] if len(self.table) else self.timeline.index
+            self.__dict__["_fragmented"] = cached
         return cached
 
     def ooms(self) -> list[OomRow]:

@@ -194,6 +194,7 @@ def page_data(a: Analysis, *, lifetimes_shown: int = 60) -> dict[str, Any]:
         "t": [_r(x) for x in tl.t_s], "i": tl.index.tolist(), "allocated": tl.allocated.tolist(),
         "reserved": tl.reserved.tolist(), "live": live_counts(a, tl.index).tolist(),
         "phases": list(tl.by_phase), "by_phase": [v.tolist() for v in tl.by_phase.values()],
+        "fragmented": [int(v) for v in a.fragmented_samples()],
     }
     spans = [[shared.names.id(n), _r(t0), _r(t1)] for n, t0, t1 in tl.phase_spans[:MAX_SPANS]]
     marker_i = np.flatnonzero(t.kind == MARKER)[:MAX_MARKERS].tolist()  # the order timeline.markers has

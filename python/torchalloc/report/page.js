@@ -149,6 +149,15 @@
       }
       lower = upper;
     });
+    if (TL.fragmented && TL.fragmented.length === TL.t.length && Math.max.apply(null, TL.fragmented) > 0) {
+      // free bytes in segments that hold live blocks, on top of allocated; cache is the rest up to reserved
+      var base = lower;
+      var ftop = stepPoints(function (j) { return base[j - j0] + TL.fragmented[j]; }, j0, j1);
+      var fbottom = stepPoints(function (j) { return base[j - j0]; }, j0, j1).reverse();
+      plot.appendChild(titled(svgNode('path', { 'class': 'fragmented-area', fill: '#f2c14e', 'fill-opacity': '0.55',
+        stroke: '#b07a00', 'stroke-width': '0.5', d: 'M' + pathOf(ftop) + ' L' + pathOf(fbottom) + ' Z' }),
+        'free in segments that hold live blocks (fragmentation); above it up to reserved: wholly free segments (cache)'));
+    }
     plot.appendChild(titled(svgNode('path', { 'class': 'reserved-line', fill: 'none', stroke: '#222', 'stroke-width': '1.6',
       'stroke-dasharray': '6 3', d: 'M' + pathOf(stepPoints(function (j) { return TL.reserved[j]; }, j0, j1)) }),
       'reserved'));
@@ -198,6 +207,10 @@
       svg.appendChild(svgNode('text', { x: lx + 16, y: ly, 'class': 'legend' }, name));
       lx += 28 + 7 * name.length;
     });
+    svg.appendChild(svgNode('rect', { x: lx, y: ly - 9, width: 12, height: 10, fill: '#f2c14e', 'fill-opacity': '0.55',
+      stroke: '#b07a00' }));
+    svg.appendChild(svgNode('text', { x: lx + 16, y: ly, 'class': 'legend' }, 'fragmentation'));
+    lx += 28 + 7 * 'fragmentation'.length;
     svg.appendChild(svgNode('line', { x1: lx, x2: lx + 22, y1: ly - 4, y2: ly - 4, stroke: '#222', 'stroke-width': 1.6,
       'stroke-dasharray': '6 3' }));
     svg.appendChild(svgNode('text', { x: lx + 26, y: ly, 'class': 'legend' }, 'reserved'));
@@ -282,7 +295,8 @@
     var x = svgX(ev);
     if (drag || !inPlot(x)) { hideTooltip(); return; }
     var t = timeAtX(x), j = sampleAt(t), phase = phaseAt(t), marker = nearestMarker(t);
-    var lines = [fmtTime(t), 'allocated ' + fmtBytes(TL.allocated[j]) + ', reserved ' + fmtBytes(TL.reserved[j]),
+    var lines = [fmtTime(t), 'allocated ' + fmtBytes(TL.allocated[j]) + ', reserved ' + fmtBytes(TL.reserved[j]) +
+      (TL.fragmented ? ', fragmentation ' + fmtBytes(TL.fragmented[j]) : ''),
       TL.live[j] + ' live blocks', 'phase: ' + (phase || 'none'),
       marker ? 'nearest marker: ' + marker.label + ' at ' + fmtTime(marker.t) : 'no markers'];
     clear(tooltip);

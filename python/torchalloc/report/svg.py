@@ -6,7 +6,9 @@ data, zoomed and panned, with the same classes and colours. Drawn here:
 
 - one filled area per phase (`path.phase-area`, `data-phase=NAME`), stacked:
   the allocated bytes of the blocks each phase allocated;
-- reserved bytes as a dashed line (`path.reserved-line`);
+- the free bytes in segments that hold live blocks (fragmentation) as a band
+  on top of allocated (`path.fragmented-area`); reserved bytes as a dashed
+  line (`path.reserved-line`), wholly free segments (cache) between them;
 - markers as labelled vertical lines (`g.marker`), OOMs as red crosses;
 - the peak of allocated as a labelled dot (`g.peak-marker`);
 - the phase occurrences as a strip under the plot.
@@ -111,6 +113,14 @@ def render_svg(a: Analysis) -> str:
                          f'stroke="{colors[name]}" stroke-width="0.6" d="M{top_pts} L{bot_pts} Z">'
                          f'<title>allocated by {_e(name)}</title></path>')
         lower = upper
+    # fragmentation: free bytes in segments that hold live blocks, as a band above allocated
+    frag = np.asarray(a.fragmented_samples(), dtype=np.float64)
+    if len(xs) and frag.size == len(tl.t_s) and frag.max(initial=0) > 0:
+        top_pts = " L".join(f"{x:.2f},{y:.2f}" for x, y in zip(xs, Y(lower + step(frag))))
+        bot_pts = " L".join(f"{x:.2f},{y:.2f}" for x, y in zip(xs[::-1], Y(lower)[::-1]))
+        parts.append(f'<path class="fragmented-area" fill="#f2c14e" fill-opacity="0.55" stroke="#b07a00" '
+                     f'stroke-width="0.5" d="M{top_pts} L{bot_pts} Z"><title>free in segments that hold live blocks '
+                     f'(fragmentation); above it up to reserved: wholly free segments (cache)</title></path>')
     # reserved
     if len(xs):
         pts = " L".join(f"{x:.2f},{y:.2f}" for x, y in zip(xs, Y(step(tl.reserved))))
@@ -151,6 +161,9 @@ def render_svg(a: Analysis) -> str:
         parts.append(f'<rect x="{lx}" y="{ly - 9}" width="12" height="10" fill="{colors[name]}"/>'
                      f'<text x="{lx + 16}" y="{ly}" class="legend">{_e(name)}</text>')
         lx += 28 + 7 * len(name)
+    parts.append(f'<rect x="{lx}" y="{ly - 9}" width="12" height="10" fill="#f2c14e" fill-opacity="0.55" stroke="#b07a00"/>'
+                 f'<text x="{lx + 16}" y="{ly}" class="legend">fragmentation</text>')
+    lx += 28 + 7 * len("fragmentation")
     parts.append(f'<line x1="{lx}" x2="{lx + 22}" y1="{ly - 4}" y2="{ly - 4}" stroke="#222" stroke-width="1.6" '
                  f'stroke-dasharray="6 3"/><text x="{lx + 26}" y="{ly}" class="legend">reserved</text>')
     parts.append(f'<line id="cursor" x1="0" x2="0" y1="{TOP}" y2="{TOP + plot_h}" stroke="#888" visibility="hidden"/>')
