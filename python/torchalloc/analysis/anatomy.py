@@ -3,7 +3,7 @@
 Takes a `Derived` and a moment -- "peak" (default), "peak_reserved", "end",
 "oom", a marker label or a time in seconds -- and gives an `Anatomy`: the
 allocated and reserved bytes then, one `AnatomyRow` per (site, phase,
-reason) group of live blocks, and the live bytes by category and by phase.
+reason, category) group of live blocks, and the live bytes by category and by phase.
 """
 from __future__ import annotations
 
@@ -101,11 +101,13 @@ def anatomy(d: Derived, at: str | float | int | None = None, top: int | None = N
     i, label = index_at(d, at)
     live = d.live_at(i)
     c, b = d.classified, d.blocks
-    groups: dict[tuple[int, int, int], list[int]] = defaultdict(list)
-    for k, s, p, r in zip(live.tolist(), c.site[live].tolist(), b.alloc_phase[live].tolist(), c.reason[live].tolist()):
-        groups[(s, p, r)].append(k)
+    # one row per (site, phase, reason, category): a row names one category, and its count is that category's
+    groups: dict[tuple[int, int, int, int], list[int]] = defaultdict(list)
+    for k, s, p, r, g in zip(live.tolist(), c.site[live].tolist(), b.alloc_phase[live].tolist(),
+                             c.reason[live].tolist(), c.category[live].tolist()):
+        groups[(s, p, r, g)].append(k)
     rows = []
-    for (s, p, _r), members in groups.items():
+    for (s, p, _r, _g), members in groups.items():
         m = np.array(members)
         size = b.block_size[m]
         cat = dominant(c.category[m], size, CATEGORIES)

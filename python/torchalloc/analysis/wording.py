@@ -76,6 +76,9 @@ def reason_sentence(reason: Reason, category: Category, site: str, free_site: st
             Category.WORKSPACE: (f"a library workspace (cuBLAS's, per thread and stream), allocated at the first "
                                  f"matmul in {phase} and never freed"),
         }.get(category, f"allocated in {phase}, still referenced when the log ended")
+        if free_phase:  # freed, but only after the run's work ended (classify.whole_run)
+            return (f"persistent: lived through the whole run, freed only after its last phase ended (in "
+                    f"{free_phase}) -- {detail.replace(', still referenced when the log ended', '')}")
         return f"persistent: still live at the end of the log -- {detail}"
     no_stacks = " (logged without stacks:1: only phases are known)" if not has_stacks else ""
     if reason is Reason.SAME_PHASE:
