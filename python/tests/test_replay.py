@@ -299,7 +299,7 @@ def test_json_native_is_null_without_segment_information(lib: Path, tmp_path: Pa
 def test_table_output(lib: Path) -> None:
     status, out, err = run_main(str(SNAPSHOT), "--capacity", "25MiB")
     assert status == 0, err
-    assert "native (PyTorch)" in out and "26.00 MiB" in out
+    assert "recorded (PyTorch)" in out and "26.00 MiB" in out and " req." in out
     for name in POLICIES:
         assert name in out
     assert "at event 11" in out and "begins mid-run" in out
@@ -495,3 +495,16 @@ def test_malformed_logs(recorded_log: Path, tmp_path: Path) -> None:
     junk.write_bytes(b"TALOG\0\0\0" + os.urandom(40))
     with pytest.raises(TraceError, match="cut short|not understood|version"):
         trace.load_trace(junk)
+
+
+def test_the_first_row_names_the_allocator_that_recorded_the_trace(lib: Path, tmp_path: Path) -> None:
+    """A snapshot `torchalloc export` wrote is not PyTorch's: its first row says so (issue 25)."""
+    traces = [[{"action": "segment_alloc", "addr": 0, "size": 2 << 20, "stream": 0},
+               {"action": "alloc", "addr": 0, "size": 512, "stream": 0}]]
+    for settings, label in (({"torchalloc": True}, "recorded (torchalloc, exported)"), ({}, "recorded (PyTorch)")):
+        p = tmp_path / "snap.pickle"
+        p.write_bytes(pickle.dumps({"device_traces": traces, "allocator_settings": settings}))
+        status, out, err = run_main(str(p), "--policies", "exact")
+        assert status == 0, err
+        first = next(line for line in out.splitlines() if line.startswith("recorded"))
+        assert first.startswith(label + " ") and "512 B req." in first, out

@@ -58,7 +58,9 @@ class Trace:
     native_pos: np.ndarray | None = None
     native_delta: np.ndarray | None = None
     native_ooms: int = 0
-    native_label: str = "native (PyTorch)"  # a log: "recorded (<policy>)", what torchalloc reserved in the run
+    # the first row of `replay`: who recorded the trace -- "recorded (PyTorch)" for PyTorch's snapshot,
+    # "recorded (torchalloc, exported)" for one `torchalloc export` wrote, "recorded (<policy>)" for a log
+    native_label: str = "recorded (PyTorch)"
     notes: list[str] = dataclasses.field(default_factory=list)
     rank: int = -1  # a torchalloc log's writer's $RANK (the log header's); -1: none, or a snapshot
 

@@ -296,6 +296,11 @@ def from_snapshot(snapshot: Any, *, device: int | None = None, prelude: bool = T
         notes=notes,
     )
     _native_curve(trace, native_pos, native_delta, n_pre, end_reserved, bool(unknown or n_pre))
+    settings = snapshot.get("allocator_settings")
+    if isinstance(settings, dict) and settings.get("torchalloc") is True:  # `torchalloc export` writes this
+        trace.native_label = "recorded (torchalloc, exported)"
+    else:
+        trace.native_label = "recorded (PyTorch)"
     return trace
 
 

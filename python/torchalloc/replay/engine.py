@@ -327,7 +327,7 @@ def format_table(report: Report) -> str:
     rows: list[list[str]] = []
     if t.native_peak_reserved is not None:
         ratio = t.native_peak_reserved / t.peak_requested if t.peak_requested else 0.0
-        rows.append([t.native_label, fmt_bytes(t.peak_requested, 2), fmt_bytes(t.native_peak_reserved, 2),
+        rows.append([t.native_label, fmt_bytes(t.peak_requested, 2) + " req.", fmt_bytes(t.native_peak_reserved, 2),
                      f"{ratio:.3f}", "-", "-", "-", "yes" if t.native_ooms else "-", "-"])
     for p in report.policies:
         oom = f"at event {p.oom_event}" if p.oom_at_capacity else ("no (cache released)" if p.capped else "no")
@@ -360,6 +360,11 @@ def format_table(report: Report) -> str:
                 for p in capped
             )
         )
+    if t.native_peak_reserved is not None:
+        lines.append(
+            f"{t.native_label}: what the allocator that recorded the trace reserved in the run (its segments), "
+            "beside the peak of the bytes requested (req.: the trace does not say how that allocator rounded them); "
+            "the rows below it are replays")
     lines.append(
         "peak alloc: block bytes (requests rounded as the policy rounds them); frag@peak: (free inside reserved - "
         "largest free block) / free inside reserved, when reserved peaked; min capacity: smallest device size "
