@@ -280,7 +280,8 @@ def test_zoom_pan_click_and_hover_on_the_timeline(chromium: str, demo: A.Analysi
     lines = [n.text() for n in tip.all("div")]
     j = int(tip.attrs["data-sample"])
     assert j in near
-    assert lines[1] == f"allocated {tl.allocated[j] / MiB:.1f} MiB, reserved {tl.reserved[j] / MiB:.1f} MiB"
+    assert lines[1].startswith(f"allocated {tl.allocated[j] / MiB:.1f} MiB, reserved {tl.reserved[j] / MiB:.1f} MiB, "
+                               "fragmentation ")
     inner = max((s for s in tl.phase_spans if s[1] <= t <= s[2]), key=lambda s: s[1], default=None)
     assert lines[3] == f"phase: {inner[0] if inner else 'none'}"
     nearest = min(tl.markers, key=lambda m: abs(m[0] - t))

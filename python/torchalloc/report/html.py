@@ -13,7 +13,8 @@ artifact. Its parts:
   or a site's stacks and reason, buttons for the peak and each OOM. Its
   controls and panels carry `needs-script` and stay hidden without it.
 
-docs/REPORT.md shows the page and says how to use it.
+The page ends with its help (page_help.py, from the packaged page_help.md);
+docs/REPORT.md shows the page.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from typing import Any, Sequence
 from ..analysis import Analysis, Anatomy
 from ..analysis.sections import SECTIONS, CheckedList, SectionView
 from .data import embed_json, page_data
+from .page_help import help_html
 from .svg import PALETTE, phase_colors, render_svg
 from ..units import fmt_bytes, fmt_time
 
@@ -155,8 +157,9 @@ def render_html(a: Analysis, *, at: Sequence[str | float] = (), top: int = 30) -
     body += [f'<p class="note">{_e(n)}</p>' for n in a.notes]
     body.append("<h2>Timeline</h2>")
     body.append("<p class=small>Allocated bytes stacked by the phase that allocated them; the dashed line is "
-                "reserved. Markers are the labels passed to torchalloc.mark(). docs/REPORT.md says how to use "
-                "this page.</p>")
+                "reserved, and the yellow band above allocated is fragmentation (free bytes in segments that hold "
+                "live blocks). Markers are the labels passed to torchalloc.mark(). "
+                '<a href="#help">Help</a> (at the end of the page) says how to use it.</p>')
     data = page_data(a, lifetimes_shown=top * 2)
     body.append(_controls_html(data))
     body.append(f'<div class="plot">{render_svg(a)}<div id="tooltip" class="tooltip" role="status" hidden></div></div>')
@@ -180,6 +183,7 @@ def render_html(a: Analysis, *, at: Sequence[str | float] = (), top: int = 30) -
         view = section.view(a, top * 2)
         if view is not None:
             body.append(_section_html(section.title, section.intro, view))
+    body.append(help_html())
 
     return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
             f"<meta name=viewport content='width=device-width, initial-scale=1'><title>{_e(title)}</title>"
