@@ -90,3 +90,20 @@ def test_version_is_written_once(monkeypatch: pytest.MonkeyPatch) -> None:
     assert captured["version"] == torchalloc.__version__
     done = run_cli("--version")
     assert done.stdout.strip() == f"torchalloc {torchalloc.__version__}"
+
+
+def test_report_without_a_log_reports_the_bundled_demo_or_says_it_is_missing(monkeypatch, tmp_path, capsys) -> None:
+    """Issue 25: `torchalloc report` with no argument reports the bundled demo trace, as replay replays its own."""
+    import pytest as _pytest
+
+    from torchalloc.cli import report as report_cli
+
+    monkeypatch.setattr(report_cli, "DEMO_TRACE", tmp_path / "demo_trace.talog.xz")
+    with _pytest.raises(SystemExit) as e:
+        report_cli.main([])
+    assert e.value.code != 0
+    assert "no bundled demo trace" in capsys.readouterr().err
+    phases = report_cli.Path(report_cli.__file__).resolve().parents[1] / "data" / "phases_trace.talog.xz"
+    monkeypatch.setattr(report_cli, "DEMO_TRACE", phases)  # stands in for the demo until it is recorded
+    assert report_cli.main(["--top", "2"]) in (0, None)
+    assert "phases_trace.talog.xz" in capsys.readouterr().out

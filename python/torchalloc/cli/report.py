@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from ..analysis import analyze
@@ -11,6 +12,9 @@ from ..log.reader import LogFormatError
 from ..printable import printable
 from ..report.text import render_text
 from .args import at_value, expand_logs, fail, output_problem, snapshot_pointer, with_negative_values
+
+# what `torchalloc report` with no log reports: a short training run recorded on a GPU with stacks and markers
+DEMO_TRACE = Path(__file__).resolve().parents[1] / "data" / "demo_trace.talog.xz"
 
 
 
@@ -20,7 +24,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Explain a torchalloc log: timeline, what was live at the peak, why each block was freed "
         "when it was, per-phase accounting, and the usual memory estimate measured.",
     )
-    parser.add_argument("log", nargs="+", help="a torchalloc event log (TORCHALLOC_CONF=log:PATH); several (one per "
+    parser.add_argument("log", nargs="*", help="a torchalloc event log (TORCHALLOC_CONF=log:PATH; default: the bundled "
+                        "demo trace, torchalloc/data/demo_trace.talog.xz); several (one per "
                         "rank, log:run.%%r.talog), or a quoted pattern such as 'run.*.talog', for one report of the "
                         "whole job")
     parser.add_argument("--device", type=int, default=None, help="device to report (default: the busiest)")
@@ -38,6 +43,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         at = [at_value(x) for x in args.at]  # before the log is read: a big one takes minutes
     except ValueError as e:
         fail(parser.prog, str(e))
+    if not args.log:  # as `replay` replays its bundled trace: the demo recorded on a GPU (data/demo_trace.md)
+        if not DEMO_TRACE.is_file():
+            fail(parser.prog, f"no log given, and this installation has no bundled demo trace ({DEMO_TRACE} is "
+                 "missing): give a log (TORCHALLOC_CONF=log:PATH), or report the bundled phases trace: "
+                 f"torchalloc report {DEMO_TRACE.parent / 'phases_trace.talog.xz'}")
+        args.log = [str(DEMO_TRACE)]
     logs, problem = expand_logs(args.log)
     problem = problem or next(filter(None, (snapshot_pointer(p, "report") for p in logs)), None)
     for option, path in (("--html", args.html), ("--png", args.png)):
