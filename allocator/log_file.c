@@ -276,7 +276,7 @@ static char *map_reservation(int fd, uint64_t want, uint64_t *got) {
 
 static void unmap_locked(void) {
   if (L.base) munmap(L.base, L.reserve);
-  ta_log_path_release(L.fd); /* a forked child has closed its copy already (atfork_child) */
+  ta_log_path_release(L.fd); /* a forked child has closed its copy already (ta_log_fork_child) */
   L.base = NULL;
   L.fd = -1;
   L.path[0] = '\0';
@@ -309,18 +309,19 @@ static void close_locked(void) {
  * the parent's file alone. It closes its copy of the descriptor at once
  * (never unlocking it: the lock belongs to the parent's open file too), so
  * a child that outlives its parent does not keep the lock, and a reader
- * can tell that the parent died. */
-static void atfork_prepare(void) {
+ * can tell that the parent died. The runtime's fork handler (runtime.c)
+ * calls these in its lock order, after the heap and phase locks. */
+void ta_log_fork_prepare(void) {
   pthread_mutex_lock(&L.mu);
   pthread_mutex_lock(&L.grow_mu);
   pthread_mutex_lock(&L.helper_mu);
 }
-static void atfork_parent(void) {
+void ta_log_fork_parent(void) {
   pthread_mutex_unlock(&L.helper_mu);
   pthread_mutex_unlock(&L.grow_mu);
   pthread_mutex_unlock(&L.mu);
 }
-static void atfork_child(void) {
+void ta_log_fork_child(void) {
   atomic_store(&ta_log_enabled, 0);
   L.inherited = L.base != NULL;
   if (L.fd >= 0) close(L.fd);
@@ -330,7 +331,6 @@ static void atfork_child(void) {
   pthread_mutex_unlock(&L.grow_mu);
   pthread_mutex_unlock(&L.mu);
 }
-static void register_atfork(void) { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); }
 
 static int open_locked(const char *pattern, size_t max_bytes, char *err, size_t errlen) {
   if (max_bytes && max_bytes < TA_LOG_MIN_MAX_BYTES) {
@@ -389,8 +389,6 @@ static int open_locked(const char *pattern, size_t max_bytes, char *err, size_t 
 }
 
 int ta_log_file_open(const char *pattern, size_t max_bytes, char *err, size_t errlen) {
-  static pthread_once_t once = PTHREAD_ONCE_INIT;
-  pthread_once(&once, register_atfork);
   if (!pattern || !*pattern) {
     snprintf(err, errlen, "the log path is empty");
     return -1;

@@ -41,6 +41,13 @@ ta_internal const char *ta_log_path(void);
  * child inherited from its parent). */
 ta_internal int ta_log_file_is_ours(void);
 
+/* fork(): take the file's mutexes before, release them after in the parent;
+ * in the child also stop logging (the file is the parent's). Called by the
+ * runtime's fork handler only, in its lock order (runtime.c). */
+ta_internal void ta_log_fork_prepare(void);
+ta_internal void ta_log_fork_parent(void);
+ta_internal void ta_log_fork_child(void);
+
 /* The file's mutex: writers that hold no heap lock, and interning. */
 ta_internal void ta_log_lock(void);
 ta_internal void ta_log_unlock(void);

@@ -141,3 +141,6 @@ void ta_phase_reset(void) {
   publish_locked();
   pthread_mutex_unlock(&lock);
 }
+
+void ta_phase_fork_prepare(void) { pthread_mutex_lock(&lock); }
+void ta_phase_fork_release(void) { pthread_mutex_unlock(&lock); }

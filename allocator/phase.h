@@ -71,6 +71,11 @@ ta_internal int ta_phase_count(void);
 /* Name of phase `id`, or NULL. */
 ta_internal const char *ta_phase_name(int id);
 
+/* fork(): hold the phase lock across it (runtime.c's fork handler); parent
+ * and child both release it. */
+ta_internal void ta_phase_fork_prepare(void);
+ta_internal void ta_phase_fork_release(void);
+
 /* Forget every phase name and the stack (torchalloc_init). */
 ta_internal void ta_phase_reset(void);
 

@@ -11,6 +11,7 @@
 #include "log.h"
 #include "misuse.h"
 #include "phase.h"
+#include "pystack.h"
 
 ta_runtime ta_rt = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -83,6 +84,60 @@ static void register_exit_close_once(void) { atexit(close_log_at_exit); }
 static void register_exit_close(void) {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, register_exit_close_once);
+}
+
+/* ------------------------------------------------------------------------
+ * fork(). The child is a copy of the process with only the forking thread
+ * in it: a lock another thread held at that moment stays held there for
+ * ever, and the child's first malloc would spin on it (a DataLoader worker
+ * forked while the autograd engine allocates). So the forking thread takes
+ * every lock of the library first, in the order the rest of the code
+ * nests them, which cannot deadlock with them: the runtime mutex (init,
+ * heap creation, log open), each heap's lock by device (log_open_locked
+ * holds them all while it takes the phase lock), the phase lock (it logs
+ * under the log's mutex), the log's mutexes, and last the stack cache's
+ * lock (a leaf). With all of them held no operation is half done, so both
+ * processes just release them; the child also stops logging into its
+ * parent's file (ta_log_fork_child). Registered when the library loads, so
+ * a fork before first use is covered too.
+ * ---------------------------------------------------------------------- */
+
+static ta_heap *fork_held[TA_MAX_DEVICES]; /* the heaps locked by fork_prepare */
+
+static void fork_prepare(void) {
+  pthread_mutex_lock(&ta_rt.lock); /* from here no heap is created or destroyed */
+  for (int d = 0; d < TA_MAX_DEVICES; d++) {
+    fork_held[d] = ta_runtime_heap_if_any(d);
+    if (fork_held[d]) ta_lock_acquire(&fork_held[d]->lock);
+  }
+  ta_phase_fork_prepare();
+  ta_log_fork_prepare();
+  ta_pystack_fork_prepare();
+}
+
+static void fork_release_heaps(void) {
+  for (int d = TA_MAX_DEVICES - 1; d >= 0; d--)
+    if (fork_held[d]) ta_lock_release(&fork_held[d]->lock);
+}
+
+static void fork_parent(void) {
+  ta_pystack_fork_release();
+  ta_log_fork_parent();
+  ta_phase_fork_release();
+  fork_release_heaps();
+  pthread_mutex_unlock(&ta_rt.lock);
+}
+
+static void fork_child(void) {
+  ta_pystack_fork_release();
+  ta_log_fork_child();
+  ta_phase_fork_release();
+  fork_release_heaps();
+  pthread_mutex_unlock(&ta_rt.lock);
+}
+
+__attribute__((constructor)) static void register_fork_handlers(void) {
+  pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
 /* Open the log with the phases open now written first (phase.h). Block
