@@ -22,11 +22,12 @@
 #include "log_reader.h"
 
 #define WORKERS 3
-#define FORKS 40
+#define FORKS 50
 #define MAX_WAIT_MS 60000 /* a healthy child exits in milliseconds; this only bounds a hang */
 
 static atomic_int stop;
 static atomic_long progress;  /* operations the workers have done */
+static atomic_long budget;    /* operations they may do so far (the log stays tens of MB) */
 static atomic_long markers;   /* markers they wrote */
 static atomic_int worker_errors;
 
@@ -35,6 +36,10 @@ static void *worker(void *arg) {
   cudaStream_t stream = (cudaStream_t)(uintptr_t)(0x1000 * (id + 1));
   uint64_t rng = 0x9E3779B97F4A7C15ull * (uint64_t)(id + 1);
   while (!atomic_load(&stop)) {
+    if (atomic_load(&progress) >= atomic_load(&budget)) {
+      sched_yield();
+      continue;
+    }
     rng = rng * 6364136223846793005ull + 1442695040888963407ull;
     size_t size = (size_t)512 << (rng >> 60) % 14; /* 512 B .. 4 MiB: small and large pools, new segments */
     void *p = torchalloc_malloc(size, 0, stream);
@@ -49,13 +54,31 @@ static void *worker(void *arg) {
       torchalloc_mark("worker");
       atomic_fetch_add(&markers, 1);
     }
-    if (id == 2 && n % 211 == 0) torchalloc_empty_cache(0);
+    if (id == 2) { /* a segment of its own every time: the observer below runs, under the heap lock */
+      void *big = torchalloc_malloc(24 * MiB, 0, stream);
+      if (big) torchalloc_free(big, 24 * MiB, 0, stream);
+      torchalloc_empty_cache(0);
+    }
   }
   return NULL;
 }
 
+/* Called under the heap lock for each device allocation and release: it
+ * holds the lock a while, so that a fork often finds it held (the main
+ * thread forks when it sees this running). Only the odds of catching the
+ * bug depend on how long; the test passes or fails the same either way. */
+static atomic_int in_observer;
+static void hold_the_heap_lock(void *ctx, int device, int event, uint64_t addr, uint64_t size, uint64_t stream) {
+  (void)ctx, (void)device, (void)event, (void)addr, (void)size, (void)stream;
+  atomic_store(&in_observer, 1);
+  for (volatile int i = 0; i < 100000; i++) {
+  }
+  atomic_store(&in_observer, 0);
+}
+
 /* What a child checks; its exit status says which step failed. */
 static int child_body(void) {
+  torchalloc_set_segment_observer(NULL, NULL);
   torchalloc_stats before, after;
   if (torchalloc_get_stats(0, &before) != 0) return 2;
   for (int i = 0; i < 200; i++) {
@@ -90,14 +113,17 @@ TEST(fork_while_threads_allocate) {
   temp_path(path, sizeof path, "fork-threads");
   REQUIRE(log_reset(path, "sim_capacity:8GiB") == 0);
   atomic_store(&stop, 0);
+  atomic_store(&budget, 0);
+  torchalloc_set_segment_observer(hold_the_heap_lock, NULL);
   pthread_t threads[WORKERS];
   for (int i = 0; i < WORKERS; i++) REQUIRE(pthread_create(&threads[i], NULL, worker, (void *)(intptr_t)i) == 0);
   pid_t children[FORKS];
   int forked = 0;
   for (int i = 0; i < FORKS; i++) {
-    /* Fork only once the workers are busy again: they hold locks often, at a time nobody chooses. */
-    long seen = atomic_load(&progress);
-    while (atomic_load(&progress) < seen + 50) sched_yield();
+    /* Fork while the workers are busy: they hold locks often, at a time nobody chooses. */
+    long until = atomic_fetch_add(&budget, 1000) + 1000;
+    while (atomic_load(&progress) < until - 500) sched_yield();
+    while (!atomic_load(&in_observer) && atomic_load(&progress) < until) sched_yield();
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) break;
@@ -117,6 +143,7 @@ TEST(fork_while_threads_allocate) {
   }
   atomic_store(&stop, 1);
   for (int i = 0; i < WORKERS; i++) pthread_join(threads[i], NULL);
+  torchalloc_set_segment_observer(NULL, NULL);
   CHECK_EQ(forked, FORKS);
   CHECK_EQ(atomic_load(&worker_errors), 0);
   CHECK_INVARIANTS();
