@@ -333,8 +333,8 @@ void ta_log_fork_child(void) {
 }
 
 static int open_locked(const char *pattern, size_t max_bytes, char *err, size_t errlen) {
-  if (max_bytes && max_bytes < TA_LOG_MIN_MAX_BYTES) {
-    snprintf(err, errlen, "log_max %zu is below the minimum of %d bytes", max_bytes, TA_LOG_MIN_MAX_BYTES);
+  if (max_bytes && (max_bytes < TA_LOG_MIN_MAX_BYTES || max_bytes > TA_LOG_MAX_MAX_BYTES)) {
+    snprintf(err, errlen, "log_max %zu is outside %d bytes to 1 TiB", max_bytes, TA_LOG_MIN_MAX_BYTES);
     return -1;
   }
   if (ta_log_path_expand(pattern, L.path, sizeof L.path)) {
@@ -355,7 +355,13 @@ static int open_locked(const char *pattern, size_t max_bytes, char *err, size_t 
   uint64_t first = GROW_CHUNK < L.file_max ? GROW_CHUNK : L.file_max;
   int e = L.base ? posix_fallocate(L.fd, 0, (off_t)first) : ENOMEM;
   if (e) {
-    snprintf(err, errlen, "cannot map the log %s: %s", L.path, strerror(e));
+    /* Refused here, at open (install() raises it), rather than later by every allocation. */
+    if (!L.base)
+      snprintf(err, errlen, "cannot map the log %s: %s (no address space for %llu bytes)", L.path, strerror(e),
+               (unsigned long long)want);
+    else
+      snprintf(err, errlen, "cannot write the first %llu bytes of the log %s: %s%s", (unsigned long long)first,
+               L.path, strerror(e), e == ENOSPC || e == EFBIG || e == EDQUOT ? " (is the disk full or a file size limit set?)" : "");
     if (L.base) munmap(L.base, L.reserve);
     L.base = NULL;
     ta_log_path_abandon(L.path, L.fd, L.created);

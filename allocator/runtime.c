@@ -204,14 +204,27 @@ static int init_locked(const char *text, char *err, size_t errlen) {
   return backend ? install_locked(&conf, backend, err, errlen) : -1;
 }
 
-/* A bad config is printed once and every allocation refused, never guessed at. */
+/* Every allocation fails from now on, for `reason`. `conf` still says how a
+ * failure is answered (oom:null or abort): written before the state, so a
+ * caller that saw BROKEN reads it (ta_runtime_ready). */
+static void mark_broken_locked(const ta_config *conf, const char *reason) {
+  ta_rt.conf = *conf;
+  snprintf(ta_rt.broken_reason, sizeof ta_rt.broken_reason, "%s", reason);
+  atomic_store(&ta_rt.state, TA_STATE_BROKEN);
+}
+
+/* A bad config is printed once and every allocation refused, never guessed
+ * at; the keys that say how to fail (oom, backend) are still obeyed. */
 ta_noinline int ta_runtime_ensure_ready_slow(void) {
   pthread_mutex_lock(&ta_rt.lock);
   if (atomic_load(&ta_rt.state) == TA_STATE_UNINIT) {
     char err[512];
-    if (init_locked(getenv("TORCHALLOC_CONF"), err, sizeof err)) {
-      snprintf(ta_rt.broken_reason, sizeof ta_rt.broken_reason, "%s", err);
-      atomic_store(&ta_rt.state, TA_STATE_BROKEN);
+    const char *text = getenv("TORCHALLOC_CONF");
+    if (init_locked(text, err, sizeof err)) {
+      ta_config failing;
+      ta_config_defaults(&failing);
+      ta_config_salvage(&failing, text);
+      mark_broken_locked(&failing, err);
       fprintf(stderr, "torchalloc: error: %s; every allocation will fail until this is fixed\n", err);
     }
   }
@@ -281,6 +294,10 @@ int ta_runtime_init(const char *text) {
   if (backend) {
     destroy_all_locked();
     rc = install_locked(&next, backend, err, sizeof err);
+    /* The old state is gone (the log could not be opened, say): fail every
+     * allocation with this reason rather than fall back, at the next one,
+     * to whatever $TORCHALLOC_CONF says. */
+    if (rc) mark_broken_locked(&next, err);
   }
   pthread_mutex_unlock(&ta_rt.lock);
   if (rc) ta_set_error("%s", err);
