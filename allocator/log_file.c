@@ -66,6 +66,32 @@ static struct {
 } L = {.mu = PTHREAD_MUTEX_INITIALIZER, .grow_mu = PTHREAD_MUTEX_INITIALIZER, .fd = -1,
        .helper_mu = PTHREAD_MUTEX_INITIALIZER, .helper_cv = PTHREAD_COND_INITIALIZER};
 
+/* The path torchalloc_log_path() hands out. A caller on another thread
+ * may read it while this one opens or closes a log, so it is never
+ * rewritten: each path is copied once into a string of its own, kept for
+ * the life of the process (reopening a path reuses its copy), and the
+ * current one is published with one atomic store. */
+typedef struct published_path {
+  struct published_path *next;
+  char text[];
+} published_path;
+static published_path *published; /* every path published so far (under L.mu) */
+static _Atomic(const char *) current_path;
+
+static void publish_path(const char *path) {
+  published_path *p = published;
+  while (p && strcmp(p->text, path) != 0) p = p->next;
+  if (!p) {
+    size_t len = strlen(path);
+    p = malloc(sizeof *p + len + 1);
+    if (!p) return; /* no host memory: the log works, its path is not told */
+    memcpy(p->text, path, len + 1);
+    p->next = published;
+    published = p;
+  }
+  atomic_store_explicit(&current_path, p->text, memory_order_release);
+}
+
 static uint64_t clock_ns(clockid_t id) {
   struct timespec ts;
   clock_gettime(id, &ts);
@@ -275,6 +301,7 @@ static char *map_reservation(int fd, uint64_t want, uint64_t *got) {
 }
 
 static void unmap_locked(void) {
+  atomic_store_explicit(&current_path, NULL, memory_order_release);
   if (L.base) munmap(L.base, L.reserve);
   ta_log_path_release(L.fd); /* a forked child has closed its copy already (ta_log_fork_child) */
   L.base = NULL;
@@ -390,6 +417,7 @@ static int open_locked(const char *pattern, size_t max_bytes, char *err, size_t 
   snprintf(h->producer, sizeof h->producer, "torchalloc");
   refresh_header_checksum();
   helper_start();
+  publish_path(L.path);
   atomic_store_explicit(&ta_log_enabled, 1, memory_order_release);
   return 0;
 }
@@ -420,7 +448,7 @@ void ta_log_file_close(void) {
   pthread_mutex_unlock(&L.mu);
 }
 
-const char *ta_log_path(void) { return L.path[0] ? L.path : NULL; }
+const char *ta_log_path(void) { return atomic_load_explicit(&current_path, memory_order_acquire); }
 
 int ta_log_file_is_ours(void) {
   pthread_mutex_lock(&L.mu);

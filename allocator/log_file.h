@@ -35,7 +35,8 @@ ta_internal int ta_log_file_open(const char *pattern, size_t max_bytes, char *er
 ta_internal int ta_log_stop(void);
 /* Write the END record, cut the file to what was written, unmap it. */
 ta_internal void ta_log_file_close(void);
-/* The expanded path of the open file, or NULL. */
+/* The expanded path of the open file, or NULL. Safe on any thread while
+ * others open and close logs: the string is never changed or freed. */
 ta_internal const char *ta_log_path(void);
 /* 1 when this process has a log open that it writes (not one a forked
  * child inherited from its parent). */
