@@ -388,7 +388,8 @@ static int open_locked(const char *pattern, size_t max_bytes, char *err, size_t 
                (unsigned long long)want);
     else
       snprintf(err, errlen, "cannot write the first %llu bytes of the log %s: %s%s", (unsigned long long)first,
-               L.path, strerror(e), e == ENOSPC || e == EFBIG || e == EDQUOT ? " (is the disk full or a file size limit set?)" : "");
+               L.path, strerror(e),
+               e == ENOSPC || e == EFBIG || e == EDQUOT ? " (is the disk full or a file size limit set?)" : "");
     if (L.base) munmap(L.base, L.reserve);
     L.base = NULL;
     ta_log_path_abandon(L.path, L.fd, L.created);
