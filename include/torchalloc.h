@@ -167,6 +167,11 @@ TORCHALLOC_API int torchalloc_check_invariants(int device);
  * Phases. The current phase is process-wide (the autograd engine allocates
  * on its own threads on behalf of the main thread's phase). Phases nest; the
  * innermost wins. Before any is named, blocks belong to phase 0, "default".
+ * With several threads entering phases, the innermost is the one entered
+ * last and not yet left, whichever thread entered it: every allocation, on
+ * any thread, belongs to it. A phase entered with torchalloc_phase_enter
+ * is left by its token, even when phases entered later (on other threads)
+ * are still open; torchalloc_phase_end only leaves the innermost.
  * ------------------------------------------------------------------------- */
 
 #define TORCHALLOC_MAX_PHASES 256
@@ -176,6 +181,13 @@ TORCHALLOC_API int torchalloc_check_invariants(int device);
 TORCHALLOC_API int torchalloc_phase_begin(const char *name);
 /* Leave the innermost phase; `name` (may be NULL) must match it. 0 or -1. */
 TORCHALLOC_API int torchalloc_phase_end(const char *name);
+/* Enter phase `name` of `len` bytes (a NUL inside is refused, not cut at)
+ * and return a token naming this occurrence (> 0), or -1. */
+TORCHALLOC_API int64_t torchalloc_phase_enter(const char *name, size_t len);
+/* Leave the occurrence `token` names, wherever it is among the open
+ * phases; the innermost of the rest becomes current. 0, or -1 when it is
+ * not open (left already, or not a token). */
+TORCHALLOC_API int torchalloc_phase_leave(int64_t token);
 TORCHALLOC_API int torchalloc_phase_current(void);
 /* Id of `name` (interning it), or -1 when the table is full / name invalid. */
 TORCHALLOC_API int torchalloc_phase_id(const char *name);
@@ -479,7 +491,9 @@ TORCHALLOC_API int torchalloc_replay(const torchalloc_replay_event *events, size
 TORCHALLOC_API int torchalloc_log_open(const char *path);
 /* Write the end record, cut the file to its length and close it. */
 TORCHALLOC_API void torchalloc_log_close(void);
-/* The open log's path (%p and %r expanded), or NULL when none is open. */
+/* The open log's path (%p and %r expanded), or NULL when none is open.
+ * Any thread may call it while others open and close logs; the string it
+ * returns stays valid and unchanged for the life of the process. */
 TORCHALLOC_API const char *torchalloc_log_path(void);
 /* A MARKER record carrying `label` (interned) and the current phase; does
  * nothing when no log is open. 0, or -1 when label is NULL. */

@@ -86,6 +86,10 @@ static ta_noinline void stop_on_capture(int device) {
 
 TORCHALLOC_API void *torchalloc_malloc(size_t size, int device, cudaStream_t stream) {
   if (ta_unlikely(size == 0)) return NULL;
+  /* Set up first (the first call configures from TORCHALLOC_CONF): the
+   * config, the backend and the device count are read only once they are
+   * published, and even a broken config says what a failure does. */
+  (void)ta_runtime_ready();
   int plain_route = ta_config_oom_action(&ta_rt.conf) == TA_OOM_ABORT;
   if (ta_unlikely(plain_route) && ta_rt.backend && (unsigned)device < (unsigned)ta_rt.ndevices &&
       ta_rt.backend->ops->stream_capturing(ta_rt.backend, device, stream))

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log/log_format.h"
 #include "policy/policy.h"
 
 void ta_config_defaults(ta_config *c) {
@@ -61,12 +62,9 @@ static int parse_int(const char *text, long lo, long hi, long *out) {
   "stack_depth oom oom_report expandable sim_vmm"
 const char *ta_config_key_list(void) { return KEYS; }
 
-/* parse_int of `val` into n between a and b, the range kept for bad_int's message. */
-#define PARSE_INT(a, b) (lo = (a), hi = (b), parse_int(val, lo, hi, &n))
-
 /* Apply one key:value to `c`. Returns 0, or -1 with a message. */
 static int apply(ta_config *c, const char *key, const char *val, char *err, size_t errlen) {
-  long n, lo = 0, hi = 0;
+  long n, lo = 0, hi = 0; /* an integer key's range, for its message */
   if (strcmp(key, "policy") == 0) {
     if (!ta_policy_by_name(val, NULL)) {
       snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key 'policy' (expected %s)", val,
@@ -91,10 +89,10 @@ static int apply(ta_config *c, const char *key, const char *val, char *err, size
     }
     c->sim_capacity = bytes;
   } else if (strcmp(key, "sim_devices") == 0) {
-    if (PARSE_INT(1, 64)) goto bad_int;
+    if (parse_int(val, lo = 1, hi = 64, &n)) goto bad_int;
     c->sim_devices = (int)n;
   } else if (strcmp(key, "sim_fail_alloc") == 0) {
-    if (PARSE_INT(0, 0x7fffffffL)) goto bad_int;
+    if (parse_int(val, lo = 0, hi = 0x7fffffffL, &n)) goto bad_int;
     c->sim_fail_alloc = (uint64_t)n;
   } else if (strcmp(key, "sim_held_elsewhere") == 0) {
     size_t bytes;
@@ -105,10 +103,10 @@ static int apply(ta_config *c, const char *key, const char *val, char *err, size
     }
     c->sim_held_elsewhere = bytes;
   } else if (strcmp(key, "sim_event_polls") == 0) {
-    if (PARSE_INT(0, 1000000)) goto bad_int;
+    if (parse_int(val, lo = 0, hi = 1000000, &n)) goto bad_int;
     c->sim_event_polls = (int)n;
   } else if (strcmp(key, "warn") == 0) {
-    if (PARSE_INT(0, 1)) goto bad_int;
+    if (parse_int(val, lo = 0, hi = 1, &n)) goto bad_int;
     c->warn = (int)n;
   } else if (strcmp(key, "oom") == 0) {
     if (strcmp(val, "abort") == 0) c->oom = TA_OOM_ABORT;
@@ -134,22 +132,24 @@ static int apply(ta_config *c, const char *key, const char *val, char *err, size
     snprintf(c->log_path, sizeof c->log_path, "%s", val);
   } else if (strcmp(key, "log_max") == 0) {
     size_t bytes;
-    if (ta_parse_bytes(val, &bytes)) {
-      snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key 'log_max' (expected a size such as 1GiB)", val);
+    /* A cap past what can be mapped would be refused only when the log opens, and then every allocation fails. */
+    if (ta_parse_bytes(val, &bytes) || (bytes && (bytes < TA_LOG_MIN_MAX_BYTES || bytes > TA_LOG_MAX_MAX_BYTES))) {
+      snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key 'log_max' (expected 0 for no cap, or a size "
+               "from 4 KiB to 1 TiB, such as 1GiB)", val);
       return -1;
     }
     c->log_max = bytes;
   } else if (strcmp(key, "stacks") == 0) {
-    if (PARSE_INT(0, 1)) goto bad_int;
+    if (parse_int(val, lo = 0, hi = 1, &n)) goto bad_int;
     c->stacks = (int)n;
   } else if (strcmp(key, "stack_depth") == 0) {
-    if (PARSE_INT(1, 64)) goto bad_int;
+    if (parse_int(val, lo = 1, hi = 64, &n)) goto bad_int;
     c->stack_depth = (int)n;
   } else if (strcmp(key, "expandable") == 0) {
-    if (PARSE_INT(0, 2)) goto bad_int;
+    if (parse_int(val, lo = 0, hi = 2, &n)) goto bad_int;
     c->expandable = (int)n;
   } else if (strcmp(key, "sim_vmm") == 0) {
-    if (PARSE_INT(0, 1)) goto bad_int;
+    if (parse_int(val, lo = 0, hi = 1, &n)) goto bad_int;
     c->sim_vmm = (int)n;
   } else {
     snprintf(err, errlen, "TORCHALLOC_CONF: unknown key '%s' (known keys: %s)", key, KEYS);
@@ -157,8 +157,8 @@ static int apply(ta_config *c, const char *key, const char *val, char *err, size
   }
   return 0;
 bad_int:
-  snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key '%s' (expected an integer from %ld to %ld)", val,
-           key, lo, hi);
+  snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key '%s' (expected an integer from %ld to %ld)", val, key,
+           lo, hi);
   return -1;
 }
 
@@ -199,4 +199,20 @@ int ta_config_parse(ta_config *c, const char *text, char *err, size_t errlen) {
   free(copy);
   if (rc == 0) *c = next;
   return rc;
+}
+
+void ta_config_salvage(ta_config *c, const char *text) {
+  size_t len = text ? strlen(text) : 0;
+  char *copy = text ? malloc(len + 1) : NULL;
+  if (!copy) return;
+  memcpy(copy, text, len + 1);
+  char *save = NULL, err[256];
+  for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+    char *colon = strchr(item, ':');
+    if (!colon) continue;
+    *colon = '\0';
+    const char *key = trim(item);
+    if (strcmp(key, "oom") == 0 || strcmp(key, "backend") == 0) apply(c, key, trim(colon + 1), err, sizeof err);
+  }
+  free(copy);
 }

@@ -48,6 +48,12 @@ ta_internal void ta_config_defaults(ta_config *c);
  * message naming the offending key in `err`. `c` is unchanged on error. */
 ta_internal int ta_config_parse(ta_config *c, const char *text, char *err, size_t errlen);
 
+/* For a `text` that ta_config_parse refused: apply only its keys that say
+ * how a failure is answered (oom, backend), those that parse; the rest is
+ * ignored. A process whose configuration is wrong still gets NULL back
+ * under oom:null instead of being stopped. */
+ta_internal void ta_config_salvage(ta_config *c, const char *text);
+
 /* "80GiB", "512MB", "1048576" -> bytes. Returns 0 or -1. */
 ta_internal int ta_parse_bytes(const char *text, size_t *out);
 

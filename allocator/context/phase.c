@@ -26,6 +26,8 @@ static int valid_name(const char *name) {
   return name && *name && strlen(name) <= TORCHALLOC_PHASE_NAME_MAX;
 }
 
+static void set_name_error(void) { ta_set_error("phase name must be 1 to %d bytes", TORCHALLOC_PHASE_NAME_MAX); }
+
 static int intern_locked(const char *name) {
   int n = atomic_load(&count);
   for (int i = 0; i < n; i++)
@@ -43,7 +45,7 @@ static void publish_locked(void) {
 
 int ta_phase_intern(const char *name) {
   if (!valid_name(name)) {
-    ta_set_error("phase name must be 1 to %d bytes", TORCHALLOC_PHASE_NAME_MAX);
+    set_name_error();
     return -1;
   }
   pthread_mutex_lock(&lock);
@@ -53,9 +55,9 @@ int ta_phase_intern(const char *name) {
   return id;
 }
 
-int ta_phase_push(const char *name) {
+int ta_phase_push(const char *name, uint32_t *epoch) {
   if (!valid_name(name)) {
-    ta_set_error("phase name must be 1 to %d bytes", TORCHALLOC_PHASE_NAME_MAX);
+    set_name_error();
     return -1;
   }
   pthread_mutex_lock(&lock);
@@ -74,12 +76,30 @@ int ta_phase_push(const char *name) {
   if (++epochs[id] == 0) epochs[id] = 1; /* 0 means "closed" */
   stack_epoch[depth] = epochs[id];
   stack[depth++] = id;
+  if (epoch) *epoch = epochs[id];
   atomic_store(&ta_phase_open_epoch[id], epochs[id]);
   /* Logged before it becomes current: records tagged with it follow it. */
   ta_log_phase(TA_LOG_PHASE_BEGIN, id, epochs[id], names[id]);
   publish_locked();
   pthread_mutex_unlock(&lock);
   return id;
+}
+
+/* Remove frame `at` from the stack (lock held): logged, the innermost of
+ * what remains made current. */
+static void remove_frame_locked(int at, ta_phase_ended *out) {
+  int id = stack[at];
+  out->id = id;
+  out->epoch = stack_epoch[at]; /* the frame's own occurrence: a phase open twice has two */
+  ended[id]++;
+  depth--;
+  memmove(&stack[at], &stack[at + 1], (size_t)(depth - at) * sizeof stack[0]);
+  memmove(&stack_epoch[at], &stack_epoch[at + 1], (size_t)(depth - at) * sizeof stack_epoch[0]);
+  out->reopen = 0;
+  for (int i = 0; i < depth; i++)
+    if (stack[i] == id) out->reopen = stack_epoch[i]; /* the innermost frame of the same phase */
+  publish_locked();
+  ta_log_phase(TA_LOG_PHASE_END, id, out->epoch, names[id]);
 }
 
 int ta_phase_pop(const char *name, ta_phase_ended *out) {
@@ -95,14 +115,23 @@ int ta_phase_pop(const char *name, ta_phase_ended *out) {
     ta_set_error("phase_end('%s') but the innermost phase is '%s'", name, names[id]);
     return -1;
   }
-  out->id = id;
-  out->epoch = epochs[id];
-  ended[id]++;
-  depth--;
-  out->still_open = 0;
-  for (int i = 0; i < depth; i++) out->still_open |= stack[i] == id;
-  publish_locked();
-  ta_log_phase(TA_LOG_PHASE_END, id, out->epoch, names[id]);
+  remove_frame_locked(depth - 1, out);
+  pthread_mutex_unlock(&lock);
+  return 0;
+}
+
+int ta_phase_remove(int id, uint32_t epoch, ta_phase_ended *out) {
+  pthread_mutex_lock(&lock);
+  int at = depth - 1;
+  while (at >= 0 && !(stack[at] == id && stack_epoch[at] == epoch)) at--;
+  if (at < 0) {
+    const char *name = id >= 0 && id < atomic_load(&count) ? names[id] : "?";
+    pthread_mutex_unlock(&lock);
+    ta_set_error("phase '%s' (occurrence %u) is not open: it was left already, or the token is not one that "
+                 "torchalloc_phase_enter returned", name, (unsigned)epoch);
+    return -1;
+  }
+  remove_frame_locked(at, out);
   pthread_mutex_unlock(&lock);
   return 0;
 }
@@ -116,8 +145,10 @@ int ta_phase_open_log(const char *pattern, size_t max_bytes, char *err, size_t e
   return rc;
 }
 
+/* Only if no frame of the phase was entered since: a new occurrence stays open. */
 void ta_phase_retire(const ta_phase_ended *e) {
-  if (!e->still_open) atomic_store(&ta_phase_open_epoch[e->id], 0);
+  uint32_t expected = e->epoch;
+  atomic_compare_exchange_strong(&ta_phase_open_epoch[e->id], &expected, e->reopen);
 }
 
 int64_t ta_phase_occurrences(int phase) {
@@ -141,3 +172,6 @@ void ta_phase_reset(void) {
   publish_locked();
   pthread_mutex_unlock(&lock);
 }
+
+void ta_phase_fork_prepare(void) { pthread_mutex_lock(&lock); }
+void ta_phase_fork_release(void) { pthread_mutex_unlock(&lock); }

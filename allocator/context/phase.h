@@ -2,7 +2,10 @@
  *
  * The current phase is process-wide: the autograd engine allocates on its
  * own threads while the main thread waits in backward(), and those
- * allocations belong to the phase the main thread set. The current phase
+ * allocations belong to the phase the main thread set. With several
+ * threads entering phases, the current one is the innermost open one,
+ * whoever entered it; a phase left out of order (another thread entered
+ * one meanwhile) is taken out of the middle of the stack (ta_phase_remove). The current phase
  * and its occurrence number ("epoch") are packed in one atomic word, so an
  * allocation reads both consistently without a lock.
  *
@@ -39,21 +42,28 @@ static inline int ta_phase_current(void) { return ta_phase_read().id; }
 
 /* Id of `name`, interning it; -1 (and ta_set_error) for a bad name or a full table. */
 ta_internal int ta_phase_intern(const char *name);
-/* Enter phase `name`: a new occurrence, logged, then made current. Its id, or -1. */
-ta_internal int ta_phase_push(const char *name);
+/* Enter phase `name`: a new occurrence, logged, then made current. Its id,
+ * or -1; *epoch (may be NULL) gets the occurrence's number. */
+ta_internal int ta_phase_push(const char *name, uint32_t *epoch);
 
-/* What ta_phase_pop ended, for the heaps and ta_phase_retire. */
+/* What ta_phase_pop / ta_phase_remove ended, for the heaps and ta_phase_retire. */
 typedef struct ta_phase_ended {
   int id;
   uint32_t epoch;
-  int still_open; /* the same phase is open in an outer frame (recursion) */
+  uint32_t reopen; /* the occurrence of the same phase still open further out (recursion), else 0 */
 } ta_phase_ended;
 
 /* Leave the innermost phase (`name`, may be NULL, must match it): logged,
  * the outer phase made current. 0, or -1 with ta_set_error. */
 ta_internal int ta_phase_pop(const char *name, ta_phase_ended *ended);
-/* After the heaps have closed the occurrence: mark the phase closed unless
- * it is still open further out. */
+/* Leave occurrence `epoch` of phase `id` wherever it is in the stack (a
+ * phase entered on another thread may sit above it): logged, the innermost
+ * of what remains made current. 0, or -1 with ta_set_error when that
+ * occurrence is not open. */
+ta_internal int ta_phase_remove(int id, uint32_t epoch, ta_phase_ended *ended);
+/* After the heaps have closed the occurrence: mark the phase closed, or
+ * back to its occurrence still open further out; unless a new occurrence
+ * was entered meanwhile. */
 ta_internal void ta_phase_retire(const ta_phase_ended *ended);
 
 /* Open the log (log.h: ta_log_open) and write a PHASE_BEGIN for every
@@ -70,6 +80,11 @@ ta_internal int64_t ta_phase_occurrences(int phase);
 ta_internal int ta_phase_count(void);
 /* Name of phase `id`, or NULL. */
 ta_internal const char *ta_phase_name(int id);
+
+/* fork(): hold the phase lock across it (runtime.c's fork handler); parent
+ * and child both release it. */
+ta_internal void ta_phase_fork_prepare(void);
+ta_internal void ta_phase_fork_release(void);
 
 /* Forget every phase name and the stack (torchalloc_init). */
 ta_internal void ta_phase_reset(void);

@@ -251,3 +251,8 @@ uint32_t ta_pystack_capture(int depth) {
   if (id && cacheable) cache_put(hash, keys, n, depth, generation, id);
   return id;
 }
+
+/* The lock is a leaf (nothing is taken while it is held), so the fork
+ * handler takes it last; parent and child both just release it. */
+void ta_pystack_fork_prepare(void) { ta_lock_acquire(&C.lock); }
+void ta_pystack_fork_release(void) { ta_lock_release(&C.lock); }

@@ -13,4 +13,8 @@
  * thread without Python frames (the autograd engine's), or no log open. */
 ta_internal uint32_t ta_pystack_capture(int depth);
 
+/* fork(): hold the stack cache's lock across it (runtime.c's fork handler). */
+ta_internal void ta_pystack_fork_prepare(void);
+ta_internal void ta_pystack_fork_release(void);
+
 #endif

@@ -15,6 +15,7 @@
 #define TA_LOG_CLOCK_H
 
 #include <stdatomic.h>
+#include <stdint.h>
 #include <time.h>
 
 #include "base/common.h"
@@ -49,6 +50,22 @@ ta_internal void ta_log_clock_start(void);
 /* Refit, once the next refit point has passed (called by one reader). */
 ta_internal void ta_log_clock_refit(void);
 
+/* For tests. The clocks the fit samples (NULL, NULL: the TSC and
+ * CLOCK_MONOTONIC); with fakes, ta_log_clock_start fits them whatever the
+ * kernel's clocksource, and ta_log_clock_at says what a record stamped at
+ * tick `tsc` would get (refitting first when due, as a writer would): the
+ * fit is then checked without depending on the machine's scheduling. */
+ta_internal void ta_log_clock_test_source(uint64_t (*tsc)(void), uint64_t (*ns)(void));
+/* 0 when the fit is not in use (every record then reads clock_gettime). */
+ta_internal uint64_t ta_log_clock_at(uint64_t tsc);
+/* For tests: 1 makes ta_log_clock_start leave the TSC unused, so every
+ * timestamp is a clock_gettime read inside the call that writes it. */
+ta_internal void ta_log_clock_test_gettime_only(int on);
+
+static inline uint64_t ta_log_clock_extrapolate(uint64_t tsc0, uint64_t ns0, uint64_t mult, uint64_t tsc) {
+  return ns0 + (uint64_t)(((unsigned __int128)(tsc - tsc0) * mult) >> 32);
+}
+
 static inline uint64_t ta_log_now_ns(void) {
 #if TA_LOG_TSC
   if (ta_likely(ta_clock.use_tsc)) {
@@ -60,7 +77,7 @@ static inline uint64_t ta_log_now_ns(void) {
     uint64_t tsc = __builtin_ia32_rdtsc();
     if (ta_likely(!(s & 1) && atomic_load_explicit(&ta_clock.seq, memory_order_relaxed) == s && tsc >= tsc0)) {
       if (ta_unlikely(tsc >= atomic_load_explicit(&ta_clock.refit_at, memory_order_relaxed))) ta_log_clock_refit();
-      return ns0 + (uint64_t)(((unsigned __int128)(tsc - tsc0) * mult) >> 32);
+      return ta_log_clock_extrapolate(tsc0, ns0, mult, tsc);
     }
   }
 #endif

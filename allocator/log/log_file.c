@@ -66,6 +66,32 @@ static struct {
 } L = {.mu = PTHREAD_MUTEX_INITIALIZER, .grow_mu = PTHREAD_MUTEX_INITIALIZER, .fd = -1,
        .helper_mu = PTHREAD_MUTEX_INITIALIZER, .helper_cv = PTHREAD_COND_INITIALIZER};
 
+/* The path torchalloc_log_path() hands out. A caller on another thread
+ * may read it while this one opens or closes a log, so it is never
+ * rewritten: each path is copied once into a string of its own, kept for
+ * the life of the process (reopening a path reuses its copy), and the
+ * current one is published with one atomic store. */
+typedef struct published_path {
+  struct published_path *next;
+  char text[];
+} published_path;
+static published_path *published; /* every path published so far (under L.mu) */
+static _Atomic(const char *) current_path;
+
+static void publish_path(const char *path) {
+  published_path *p = published;
+  while (p && strcmp(p->text, path) != 0) p = p->next;
+  if (!p) {
+    size_t len = strlen(path);
+    p = malloc(sizeof *p + len + 1);
+    if (!p) return; /* no host memory: the log works, its path is not told */
+    memcpy(p->text, path, len + 1);
+    p->next = published;
+    published = p;
+  }
+  atomic_store_explicit(&current_path, p->text, memory_order_release);
+}
+
 static uint64_t clock_ns(clockid_t id) {
   struct timespec ts;
   clock_gettime(id, &ts);
@@ -275,8 +301,9 @@ static char *map_reservation(int fd, uint64_t want, uint64_t *got) {
 }
 
 static void unmap_locked(void) {
+  atomic_store_explicit(&current_path, NULL, memory_order_release);
   if (L.base) munmap(L.base, L.reserve);
-  ta_log_path_release(L.fd); /* a forked child has closed its copy already (atfork_child) */
+  ta_log_path_release(L.fd); /* a forked child has closed its copy already (ta_log_fork_child) */
   L.base = NULL;
   L.fd = -1;
   L.path[0] = '\0';
@@ -309,18 +336,19 @@ static void close_locked(void) {
  * the parent's file alone. It closes its copy of the descriptor at once
  * (never unlocking it: the lock belongs to the parent's open file too), so
  * a child that outlives its parent does not keep the lock, and a reader
- * can tell that the parent died. */
-static void atfork_prepare(void) {
+ * can tell that the parent died. The runtime's fork handler (runtime.c)
+ * calls these in its lock order, after the heap and phase locks. */
+void ta_log_fork_prepare(void) {
   pthread_mutex_lock(&L.mu);
   pthread_mutex_lock(&L.grow_mu);
   pthread_mutex_lock(&L.helper_mu);
 }
-static void atfork_parent(void) {
+void ta_log_fork_parent(void) {
   pthread_mutex_unlock(&L.helper_mu);
   pthread_mutex_unlock(&L.grow_mu);
   pthread_mutex_unlock(&L.mu);
 }
-static void atfork_child(void) {
+void ta_log_fork_child(void) {
   atomic_store(&ta_log_enabled, 0);
   L.inherited = L.base != NULL;
   if (L.fd >= 0) close(L.fd);
@@ -330,11 +358,10 @@ static void atfork_child(void) {
   pthread_mutex_unlock(&L.grow_mu);
   pthread_mutex_unlock(&L.mu);
 }
-static void register_atfork(void) { pthread_atfork(atfork_prepare, atfork_parent, atfork_child); }
 
 static int open_locked(const char *pattern, size_t max_bytes, char *err, size_t errlen) {
-  if (max_bytes && max_bytes < TA_LOG_MIN_MAX_BYTES) {
-    snprintf(err, errlen, "log_max %zu is below the minimum of %d bytes", max_bytes, TA_LOG_MIN_MAX_BYTES);
+  if (max_bytes && (max_bytes < TA_LOG_MIN_MAX_BYTES || max_bytes > TA_LOG_MAX_MAX_BYTES)) {
+    snprintf(err, errlen, "log_max %zu is outside %d bytes to 1 TiB", max_bytes, TA_LOG_MIN_MAX_BYTES);
     return -1;
   }
   if (ta_log_path_expand(pattern, L.path, sizeof L.path)) {
@@ -355,7 +382,14 @@ static int open_locked(const char *pattern, size_t max_bytes, char *err, size_t 
   uint64_t first = GROW_CHUNK < L.file_max ? GROW_CHUNK : L.file_max;
   int e = L.base ? posix_fallocate(L.fd, 0, (off_t)first) : ENOMEM;
   if (e) {
-    snprintf(err, errlen, "cannot map the log %s: %s", L.path, strerror(e));
+    /* Refused here, at open (install() raises it), rather than later by every allocation. */
+    if (!L.base)
+      snprintf(err, errlen, "cannot map the log %s: %s (no address space for %llu bytes)", L.path, strerror(e),
+               (unsigned long long)want);
+    else
+      snprintf(err, errlen, "cannot write the first %llu bytes of the log %s: %s%s", (unsigned long long)first,
+               L.path, strerror(e),
+               e == ENOSPC || e == EFBIG || e == EDQUOT ? " (is the disk full or a file size limit set?)" : "");
     if (L.base) munmap(L.base, L.reserve);
     L.base = NULL;
     ta_log_path_abandon(L.path, L.fd, L.created);
@@ -384,13 +418,12 @@ static int open_locked(const char *pattern, size_t max_bytes, char *err, size_t 
   snprintf(h->producer, sizeof h->producer, "torchalloc");
   refresh_header_checksum();
   helper_start();
+  publish_path(L.path);
   atomic_store_explicit(&ta_log_enabled, 1, memory_order_release);
   return 0;
 }
 
 int ta_log_file_open(const char *pattern, size_t max_bytes, char *err, size_t errlen) {
-  static pthread_once_t once = PTHREAD_ONCE_INIT;
-  pthread_once(&once, register_atfork);
   if (!pattern || !*pattern) {
     snprintf(err, errlen, "the log path is empty");
     return -1;
@@ -416,7 +449,7 @@ void ta_log_file_close(void) {
   pthread_mutex_unlock(&L.mu);
 }
 
-const char *ta_log_path(void) { return L.path[0] ? L.path : NULL; }
+const char *ta_log_path(void) { return atomic_load_explicit(&current_path, memory_order_acquire); }
 
 int ta_log_file_is_ours(void) {
   pthread_mutex_lock(&L.mu);

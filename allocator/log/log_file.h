@@ -35,11 +35,19 @@ ta_internal int ta_log_file_open(const char *pattern, size_t max_bytes, char *er
 ta_internal int ta_log_stop(void);
 /* Write the END record, cut the file to what was written, unmap it. */
 ta_internal void ta_log_file_close(void);
-/* The expanded path of the open file, or NULL. */
+/* The expanded path of the open file, or NULL. Safe on any thread while
+ * others open and close logs: the string is never changed or freed. */
 ta_internal const char *ta_log_path(void);
 /* 1 when this process has a log open that it writes (not one a forked
  * child inherited from its parent). */
 ta_internal int ta_log_file_is_ours(void);
+
+/* fork(): take the file's mutexes before, release them after in the parent;
+ * in the child also stop logging (the file is the parent's). Called by the
+ * runtime's fork handler only, in its lock order (runtime.c). */
+ta_internal void ta_log_fork_prepare(void);
+ta_internal void ta_log_fork_parent(void);
+ta_internal void ta_log_fork_child(void);
 
 /* The file's mutex: writers that hold no heap lock, and interning. */
 ta_internal void ta_log_lock(void);

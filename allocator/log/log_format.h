@@ -20,6 +20,7 @@
 #define TA_LOG_HEADER_SIZE 128
 #define TA_LOG_RECORD_SIZE 64
 #define TA_LOG_MIN_MAX_BYTES 4096 /* smallest log_max: the header and a few records */
+#define TA_LOG_MAX_MAX_BYTES ((uint64_t)1 << 40) /* largest log_max (1 TiB, 16 G records): it is mapped whole */
 #define TA_LOG_STRING_MAX 4095    /* longer strings are cut */
 #define TA_LOG_CHECKSUM_OFFSET 62 /* of every slot */
 #define TA_LOG_HEADER_PID_OFFSET 40

@@ -11,6 +11,7 @@
 #include "log/log.h"
 #include "accounting/misuse.h"
 #include "context/phase.h"
+#include "context/pystack.h"
 
 ta_runtime ta_rt = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -85,6 +86,60 @@ static void register_exit_close(void) {
   pthread_once(&once, register_exit_close_once);
 }
 
+/* ------------------------------------------------------------------------
+ * fork(). The child is a copy of the process with only the forking thread
+ * in it: a lock another thread held at that moment stays held there for
+ * ever, and the child's first malloc would spin on it (a DataLoader worker
+ * forked while the autograd engine allocates). So the forking thread takes
+ * every lock of the library first, in the order the rest of the code
+ * nests them, which cannot deadlock with them: the runtime mutex (init,
+ * heap creation, log open), each heap's lock by device (log_open_locked
+ * holds them all while it takes the phase lock), the phase lock (it logs
+ * under the log's mutex), the log's mutexes, and last the stack cache's
+ * lock (a leaf). With all of them held no operation is half done, so both
+ * processes just release them; the child also stops logging into its
+ * parent's file (ta_log_fork_child). Registered when the library loads, so
+ * a fork before first use is covered too.
+ * ---------------------------------------------------------------------- */
+
+static ta_heap *fork_held[TA_MAX_DEVICES]; /* the heaps locked by fork_prepare */
+
+static void fork_prepare(void) {
+  pthread_mutex_lock(&ta_rt.lock); /* from here no heap is created or destroyed */
+  for (int d = 0; d < TA_MAX_DEVICES; d++) {
+    fork_held[d] = ta_runtime_heap_if_any(d);
+    if (fork_held[d]) ta_lock_acquire(&fork_held[d]->lock);
+  }
+  ta_phase_fork_prepare();
+  ta_log_fork_prepare();
+  ta_pystack_fork_prepare();
+}
+
+static void fork_release_heaps(void) {
+  for (int d = TA_MAX_DEVICES - 1; d >= 0; d--)
+    if (fork_held[d]) ta_lock_release(&fork_held[d]->lock);
+}
+
+static void fork_parent(void) {
+  ta_pystack_fork_release();
+  ta_log_fork_parent();
+  ta_phase_fork_release();
+  fork_release_heaps();
+  pthread_mutex_unlock(&ta_rt.lock);
+}
+
+static void fork_child(void) {
+  ta_pystack_fork_release();
+  ta_log_fork_child();
+  ta_phase_fork_release();
+  fork_release_heaps();
+  pthread_mutex_unlock(&ta_rt.lock);
+}
+
+__attribute__((constructor)) static void register_fork_handlers(void) {
+  pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
 /* Open the log with the phases open now written first (phase.h). Block
  * writers are held off meanwhile, each heap's lock held: a record tagged
  * with an open phase's occurrence must not precede its phase_begin. */
@@ -149,14 +204,27 @@ static int init_locked(const char *text, char *err, size_t errlen) {
   return backend ? install_locked(&conf, backend, err, errlen) : -1;
 }
 
-/* A bad config is printed once and every allocation refused, never guessed at. */
+/* Every allocation fails from now on, for `reason`. `conf` still says how a
+ * failure is answered (oom:null or abort): written before the state, so a
+ * caller that saw BROKEN reads it (ta_runtime_ready). */
+static void mark_broken_locked(const ta_config *conf, const char *reason) {
+  ta_rt.conf = *conf;
+  snprintf(ta_rt.broken_reason, sizeof ta_rt.broken_reason, "%s", reason);
+  atomic_store(&ta_rt.state, TA_STATE_BROKEN);
+}
+
+/* A bad config is printed once and every allocation refused, never guessed
+ * at; the keys that say how to fail (oom, backend) are still obeyed. */
 ta_noinline int ta_runtime_ensure_ready_slow(void) {
   pthread_mutex_lock(&ta_rt.lock);
   if (atomic_load(&ta_rt.state) == TA_STATE_UNINIT) {
     char err[512];
-    if (init_locked(getenv("TORCHALLOC_CONF"), err, sizeof err)) {
-      snprintf(ta_rt.broken_reason, sizeof ta_rt.broken_reason, "%s", err);
-      atomic_store(&ta_rt.state, TA_STATE_BROKEN);
+    const char *text = getenv("TORCHALLOC_CONF");
+    if (init_locked(text, err, sizeof err)) {
+      ta_config failing;
+      ta_config_defaults(&failing);
+      ta_config_salvage(&failing, text);
+      mark_broken_locked(&failing, err);
       fprintf(stderr, "torchalloc: error: %s; every allocation will fail until this is fixed\n", err);
     }
   }
@@ -226,6 +294,10 @@ int ta_runtime_init(const char *text) {
   if (backend) {
     destroy_all_locked();
     rc = install_locked(&next, backend, err, sizeof err);
+    /* The old state is gone (the log could not be opened, say): fail every
+     * allocation with this reason rather than fall back, at the next one,
+     * to whatever $TORCHALLOC_CONF says. */
+    if (rc) mark_broken_locked(&next, err);
   }
   pthread_mutex_unlock(&ta_rt.lock);
   if (rc) ta_set_error("%s", err);

@@ -38,7 +38,9 @@ def test_info_on_the_sim_backend(library_path: Path) -> None:
 def test_info_explains_a_bad_configuration(library_path: Path) -> None:
     done = run_cli("info", conf="policy:nope")
     assert done.returncode == 1  # a mistake to fix, unlike a machine without a GPU
-    assert "devices:     unavailable:" in done.stdout and "'policy'" in done.stdout
+    assert "config:      invalid" in done.stdout
+    assert "torchalloc info: error: TORCHALLOC_CONF: bad value 'nope' for key 'policy'" in done.stderr
+    assert "caching, exact or phase_arena" in done.stderr  # the valid names
     assert "library:" in done.stdout and "config keys:" in done.stdout
 
 

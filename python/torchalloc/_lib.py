@@ -250,6 +250,8 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
 # this package works against a library built before they landed.
 _OPTIONAL_SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "torchalloc_mark": (_c_int, [_c_char_p]),
+    "torchalloc_phase_enter": (_c_int64, [_c_char_p, _c_size_t]),
+    "torchalloc_phase_leave": (_c_int, [_c_int64]),
     "torchalloc_log_open": (_c_int, [_c_char_p]),
     "torchalloc_log_close": (None, []),
     "torchalloc_log_path": (_c_char_p, []),

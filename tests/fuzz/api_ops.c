@@ -118,11 +118,36 @@ void op_empty_cache(const uint8_t *b) {
   }
 }
 
+/* The innermost frame entered with a token at or below `from`, or -1. */
+static int frame_with_token(int from) {
+  for (int i = from; i >= 0; i--)
+    if (D.phase_tokens[i]) return i;
+  return -1;
+}
+
 void op_phase(const uint8_t *b) {
+  int at;
   if (b[1] % 2 == 0 && D.depth < MAX_DEPTH) {
     const char *name = phase_names[b[2] % 4];
-    EXPECT(torchalloc_phase_begin(name) >= 0, "phase_begin(%s): %s", name, torchalloc_last_error());
+    int64_t token = 0;
+    if (b[3] % 3 == 0) { /* by token: leaving it later may take it out of the middle */
+      token = torchalloc_phase_enter(name, strlen(name));
+      EXPECT(token > 0, "phase_enter(%s): %s", name, torchalloc_last_error());
+    } else {
+      EXPECT(torchalloc_phase_begin(name) >= 0, "phase_begin(%s): %s", name, torchalloc_last_error());
+    }
+    D.phase_tokens[D.depth] = token > 0 ? token : 0;
     D.phase_stack[D.depth++] = name;
+  } else if (b[3] % 4 == 1 && D.depth && (at = frame_with_token(b[2] % D.depth)) >= 0) {
+    int64_t token = D.phase_tokens[at];
+    EXPECT(torchalloc_phase_leave(token) == 0, "phase_leave of frame %d of %d: %s", at, D.depth,
+           torchalloc_last_error());
+    for (int i = at; i + 1 < D.depth; i++) {
+      D.phase_stack[i] = D.phase_stack[i + 1];
+      D.phase_tokens[i] = D.phase_tokens[i + 1];
+    }
+    D.depth--;
+    EXPECT(torchalloc_phase_leave(token) == -1, "a phase left twice by its token");
   } else if (b[3] % 4 == 0) { /* the wrong name: refused, nothing changes */
     const char *top = D.depth ? D.phase_stack[D.depth - 1] : NULL, *name = phase_names[b[2] % 4];
     if (top && strcmp(top, name) == 0) name = "not_a_phase";

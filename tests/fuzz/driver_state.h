@@ -54,6 +54,7 @@ typedef struct driver_state {
   unsigned nfreed;
   uint64_t serial; /* allocations so far */
   const char *phase_stack[MAX_DEPTH];
+  int64_t phase_tokens[MAX_DEPTH]; /* torchalloc_phase_enter's token, 0 for a phase_begin */
   int depth;
   capture_state cap[MAX_DEVICES];
   int64_t violations[MAX_DEVICES]; /* the sim's capture violations, as expected */

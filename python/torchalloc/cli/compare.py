@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import json
 import os
 import shlex
@@ -297,6 +298,19 @@ def results_json(command: Sequence[str], results: list[RunResult]) -> dict[str, 
     }
 
 
+def unknown_policies(policies: Sequence[str]) -> str | None:
+    """None when every name is one compare can run, else one line naming the bad ones and the valid ones."""
+    valid = list(DEFAULT_POLICIES)
+    bad = [p for p in policies if p not in valid]
+    if not bad:
+        return None
+    parts = []
+    for name in bad:
+        close = difflib.get_close_matches(name, valid, n=1)
+        parts.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return f"unknown policy {', '.join(parts)} in --policies; valid: {', '.join(valid)}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="torchalloc compare",
@@ -325,6 +339,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     if not policies:
         print("torchalloc compare: error: --policies is empty", file=sys.stderr)
+        return 2
+    unknown = unknown_policies(policies)
+    if unknown:  # before anything runs: a typo must not cost a run per policy and end in "install failed"
+        print(f"torchalloc compare: error: {unknown}", file=sys.stderr)
         return 2
     results: list[RunResult] = []
     environment_error: str | None = None  # an install failure every torchalloc policy would repeat

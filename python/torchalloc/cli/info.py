@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 
@@ -54,7 +55,10 @@ def _print_info(info: dict[str, Any]) -> None:
     print(f"library:     {info['library']}")
     print(f"event log:   {'yes' if info['event_log'] else 'not in this build'}")
     print(f"config keys: {' '.join(info['config_keys'])}")
-    if info["devices"] is None:
+    if info.get("config_error"):
+        print("config:      invalid (see the error below)")
+        print("devices:     unknown until the configuration is fixed")
+    elif info["devices"] is None:
         print(f"devices:     unavailable: {info['device_error']}")
     else:
         print(f"policy:      {info['policy']}")
@@ -75,5 +79,7 @@ def main(argv: list[str]) -> int:
         print(json.dumps(info, indent=2))
     else:
         _print_info(info)
+    if info.get("config_error"):  # a mistake to fix, said where errors go (a machine without a GPU is not one)
+        print(f"torchalloc info: error: {info['device_error']}", file=sys.stderr)
     return 0 if info["library"] is not None and not info.get("config_error") else 1
 
