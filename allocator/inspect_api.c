@@ -134,8 +134,9 @@ TORCHALLOC_API int torchalloc_sim_physical(int device, const void *ptr, uint64_t
   return rc;
 }
 
-TORCHALLOC_API int torchalloc_segment_mode(int device) {
+TORCHALLOC_API int torchalloc_segment_mode(int device, int *configured) {
   ta_heap *h = ta_runtime_heap_for_control(device);
   if (!h) return -1;
+  if (configured) *configured = h->conf->expandable;
   return h->seg.granule ? h->conf->expandable : 0; /* both fixed when the heap was made */
 }

@@ -382,8 +382,9 @@ TORCHALLOC_API int torchalloc_sim_physical(int device, const void *ptr, uint64_t
 /* How the caching and phase_arena policies use `device`'s memory:
  * 0 ordinary segments, 1 expandable, 2 compact, 3 reclaim (the
  * TORCHALLOC_CONF key `expandable`, after the device had its say: 0
- * wherever it has no virtual memory management). -1 for a bad device. */
-TORCHALLOC_API int torchalloc_segment_mode(int device);
+ * wherever it has no virtual memory management). `configured` (may be
+ * NULL) receives what the configuration asked for. -1 for a bad device. */
+TORCHALLOC_API int torchalloc_segment_mode(int device, int *configured);
 
 /* ---------------------------------------------------------------------------
  * Replay: drive a recorded allocation trace through one policy on a private

@@ -287,6 +287,7 @@ class Bridge final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAl
     out.num_ooms = s.num_ooms;
     out.num_device_alloc = s.num_device_alloc;
     out.num_device_free = s.num_device_free;
+    out.num_sync_all_streams = s.num_synchronizes; // every device synchronize torchalloc made
     out.max_split_size = -1; // torchalloc never refuses to split: PyTorch's "unlimited" (SIZE_MAX as int64)
     return out;
   }

@@ -16,6 +16,15 @@ ta_arena *ta_arena_create(ta_segments *segments, ta_policy *policy) {
   return a;
 }
 
+void ta_arena_join(ta_arena *a, ta_arena **family) {
+  a->family = family;
+  a->family_next = *family;
+  *family = a;
+}
+
+/* The arenas reclaim works across: `a`'s family, or `a` alone. */
+#define FOR_FAMILY(f, a) for (ta_arena *f = (a)->family ? *(a)->family : (a); f; f = (a)->family ? f->family_next : NULL)
+
 static void own(ta_arena *a, ta_segment *s) {
   s->owner_prev = NULL;
   s->owner_next = a->owned;
@@ -121,12 +130,12 @@ static void retire(ta_arena *a, int all, const ta_block *keep) {
 }
 
 /* Reclaim: lend up to `want` bytes of mapped granules inside free blocks of
- * `stream`'s segments of this arena that the device may still be using
- * (those it is past went first, device-wide): each run is carved out as a
- * retiring block and its memory becomes donors. Safe without waiting: the
- * donors serve a request of the same stream, whose work runs after what is
- * queued there. Returns the bytes. */
-static size_t lend(ta_arena *a, cudaStream_t stream, size_t want, const ta_block *keep) {
+ * `stream`'s segments of this arena (and its family) that the device may
+ * still be using (those it is past went first, device-wide): each run is
+ * carved out as a retiring block of its arena and its memory becomes
+ * donors. Safe without waiting: the donors serve a request of the same
+ * stream, whose work runs after what is queued there. Returns the bytes. */
+static size_t lend_from(ta_arena *a, cudaStream_t stream, size_t want, const ta_block *keep) {
   size_t granule = ta_segments_granule(a->segments), got = 0;
   for (ta_segment *seg = a->owned; seg && got < want; seg = seg->owner_next) {
     if (!seg->expansion || !seg->marks || seg->stream != stream) continue;
@@ -154,6 +163,12 @@ static size_t lend(ta_arena *a, cudaStream_t stream, size_t want, const ta_block
   return got;
 }
 
+static size_t lend(ta_arena *a, cudaStream_t stream, size_t want, const ta_block *keep) {
+  size_t got = lend_from(a, stream, want, keep); /* the requester's own arena first */
+  FOR_FAMILY(f, a) if (f != a && got < want) got += lend_from(f, stream, want - got, keep);
+  return got;
+}
+
 /* Compact and reclaim: before `bytes` are mapped past the most ever
  * reserved (or, reclaim, after the device said no: `failed`), free
  * granules elsewhere go back to the device (compact: after a synchronize)
@@ -168,7 +183,7 @@ static int make_room(ta_arena *a, cudaStream_t stream, size_t bytes, const ta_bl
   ta_segments_marks_poll(s);
   ta_segments_marks_record(s);
   ta_segments_marks_poll(s);
-  retire(a, 0, keep);
+  FOR_FAMILY(f, a) retire(f, 0, keep);
   size_t got = ta_segments_take_past(s, bytes, keep);
   if (got < bytes) got += lend(a, stream, bytes - got, keep);
   ta_segments_marks_record(s); /* what was lent gets its marker now: it retires soon */

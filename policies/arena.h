@@ -39,9 +39,16 @@ typedef struct ta_arena {
   int reclaim;        /* TA_POLICY_RECLAIM: ... without a synchronize */
   ta_block **retiring; /* reclaim: this arena's TA_BLOCK_RETIRING blocks */
   size_t nretiring, cap_retiring;
+  /* The arenas of one policy object (phase_arena's, one per phase): reclaim
+   * lends and retires across them, as they share the device. NULL: alone. */
+  struct ta_arena **family;
+  struct ta_arena *family_next;
 } ta_arena;
 
 ta_internal ta_arena *ta_arena_create(ta_segments *segments, ta_policy *policy);
+/* `a` joins the family whose first arena `*family` is (the policy keeps
+ * `*family`, NULL before the first; it must outlive the arenas). */
+ta_internal void ta_arena_join(ta_arena *a, ta_arena **family);
 ta_internal void ta_arena_destroy(ta_arena *a);
 ta_internal ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream);
 ta_internal void ta_arena_free(ta_arena *a, ta_block *b);

@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("log interning", ["allocator/log_intern.*"]),
     ("log records", ["allocator/log.h", "allocator/log.c"]),
     ("policy interface", ["allocator/policy.h"]),
-    ("segments", ["allocator/segments.h", "allocator/segments.c"]),
+    ("segments", ["allocator/segments.h", "allocator/segments.c", "allocator/segments_marks.c"]),
     ("expandable segments", ["allocator/segments_expand.c"]),
     ("policies", ["policies/arena.*", "policies/bins.*", "policies/size_classes.h", "policies/caching.c",
                   "policies/exact.c", "policies/phase_arena.c", "policies/registry.h"]),

@@ -75,7 +75,10 @@ def test_sigkill_mid_run_loses_no_completed_record(library_path: Path, tmp_path:
         lines.append(line)
     time.sleep(0.004)  # into the middle of a later step
     child.send_signal(signal.SIGKILL)
-    rest, err = child.communicate(timeout=60)
+    # Read through the file objects: communicate() reads the pipes' descriptors and would miss what
+    # readline() above already pulled into stdout's buffer (steps lost, a flaky failure).
+    rest, err = child.stdout.read(), child.stderr.read()
+    child.wait(timeout=60)
     assert child.returncode == -signal.SIGKILL, f"the child ended by itself: {err[-3000:]}"
     # Everything it printed before it died, read or still in the pipe.
     reported = {int(m[1]): (int(m[2]), int(m[3]))
