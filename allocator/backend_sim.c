@@ -49,23 +49,27 @@ typedef struct sim_reservation {
   size_t nmapped;   /* granules mapped now */
 } sim_reservation;
 
+/* A kernel queued at `tick` on `stream` touching bytes [lo, hi) of a
+ * handle's granule through the granule mapped at `va` (sim_use). */
+typedef struct sim_use {
+  uintptr_t va;
+  uint32_t lo, hi;
+  cudaStream_t stream;
+  uint64_t tick;
+} sim_use;
+
 /* A physical allocation (cuMemCreate): alive while not released or still
  * mapped somewhere (cuMemMap keeps its memory, as CUDA does). Tokens are
- * index + 1, reused once a handle is gone. */
+ * index + 1, reused once a handle is gone. Its queued uses, pruned as they
+ * complete, are kept with it: a use of a large block costs one entry per
+ * granule, and a check looks at its granules' entries only. */
 typedef struct sim_handle {
   uint32_t maps;    /* mappings now */
   uint8_t released; /* given back by its owner: its memory goes when `maps` reaches 0 */
   uint8_t alive;
+  uint32_t nuses, cap_uses;
+  sim_use *uses;
 } sim_handle;
-
-/* A kernel queued at `tick` on `stream` touching [va_lo, va_hi), which is
- * the physical memory [ph_lo, ph_hi) (sim_use). */
-typedef struct sim_use {
-  uintptr_t va_lo, va_hi;
-  uint64_t ph_lo, ph_hi;
-  cudaStream_t stream;
-  uint64_t tick;
-} sim_use;
 
 typedef struct sim_device {
   uint64_t sync_generation; /* bumped by synchronize: older events are done */
@@ -82,8 +86,6 @@ typedef struct sim_device {
   size_t nhandles, cap_handles;
   uint32_t *free_tokens;         /* tokens of handles gone, for reuse */
   size_t nfree_tokens, cap_free_tokens;
-  sim_use *uses;                 /* queued work that may still run (pruned as it completes) */
-  size_t nuses, cap_uses;
   atomic_llong violations;       /* calls that would have invalidated a capture, or faulted */
   char last_violation[160];
 } sim_device;
@@ -274,8 +276,11 @@ static uint64_t handle_new(sim_device *d) {
   } else {
     if (grow((void **)&d->handles, &d->cap_handles, d->nhandles + 1, sizeof *d->handles)) return 0;
     token = ++d->nhandles;
+    d->handles[token - 1] = (sim_handle){0};
   }
-  d->handles[token - 1] = (sim_handle){.alive = 1};
+  sim_use *uses = d->handles[token - 1].uses; /* a reused token keeps its (empty) array */
+  uint32_t cap = d->handles[token - 1].cap_uses;
+  d->handles[token - 1] = (sim_handle){.alive = 1, .uses = uses, .cap_uses = cap};
   return token;
 }
 
@@ -286,6 +291,7 @@ static void handle_settle(sim_device *d, uint64_t token) {
   if (grow((void **)&d->free_tokens, &d->cap_free_tokens, d->nfree_tokens + 1, sizeof *d->free_tokens) == 0)
     d->free_tokens[d->nfree_tokens++] = (uint32_t)token; /* else the token is never reused: harmless */
   h->alive = 0;
+  h->nuses = 0; /* its memory is gone: unmapping it checked that no queued use remained */
   d->used -= TA_SIM_GRANULE;
 }
 
@@ -308,7 +314,8 @@ static int sim_map(ta_backend *b, int device, uintptr_t addr, size_t size, uint6
     uint64_t token = handle_new(d);
     if (!token) { /* host memory: give back what this call made */
       for (size_t j = 0; j < i; j++) {
-        d->handles[handles[j] - 1] = (sim_handle){.released = 1, .alive = 1};
+        d->handles[handles[j] - 1].maps = 0;
+        d->handles[handles[j] - 1].released = 1;
         r->handle[first + j] = 0;
         handle_settle(d, handles[j]);
       }
@@ -355,14 +362,18 @@ static void sim_unmap(ta_backend *b, int device, uintptr_t addr, size_t size, co
       return;
     }
   }
-  for (size_t u = 0; u < d->nuses; u++) {
-    const sim_use *use = &d->uses[u];
-    if (use->va_lo < addr + size && addr < use->va_hi && pending(s, d, use->tick)) {
-      snprintf(d->last_violation, sizeof d->last_violation,
-               "unmap of %#lx while a kernel queued on stream %p may still use it (a fault on the GPU)",
-               (unsigned long)(use->va_lo > addr ? use->va_lo : addr), (void *)use->stream);
-      atomic_fetch_add(&d->violations, 1);
-      break;
+  for (size_t i = 0; i < n; i++) {
+    const sim_handle *h = &d->handles[handles[i] - 1];
+    uintptr_t va = addr + i * TA_SIM_GRANULE;
+    for (uint32_t u = 0; u < h->nuses; u++) {
+      if (h->uses[u].va == va && pending(s, d, h->uses[u].tick)) {
+        snprintf(d->last_violation, sizeof d->last_violation,
+                 "unmap of %#lx while a kernel queued on stream %p may still use it (a fault on the GPU)",
+                 (unsigned long)va, (void *)h->uses[u].stream);
+        atomic_fetch_add(&d->violations, 1);
+        i = n; /* one violation per call */
+        break;
+      }
     }
   }
   for (size_t i = 0; i < n; i++) {
@@ -393,9 +404,9 @@ static void sim_release(ta_backend *b, int device, const uint64_t *handles, size
 
 #define SIM_PHYS_BASE ((uint64_t)1 << 63) /* handles' memory; ordinary allocations are their own addresses */
 
-/* The physical memory behind [addr, addr + len), which must stay inside one
- * granule of a reservation or be an ordinary allocation: 1 and *phys, or 0
- * when `addr` lies in a reservation but its granule is not mapped. */
+/* The physical memory behind `addr`: 1 and *phys (ordinary allocations
+ * are their own), or 0 when `addr` lies in a reservation but its granule
+ * is not mapped. */
 static int translate(sim_device *d, uintptr_t addr, uint64_t *phys) {
   sim_reservation *r = reservation_of(d, addr);
   if (!r) {
@@ -409,36 +420,39 @@ static int translate(sim_device *d, uintptr_t addr, uint64_t *phys) {
   return 1;
 }
 
-static void prune_uses(const sim_backend *s, sim_device *d) {
-  size_t k = 0;
-  for (size_t i = 0; i < d->nuses; i++)
-    if (pending(s, d, d->uses[i].tick)) d->uses[k++] = d->uses[i];
-  d->nuses = k;
-}
-
-/* One piece of a use, inside one granule (or an ordinary allocation). */
-static void use_piece(sim_backend *s, sim_device *d, cudaStream_t stream, uintptr_t lo, uintptr_t hi) {
-  uint64_t ph;
-  if (!translate(d, lo, &ph)) {
+/* A kernel on `stream` touches bytes [lo, hi) of the granule mapped at
+ * `va` of reservation `r`: checked against the queued uses of its memory,
+ * then queued itself. */
+static void use_granule(sim_backend *s, sim_device *d, const sim_reservation *r, uintptr_t va, uint32_t lo,
+                        uint32_t hi, cudaStream_t stream) {
+  size_t g = (va - r->base) / TA_SIM_GRANULE;
+  uint64_t token = g < r->cap ? r->handle[g] : 0;
+  if (!token) {
     snprintf(d->last_violation, sizeof d->last_violation,
              "a kernel on stream %p touches %#lx, which is not mapped (a fault on the GPU)", (void *)stream,
-             (unsigned long)lo);
+             (unsigned long)(va + lo));
     atomic_fetch_add(&d->violations, 1);
     return;
   }
-  uint64_t ph_hi = ph + (hi - lo);
-  for (size_t u = 0; u < d->nuses; u++) {
-    const sim_use *o = &d->uses[u];
-    if (o->stream != stream && o->ph_lo < ph_hi && ph < o->ph_hi && pending(s, d, o->tick)) {
+  sim_handle *h = &d->handles[token - 1];
+  uint32_t k = 0;
+  for (uint32_t u = 0; u < h->nuses; u++) {
+    const sim_use *o = &h->uses[u];
+    if (!pending(s, d, o->tick)) continue; /* done: pruned */
+    if (o->stream != stream && o->lo < hi && lo < o->hi) {
       snprintf(d->last_violation, sizeof d->last_violation,
                "a kernel on stream %p touches memory at %#lx that a kernel queued on stream %p may still use "
-               "(handed out too early)", (void *)stream, (unsigned long)lo, (void *)o->stream);
+               "(handed out too early)", (void *)stream, (unsigned long)(va + lo), (void *)o->stream);
       atomic_fetch_add(&d->violations, 1);
-      break;
     }
+    h->uses[k++] = *o;
   }
-  if (grow((void **)&d->uses, &d->cap_uses, d->nuses + 1, sizeof *d->uses) == 0)
-    d->uses[d->nuses++] = (sim_use){lo, hi, ph, ph_hi, stream, d->clock};
+  h->nuses = k;
+  if (!pending(s, d, d->clock)) return; /* no lag: done at once */
+  size_t cap = h->cap_uses;
+  if (grow((void **)&h->uses, &cap, (size_t)h->nuses + 1, sizeof *h->uses)) return;
+  h->cap_uses = (uint32_t)cap;
+  h->uses[h->nuses++] = (sim_use){va, lo, hi, stream, d->clock};
 }
 
 static void sim_destroy(ta_backend *b) {
@@ -447,9 +461,9 @@ static void sim_destroy(ta_backend *b) {
     sim_device *d = &s->dev[i];
     for (size_t r = 0; r < d->nreservations; r++) free(d->reservations[r].handle);
     free(d->reservations);
+    for (size_t h = 0; h < d->nhandles; h++) free(d->handles[h].uses);
     free(d->handles);
     free(d->free_tokens);
-    free(d->uses);
   }
   free(b);
 }
@@ -500,12 +514,14 @@ int ta_backend_sim_use(ta_backend *b, int device, cudaStream_t stream, uintptr_t
   sim_backend *s = (sim_backend *)b;
   sim_device *d = &s->dev[device];
   d->clock++;
-  prune_uses(s, d);
-  for (uintptr_t lo = addr, end = addr + (size ? size : 1); lo < end;) {
-    sim_reservation *r = reservation_of(d, lo);
-    uintptr_t hi = r ? r->base + ta_align_up(lo - r->base + 1, TA_SIM_GRANULE) : end;
-    if (hi > end) hi = end;
-    use_piece(s, d, stream, lo, hi);
+  const sim_reservation *r = reservation_of(d, addr);
+  if (!r) return 0; /* an ordinary allocation: its addresses are never mapped again, nothing can race on them */
+  uintptr_t end = addr + (size ? size : 1);
+  if (end > r->base + r->size) end = r->base + r->size;
+  for (uintptr_t lo = addr; lo < end;) {
+    uintptr_t va = r->base + (lo - r->base) / TA_SIM_GRANULE * TA_SIM_GRANULE;
+    uintptr_t hi = va + TA_SIM_GRANULE < end ? va + TA_SIM_GRANULE : end;
+    use_granule(s, d, r, va, (uint32_t)(lo - va), (uint32_t)(hi - va), stream);
     lo = hi;
   }
   return 0;
