@@ -190,7 +190,8 @@ ta_internal void ta_segments_marks_poll(ta_segments *s);
 ta_internal void ta_segments_marks_record(ta_segments *s);
 /* Donors, device-wide: mapped granules wholly inside free blocks the device
  * is past (any reclaim segment, sparing `keep`), unmapped without release,
- * until `want` bytes are gathered. Returns the bytes. */
+ * a whole stretch of a block at a time, until `want` bytes are gathered.
+ * Returns the bytes (what is not mapped next goes back to the device). */
 ta_internal size_t ta_segments_take_past(ta_segments *s, size_t want, const ta_block *keep);
 /* Donors from [addr, addr + len) of `seg` (whole granules, mapped, inside a
  * block the caller carved out as TA_BLOCK_RETIRING): mapped elsewhere next,

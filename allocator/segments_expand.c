@@ -329,9 +329,8 @@ size_t ta_segments_take_past(ta_segments *s, size_t want, const ta_block *keep) 
         size_t n = 0;
         while (run + n < stop && seg->stamps[run + n] <= seg->marks->done) n++; /* the first stretch of them */
         if (n == 0) continue;
-        stop = run + n;
-        size_t need = (want - got + x->granule - 1) / x->granule;
-        if (n > need) n = need, stop = run + n;
+        stop = run + n; /* all of the stretch, as compact unmaps whole blocks: what the request does not
+                         * map goes back to the device (ta_segments_donors_drop), room for the next ones */
         if (reserve_donors(&s->donors, s->donors.n + n)) return got;
         for (size_t i = 0; i < n; i++) donate(&s->donors, x->handles[run + i], 0); /* past: old everywhere */
         unmap_run(s, seg, run, n, 1, 0);

@@ -114,12 +114,14 @@ static inline void split_after(ta_arena *a, ta_bins *bins, ta_block *b, size_t k
 
 /* Reclaim: the retiring blocks the device is past (`all`: every one, after
  * a synchronize or at teardown) lose their old addresses and are free again;
- * not one next to `keep` (a free block the caller holds on to: it would
- * merge away under it), which waits for the next time. */
+ * not `keep` (the end of a range about to grow, which may be retiring) nor
+ * one next to it (it would merge away under the caller), which wait for
+ * the next time. */
 static void retire(ta_arena *a, int all, const ta_block *keep) {
   for (size_t i = 0; i < a->nretiring;) {
     ta_block *r = a->retiring[i];
-    if ((!all && !ta_segments_range_past(r->segment, r->addr, r->size)) || (keep && (r->next == keep || r->prev == keep))) {
+    if ((!all && !ta_segments_range_past(r->segment, r->addr, r->size)) ||
+        (keep && (r == keep || r->next == keep || r->prev == keep))) {
       i++;
       continue;
     }
