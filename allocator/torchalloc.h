@@ -256,7 +256,8 @@ typedef struct torchalloc_segment_info {
   uint32_t nblocks;
   uint8_t pool;         /* TORCHALLOC_POOL_SMALL or TORCHALLOC_POOL_LARGE */
   uint8_t policy;       /* registry id (torchalloc_policy_names order) */
-  uint8_t reserved_[2];
+  uint8_t expandable;   /* 1: a stretch of mapped granules of an expandable segment */
+  uint8_t reserved_;
 } torchalloc_segment_info;
 
 typedef struct torchalloc_block_info {
@@ -269,7 +270,11 @@ typedef struct torchalloc_block_info {
 } torchalloc_block_info;
 
 /* Every segment of `device` in address order, each followed in `blocks` by
- * its blocks in address order (they tile it). Fills at most the capacities;
+ * its blocks in address order (they tile it). An expandable segment shows
+ * as one segment per stretch of its mapped granules, as PyTorch's snapshot
+ * shows its own (the sizes add up to the reserved bytes), its free blocks
+ * cut at a stretch's ends; addresses whose memory serves elsewhere now
+ * (reclaim) are in none. Fills at most the capacities;
  * *nsegments / *nblocks receive the counts needed. 0 when everything fit,
  * 1 when the arrays were too small (call again with the counts), -1 error. */
 TORCHALLOC_API int torchalloc_snapshot(int device, torchalloc_segment_info *segments, size_t segments_cap,

@@ -12,12 +12,17 @@ the middle of every forward a rolling cache keeps a 1.5 MiB entry (the last
 1. PyTorch's allocator runs out of memory: the cache entries, allocated
    between activations, pin 20 MiB segments whose holes the next, larger
    activations cannot use;
-2. torchalloc's `caching` policy (PyTorch's behaviour) runs out at the same
-   step, and its report says *fragmentation*, names the line that allocates
-   the cache entries as the blocks that pin the segments, and replays the run
-   up to the failure under every policy: phase_arena fits;
+2. torchalloc's `caching` policy with ordinary segments (expandable:off:
+   PyTorch's behaviour) runs out at the same step, and its report says
+   *fragmentation*, names the line that allocates the cache entries as the
+   blocks that pin the segments, and replays the run up to the failure
+   under every policy: phase_arena fits;
 3. torchalloc's `phase_arena` (the activations and the cache in arenas of
-   their own) completes the workload under the same cap.
+   their own) completes the workload under the same cap;
+4. torchalloc as installed with nothing set (caching, expandable:reclaim
+   where the driver has virtual memory management) completes it too: the
+   free granules between the cache entries are mapped again where the
+   next activation needs them.
 
 Each run is its own process (the allocator is chosen before CUDA starts).
 Without torch or a GPU it prints `SKIP: <reason>`. The same workload drives
@@ -89,7 +94,10 @@ def child(allocator: str, cap: int, log: str | None) -> dict[str, Any]:
     if allocator != "native":
         import torchalloc
 
-        torchalloc.install(policy=allocator, log=log, stacks=True, bridge=True)
+        if allocator == "default":
+            torchalloc.install(log=log, stacks=True, bridge=True)
+        else:  # the policy with ordinary segments: PyTorch's behaviour, the fragmentation shown
+            torchalloc.install(policy=allocator, expandable="off", log=log, stacks=True, bridge=True)
         phase = torchalloc.phase
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction(cap / total)
@@ -167,8 +175,9 @@ def main(argv: list[str] | None = None) -> int:
         "native": run("native", cap, None, args.timeout),
         "caching": run("caching", cap, log, args.timeout),
         "phase_arena": run("phase_arena", cap, None, args.timeout),
+        "default": run("default", cap, None, args.timeout),
     }
-    native, caching, arena = results["native"], results["caching"], results["phase_arena"]
+    native, caching, arena, default = results["native"], results["caching"], results["phase_arena"], results["default"]
     print("== PyTorch's allocator:", "completed" if native["completed"] else "out of memory")
     if not native["completed"]:
         print(native["error"].strip()[:1500])
@@ -182,10 +191,14 @@ def main(argv: list[str] | None = None) -> int:
     print("\n== torchalloc phase_arena:", "completed" if arena["completed"] else "out of memory")
     if arena["completed"]:
         print(f"peak reserved {arena['peak_reserved'] / MiB:.0f} MiB, peak allocated {arena['peak_allocated'] / MiB:.0f} MiB")
+    print("\n== torchalloc, installed with nothing set:", "completed" if default["completed"] else "out of memory")
+    if default["completed"]:
+        print(f"peak reserved {default['peak_reserved'] / MiB:.0f} MiB, peak allocated "
+              f"{default['peak_allocated'] / MiB:.0f} MiB")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     ok = (not native["completed"] and not caching["completed"] and caching.get("verdict") == "fragmentation"
-          and arena["completed"])
+          and arena["completed"] and default["completed"])
     print("\nOK" if ok else "\nUNEXPECTED: see above")
     return 0 if ok else 1
 

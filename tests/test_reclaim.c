@@ -405,3 +405,38 @@ TEST(a_range_ending_in_a_retiring_block_grows_after_it) {
   CHECK_EQ(reserved(), 0);
   CHECK_INVARIANTS();
 }
+
+/* torchalloc_snapshot (and so torch.cuda.memory._snapshot() on the bridge):
+ * an expandable segment shows as its mapped stretches, as PyTorch shows its
+ * own, so the segments add up to the reserved bytes; memory lent away is in
+ * none of them. */
+TEST(the_snapshot_shows_mapped_stretches_that_add_up_to_reserved) {
+  REQUIRE(sim_reset("expandable:reclaim,sim_lag:1000") == 0);
+  void *a = use_malloc(30 * MiB, S0);
+  void *b = use_malloc(30 * MiB, S0);
+  REQUIRE(a && b);
+  use_free(a, 30 * MiB, S0);
+  void *c = use_malloc(40 * MiB, S0); /* a's memory lent to c: a's addresses retire later */
+  REQUIRE(c);
+  torchalloc_segment_info segs[16];
+  torchalloc_block_info blocks[64];
+  size_t ns = 0, nb = 0;
+  REQUIRE(torchalloc_snapshot(0, segs, 16, blocks, 64, &ns, &nb) == 0);
+  int64_t total = 0;
+  int live = 0;
+  for (size_t i = 0; i < ns; i++) {
+    total += (int64_t)segs[i].size;
+    CHECK_EQ(segs[i].expandable, 1);
+    CHECK(!overlaps((void *)(uintptr_t)segs[i].addr, segs[i].size, a, 30 * MiB));
+    for (uint32_t k = 0; k < segs[i].nblocks; k++) live += blocks[segs[i].first_block + k].state == TORCHALLOC_BLOCK_LIVE;
+  }
+  CHECK_EQ(total, reserved());
+  CHECK_EQ(live, 2);
+  REQUIRE(sim_reset("expandable:off") == 0); /* ordinary segments: one each, whole */
+  a = torchalloc_malloc(3 * MiB, 0, S0);
+  REQUIRE(a);
+  REQUIRE(torchalloc_snapshot(0, segs, 16, blocks, 64, &ns, &nb) == 0);
+  CHECK_EQ(ns, 1);
+  CHECK_EQ(segs[0].size, 20 * MiB);
+  CHECK_EQ(segs[0].expandable, 0);
+}
