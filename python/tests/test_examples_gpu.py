@@ -132,3 +132,4 @@ def test_fragmentation_demo_diagnoses_and_fixes(library_path: Path, tmp_path: Pa
     fits = {a["policy"]: a["fits"] for a in diagnosis["alternatives"]}
     assert fits["phase_arena"] and not fits["caching"]
     assert arena["completed"]
+    assert r["default"]["completed"]  # torchalloc installed with nothing set (expandable:reclaim) fits
