@@ -278,6 +278,7 @@ static size_t shrink(ta_arena *a, ta_segment *seg) {
 /* A block about to be handed out may cover granules given back earlier. */
 static ta_noinline int map_block(ta_arena *a, ta_block *b) {
   size_t need = a->compact ? ta_segments_unmapped_in(b->segment, b->addr, b->size) : 0; /* a walk: only when used */
+  if (a->compact && !need) return 0; /* its granules are mapped: the segment's holes are elsewhere */
   if (need) make_room(a, b->stream, need, b, 0);
   int rc = ta_segments_map(a->segments, b->segment, b->addr, b->size);
   if (rc != TA_OK && need && make_room(a, b->stream, need, b, 1))
