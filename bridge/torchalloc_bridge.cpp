@@ -287,6 +287,7 @@ class Bridge final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAl
     out.num_ooms = s.num_ooms;
     out.num_device_alloc = s.num_device_alloc;
     out.num_device_free = s.num_device_free;
+    out.num_sync_all_streams = s.num_synchronizes; // every device synchronize torchalloc made
     out.max_split_size = -1; // torchalloc never refuses to split: PyTorch's "unlimited" (SIZE_MAX as int64)
     return out;
   }
@@ -393,7 +394,7 @@ class Bridge final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAl
           current->total_size = seg.size;
           current->stream = reinterpret_cast<void*>(seg.stream);
           current->is_large = seg.pool == TORCHALLOC_POOL_LARGE;
-          current->is_expandable = false;
+          current->is_expandable = seg.expandable != 0; // one stretch of mapped granules, as PyTorch shows them
           current->owner_private_pool_id = {seg.pool_id[0], seg.pool_id[1]};
         }
         c10::CachingDeviceAllocator::BlockInfo info;

@@ -7,7 +7,8 @@ Runs the same workloads twice, each in a fresh Python process (the allocator
 can be chosen only before CUDA is initialised):
 
   native      PyTorch's caching allocator
-  torchalloc  torchalloc.install(policy="caching", patch_torch=True), so that
+  torchalloc  torchalloc.install(policy="caching", expandable="off", patch_torch=True) (PyTorch's segments and
+              block sizes, byte for byte; the default's expandable segments split large blocks more finely), so that
               the unchanged torch.cuda.memory_allocated() answers from torchalloc
 
 and records torch.cuda.memory_allocated() after every step. Workloads: a
@@ -147,7 +148,7 @@ def child(variant: str) -> None:
         sys.path.insert(0, str(REPO / "python"))
         import torchalloc
 
-        torchalloc.install(policy="caching", patch_torch=True)  # before anything touches CUDA
+        torchalloc.install(policy="caching", expandable="off", patch_torch=True)  # before anything touches CUDA
     import torch
 
     torch.manual_seed(0)

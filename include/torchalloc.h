@@ -108,7 +108,7 @@ typedef struct torchalloc_stat {
 } torchalloc_stat;
 
 /* Bump TORCHALLOC_STATS_VERSION whenever this struct changes; bindings check it. */
-#define TORCHALLOC_STATS_VERSION 2
+#define TORCHALLOC_STATS_VERSION 3
 
 typedef struct torchalloc_stats {
   int64_t version;
@@ -132,6 +132,10 @@ typedef struct torchalloc_stats {
   int64_t num_bad_size;           /* absurd request, e.g. (size_t)-1 */
   int64_t num_bad_device;         /* device index out of range (process-wide) */
   int64_t num_bad_free_stream;    /* stream differs from the allocation's: ignored (version 2) */
+  /* Device synchronizes torchalloc made (releasing cached memory, an OOM's
+   * retry, compact's unmapping); the reclaim mode makes none to allocate
+   * (version 3; the bridge answers torch's num_sync_all_streams with it). */
+  int64_t num_synchronizes;
 } torchalloc_stats;
 
 TORCHALLOC_API size_t torchalloc_stats_size(void);
@@ -264,7 +268,8 @@ typedef struct torchalloc_segment_info {
   uint32_t nblocks;
   uint8_t pool;         /* TORCHALLOC_POOL_SMALL or TORCHALLOC_POOL_LARGE */
   uint8_t policy;       /* registry id (torchalloc_policy_names order) */
-  uint8_t reserved_[2];
+  uint8_t expandable;   /* 1: a stretch of mapped granules of an expandable segment */
+  uint8_t reserved_;
 } torchalloc_segment_info;
 
 typedef struct torchalloc_block_info {
@@ -277,7 +282,11 @@ typedef struct torchalloc_block_info {
 } torchalloc_block_info;
 
 /* Every segment of `device` in address order, each followed in `blocks` by
- * its blocks in address order (they tile it). Fills at most the capacities;
+ * its blocks in address order (they tile it). An expandable segment shows
+ * as one segment per stretch of its mapped granules, as PyTorch's snapshot
+ * shows its own (the sizes add up to the reserved bytes), its free blocks
+ * cut at a stretch's ends; addresses whose memory serves elsewhere now
+ * (reclaim) are in none. Fills at most the capacities;
  * *nsegments / *nblocks receive the counts needed. 0 when everything fit,
  * 1 when the arrays were too small (call again with the counts), -1 error. */
 TORCHALLOC_API int torchalloc_snapshot(int device, torchalloc_segment_info *segments, size_t segments_cap,
@@ -410,8 +419,32 @@ TORCHALLOC_API const char *torchalloc_oom_report_path(int device);
  * backend is not sim.
  * ------------------------------------------------------------------------- */
 TORCHALLOC_API int torchalloc_sim_capture(int device, cudaStream_t stream, int capturing);
-/* Violations so far on `device` (and the last one's description in `buf`). */
+/* Violations so far on `device` (and the last one's description in `buf`):
+ * the capture ones, and those of the lag model below. */
 TORCHALLOC_API int64_t torchalloc_sim_capture_violations(int device, char *buf, size_t len);
+/* The lag model (TORCHALLOC_CONF sim_lag:N): the simulated device runs N
+ * ticks behind the host. The program says what its kernels touch: each
+ * call is one kernel launched on `stream` touching [ptr, ptr + size), one
+ * tick of the clock; it is done N ticks later, as is an event recorded
+ * when it was launched. A violation is counted when a kernel touches
+ * unmapped memory, touches physical memory that a kernel of another stream
+ * may still be using (memory handed out too early; two addresses of one
+ * physical granule are the same memory), or when memory is unmapped while
+ * a kernel queued on it may still run. -1 when the backend is not sim. */
+TORCHALLOC_API int torchalloc_sim_use(int device, cudaStream_t stream, const void *ptr, size_t size);
+/* `ticks` of host time pass on sim device `device` without kernels. */
+TORCHALLOC_API int torchalloc_sim_advance(int device, uint64_t ticks);
+/* The physical memory behind `ptr` on sim device `device` (a number unique
+ * among the memory mapped now: aliases of one granule give the same); -1
+ * when it is not mapped or the backend is not sim. */
+TORCHALLOC_API int torchalloc_sim_physical(int device, const void *ptr, uint64_t *phys);
+
+/* How the caching and phase_arena policies use `device`'s memory:
+ * 0 ordinary segments, 1 expandable, 2 compact, 3 reclaim (the
+ * TORCHALLOC_CONF key `expandable`, after the device had its say: 0
+ * wherever it has no virtual memory management). `configured` (may be
+ * NULL) receives what the configuration asked for. -1 for a bad device. */
+TORCHALLOC_API int torchalloc_segment_mode(int device, int *configured);
 
 /* ---------------------------------------------------------------------------
  * Replay: drive a recorded allocation trace through one policy on a private
@@ -438,7 +471,7 @@ typedef struct torchalloc_replay_event {
 } torchalloc_replay_event;
 
 /* Bump TORCHALLOC_REPLAY_VERSION whenever this struct changes; bindings check it. */
-#define TORCHALLOC_REPLAY_VERSION 1
+#define TORCHALLOC_REPLAY_VERSION 2
 
 typedef struct torchalloc_replay_result {
   int64_t version;
@@ -460,13 +493,17 @@ typedef struct torchalloc_replay_result {
   int64_t oom_size;             /* the size it asked for */
   int64_t final_allocated;      /* allocated_bytes after the last event replayed */
   int64_t final_reserved;       /* reserved_bytes after the last event replayed */
+  int64_t synchronizes;         /* device synchronizes the policy made (num_synchronizes; version 2) */
 } torchalloc_replay_result;
 
 TORCHALLOC_API size_t torchalloc_replay_event_size(void);
 TORCHALLOC_API size_t torchalloc_replay_result_size(void);
 
 /* Replay `n` events through `policy` on a fresh simulated device of
- * `capacity` bytes (0: unlimited). Stops at the first allocation that fails
+ * `capacity` bytes (0: unlimited). `policy` is a policy's name, for
+ * ordinary segments, or the name with +expandable, +compact or +reclaim for
+ * expandable:1, 2 or 3. The device trails the trace by 1000 events (its
+ * markers complete that late). Stops at the first allocation that fails
  * even after releasing cached segments (out->oom). `reserved_series` (may be
  * NULL) receives `series_len` samples: sample i is the highest reserved_bytes
  * seen over events [i*n/series_len, (i+1)*n/series_len); samples after an OOM

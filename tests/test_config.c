@@ -151,7 +151,7 @@ TEST(bad_values_name_their_key) {
 
 /* An integer out of range says the range (it once said only "in range"). */
 TEST(bad_integers_say_the_range) {
-  check_refused("backend:sim,expandable:3", "(expected an integer from 0 to 2)");
+  check_refused("backend:sim,expandable:4", "or an integer from 0 to 3)");
   check_refused("backend:sim,sim_devices:65", "(expected an integer from 1 to 64)");
   check_refused("backend:sim,stack_depth:x", "(expected an integer from 1 to 64)");
   check_refused("backend:sim,warn:2", "'warn' (expected an integer from 0 to 1)");

@@ -100,7 +100,7 @@ static void check_refused_with(const char *conf, const char *needle) {
 }
 
 TEST(out_of_range_values_name_the_range) {
-  check_refused_with("backend:sim,expandable:3", "from 0 to 2");
+  check_refused_with("backend:sim,expandable:4", "from 0 to 3");
   check_refused_with("backend:sim,stack_depth:65", "from 1 to 64");
   check_refused_with("backend:sim,sim_devices:0", "from 1 to 64");
   check_refused_with("backend:sim,log_max:18446744073709551615", "4 KiB to 1 TiB");

@@ -77,4 +77,5 @@ void ta_stats_reset_accumulated(torchalloc_stats *s, ta_pending_stats *p) {
   }
   s->num_alloc_retries = s->num_ooms = 0;
   s->num_device_alloc = s->num_device_free = 0;
+  s->num_synchronizes = 0;
 }

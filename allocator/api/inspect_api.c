@@ -119,3 +119,38 @@ TORCHALLOC_API int torchalloc_sim_capture(int device, cudaStream_t stream, int c
 TORCHALLOC_API int64_t torchalloc_sim_capture_violations(int device, char *buf, size_t len) {
   return ta_runtime_ready() ? ta_backend_sim_violations(ta_rt.backend, device, buf, len) : -1;
 }
+
+/* The sim's state is the heap's (its lock guards every backend call). */
+TORCHALLOC_API int torchalloc_sim_use(int device, cudaStream_t stream, const void *ptr, size_t size) {
+  ta_heap *h = ta_runtime_heap_for_control(device);
+  if (!h) return -1;
+  ta_lock_acquire(&h->lock);
+  int rc = ta_backend_sim_use(ta_rt.backend, device, stream, (uintptr_t)ptr, size);
+  ta_lock_release(&h->lock);
+  return rc;
+}
+
+TORCHALLOC_API int torchalloc_sim_advance(int device, uint64_t ticks) {
+  ta_heap *h = ta_runtime_heap_for_control(device);
+  if (!h) return -1;
+  ta_lock_acquire(&h->lock);
+  int rc = ta_backend_sim_advance(ta_rt.backend, device, ticks);
+  ta_lock_release(&h->lock);
+  return rc;
+}
+
+TORCHALLOC_API int torchalloc_sim_physical(int device, const void *ptr, uint64_t *phys) {
+  ta_heap *h = ta_runtime_heap_for_control(device);
+  if (!h || !phys) return -1;
+  ta_lock_acquire(&h->lock);
+  int rc = ta_backend_sim_physical(ta_rt.backend, device, (uintptr_t)ptr, phys);
+  ta_lock_release(&h->lock);
+  return rc;
+}
+
+TORCHALLOC_API int torchalloc_segment_mode(int device, int *configured) {
+  ta_heap *h = ta_runtime_heap_for_control(device);
+  if (!h) return -1;
+  if (configured) *configured = h->conf->expandable;
+  return h->seg.granule ? h->conf->expandable : 0; /* both fixed when the heap was made */
+}

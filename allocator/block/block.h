@@ -12,6 +12,8 @@ enum ta_block_state {
   TA_BLOCK_FREE = 0,    /* cached, in its arena's free index */
   TA_BLOCK_LIVE = 1,    /* handed out to the caller */
   TA_BLOCK_PENDING = 2, /* freed by the caller, waiting for stream events */
+  TA_BLOCK_RETIRING = 3, /* reclaim: addresses whose memory now serves another range, until the device is past
+                          * their last use (then unmapped and free again); in no index, owned by no caller */
 };
 
 struct ta_segment;
@@ -47,6 +49,7 @@ typedef struct ta_block {
 enum { TA_POOL_SMALL = 1, TA_POOL_LARGE = 2 }; /* = TORCHALLOC_POOL_* */
 
 struct ta_expansion;
+struct ta_stream_marks;
 
 typedef struct ta_segment {
   uintptr_t addr;
@@ -56,6 +59,9 @@ typedef struct ta_segment {
   ta_block *first;  /* lowest-address block */
   ta_block *last;   /* highest-address block: an expandable segment grows from it */
   struct ta_expansion *expansion; /* NULL for an ordinary segment (segments_expand.c) */
+  struct ta_stream_marks *marks;  /* reclaim: its stream's progress markers (segments_marks.c); else NULL */
+  uint32_t *stamps; /* reclaim: per granule, its stream's marker epoch at the last free of memory it holds */
+  unsigned granule_shift; /* expandable: log2 of the granule */
   void *owner;      /* arena or policy that owns it */
   struct ta_segment *owner_prev, *owner_next; /* the owner's own list of its segments (free for its use) */
   struct ta_policy *policy_instance; /* the policy object that made it: its blocks are freed there */

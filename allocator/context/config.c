@@ -21,6 +21,13 @@ void ta_config_defaults(ta_config *c) {
   c->warn = 1;
   c->stack_depth = 16;
   c->sim_vmm = 1;
+  c->expandable = TA_EXPANDABLE_RECLAIM; /* ordinary segments where the device has no virtual memory */
+}
+
+static const char *const expandable_names[] = {"off", "on", "compact", "reclaim"};
+
+const char *ta_expandable_name(int mode) {
+  return mode >= 0 && mode <= TA_EXPANDABLE_RECLAIM ? expandable_names[mode] : "?";
 }
 
 int ta_parse_bytes(const char *text, size_t *out) {
@@ -59,7 +66,7 @@ static int parse_int(const char *text, long lo, long hi, long *out) {
 
 #define KEYS \
   "policy backend sim_capacity sim_devices sim_fail_alloc sim_event_polls sim_held_elsewhere warn log log_max stacks " \
-  "stack_depth oom oom_report expandable sim_vmm"
+  "stack_depth oom oom_report expandable sim_vmm sim_lag"
 const char *ta_config_key_list(void) { return KEYS; }
 
 /* Apply one key:value to `c`. Returns 0, or -1 with a message. */
@@ -146,11 +153,22 @@ static int apply(ta_config *c, const char *key, const char *val, char *err, size
     if (parse_int(val, lo = 1, hi = 64, &n)) goto bad_int;
     c->stack_depth = (int)n;
   } else if (strcmp(key, "expandable") == 0) {
-    if (parse_int(val, lo = 0, hi = 2, &n)) goto bad_int;
-    c->expandable = (int)n;
+    int mode = -1;
+    for (int i = 0; i <= TA_EXPANDABLE_RECLAIM; i++)
+      if (strcmp(val, expandable_names[i]) == 0) mode = i;
+    if (mode < 0 && parse_int(val, 0, TA_EXPANDABLE_RECLAIM, &n) == 0) mode = (int)n;
+    if (mode < 0) {
+      snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key 'expandable' (expected off, on, compact or "
+               "reclaim, or an integer from 0 to 3)", val);
+      return -1;
+    }
+    c->expandable = mode;
   } else if (strcmp(key, "sim_vmm") == 0) {
     if (parse_int(val, lo = 0, hi = 1, &n)) goto bad_int;
     c->sim_vmm = (int)n;
+  } else if (strcmp(key, "sim_lag") == 0) {
+    if (parse_int(val, 0, 1000000000L, &n)) goto bad_int;
+    c->sim_lag = (uint64_t)n;
   } else {
     snprintf(err, errlen, "TORCHALLOC_CONF: unknown key '%s' (known keys: %s)", key, KEYS);
     return -1;

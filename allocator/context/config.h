@@ -24,10 +24,27 @@ typedef struct ta_config {
   int stack_depth;
   int oom;                  /* enum ta_oom_action: what a failed torchalloc_malloc does */
   char oom_report[TA_PATH_MAX]; /* "": beside the log, else the working directory; "off"; or a directory */
-  int expandable;           /* 1: caching and phase_arena grow expandable segments (where the device can);
-                             * 2: and compact them (TA_POLICY_COMPACT) */
+  int expandable;           /* enum ta_expandable_mode: how caching and phase_arena use the device's virtual
+                             * memory (where it has it; ordinary segments otherwise) */
   int sim_vmm;              /* the sim device has virtual memory (0: model one without, for tests) */
+  uint64_t sim_lag;         /* ticks the sim device trails the host by (backend.h); 0: none */
 } ta_config;
+
+/* `expandable`: 0 ordinary segments (PyTorch's, byte for byte); 1 grow one
+ * expandable segment per stream and pool; 2 compact (and before reserving
+ * past the most ever reserved, give back free granules, after a device
+ * synchronize); 3 reclaim, the default: as compact, but free granules move
+ * where memory is needed as per-stream markers show the device is past
+ * them, never synchronizing (policy.h's TA_POLICY_RECLAIM). */
+enum ta_expandable_mode {
+  TA_EXPANDABLE_OFF = 0,
+  TA_EXPANDABLE_GROW = 1,
+  TA_EXPANDABLE_COMPACT = 2,
+  TA_EXPANDABLE_RECLAIM = 3,
+};
+
+/* "off", "on", "compact", "reclaim": the names of the modes, by number. */
+ta_internal const char *ta_expandable_name(int mode);
 
 /* A failed torchalloc_malloc (size > 0): PyTorch's plain pluggable route
  * builds a tensor on a NULL pointer and the next kernel kills the CUDA

@@ -44,9 +44,17 @@ typedef struct ta_backend_ops {
    * handles[i] for granule i, so any tail of granules can be unmapped later.
    * TA_ENOMEM when the device is full (nothing stays mapped then). */
   int (*map)(ta_backend *, int device, uintptr_t addr, size_t size, uint64_t *handles);
-  /* Unmap [addr, addr + size) and free its memory. Queued work must no
-   * longer use it (the caller synchronizes first). */
-  void (*unmap)(ta_backend *, int device, uintptr_t addr, size_t size, const uint64_t *handles);
+  /* Map the existing physical handles handles[i] (made by map, mapped
+   * elsewhere now or unmapped without release) at [addr, addr + size): no
+   * new memory; one handle may be mapped at several addresses at once. */
+  int (*remap)(ta_backend *, int device, uintptr_t addr, size_t size, const uint64_t *handles);
+  /* Unmap [addr, addr + size); with `release` give its handles back too
+   * (their memory is freed once no mapping of them remains). Queued work
+   * must no longer use these addresses (the caller synchronized, or knows
+   * from events that the device is past it). */
+  void (*unmap)(ta_backend *, int device, uintptr_t addr, size_t size, const uint64_t *handles, int release);
+  /* Give back `n` handles mapped nowhere now (unmapped without release). */
+  void (*release)(ta_backend *, int device, const uint64_t *handles, size_t n);
 } ta_backend_ops;
 
 struct ta_backend {
@@ -60,6 +68,7 @@ typedef struct ta_sim_options {
   int event_polls;        /* an event completes on its Nth query (or a synchronize); 0: at once */
   size_t held_elsewhere;  /* bytes of each device taken by someone else: never available */
   int no_vmm;             /* model a device without virtual memory management (granularity 0) */
+  uint64_t lag;           /* ticks the device trails the host by (ta_backend_sim_use); 0: none */
 } ta_sim_options;
 
 /* The sim's granule: that of the GPUs torchalloc runs on (2 MiB). */
@@ -73,6 +82,15 @@ ta_internal int ta_backend_sim_address_exhausted(ta_backend *sim, int device);
  * sim backend or the device is out of range. */
 ta_internal int ta_backend_sim_capture(ta_backend *b, int device, cudaStream_t stream, int capturing);
 ta_internal int64_t ta_backend_sim_violations(ta_backend *b, int device, char *buf, size_t len);
+/* The program's kernel on `stream` touches [addr, addr + size) now: one
+ * tick of the sim's clock, checked against the work still queued (see
+ * backend_sim.c). -1 when `b` is not a sim backend or the device is bad. */
+ta_internal int ta_backend_sim_use(ta_backend *b, int device, cudaStream_t stream, uintptr_t addr, size_t size);
+/* `ticks` of host time pass (kernels that touch nothing tracked). */
+ta_internal int ta_backend_sim_advance(ta_backend *b, int device, uint64_t ticks);
+/* The physical memory behind `addr` (a token unique among the device's
+ * memory now); -1 when it is not mapped or `b` is not sim. */
+ta_internal int ta_backend_sim_physical(ta_backend *b, int device, uintptr_t addr, uint64_t *phys);
 /* NULL with a message in `err` when cudart cannot be loaded. */
 ta_internal ta_backend *ta_backend_cuda_create(char *err, size_t errlen);
 

@@ -261,10 +261,11 @@ static void cuda_unreserve(ta_backend *b, int device, uintptr_t addr, size_t siz
   if (e != 0) fprintf(stderr, "torchalloc: cuMemAddressFree(%p) on device %d failed: error %d\n", (void *)addr, device, e);
 }
 
-static void unmap_granules(cuda_backend *c, uintptr_t addr, size_t n, size_t granule, const uint64_t *handles) {
+static void unmap_granules(cuda_backend *c, uintptr_t addr, size_t n, size_t granule, const uint64_t *handles,
+                           int release) {
   for (size_t i = 0; i < n; i++) {
     CUresult e = c->vmm.Unmap((CUdeviceptr)(addr + i * granule), granule);
-    CUresult r = c->vmm.Release((CUmemGenericAllocationHandle)handles[i]);
+    CUresult r = release ? c->vmm.Release((CUmemGenericAllocationHandle)handles[i]) : 0;
     if (e != 0 || r != 0)
       fprintf(stderr, "torchalloc: unmapping %p failed: cuMemUnmap error %d, cuMemRelease error %d\n",
               (void *)(addr + i * granule), e, r);
@@ -295,7 +296,7 @@ static int cuda_map(ta_backend *b, int device, uintptr_t addr, size_t size, uint
     CUmemAccessDesc access = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     e = c->vmm.SetAccess((CUdeviceptr)addr, size, &access, 1);
   }
-  if (e != 0) unmap_granules(c, addr, mapped, granule, handles); /* all or nothing */
+  if (e != 0) unmap_granules(c, addr, mapped, granule, handles, 1); /* all or nothing */
   if (swapped) c->fn.ThreadExchangeStreamCaptureMode(&mode);
   guard_exit(c, g, device);
   if (e != 0 && e != 2) /* 2: out of memory, the expected failure */
@@ -304,10 +305,46 @@ static int cuda_map(ta_backend *b, int device, uintptr_t addr, size_t size, uint
   return e == 0 ? TA_OK : TA_ENOMEM;
 }
 
-static void cuda_unmap(ta_backend *b, int device, uintptr_t addr, size_t size, const uint64_t *handles) {
+/* The same physical handles at a second address (or a new one, after the
+ * first was unmapped without release): cuMemMap keeps a reference to each,
+ * so the memory lives while any mapping does. */
+static int cuda_remap(ta_backend *b, int device, uintptr_t addr, size_t size, const uint64_t *handles) {
+  cuda_backend *c = (cuda_backend *)b;
+  size_t granule = c->granule[device], n = size / granule, mapped = 0;
+  CUmemAllocationProp prop = device_prop(device);
+  device_guard g = guard_enter(c, device);
+  CUresult e = 0;
+  for (; mapped < n; mapped++)
+    if ((e = c->vmm.Map((CUdeviceptr)(addr + mapped * granule), granule, 0,
+                        (CUmemGenericAllocationHandle)handles[mapped], 0)) != 0)
+      break;
+  if (e == 0) {
+    CUmemAccessDesc access = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    e = c->vmm.SetAccess((CUdeviceptr)addr, size, &access, 1);
+  }
+  if (e != 0) unmap_granules(c, addr, mapped, granule, handles, 0); /* all or nothing; the handles stay */
+  guard_exit(c, g, device);
+  if (e != 0)
+    fprintf(stderr, "torchalloc: remapping %zu bytes at %p on device %d failed: CUDA driver error %d\n", size,
+            (void *)addr, device, e);
+  return e == 0 ? TA_OK : TA_ENOMEM;
+}
+
+static void cuda_unmap(ta_backend *b, int device, uintptr_t addr, size_t size, const uint64_t *handles,
+                       int release) {
   cuda_backend *c = (cuda_backend *)b;
   device_guard g = guard_enter(c, device);
-  unmap_granules(c, addr, size / c->granule[device], c->granule[device], handles);
+  unmap_granules(c, addr, size / c->granule[device], c->granule[device], handles, release);
+  guard_exit(c, g, device);
+}
+
+static void cuda_release(ta_backend *b, int device, const uint64_t *handles, size_t n) {
+  cuda_backend *c = (cuda_backend *)b;
+  device_guard g = guard_enter(c, device);
+  for (size_t i = 0; i < n; i++) {
+    CUresult e = c->vmm.Release((CUmemGenericAllocationHandle)handles[i]);
+    if (e != 0) fprintf(stderr, "torchalloc: cuMemRelease on device %d failed: error %d\n", device, e);
+  }
   guard_exit(c, g, device);
 }
 
@@ -332,7 +369,9 @@ static const ta_backend_ops cuda_ops = {
     .reserve = cuda_reserve,
     .unreserve = cuda_unreserve,
     .map = cuda_map,
+    .remap = cuda_remap,
     .unmap = cuda_unmap,
+    .release = cuda_release,
 };
 
 static void *open_cudart(void) {

@@ -21,7 +21,11 @@
  * ---------------------------------------------------------------------- */
 
 static ta_policy *policy_get(ta_heap *h, uint8_t id) {
-  unsigned flags = (h->conf->expandable ? TA_POLICY_EXPANDABLE : 0) | (h->conf->expandable > 1 ? TA_POLICY_COMPACT : 0);
+  static const unsigned by_mode[] = {[TA_EXPANDABLE_OFF] = 0,
+                                     [TA_EXPANDABLE_GROW] = TA_POLICY_EXPANDABLE,
+                                     [TA_EXPANDABLE_COMPACT] = TA_POLICY_EXPANDABLE | TA_POLICY_COMPACT,
+                                     [TA_EXPANDABLE_RECLAIM] = TA_POLICY_EXPANDABLE | TA_POLICY_RECLAIM};
+  unsigned flags = by_mode[h->conf->expandable];
   if (!h->policies[id]) h->policies[id] = ta_policy_by_id(id)->create(&h->seg, id, flags);
   return h->policies[id];
 }
@@ -85,8 +89,7 @@ void ta_heap_destroy(ta_heap *h) {
 static size_t release_cached_locked(ta_heap *h) {
   if (h->routing) return 0;
   int64_t before = ta_stat_total(h->stats.reserved_bytes);
-  ta_backend *backend = h->seg.backend;
-  backend->ops->synchronize(backend, h->device); /* queued kernels may still use cached blocks */
+  ta_segments_synchronize(&h->seg); /* queued kernels may still use cached blocks */
   if (h->npending) ta_heap_process_pending(h);    /* after the synchronize, every event is done */
   for (int i = 0; i < TA_MAX_POLICIES; i++)
     if (h->policies[i]) h->policies[i]->ops->release_cached(h->policies[i]);
@@ -493,7 +496,7 @@ int64_t ta_heap_arena_release(ta_heap *h, int phase) {
     ta_policy *p = h->policies[i];
     if (!p || !p->ops->arena_release) continue;
     if (!synced) { /* queued kernels may still use the cached blocks */
-      h->seg.backend->ops->synchronize(h->seg.backend, h->device);
+      ta_segments_synchronize(&h->seg);
       synced = 1;
     }
     r += (int64_t)p->ops->arena_release(p, phase);

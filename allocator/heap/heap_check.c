@@ -32,15 +32,17 @@ static int check_expansion(const ta_segment *s, size_t *mapped, char *err, size_
   if (s->size == 0 || s->size % x->granule || s->size > x->reserved || s->unmapped > s->size)
     FAIL("expandable segment %p: %zu bytes of %zu reserved, %zu unmapped, granule %zu", (void *)s->addr, s->size,
          x->reserved, s->unmapped, x->granule);
-  size_t holes = 0;
-  for (size_t g = 0; g < s->size / x->granule; g++) holes += x->handles[g] == 0;
+  size_t holes = 0; /* a lent granule is still mapped here, but its memory counts where it serves now */
+  for (size_t g = 0; g < s->size / x->granule; g++) holes += x->handles[g] == 0 || x->lent[g];
   if (holes * x->granule != s->unmapped)
     FAIL("expandable segment %p: %zu granules unmapped, its count says %zu bytes", (void *)s->addr, holes,
          s->unmapped);
   for (const ta_block *b = s->first; b; b = b->next) {
     if (b->state == TA_BLOCK_FREE) continue;
-    for (size_t g = (b->addr - s->addr) / x->granule; g * x->granule < b->addr + b->size - s->addr; g++)
-      if (!x->handles[g]) FAIL("live block %p lies on an unmapped granule", (void *)b->addr);
+    for (size_t g = (b->addr - s->addr) / x->granule; g * x->granule < b->addr + b->size - s->addr; g++) {
+      if (b->state != TA_BLOCK_RETIRING && (!x->handles[g] || x->lent[g]))
+        FAIL("live block %p lies on a granule unmapped or lent", (void *)b->addr);
+    }
   }
   *mapped = s->size - s->unmapped;
   return 0;
@@ -64,6 +66,9 @@ static int check_segment(ta_heap *h, const ta_segment *s, recount *rc, char *err
         add3(rc->inactive_split, s->pool, 1);
         add3(rc->inactive_split_bytes, s->pool, (int64_t)b->size);
       }
+    } else if (b->state == TA_BLOCK_RETIRING) {
+      if (!s->expansion || b->addr % s->expansion->granule || b->size % s->expansion->granule)
+        FAIL("retiring block %p is not whole granules of an expandable segment", (void *)b->addr);
     } else {
       if (ta_ptrmap_get(&h->live, b->addr) != b) FAIL("live block %p is missing from the pointer map", (void *)b->addr);
       if (b->requested == 0 || b->requested > b->size) FAIL("live block %p: requested %zu outside (0, %zu]",

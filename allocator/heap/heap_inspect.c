@@ -14,35 +14,55 @@ static void pool_of(const ta_heap *h, const ta_segment *s, uint64_t id[2]) {
     }
 }
 
+/* The blocks of `s` within [lo, hi), cut to it (live and pending blocks lie
+ * wholly on mapped granules: only free ones are ever cut). */
+static void stretch_blocks(const ta_segment *s, uintptr_t lo, uintptr_t hi, torchalloc_segment_info *info,
+                           torchalloc_block_info *blocks, size_t blocks_cap, size_t *nb) {
+  for (const ta_block *b = s->first; b && b->addr < hi; b = b->next) {
+    uintptr_t start = b->addr > lo ? b->addr : lo, end = b->addr + b->size < hi ? b->addr + b->size : hi;
+    if (end <= start) continue;
+    int freed = b->state != TA_BLOCK_LIVE && b->state != TA_BLOCK_PENDING;
+    if (*nb < blocks_cap)
+      blocks[*nb] = (torchalloc_block_info){
+          .addr = start,
+          .size = end - start,
+          .requested = freed ? 0 : b->requested,
+          .stack = freed ? 0 : b->stack_id,
+          .phase = freed ? 0 : b->phase,
+          .state = b->state == TA_BLOCK_LIVE ? TORCHALLOC_BLOCK_LIVE
+                   : b->state == TA_BLOCK_PENDING ? TORCHALLOC_BLOCK_PENDING
+                                                  : TORCHALLOC_BLOCK_FREE,
+      };
+    ++*nb;
+    info->nblocks++;
+  }
+}
+
 int ta_heap_snapshot(ta_heap *h, torchalloc_segment_info *segments, size_t segments_cap,
                      torchalloc_block_info *blocks, size_t blocks_cap, size_t *nsegments, size_t *nblocks) {
   ta_lock_acquire(&h->lock);
   const ta_segment_registry *r = &h->seg.registry;
-  size_t nb = 0;
+  size_t nb = 0, ns = 0;
   for (size_t i = 0; i < r->count; i++) {
     const ta_segment *s = r->items[i];
-    torchalloc_segment_info info = {.addr = s->addr, .size = s->size, .stream = (uintptr_t)s->stream,
-                                    .first_block = nb, .pool = s->pool, .policy = s->policy};
-    pool_of(h, s, info.pool_id);
-    for (const ta_block *b = s->first; b; b = b->next, nb++, info.nblocks++) {
-      if (nb >= blocks_cap) continue;
-      blocks[nb] = (torchalloc_block_info){
-          .addr = b->addr,
-          .size = b->size,
-          .requested = b->state == TA_BLOCK_FREE ? 0 : b->requested,
-          .stack = b->state == TA_BLOCK_FREE ? 0 : b->stack_id,
-          .phase = b->state == TA_BLOCK_FREE ? 0 : b->phase,
-          .state = b->state == TA_BLOCK_LIVE      ? TORCHALLOC_BLOCK_LIVE
-                   : b->state == TA_BLOCK_PENDING ? TORCHALLOC_BLOCK_PENDING
-                                                  : TORCHALLOC_BLOCK_FREE,
-      };
+    uintptr_t lo = s->addr, hi = s->addr + s->size, end = hi;
+    /* An expandable segment: each stretch of mapped granules (none when all
+     * of it went back to the device); an ordinary one: all of it. */
+    for (uintptr_t from = s->addr; s->expansion ? ta_segments_mapped_run(s, from, end, &lo, &hi) : from == s->addr;
+         from = hi) {
+      torchalloc_segment_info info = {.addr = lo, .size = hi - lo, .stream = (uintptr_t)s->stream,
+                                      .first_block = nb, .pool = s->pool, .policy = s->policy,
+                                      .expandable = s->expansion != NULL};
+      pool_of(h, s, info.pool_id);
+      stretch_blocks(s, lo, hi, &info, blocks, blocks_cap, &nb);
+      if (ns < segments_cap) segments[ns] = info;
+      ns++;
     }
-    if (i < segments_cap) segments[i] = info;
   }
-  *nsegments = r->count;
+  *nsegments = ns;
   *nblocks = nb;
   ta_lock_release(&h->lock);
-  return r->count <= segments_cap && nb <= blocks_cap ? 0 : 1;
+  return ns <= segments_cap && nb <= blocks_cap ? 0 : 1;
 }
 
 int ta_heap_segment_of(ta_heap *h, uintptr_t addr, uintptr_t *base, size_t *size) {

@@ -139,7 +139,7 @@ int64_t ta_heap_pool_empty(ta_heap *h, const uint64_t id[2]) {
     released = 0;
     if (h->pools[i].use_count == 0 && !h->routing) {
       h->seg.phase = phase;
-      h->seg.backend->ops->synchronize(h->seg.backend, h->device); /* the graph's last replay may still run */
+      ta_segments_synchronize(&h->seg); /* the graph's last replay may still run */
       released = (int64_t)drain(h, i);
       if (ta_log_on() && h->seg.logged) ta_log_trim(h->device, (size_t)released, phase, TA_LOG_TRIM_EMPTY_CACHE);
     }
@@ -152,7 +152,7 @@ int64_t ta_heap_pool_empty(ta_heap *h, const uint64_t id[2]) {
 void ta_heap_routing_begin(ta_heap *h) {
   ta_lock_acquire(&h->lock);
   h->routing++;
-  h->seg.no_sync = 1; /* expandable segments must not unmap (it synchronizes) during a capture */
+  h->seg.no_sync = 1; /* expandable segments must not synchronize, query events, unmap or remap during a capture */
   ta_lock_release(&h->lock);
 }
 

@@ -107,7 +107,7 @@ static void release_untracked(ta_heap *h, ta_block *b) {
     fprintf(stderr, "torchalloc: warning: out of host memory while a CUDA graph capture may be underway; a "
                     "record_stream block is reused without waiting for its other streams\n");
   else
-    h->seg.backend->ops->synchronize(h->seg.backend, h->device);
+    ta_segments_synchronize(&h->seg);
   ta_heap_release_block(h, b);
 }
 

@@ -12,6 +12,7 @@
 typedef struct phase_arena_policy {
   ta_policy base;
   ta_arena *arenas[NARENAS];
+  ta_arena *family; /* the arenas made so far, linked: reclaim moves memory between them */
 } phase_arena_policy;
 
 static ta_policy *phase_arena_create(ta_segments *segments, uint8_t id, unsigned flags) {
@@ -36,6 +37,7 @@ static ta_block *phase_arena_malloc(ta_policy *base, size_t size, cudaStream_t s
   if (ta_unlikely(!a)) {
     a = p->arenas[phase] = ta_arena_create(base->segments, base);
     if (!a) return NULL;
+    ta_arena_join(a, &p->family);
   }
   return ta_arena_malloc(a, size, stream);
 }

@@ -60,6 +60,12 @@ typedef struct ta_policy_ops {
 /* With it: before reserving past the most ever reserved, give back free
  * granules elsewhere (least memory; each time costs a device synchronize). */
 #define TA_POLICY_COMPACT 2u
+/* With TA_POLICY_EXPANDABLE, as compact but never synchronizing: free
+ * granules move to where memory is needed once per-stream progress markers
+ * say the device is past their last use, and before that, on their own
+ * stream, are mapped at the new place too (the old addresses retire when
+ * their marker completes). */
+#define TA_POLICY_RECLAIM 4u
 
 struct ta_policy {
   const ta_policy_ops *ops;
@@ -139,6 +145,73 @@ ta_internal int ta_segments_would_raise_peak(const ta_segments *s, size_t bytes)
  * budget), until `want` bytes are back, sparing `keep` (a block about to be
  * extended). Synchronizes first when there is any. Returns the bytes. */
 ta_internal size_t ta_segments_unmap_free(ta_segments *s, size_t want, const ta_block *keep);
+
+/* --- reclaim (TA_POLICY_RECLAIM; segments_marks.c, segments_expand.c) ---
+ * The granules a freed block touches are stamped with its stream's marker
+ * epoch (the free path's few lines: ta_segments_note_free); a marker (an
+ * event) recorded on the stream later covers the stamp, and once that
+ * completes, the device is past the last use of that memory. Granules, not
+ * blocks: a free block merged with a neighbour freed just now keeps the
+ * age of each part. Granules gathered to be mapped elsewhere are the
+ * donors (their stamps travel with them): the next ta_segments_grow /
+ * ta_segments_map / new segment maps them (no new memory) before making
+ * any; ta_segments_donors_drop gives back any left. */
+
+typedef struct ta_stream_marks {
+  cudaStream_t stream;
+  uint32_t epoch;        /* frees on the stream now are stamped with it */
+  uint32_t done;         /* frees stamped <= done are past: the device finished what was queued before them */
+  uint32_t event_epoch;  /* the epoch the marker in flight covers */
+  void *event;           /* the marker in flight; NULL when none */
+  uint64_t frees;        /* frees stamped so far */
+  uint64_t frees_marked; /* `frees` when the last marker was recorded (or the device synchronized) */
+} ta_stream_marks;
+
+/* Frees on a stream between two markers. */
+#define TA_MARK_EVERY 256
+
+ta_internal void ta_segments_marks_progress(ta_segments *s, ta_stream_marks *m);
+/* The free path of a reclaim segment's block: the stamps, and every
+ * TA_MARK_EVERY frees a marker on its stream. */
+static inline void ta_segments_note_free(ta_segments *s, const ta_block *b) {
+  ta_segment *seg = b->segment;
+  ta_stream_marks *m = seg->marks;
+  if (!m) return;
+  uint32_t epoch = m->epoch;
+  size_t g = (b->addr - seg->addr) >> seg->granule_shift, end = (b->addr + b->size - 1 - seg->addr) >> seg->granule_shift;
+  do seg->stamps[g] = epoch;
+  while (g++ < end);
+  if (ta_unlikely((++m->frees & (TA_MARK_EVERY - 1)) == 0)) ta_segments_marks_progress(s, m);
+}
+/* 1 when the device is past the last use of the memory of every granule
+ * lying wholly in [addr, addr + len) of `seg` (a reclaim segment). */
+ta_internal int ta_segments_range_past(const ta_segment *seg, uintptr_t addr, size_t len);
+/* Ask every marker in flight whether it completed (never waits; never while
+ * a capture may be underway). */
+ta_internal void ta_segments_marks_poll(ta_segments *s);
+/* A marker on every stream freed on since its last, none in flight. */
+ta_internal void ta_segments_marks_record(ta_segments *s);
+/* Donors, device-wide: mapped granules wholly inside free blocks the device
+ * is past (any reclaim segment, sparing `keep`), unmapped without release,
+ * a whole stretch of a block at a time, until `want` bytes are gathered.
+ * Returns the bytes (what is not mapped next goes back to the device). */
+ta_internal size_t ta_segments_take_past(ta_segments *s, size_t want, const ta_block *keep);
+/* Donors from [addr, addr + len) of `seg` (whole granules, mapped, inside a
+ * block the caller carved out as TA_BLOCK_RETIRING): mapped elsewhere next,
+ * they stay mapped here until ta_segments_retire. */
+ta_internal void ta_segments_lend(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t len);
+/* The device is past the retiring block at [addr, addr + len): unmap its
+ * addresses (their memory lives on where it was mapped since). */
+ta_internal void ta_segments_retire(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t len);
+/* Give back to the device any donors not mapped (after a failure). */
+ta_internal void ta_segments_donors_drop(ta_segments *s);
+/* The first run of whole granules of `seg` inside [lo, hi) that are mapped
+ * (and not lent): 1 with it in [*run_lo, *run_hi), or 0. */
+ta_internal int ta_segments_mapped_run(const ta_segment *seg, uintptr_t lo, uintptr_t hi, uintptr_t *run_lo,
+                                       uintptr_t *run_hi);
+/* 1 when memory may be unmapped or mapped again elsewhere now: no capture
+ * may be underway. */
+ta_internal int ta_segments_may_remap(const ta_segments *s);
 
 /* A free block that is part of a split segment counts as inactive_split:
  * call with +1 when it enters a free index, -1 when it leaves. */

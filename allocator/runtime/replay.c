@@ -23,6 +23,13 @@ _Static_assert(sizeof(torchalloc_replay_event) == 32, "torchalloc_replay_event i
 /* "Unlimited" capacity: far above any device, far below the sim's 4 PiB
  * address range per device. */
 #define REPLAY_UNLIMITED ((uint64_t)1 << 50)
+/* How far the simulated device trails the trace, in events: a marker (an
+ * event, for the reclaim mode) recorded at event i completes at event
+ * i + REPLAY_LAG. A training loop's host runs ahead of its GPU by up to a
+ * step (its launch queue holds about a thousand kernels), so memory freed
+ * in the trace is not known to be past for that long: what the reclaim
+ * mode does then (lending on the same stream) is what a GPU would see. */
+#define REPLAY_LAG 1000
 
 TORCHALLOC_API size_t torchalloc_replay_event_size(void) { return sizeof(torchalloc_replay_event); }
 TORCHALLOC_API size_t torchalloc_replay_result_size(void) { return sizeof(torchalloc_replay_result); }
@@ -217,10 +224,12 @@ TORCHALLOC_API int torchalloc_replay(const torchalloc_replay_event *events, size
 
   ta_config conf;
   ta_config_defaults(&conf);
-  /* "POLICY+expandable" / "POLICY+compact": the policy with expandable:1 / expandable:2. */
-  static const char *const suffixes[] = {"+expandable", "+compact"};
+  /* "POLICY+expandable" / "+compact" / "+reclaim": the policy with expandable:1 / 2 / 3; the policy's name
+   * alone: ordinary segments (expandable:0, not the configuration's default). */
+  static const char *const suffixes[] = {"+expandable", "+compact", "+reclaim"};
   size_t name_len = strlen(policy);
-  for (int k = 0; k < 2; k++) {
+  conf.expandable = TA_EXPANDABLE_OFF;
+  for (int k = 0; k < 3; k++) {
     size_t len = strlen(suffixes[k]);
     if (name_len > len && strcmp(policy + name_len - len, suffixes[k]) == 0) {
       conf.expandable = k + 1;
@@ -242,7 +251,7 @@ TORCHALLOC_API int torchalloc_replay(const torchalloc_replay_event *events, size
   conf.sim_capacity = (size_t)(capacity ? capacity : REPLAY_UNLIMITED);
   conf.sim_fail_alloc = 0;
 
-  ta_sim_options opts = {.devices = 1, .capacity = conf.sim_capacity, .fail_alloc_at = 0};
+  ta_sim_options opts = {.devices = 1, .capacity = conf.sim_capacity, .fail_alloc_at = 0, .lag = REPLAY_LAG};
   ta_backend *backend = ta_backend_sim_create(&opts);
   if (!backend) {
     ta_set_error("torchalloc_replay: cannot create the sim backend");
@@ -255,7 +264,8 @@ TORCHALLOC_API int torchalloc_replay(const torchalloc_replay_event *events, size
   for (int p = 0; p < TA_MAX_PHASES; p++) st.epoch[p] = 1;
   st.h = ta_heap_create(backend, 0, &conf, 0, err, sizeof err);
   if (!st.h) {
-    ta_set_error("%s%s", err, strncmp(err, "unknown policy", 14) ? "" : "; each may end in +expandable or +compact");
+    ta_set_error("%s%s", err,
+                 strncmp(err, "unknown policy", 14) ? "" : "; each may end in +expandable, +compact or +reclaim");
     backend->ops->destroy(backend);
     return -1;
   }
@@ -281,6 +291,7 @@ TORCHALLOC_API int torchalloc_replay(const torchalloc_replay_event *events, size
       break;
     }
     if (ser.len) series_close_until(&ser, i, reserved_now(h));
+    ta_backend_sim_advance(backend, 0, 1); /* the device trails by REPLAY_LAG events */
     if (ta_likely(e->kind == TORCHALLOC_REPLAY_ALLOC)) {
       int got = replay_alloc(&st, e);
       if (ta_unlikely(got != 0)) {
@@ -329,6 +340,7 @@ TORCHALLOC_API int torchalloc_replay(const torchalloc_replay_event *events, size
   r.device_allocs = stats.num_device_alloc;
   r.device_frees = stats.num_device_free;
   r.alloc_retries = stats.num_alloc_retries;
+  r.synchronizes = stats.num_synchronizes;
   r.final_allocated = stats.allocated_bytes[TORCHALLOC_POOL_ALL].current;
   r.final_reserved = stats.reserved_bytes[TORCHALLOC_POOL_ALL].current;
 

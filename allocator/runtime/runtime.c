@@ -174,7 +174,8 @@ static ta_backend *create_backend(const ta_config *conf, char *err, size_t errle
   if (conf->backend != TA_BACKEND_SIM) return ta_backend_cuda_create(err, errlen);
   ta_sim_options opts = {.devices = conf->sim_devices, .capacity = conf->sim_capacity,
                          .fail_alloc_at = conf->sim_fail_alloc, .event_polls = conf->sim_event_polls,
-                         .held_elsewhere = conf->sim_held_elsewhere, .no_vmm = !conf->sim_vmm};
+                         .held_elsewhere = conf->sim_held_elsewhere, .no_vmm = !conf->sim_vmm,
+                         .lag = conf->sim_lag};
   ta_backend *backend = ta_backend_sim_create(&opts);
   if (!backend) snprintf(err, errlen, "cannot create the sim backend");
   return backend;

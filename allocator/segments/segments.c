@@ -198,4 +198,5 @@ void ta_segments_destroy(ta_segments *seg) {
   }
   free(slab->chunks);
   memset(slab, 0, sizeof *slab);
+  ta_segments_marks_destroy(seg);
 }

@@ -26,13 +26,23 @@ typedef struct ta_segment_registry {
 } ta_segment_registry;
 
 /* What an expandable segment adds to a segment (segments_expand.c): its
- * address range and the handle of each granule, 0 while unmapped. */
+ * address range and the handle of each granule, 0 while unmapped. A
+ * granule lent (reclaim) is still mapped here, but its memory is counted
+ * where it was mapped since: here it counts as unmapped. */
 typedef struct ta_expansion {
   size_t reserved;   /* bytes of addresses reserved from `addr` */
   size_t granule;
   uint64_t *handles; /* one per granule of the segment's size; 0: not mapped */
+  uint8_t *lent;     /* one per granule: 1 while lent (mapped here, retiring) */
   size_t cap_handles;
 } ta_expansion;
+
+/* Physical granules gathered to be mapped elsewhere (reclaim). */
+typedef struct ta_donors {
+  uint64_t *handles;
+  uint32_t *stamps; /* each one's stamp, for where it goes (0: past) */
+  size_t n, cap;
+} ta_donors;
 
 struct ta_segments {
   ta_backend *backend;
@@ -43,7 +53,10 @@ struct ta_segments {
   size_t granule;      /* the backend's virtual-memory granule; 0: no expandable segments */
   int64_t high_water;  /* the most reserved bytes so far (never reset, unlike the stats' peak) */
   int no_sync;         /* a capture may be underway: nothing may synchronize (the heap's routing) */
-  torchalloc_stats *stats; /* the heap's: segment, reserved_bytes, inactive_split*, num_device_* */
+  torchalloc_stats *stats; /* the heap's: segment, reserved_bytes, inactive_split*, num_device_*, num_synchronizes */
+  ta_stream_marks **marks; /* reclaim: one per stream its segments serve (segments_marks.c) */
+  size_t nmarks, cap_marks;
+  ta_donors donors;
   ta_segment_registry registry;
   ta_block_slab slab;
   int64_t phase_growth[TORCHALLOC_MAX_PHASES];   /* device bytes allocated for each phase's requests */
@@ -58,6 +71,12 @@ ta_internal void ta_segments_destroy(ta_segments *s);
 /* The segment containing `addr`, or NULL. */
 ta_internal ta_segment *ta_segments_find(const ta_segments *s, uintptr_t addr);
 
+/* Wait for the device (cached memory is about to go back, or every queued
+ * use must be over): counted in num_synchronizes; every marker is done. */
+ta_internal void ta_segments_synchronize(ta_segments *s);
+/* The markers of `stream`, made on first use; NULL when host memory runs out. */
+ta_internal ta_stream_marks *ta_segments_marks_for(ta_segments *s, cudaStream_t stream);
+
 /* --- between the segment layer's files --- */
 
 ta_internal int ta_segments_register(ta_segments *s, ta_segment *seg);
@@ -68,5 +87,7 @@ ta_internal void ta_segments_account(ta_segments *s, const ta_segment *seg, uint
 /* Teardown, before ta_segments_destroy: every expandable segment unmapped,
  * its addresses given back, its descriptor freed (segments_expand.c). */
 ta_internal void ta_segments_expandable_teardown(ta_segments *s);
+/* Teardown: release the markers in flight and free them (segments_marks.c). */
+ta_internal void ta_segments_marks_destroy(ta_segments *s);
 
 #endif

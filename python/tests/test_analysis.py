@@ -476,7 +476,7 @@ def test_export_loads_in_torch_memory_viz() -> None:
 def _write_sim_log(lib: ctypes.CDLL, path: Path) -> None:
     from torchalloc import _lib, phases
 
-    _lib.init(f"backend:sim,sim_capacity:80MiB,warn:0,log:{path}")
+    _lib.init(f"backend:sim,sim_capacity:80MiB,warn:0,log:{path},expandable:off")  # caching's holes, as PyTorch's
     try:
         malloc, free = lib.torchalloc_malloc, lib.torchalloc_free
         with phases.phase("model"):

@@ -121,8 +121,8 @@ def test_an_integer_out_of_range_in_the_configuration_says_the_range(library_pat
     from torchalloc import _lib
 
     try:
-        with pytest.raises(ValueError, match=r"'expandable' \(expected an integer from 0 to 2\)"):
-            _lib.init("backend:sim,expandable:3")
+        with pytest.raises(ValueError, match=r"'expandable' \(expected off, on, compact or reclaim, or an integer from 0 to 3\)"):
+            _lib.init("backend:sim,expandable:4")
     finally:
         _lib.teardown()
 

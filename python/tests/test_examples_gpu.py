@@ -139,3 +139,4 @@ def test_fragmentation_demo_diagnoses_and_fixes(library_path: Path, tmp_path: Pa
     assert any("policy:phase_arena" in line and "phase 'cache'" in line for line in caching["advice"])
     assert r["advised"]["completed"]
     assert diagnosis["advice"][0]["confirmed"] is True, diagnosis["advice"][0]
+    assert r["default"]["completed"]  # torchalloc installed with nothing set (expandable:reclaim) fits

@@ -121,7 +121,7 @@ import json, pickle, sys
 sys.path.insert(0, {python!r})
 import torch, torchalloc
 from torchalloc import _lib
-torchalloc.install(policy="caching", log={log!r})
+torchalloc.install(policy="caching", expandable="off", log={log!r})  # the segments README.md's figures are of
 model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1024)).cuda()
 opt = torch.optim.Adam(model.parameters())
 for _ in range(3):

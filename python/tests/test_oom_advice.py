@@ -96,7 +96,7 @@ def clean(library_path: Path):  # type: ignore[no-untyped-def]
 
 def test_fragmentation_advice_names_expandable_and_following_it_completes(clean: None, tmp_path: Path) -> None:
     log = tmp_path / "caching.talog"
-    _lib.init(f"{BASE},policy:caching,log:{log}")
+    _lib.init(f"{BASE},policy:caching,expandable:off,log:{log}")
     seen: list[int] = []
     completed, step = pattern.drive(_lib.lib(), phases=False, at_failure=lambda: seen.append(free_granules_now(_lib.lib())))
     assert not completed, "caching should run out of memory on this pattern under the cap"
@@ -124,7 +124,7 @@ def test_fragmentation_advice_names_expandable_and_following_it_completes(clean:
     conf = f"{BASE},policy:caching," + ",".join(f"{k}:{v}" for k, v in first.conf.items())
     after = run_child(conf, phases=False)
     assert after["completed"] is True and after["step"] == pattern.Config().steps - 1, after
-    before = run_child(f"{BASE},policy:caching", phases=False)  # and the child reproduces the failure
+    before = run_child(f"{BASE},policy:caching,expandable:off", phases=False)  # and the child reproduces the failure
     assert before["completed"] is False and before["step"] == step and parse_advice(str(before["summary"]))[0] == first
 
     # The offline check: the log's numbers give the same line, and the replay confirms it.
@@ -140,7 +140,7 @@ def test_fragmentation_advice_names_expandable_and_following_it_completes(clean:
 
 def test_the_report_marks_the_advice_in_text_json_and_html(clean: None, tmp_path: Path) -> None:
     log = tmp_path / "caching.talog"
-    _lib.init(f"{BASE},policy:caching,log:{log}")
+    _lib.init(f"{BASE},policy:caching,expandable:off,log:{log}")
     assert pattern.drive(_lib.lib(), phases=False) == (False, 2)
     _lib.teardown()
     env = dict(os.environ, PYTHONPATH=str(HERE.parent))
@@ -163,7 +163,7 @@ def test_the_report_marks_the_advice_in_text_json_and_html(clean: None, tmp_path
 
 def test_phase_arena_advice_names_the_phases_that_pin(clean: None, tmp_path: Path) -> None:
     log = tmp_path / "phases.talog"
-    _lib.init(f"{BASE},policy:caching,log:{log}")
+    _lib.init(f"{BASE},policy:caching,expandable:off,log:{log}")
     assert not pattern.drive(_lib.lib(), phases=True)[0]
     oom = last_oom(0)
     d = oom.detail
@@ -188,7 +188,7 @@ def test_phase_arena_advice_names_the_phases_that_pin(clean: None, tmp_path: Pat
 def test_phase_arena_advice_only_when_another_phase_pins(clean: None, phases: bool) -> None:
     """The demo's cache entries (phase "cache") pin the activations' segments (phase "forward"): the line
     appears with phases and names both; without phases every block is the request's phase, and it does not."""
-    _lib.init(f"backend:sim,warn:0,oom_report:off,sim_capacity:{diagnosis.CAP},policy:caching")
+    _lib.init(f"backend:sim,warn:0,oom_report:off,sim_capacity:{diagnosis.CAP},policy:caching,expandable:off")
     assert not diagnosis.run_workload(_lib.lib(), phases)
     oom = last_oom(0)
     assert oom.verdict == "fragmentation"
@@ -208,7 +208,7 @@ def test_a_line_that_would_not_have_helped_is_said_so(clean: None, tmp_path: Pat
     advice asks for the fraction that holds 70 MiB -- but caching, its segments pinned, would need 100 MiB:
     the replay at that fraction says the line would not have helped."""
     log = tmp_path / "fraction.talog"
-    _lib.init(f"backend:sim,warn:0,oom_report:off,sim_capacity:1GiB,policy:caching,log:{log}")
+    _lib.init(f"backend:sim,warn:0,oom_report:off,sim_capacity:1GiB,policy:caching,expandable:off,log:{log}")
     lib = _lib.lib()
     lib.torchalloc_set_memory_fraction(64 / 1024, 0)
     blocks = [lib.torchalloc_malloc(6 * MiB, 0, None) for _ in range(9)]  # three to a 20 MiB segment

@@ -63,7 +63,8 @@ def run_workload(lib: ctypes.CDLL, phases: bool = True) -> bool:
 
 def logged_run(tmp_path: Path, policy: str, extra: str = "", phases: bool = True) -> tuple[bool, Path]:
     log = tmp_path / f"{policy}.talog"
-    _lib.init(f"backend:sim,warn:0,oom_report:off,sim_capacity:{CAP},policy:{policy},log:{log}{extra}")
+    # Ordinary segments: the workload fragments them (the default mode does not run out: test_reclaim.py).
+    _lib.init(f"backend:sim,warn:0,oom_report:off,sim_capacity:{CAP},policy:{policy},log:{log},expandable:off{extra}")
     done = run_workload(_lib.lib(), phases)
     return done, log
 

@@ -58,7 +58,7 @@ GiB = 1 << 30
 KiB = 1 << 10
 
 POLICIES = ("caching", "exact", "phase_arena", "caching+expandable", "phase_arena+expandable", "caching+compact",
-            "phase_arena+compact")  # replay's default set
+            "phase_arena+compact", "caching+reclaim", "phase_arena+reclaim")  # replay's default set
 
 
 @pytest.fixture
@@ -282,6 +282,8 @@ def test_json_output_schema(lib: Path) -> None:
             assert type(p[key]) is int, (name, key)  # bytes as integers, not floats
         assert type(p["fragmentation_at_peak"]) is float and 0.0 <= p["fragmentation_at_peak"] < 1.0
         assert type(p["oom_at_capacity"]) is bool
+        assert p["default"] is (name == "caching+reclaim")  # what install() picks
+        assert type(p["synchronizes"]) is int and p["synchronizes"] >= 0
     assert doc["policies"]["caching"]["oom_at_capacity"] is True
     assert doc["policies"]["caching"]["oom_event"] == 11
     assert doc["policies"]["caching"]["min_capacity"] == 26 * MiB
@@ -370,7 +372,7 @@ def _record_log(path: Path, ops: list[tuple[Any, ...]], *, open_after: int = 0, 
     from torchalloc import _lib, phases
 
     lib = _lib.lib()
-    conf = f"backend:sim,sim_capacity:1GiB,warn:0,policy:{policy}"
+    conf = f"backend:sim,sim_capacity:1GiB,warn:0,policy:{policy},expandable:off"  # what `replay POLICY` replays
     _lib.init(conf if open_after else f"{conf},log:{path}")
     live: dict[str, tuple[int, int, int]] = {}
     try:

@@ -33,7 +33,7 @@ PYTHON_DIR = Path(__file__).resolve().parents[1]
         ({"log_max": "18446744073709551615"}, "from 4 KiB to 1 TiB"),
         ({"log_max": "2TiB"}, "from 4 KiB to 1 TiB"),
         ({"log_max": "100"}, "from 4 KiB to 1 TiB"),
-        ({"expandable": 3}, "from 0 to 2"),
+        ({"expandable": 4}, "from 0 to 3"),
         ({"stack_depth": 0}, "from 1 to 64"),
     ],
 )

@@ -29,7 +29,7 @@ LIB_NAME = "libtorchalloc.so"
 ENV_LIB = "TORCHALLOC_LIB"
 
 # Must equal TORCHALLOC_STATS_VERSION in torchalloc.h; bump both together.
-STATS_VERSION = 2
+STATS_VERSION = 3
 
 # Mirrors TORCHALLOC_PHASE_NAME_MAX and TORCHALLOC_MAX_PHASES.
 PHASE_NAME_MAX = 63
@@ -58,6 +58,8 @@ MISUSE_COUNTERS = (
     "num_bad_device",
     "num_bad_free_stream",
 )
+# Counters of the device calls torch does not count, in struct order (after the misuse ones).
+DEVICE_COUNTERS = ("num_synchronizes",)
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -82,7 +84,7 @@ class Stats(ctypes.Structure):
     _fields_ = (
         [("version", ctypes.c_int64)]
         + [(name, Stat * 3) for name in STAT_ARRAYS]
-        + [(name, ctypes.c_int64) for name in TORCH_COUNTERS + MISUSE_COUNTERS]
+        + [(name, ctypes.c_int64) for name in TORCH_COUNTERS + MISUSE_COUNTERS + DEVICE_COUNTERS]
     )
 
 
@@ -109,7 +111,7 @@ class PhaseStatsStruct(ctypes.Structure):
 
 
 # Replay (allocator/runtime/replay.c). Must equal TORCHALLOC_REPLAY_VERSION in torchalloc.h.
-REPLAY_VERSION = 1
+REPLAY_VERSION = 2
 # TORCHALLOC_REPLAY_*: what a torchalloc_replay_event does.
 REPLAY_ALLOC, REPLAY_FREE, REPLAY_PHASE_BEGIN, REPLAY_PHASE_END = 1, 2, 3, 4
 # sizeof(torchalloc_replay_event); its fields are laid out by trace.EVENT_DTYPE (numpy, not runtime).
@@ -134,6 +136,7 @@ REPLAY_RESULT_FIELDS = (
     "oom_size",
     "final_allocated",
     "final_reserved",
+    "synchronizes",
 )
 
 
@@ -244,6 +247,10 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "torchalloc_routing_end": (_c_int, [_c_int]),
     "torchalloc_sim_capture": (_c_int, [_c_int, _c_void_p, _c_int]),
     "torchalloc_sim_capture_violations": (_c_int64, [_c_int, _c_char_p, _c_size_t]),
+    "torchalloc_sim_use": (_c_int, [_c_int, _c_void_p, _c_void_p, _c_size_t]),
+    "torchalloc_sim_advance": (_c_int, [_c_int, _c_uint64]),
+    "torchalloc_sim_physical": (_c_int, [_c_int, _c_void_p, ctypes.POINTER(_c_uint64)]),
+    "torchalloc_segment_mode": (_c_int, [_c_int, ctypes.POINTER(_c_int)]),
 }
 
 # Functions that newer builds have (the event log); bound when present, so
@@ -395,6 +402,20 @@ def init(conf: str | None) -> None:
 def teardown() -> None:
     """Forget every block and segment (tests and tools only: torch must hold none of ours)."""
     lib().torchalloc_teardown()
+
+
+# TORCHALLOC_CONF `expandable`, by number (config.c's names): how caching and phase_arena use the device.
+EXPANDABLE_MODES = ("off", "on", "compact", "reclaim")
+
+
+def segment_mode(device: int) -> tuple[str, str]:
+    """(the mode in force, the mode the configuration asked for) on `device`, by name: they differ
+    where the device has no virtual memory management (ordinary segments, "off", then)."""
+    asked = ctypes.c_int(-1)
+    mode = lib().torchalloc_segment_mode(device, ctypes.byref(asked))
+    if mode < 0:
+        raise ValueError(last_error() or f"no device {device}")
+    return EXPANDABLE_MODES[mode], EXPANDABLE_MODES[asked.value]
 
 
 def config_keys() -> list[str]:

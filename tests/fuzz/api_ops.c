@@ -52,10 +52,13 @@ static uint16_t u16_at(const uint8_t *b) { return (uint16_t)(b[0] | b[1] << 8); 
  * Operations
  * ---------------------------------------------------------------------- */
 
-/* A block just handed out: the caller now holds it and writes its canary. */
+/* A block just handed out: the caller now holds it, its kernel writes it
+ * (the sim checks nobody else's queued work may still use that memory),
+ * and its canary is written. */
 static void add_live(uintptr_t p, size_t size, int device, cudaStream_t stream, int pool) {
   shadow_block *b = &D.live[D.nlive++];
-  *b = (shadow_block){p, size, stream, device, pool, ++D.serial};
+  *b = (shadow_block){p, size, stream, device, pool, ++D.serial, 0};
+  torchalloc_sim_use(device, stream, (void *)p, size);
   EXPECT(canary_write(p, size, b->serial) == 0, "the canary store is full (%zu words)", canary_words());
   D.n.mallocs++;
 }
@@ -63,6 +66,9 @@ static void add_live(uintptr_t p, size_t size, int device, cudaStream_t stream, 
 void drv_free_live(int i, int by_ptr) {
   shadow_block *b = &D.live[i];
   drv_check_canary(b); /* intact up to the moment the caller gives it back */
+  /* Its last kernel, queued before the free (not after another stream's use:
+   * that order would be the program's own race, not the allocator's). */
+  if (!b->shared) torchalloc_sim_use(b->device, b->stream, (void *)b->addr, b->size);
   if (by_ptr)
     EXPECT(torchalloc_free_ptr((void *)b->addr) == 0, "free_ptr of live block %#lx failed", (unsigned long)b->addr);
   else
@@ -82,8 +88,16 @@ void op_malloc(const uint8_t *b, int from_pool) {
   cudaStream_t stream = drv_streams[b[2] % NSTREAMS];
   size_t size = draw_size(b);
   int pool = from_pool ? (b[3] >> 4) % NPOOLS : NO_POOL;
+  torchalloc_stats before;
+  if (D.expandable == 3 && device_ok(device)) before = drv_stats_of(device);
   void *p = pool == NO_POOL ? torchalloc_malloc(size, device, stream)
                             : torchalloc_pool_malloc(size, device, stream, drv_pool_ids[pool][0], drv_pool_ids[pool][1]);
+  if (D.expandable == 3 && device_ok(device)) { /* reclaim: only an OOM's retry may wait for the device */
+    torchalloc_stats after = drv_stats_of(device);
+    EXPECT(after.num_synchronizes == before.num_synchronizes || after.num_alloc_retries != before.num_alloc_retries,
+           "malloc(%zu) on device %d synchronized %lld times without an OOM retry", size, device,
+           (long long)(after.num_synchronizes - before.num_synchronizes));
+  }
   if (size == 0 || !device_ok(device) || size > TA_MAX_REQUEST) {
     EXPECT(p == NULL, "malloc(%zu, device %d) of a request no device can serve returned %p", size, device, p);
     D.misuse += size != 0; /* size 0 is a plain NULL, the rest is misuse */
@@ -104,7 +118,15 @@ void op_free(const uint8_t *b) {
 
 void op_record_stream(const uint8_t *b) {
   if (!D.nlive) return;
-  torchalloc_record_stream((void *)D.live[u16_at(b + 1) % D.nlive].addr, drv_streams[b[3] % NSTREAMS]);
+  shadow_block *l = &D.live[u16_at(b + 1) % D.nlive];
+  cudaStream_t other = drv_streams[b[3] % NSTREAMS];
+  torchalloc_record_stream((void *)l->addr, other);
+  if (other == l->stream) return;
+  /* The other stream waits for the block's writer (the device catches up),
+   * then its kernel reads the block: the free must wait for that kernel. */
+  torchalloc_sim_advance(l->device, D.lag);
+  torchalloc_sim_use(l->device, other, (void *)l->addr, l->size);
+  l->shared = 1;
 }
 
 void op_empty_cache(const uint8_t *b) {

@@ -11,9 +11,19 @@ ta_arena *ta_arena_create(ta_segments *segments, ta_policy *policy) {
   a->segments = segments;
   a->policy = policy;
   a->expandable = (policy->flags & TA_POLICY_EXPANDABLE) && ta_segments_granule(segments) > 0;
-  a->compact = a->expandable && (policy->flags & TA_POLICY_COMPACT);
+  a->compact = a->expandable && (policy->flags & (TA_POLICY_COMPACT | TA_POLICY_RECLAIM));
+  a->reclaim = a->expandable && (policy->flags & TA_POLICY_RECLAIM);
   return a;
 }
+
+void ta_arena_join(ta_arena *a, ta_arena **family) {
+  a->family = family;
+  a->family_next = *family;
+  *family = a;
+}
+
+/* The arenas reclaim works across: `a`'s family, or `a` alone. */
+#define FOR_FAMILY(f, a) for (ta_arena *f = (a)->family ? *(a)->family : (a); f; f = (a)->family ? f->family_next : NULL)
 
 static void own(ta_arena *a, ta_segment *s) {
   s->owner_prev = NULL;
@@ -102,6 +112,86 @@ static inline void split_after(ta_arena *a, ta_bins *bins, ta_block *b, size_t k
  * Expandable segments
  * ---------------------------------------------------------------------- */
 
+/* Reclaim: the retiring blocks the device is past (`all`: every one, after
+ * a synchronize or at teardown) lose their old addresses and are free again;
+ * not `keep` (the end of a range about to grow, which may be retiring) nor
+ * one next to it (it would merge away under the caller), which wait for
+ * the next time. */
+static void retire(ta_arena *a, int all, const ta_block *keep) {
+  for (size_t i = 0; i < a->nretiring;) {
+    ta_block *r = a->retiring[i];
+    if ((!all && !ta_segments_range_past(r->segment, r->addr, r->size)) ||
+        (keep && (r == keep || r->next == keep || r->prev == keep))) {
+      i++;
+      continue;
+    }
+    a->retiring[i] = a->retiring[--a->nretiring];
+    ta_segments_retire(a->segments, r->segment, r->addr, r->size);
+    ta_arena_free(a, r); /* back to the index, merged with free neighbours */
+  }
+}
+
+/* Reclaim: lend up to `want` bytes of mapped granules inside free blocks of
+ * `stream`'s segments of this arena (and its family) that the device may
+ * still be using (those it is past went first, device-wide): each run is
+ * carved out as a retiring block of its arena and its memory becomes
+ * donors. Safe without waiting: the donors serve a request of the same
+ * stream, whose work runs after what is queued there. Returns the bytes. */
+static size_t lend_from(ta_arena *a, cudaStream_t stream, size_t want, const ta_block *keep) {
+  size_t granule = ta_segments_granule(a->segments), got = 0;
+  for (ta_segment *seg = a->owned; seg && got < want; seg = seg->owner_next) {
+    if (!seg->expansion || !seg->marks || seg->stream != stream) continue;
+    for (ta_block *b = seg->first; b && got < want; b = b->next) {
+      uintptr_t lo, hi;
+      if (b->state != TA_BLOCK_FREE || b == keep || !ta_segments_mapped_run(seg, b->addr, b->addr + b->size, &lo, &hi))
+        continue;
+      if (hi - lo > ta_align_up(want - got, granule)) hi = lo + ta_align_up(want - got, granule);
+      if (a->nretiring == a->cap_retiring) {
+        size_t cap = a->cap_retiring ? a->cap_retiring * 2 : 16;
+        ta_block **grown = realloc(a->retiring, cap * sizeof *grown);
+        if (!grown) return got;
+        a->retiring = grown;
+        a->cap_retiring = cap;
+      }
+      ta_block *r = ta_arena_claim(a, seg, lo, hi - lo);
+      if (!r) return got; /* host memory */
+      r->state = TA_BLOCK_RETIRING;
+      ta_segments_lend(a->segments, seg, lo, hi - lo);
+      a->retiring[a->nretiring++] = r;
+      got += hi - lo;
+      b = r; /* the loop goes on after it */
+    }
+  }
+  return got;
+}
+
+static size_t lend(ta_arena *a, cudaStream_t stream, size_t want, const ta_block *keep) {
+  size_t got = lend_from(a, stream, want, keep); /* the requester's own arena first */
+  FOR_FAMILY(f, a) if (f != a && got < want) got += lend_from(f, stream, want - got, keep);
+  return got;
+}
+
+/* Compact and reclaim: before `bytes` are mapped past the most ever
+ * reserved (or, reclaim, after the device said no: `failed`), free
+ * granules elsewhere go back to the device (compact: after a synchronize)
+ * or become donors (reclaim: never waiting). Returns 1 when it found any. */
+static int make_room(ta_arena *a, cudaStream_t stream, size_t bytes, const ta_block *keep, int failed) {
+  ta_segments *s = a->segments;
+  if (!a->compact || !(failed ? a->reclaim && ta_segments_may_remap(s) : ta_segments_would_raise_peak(s, bytes)))
+    return 0;
+  if (!a->reclaim) return ta_segments_unmap_free(s, bytes, keep) > 0;
+  /* Markers on the streams freed on since their last, then asked: a device
+   * that has caught up (or nearly) says at once that all of it is past. */
+  ta_segments_marks_poll(s);
+  ta_segments_marks_record(s);
+  ta_segments_marks_poll(s);
+  FOR_FAMILY(f, a) retire(f, 0, keep);
+  size_t got = ta_segments_take_past(s, bytes, keep);
+  if (got < bytes) got += lend(a, stream, bytes - got, keep);
+  ta_segments_marks_record(s); /* what was lent gets its marker now: it retires soon */
+  return got > 0;
+}
+
 /* A free block of at least `rounded` bytes at the end of the stream's
  * expandable segment, out of the index: the segment made, or grown by what
  * its free end lacks. Compact: growing past the most ever reserved first
@@ -114,8 +204,11 @@ static ta_block *expand(ta_arena *a, ta_stream_bins *sb, int pool, ta_bins *bins
   size_t granule = ta_segments_granule(a->segments);
   if (!seg) {
     size_t bytes = ta_align_up(rounded, granule);
-    if (a->compact && ta_segments_would_raise_peak(a->segments, bytes)) ta_segments_unmap_free(a->segments, bytes, NULL);
+    make_room(a, sb->stream, bytes, NULL, 0);
     seg = ta_segments_alloc_expandable(a->segments, rounded, sb->stream, pool, a, a->policy, status);
+    if (!seg && *status == TA_ENOMEM && make_room(a, sb->stream, bytes, NULL, 1))
+      seg = ta_segments_alloc_expandable(a->segments, rounded, sb->stream, pool, a, a->policy, status);
+    if (a->reclaim) ta_segments_donors_drop(a->segments);
     if (!seg) return NULL;
     own(a, seg);
     sb->expandable[pool] = seg;
@@ -129,9 +222,11 @@ static ta_block *expand(ta_arena *a, ta_stream_bins *sb, int pool, ta_bins *bins
   }
   ta_block *fresh = have ? tail : ta_segments_block_new(a->segments);
   size_t bytes = ta_align_up(rounded - have, granule);
-  if (fresh && a->compact && ta_segments_would_raise_peak(a->segments, bytes))
-    ta_segments_unmap_free(a->segments, bytes, tail);
+  if (fresh) make_room(a, sb->stream, bytes, tail, 0);
   *status = fresh ? ta_segments_grow(a->segments, seg, bytes) : TA_ENOMEM;
+  if (*status == TA_ENOMEM && fresh && make_room(a, sb->stream, bytes, tail, 1))
+    *status = ta_segments_grow(a->segments, seg, bytes);
+  if (a->reclaim) ta_segments_donors_drop(a->segments);
   if (*status != TA_OK) {
     if (fresh && fresh != tail) ta_segments_block_delete(a->segments, fresh);
     return NULL;
@@ -182,11 +277,14 @@ static size_t shrink(ta_arena *a, ta_segment *seg) {
 
 /* A block about to be handed out may cover granules given back earlier. */
 static ta_noinline int map_block(ta_arena *a, ta_block *b) {
-  if (a->compact) { /* see expand(); the count is a walk, made only when it is used */
-    size_t need = ta_segments_unmapped_in(b->segment, b->addr, b->size);
-    if (ta_segments_would_raise_peak(a->segments, need)) ta_segments_unmap_free(a->segments, need, NULL);
-  }
-  return ta_segments_map(a->segments, b->segment, b->addr, b->size) == TA_OK ? 0 : -1;
+  size_t need = a->compact ? ta_segments_unmapped_in(b->segment, b->addr, b->size) : 0; /* a walk: only when used */
+  if (a->compact && !need) return 0; /* its granules are mapped: the segment's holes are elsewhere */
+  if (need) make_room(a, b->stream, need, b, 0);
+  int rc = ta_segments_map(a->segments, b->segment, b->addr, b->size);
+  if (rc != TA_OK && need && make_room(a, b->stream, need, b, 1))
+    rc = ta_segments_map(a->segments, b->segment, b->addr, b->size);
+  if (a->reclaim) ta_segments_donors_drop(a->segments);
+  return rc == TA_OK ? 0 : -1;
 }
 
 /* A fresh block for a request no free block fits (the slow path). */
@@ -253,6 +351,7 @@ ta_block *ta_arena_claim(ta_arena *a, ta_segment *seg, uintptr_t addr, size_t si
 }
 
 void ta_arena_free(ta_arena *a, ta_block *b) {
+  ta_segments_note_free(a->segments, b); /* reclaim: the stamps of what was freed, before it merges */
   ta_bins *bins = bins_for(a, b->stream, ta_block_pool(b));
   ta_block *p = b->prev, *n = b->next;
   if (p && p->state == TA_BLOCK_FREE) {
@@ -278,6 +377,7 @@ void ta_arena_free(ta_arena *a, ta_block *b) {
 
 size_t ta_arena_release_cached(ta_arena *a) {
   size_t released = 0;
+  retire(a, 1, NULL); /* the caller synchronized (or tears down): every old address is free of queued work */
   for (ta_segment *s = a->owned, *next; s; s = next) {
     next = s->owner_next;
     if (s->expansion) {
@@ -302,5 +402,6 @@ void ta_arena_destroy(ta_arena *a) {
     free(a->streams[i].pool[TA_POOL_LARGE]);
   }
   free(a->streams);
+  free(a->retiring);
   free(a);
 }

@@ -8,7 +8,12 @@
  * at its end, by what the free block there lacks; releasing cached memory
  * unmaps its free granules. Compact (TA_POLICY_COMPACT): before reserving
  * past the most it ever reserved, the device unmaps free granules of any
- * expandable segment first, so reserved memory follows live memory. */
+ * expandable segment first, so reserved memory follows live memory.
+ * Reclaim (TA_POLICY_RECLAIM): the same without a synchronize: free
+ * granules the device is past move to where memory is needed, and those of
+ * the requester's own stream it may still use are lent (mapped there too;
+ * their old addresses retire, as blocks of this arena, once their marker
+ * completes). */
 #ifndef TA_ARENA_H
 #define TA_ARENA_H
 
@@ -29,10 +34,21 @@ typedef struct ta_arena {
   size_t last;        /* index of the last stream used: most requests repeat it */
   ta_segment *owned;  /* this arena's segments, linked through owner_next */
   int expandable;     /* grow expandable segments (TA_POLICY_EXPANDABLE and the device can) */
-  int compact;        /* TA_POLICY_COMPACT: unmap free granules rather than reserve past the high-water mark */
+  int compact;        /* TA_POLICY_COMPACT or _RECLAIM: free granules elsewhere first, rather than reserve past
+                       * the high-water mark */
+  int reclaim;        /* TA_POLICY_RECLAIM: ... without a synchronize */
+  ta_block **retiring; /* reclaim: this arena's TA_BLOCK_RETIRING blocks */
+  size_t nretiring, cap_retiring;
+  /* The arenas of one policy object (phase_arena's, one per phase): reclaim
+   * lends and retires across them, as they share the device. NULL: alone. */
+  struct ta_arena **family;
+  struct ta_arena *family_next;
 } ta_arena;
 
 ta_internal ta_arena *ta_arena_create(ta_segments *segments, ta_policy *policy);
+/* `a` joins the family whose first arena `*family` is (the policy keeps
+ * `*family`, NULL before the first; it must outlive the arenas). */
+ta_internal void ta_arena_join(ta_arena *a, ta_arena **family);
 ta_internal void ta_arena_destroy(ta_arena *a);
 ta_internal ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream);
 ta_internal void ta_arena_free(ta_arena *a, ta_block *b);

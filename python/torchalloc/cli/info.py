@@ -34,7 +34,26 @@ def _collect_info() -> dict[str, Any]:
         return info
     info["policy"] = cdll.torchalloc_policy_name().decode()
     info["devices"] = int(cdll.torchalloc_device_count())
+    if info["devices"] > 0:
+        info["segments"], info["segments_asked"] = _lib.segment_mode(0)
     return info
+
+
+# What each `expandable` mode does, for `info`.
+_SEGMENT_MODES = {
+    "off": "ordinary segments (PyTorch's caching allocator, byte for byte)",
+    "on": "expandable segments, grown by granules",
+    "compact": "expandable segments, compacted after a device synchronize",
+    "reclaim": "expandable segments, free memory moved where it is needed without synchronizing",
+}
+
+
+def _segments_line(info: dict[str, Any]) -> str:
+    mode, asked = info["segments"], info["segments_asked"]
+    if mode != asked:  # said once, here: install() takes ordinary segments quietly
+        return (f"{mode}: {_SEGMENT_MODES[mode]}; expandable:{asked} needs the driver's virtual memory management, "
+                "which this device does not have")
+    return f"{mode}: {_SEGMENT_MODES[mode]}" + (" (the default)" if mode == "reclaim" else "")
 
 
 def _route_info() -> dict[str, Any]:
@@ -63,6 +82,8 @@ def _print_info(info: dict[str, Any]) -> None:
     else:
         print(f"policy:      {info['policy']}")
         print(f"devices:     {info['devices']}")
+        if "segments" in info:
+            print(f"segments:    {_segments_line(info)}")
     print(f"route:       {info['route']}: {info['route_reason']}")
     if info.get("bridge_path"):
         print(f"bridge:      {info['bridge_path']}")

@@ -9,9 +9,18 @@ Every policy runs the very C code that serves the GPU, on a simulated device
 (allocator/runtime/replay.c): no GPU needed. The command line is
 cli/replay.py.
 
+Policies are named as the library's policies, for ordinary segments
+(PyTorch's, byte for byte), or with +expandable, +compact or +reclaim for
+the expandable modes (TORCHALLOC_CONF expandable:on, compact, reclaim).
+`install()` with no arguments picks caching+reclaim where the driver has
+virtual memory management: that row is marked (JSON: "default": true).
+The simulated device trails the trace by 1000 events, so the reclaim mode
+meets memory the device may still be using, as it would on a GPU.
+
 Per policy: peak allocated and reserved, their ratio, fragmentation at the
 peak of reserved ((free inside reserved - largest free block) / free inside
-reserved), device allocations and frees, whether the trace runs out of
+reserved), device allocations (or, expandable, runs of granules mapped) and
+frees (runs unmapped), device synchronizes, whether the trace runs out of
 memory at --capacity (and at which event), and the smallest capacity at
 which the whole trace runs. That last one is a bisection over capacities
 (2 MiB steps between the trace's live peak and the policy's unconstrained
@@ -44,10 +53,14 @@ from .._records import POLICY_NAMES
 from ..log.trace import EVENT_DTYPE, Trace, TraceError
 from ..units import GiB, fmt_bytes, parse_bytes
 
-# every policy the library has, in its registry's order, then those that can grow expandable segments with
-# them (expandable:1), and compact them too (expandable:2)
+# What install() picks with no arguments (where the driver has virtual memory): the registry's default policy
+# (id 0) in the reclaim mode, TORCHALLOC_CONF's default.
+INSTALL_DEFAULT = f"{POLICY_NAMES[0]}+reclaim"
+# every policy the library has, in its registry's order (ordinary segments), then those that can grow
+# expandable segments with them (expandable:on), compact them (compact) and reclaim without synchronizing
+# (reclaim, the default)
 DEFAULT_POLICIES = (*POLICY_NAMES.values(), "caching+expandable", "phase_arena+expandable", "caching+compact",
-                    "phase_arena+compact")
+                    "phase_arena+compact", INSTALL_DEFAULT, "phase_arena+reclaim")
 DEFAULT_CAPACITY_TEXT = "80GiB"  # --capacity's default, in its syntax: an 80 GB GPU
 DEFAULT_CAPACITY = parse_bytes(DEFAULT_CAPACITY_TEXT)
 SEARCH_GRANULARITY = 2 << 20
@@ -138,6 +151,7 @@ class PolicyReport:
     largest_free_at_peak: int
     device_allocs: int
     device_frees: int
+    synchronizes: int
     unknown_frees: int
     oom_at_capacity: bool
     oom_event: int | None
@@ -150,6 +164,11 @@ class PolicyReport:
     @property
     def ratio(self) -> float:
         return self.peak_reserved / self.peak_allocated if self.peak_allocated else 0.0
+
+    @property
+    def is_default(self) -> bool:
+        """The variant torchalloc.install() picks with no arguments."""
+        return self.policy == INSTALL_DEFAULT
 
 
 @dataclasses.dataclass
@@ -230,6 +249,7 @@ def _run_policy(
         largest_free_at_peak=shown["largest_free_at_peak"],
         device_allocs=shown["device_allocs"],
         device_frees=shown["device_frees"],
+        synchronizes=shown["synchronizes"],
         unknown_frees=shown["unknown_frees"],
         oom_at_capacity=bool(shown["oom"]),
         oom_event=shown["oom_event"] if shown["oom"] else None,
@@ -292,6 +312,8 @@ def report_json(report: Report) -> dict[str, Any]:
             "device_allocs": int(p.device_allocs),
             "min_capacity": None if p.min_capacity is None else int(p.min_capacity),
             "oom_at_capacity": bool(p.oom_at_capacity),
+            "default": p.is_default,  # what install() picks with no arguments
+            "synchronizes": int(p.synchronizes),  # device synchronizes the policy made
             # Beyond the documented keys:
             "reserved_over_allocated": round(p.ratio, 6),
             "device_frees": int(p.device_frees),
@@ -322,17 +344,18 @@ def report_json(report: Report) -> dict[str, Any]:
 def format_table(report: Report) -> str:
     t = report.trace
     cap = fmt_bytes(report.capacity, 2) if report.capacity else "unlimited"
-    header = ["policy", "peak alloc", "peak reserved", "reserved/alloc", "frag@peak", "dev allocs", "dev frees",
-              f"OOM @ {cap}", "min capacity"]
+    header = ["policy", "peak alloc", "peak reserved", "reserved/alloc", "frag@peak", "dev allocs/maps",
+              "dev frees/unmaps", "syncs", f"OOM @ {cap}", "min capacity"]
     rows: list[list[str]] = []
     if t.native_peak_reserved is not None:
         ratio = t.native_peak_reserved / t.peak_requested if t.peak_requested else 0.0
         rows.append([t.native_label, fmt_bytes(t.peak_requested, 2) + " req.", fmt_bytes(t.native_peak_reserved, 2),
-                     f"{ratio:.3f}", "-", "-", "-", "yes" if t.native_ooms else "-", "-"])
+                     f"{ratio:.3f}", "-", "-", "-", "-", "yes" if t.native_ooms else "-", "-"])
     for p in report.policies:
         oom = f"at event {p.oom_event}" if p.oom_at_capacity else ("no (cache released)" if p.capped else "no")
-        rows.append([p.policy, fmt_bytes(p.peak_allocated, 2), fmt_bytes(p.peak_reserved, 2), f"{p.ratio:.3f}",
-                     f"{p.fragmentation_at_peak:.3f}", str(p.device_allocs), str(p.device_frees), oom,
+        rows.append([p.policy + (" *" if p.is_default else ""), fmt_bytes(p.peak_allocated, 2),
+                     fmt_bytes(p.peak_reserved, 2), f"{p.ratio:.3f}", f"{p.fragmentation_at_peak:.3f}",
+                     str(p.device_allocs), str(p.device_frees), str(p.synchronizes), oom,
                      fmt_bytes(p.min_capacity, 2)])
     widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
     lines = []
@@ -365,10 +388,15 @@ def format_table(report: Report) -> str:
             f"{t.native_label}: what the allocator that recorded the trace reserved in the run (its segments), "
             "beside the peak of the bytes requested (req.: the trace does not say how that allocator rounded them); "
             "the rows below it are replays")
+    if any(p.is_default for p in report.policies):
+        lines.append(f"* {INSTALL_DEFAULT}: what torchalloc.install() picks with no arguments (where the driver has "
+                     "virtual memory management; ordinary segments, the policy's name alone, elsewhere)")
     lines.append(
         "peak alloc: block bytes (requests rounded as the policy rounds them); frag@peak: (free inside reserved - "
-        "largest free block) / free inside reserved, when reserved peaked; min capacity: smallest device size "
-        f"(in {fmt_bytes(SEARCH_GRANULARITY, 2)} steps) that runs the whole trace"
+        "largest free block) / free inside reserved, when reserved peaked; dev allocs/maps, frees/unmaps: device "
+        "allocations and frees, or for +expandable/+compact/+reclaim runs of granules mapped and unmapped; syncs: "
+        "device synchronizes (the simulated device trails the trace by 1000 events); min capacity: smallest device "
+        f"size (in {fmt_bytes(SEARCH_GRANULARITY, 2)} steps) that runs the whole trace"
     )
     return "\n".join(lines)
 
