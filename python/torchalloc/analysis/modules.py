@@ -101,18 +101,32 @@ def _apply_tags(d: Derived, module_of: np.ndarray, tag_of: np.ndarray) -> int:
     start = b.addr[order].astype(np.uint64)
     end = start + b.block_size[order].astype(np.uint64)
     alloc_i, free_i = b.alloc_i[order], b.free_i[order]
+    # Most tags name a block's first byte (a parameter, its gradient, a state tensor): found for all tags at
+    # once, the block starting there most recently allocated at or before the tag; a run tags every parameter's
+    # gradient every step, so this is most of them. The rest are looked for one by one.
+    starts, rank = np.unique(start, return_inverse=True)
+    span = np.int64(len(t) + 2)
+    keys = rank.astype(np.int64) * span + (alloc_i.astype(np.int64) + 1)  # ascending: sorted by (addr, alloc_i)
+    tag_addr = t.addr[tags].astype(np.uint64)
+    where = np.minimum(np.searchsorted(starts, tag_addr), starts.size - 1)
+    exact = starts[where] == tag_addr
+    k = np.searchsorted(keys, where.astype(np.int64) * span + (tags.astype(np.int64) + 1), side="right") - 1
+    k = np.maximum(k, 0)
+    found = exact & (rank[k] == where) & (alloc_i[k] <= tags) & (free_i[k] > tags)
+    matched = list(zip(tags[found].tolist(), order[k[found]].tolist()))  # (tag's index, block)
     unmatched = 0
-    for i in tags.tolist():
+    for i in tags[~found].tolist():
         addr = np.uint64(t.addr[i])
         hi = int(np.searchsorted(start, addr, side="right"))
-        for k in range(hi - 1, max(hi - 1 - _CANDIDATES, -1), -1):
-            if start[k] <= addr < end[k] and alloc_i[k] <= i < free_i[k]:
-                j = int(order[k])
-                module_of[j] = int(t.size[i])
-                tag_of[j] = int(t.flags[i])
+        for c in range(hi - 1, max(hi - 1 - _CANDIDATES, -1), -1):
+            if start[c] <= addr < end[c] and alloc_i[c] <= i < free_i[c]:
+                matched.append((i, int(order[c])))
                 break
         else:
             unmatched += 1
+    for i, j in sorted(matched):  # in log order: a block's later tag wins
+        module_of[j] = int(t.size[i])
+        tag_of[j] = int(t.flags[i])
     return unmatched
 
 
