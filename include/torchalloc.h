@@ -536,6 +536,22 @@ TORCHALLOC_API const char *torchalloc_log_path(void);
  * nothing when no log is open. 0, or -1 when label is NULL. */
 TORCHALLOC_API int torchalloc_mark(const char *label);
 
+/* Modules (torchalloc.track(model) calls these from nn.Module hooks). The
+ * current module is process-wide, like the phase: the autograd engine runs
+ * a module's backward on its own threads. It lives in the log only: setting
+ * it writes a MODULE record and every ALLOC after it, in the log's order,
+ * was made inside that module, so an allocation costs nothing more. Ids are
+ * the caller's (0: no module); a log opened later knows only the names given
+ * after it opened. Each does nothing when no log is open.
+ * Name module `id` (its path, e.g. "model.layers.3.mlp"; cut at 4095 bytes).
+ * 0, or -1 when path is NULL or id is 0. */
+TORCHALLOC_API int torchalloc_module_name(uint32_t id, const char *path);
+/* Make module `id` current (0: none). */
+TORCHALLOC_API void torchalloc_module_set(uint32_t id);
+/* The block holding `ptr` belongs to module `id` as `role`: 1 a parameter,
+ * 2 a parameter's gradient, 3 optimizer state. 0, or -1 for a bad role. */
+TORCHALLOC_API int torchalloc_module_tag(const void *ptr, uint32_t id, int role);
+
 #ifdef __cplusplus
 }
 #endif

@@ -91,3 +91,25 @@ void ta_log_marker(const char *label, int phase) {
   ta_log_record r = {.stack = ta_log_string(label), .phase = (uint16_t)phase, .device = -1, .kind = TA_LOG_MARKER};
   ta_log_write_unlocked(&r);
 }
+
+/* Module records carry no device: a module runs on behalf of every device,
+ * like a phase, and the reader applies a MODULE to every ALLOC after it in
+ * slot order (the order fetch_add gave, consistent with every thread's). */
+void ta_log_module(uint32_t id, int phase) {
+  if (!ta_log_on()) return;
+  ta_log_record r = {.size = id, .phase = (uint16_t)phase, .device = -1, .kind = TA_LOG_MODULE};
+  ta_log_write_unlocked(&r);
+}
+
+void ta_log_module_name(uint32_t id, const char *path) {
+  if (!ta_log_on()) return;
+  ta_log_record r = {.size = id, .stack = ta_log_string(path), .device = -1, .kind = TA_LOG_MODULE_NAME};
+  ta_log_write_unlocked(&r);
+}
+
+void ta_log_module_tag(uintptr_t addr, uint32_t id, uint8_t role, int phase) {
+  if (!ta_log_on()) return;
+  ta_log_record r = {.addr = addr, .size = id, .phase = (uint16_t)phase, .device = -1, .flags = role,
+                     .kind = TA_LOG_MODULE_TAG};
+  ta_log_write_unlocked(&r);
+}

@@ -30,6 +30,11 @@ ta_internal void ta_log_trim(int device, size_t released, int phase, uint8_t rea
 ta_internal void ta_log_phase(uint8_t kind, int phase, uint32_t epoch, const char *name);
 /* A MARKER carrying `label` (interned) and `phase` (no heap lock). */
 ta_internal void ta_log_marker(const char *label, int phase);
+/* MODULE (current module `id`), MODULE_NAME (`id` is `path`, interned),
+ * MODULE_TAG (the block at `addr` is `id`'s, as `role`); no heap lock. */
+ta_internal void ta_log_module(uint32_t id, int phase);
+ta_internal void ta_log_module_name(uint32_t id, const char *path);
+ta_internal void ta_log_module_tag(uintptr_t addr, uint32_t id, uint8_t role, int phase);
 
 /* The stack id the entry point captured for the call in flight on this
  * thread (0: none); the heap reads it when it writes the record. */

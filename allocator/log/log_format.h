@@ -45,7 +45,13 @@ enum ta_log_kind {
   TA_LOG_STACK = 13,
   TA_LOG_END = 14,
   TA_LOG_OOM_DEVICE = 15, /* follows every OOM: what the device and the diagnosis said */
+  TA_LOG_MODULE = 16,      /* the current nn.Module changed: records after it were made inside it */
+  TA_LOG_MODULE_NAME = 17, /* a module id's path (model.layers.3.mlp), once per module */
+  TA_LOG_MODULE_TAG = 18,  /* the block at an address belongs to a module as a parameter, gradient, state */
 };
+
+/* flags of a MODULE_TAG record: what the tagged block is to its module */
+enum { TA_LOG_TAG_PARAMETER = 1, TA_LOG_TAG_GRADIENT = 2, TA_LOG_TAG_OPTIMIZER_STATE = 3 };
 
 /* flags of an OOM_DEVICE record: the verdict (torchalloc.h, TORCHALLOC_OOM_*) */
 

@@ -49,7 +49,7 @@ ANALYSIS_STAGES: list[tuple[str, ...]] = [
     ("categorize",),  # categories
     ("timeline",),
     ("derived",),  # the stages above, run for one device
-    ("anatomy", "lifetimes", "phase_summary", "estimate", "ooms", "reserve"),  # result rows
+    ("anatomy", "lifetimes", "phase_summary", "estimate", "ooms", "reserve", "modules"),  # result rows
     ("wording",),
     ("sections",),  # the report's sections after the anatomy, in order
     ("result",),  # Analysis, analyze

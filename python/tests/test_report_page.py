@@ -342,3 +342,60 @@ def test_bundled_log_peak_says_what_the_page_left_out(chromium: str, tmp_path: P
     sizes = [int(r.attrs["data-bytes"]) for r in listed(dom)]
     largest = np.sort(a.blocks.block_size[a.live_at(peak.index)])[::-1]
     assert sizes == largest[:len(sizes)].tolist() and len(sizes) == 25  # the first page of the largest, exactly
+
+
+# ---------------------------------------------------------------------------
+# Memory by module: a click on a module lists its blocks at the peak
+# ---------------------------------------------------------------------------
+
+
+def module_log() -> A.Analysis:
+    """Two modules: model.enc holds a 6 MiB parameter and a 3 MiB activation at the peak, model.dec 2 MiB."""
+    from torchalloc._records import MODULE, MODULE_NAME, MODULE_TAG, TAG_PARAMETER
+
+    L = SynthLog()
+    for mid, name in ((1, "model.enc"), (2, "model.dec")):
+        L._row(kind=MODULE_NAME, size=mid, stack=L._string(name), device=-1)
+    L.alloc(0x1000000, 6 * MiB)
+    L._row(kind=MODULE_TAG, addr=0x1000000, size=1, flags=TAG_PARAMETER, device=-1)
+    L.begin("forward")
+    L._row(kind=MODULE, size=1, device=-1)
+    L.alloc(0x2000000, 3 * MiB)
+    L._row(kind=MODULE, size=2, device=-1)
+    L.alloc(0x3000000, 2 * MiB)
+    L._row(kind=MODULE, size=0, device=-1)
+    L.end()
+    L.begin("backward")
+    L.free(0x3000000)
+    L.free(0x2000000)
+    L.end()
+    return L.analyze()
+
+
+def test_module_rows_hold_their_blocks_at_the_peak() -> None:
+    a = module_log()
+    d = embedded(render_html(a))
+    mods = {m["module"]: m for m in d["modules"]}
+    assert mods["model.enc"]["at_peak"] == 9 * MiB and mods["model.dec"]["at_peak"] == 2 * MiB
+    sizes = [d["blocks"]["size"][k] for k in mods["model.enc"]["blocks"]]
+    assert sizes == [6 * MiB, 3 * MiB]
+    whats = [d["module_what"][d["blocks"]["module_what"][k]] for k in mods["model.enc"]["blocks"]]
+    assert whats == ["parameters", "activations saved for backward"]
+
+
+def test_a_module_click_lists_its_blocks_and_opens_one(chromium: str, tmp_path: Path) -> None:
+    a = module_log()
+    dom = run_steps(chromium, a, "click-module:0,click-module-block:1", tmp_path)
+    detail = dom.by_id("detail")
+    assert detail.attrs["data-kind"] == "module"
+    assert detail.one("h3").text() == "Module model.enc"
+    summary = detail.one("p", "module-summary")
+    assert int(summary.attrs["data-bytes"]) == 9 * MiB and int(summary.attrs["data-count"]) == 2
+    rows = detail.all("tr", "module-block")
+    assert [int(r.attrs["data-bytes"]) for r in rows] == [6 * MiB, 3 * MiB]
+    assert "selected" in rows[1].classes()
+    activation = int(rows[1].attrs["data-id"])
+    assert a.blocks.block_size[activation] == 3 * MiB
+    assert int(detail.one("h4", "module-block-title").attrs["data-id"]) == activation
+    facts = detail.one("dl", "facts").text()
+    assert "model.enc (activations saved for backward)" in facts

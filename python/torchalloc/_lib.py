@@ -262,6 +262,9 @@ _OPTIONAL_SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "torchalloc_log_open": (_c_int, [_c_char_p]),
     "torchalloc_log_close": (None, []),
     "torchalloc_log_path": (_c_char_p, []),
+    "torchalloc_module_name": (_c_int, [ctypes.c_uint32, _c_char_p]),
+    "torchalloc_module_set": (None, [ctypes.c_uint32]),
+    "torchalloc_module_tag": (_c_int, [_c_void_p, ctypes.c_uint32, _c_int]),
     "torchalloc_replay_event_size": (_c_size_t, []),
     "torchalloc_replay_result_size": (_c_size_t, []),
     # events, n, policy, capacity, result, reserved series (or NULL), series length

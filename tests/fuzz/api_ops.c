@@ -385,6 +385,13 @@ void op_log(const uint8_t *b) {
   if (!D.logging) return;
   if (b[1] % 4 == 0) {
     EXPECT(torchalloc_mark("fuzz") == 0, "mark");
+  } else if (b[1] % 8 == 1) { /* module records: a name, the current module, a tag on a live block (or none) */
+    uint32_t id = 1 + b[2] % 8;
+    EXPECT(torchalloc_module_name(id, "fuzz.layer") == 0, "module_name: %s", torchalloc_last_error());
+    torchalloc_module_set(b[3] % 2 ? id : 0);
+    uintptr_t at = D.nlive ? D.live[u32_at(b + 4) % (uint32_t)D.nlive].addr : 0;
+    EXPECT(torchalloc_module_tag((void *)at, id, 1 + b[3] % 3) == 0, "module_tag: %s", torchalloc_last_error());
+    EXPECT(torchalloc_module_tag((void *)at, id, 4) == -1, "module_tag accepted role 4");
   } else if (torchalloc_log_path()) {
     torchalloc_log_close();
   } else {

@@ -2,7 +2,7 @@
 
 Takes a log (a path, a decoded `torchalloc.log.Log`, or an `EventTable`);
 gives an `Analysis`: the derived data of derived.py, and one method per
-section of the report -- anatomy, lifetimes, phases, estimate, reserve, ooms, and
+section of the report -- anatomy, lifetimes, phases, estimate, reserve, modules, ooms, and
 to_dict for all of them (the sections after the anatomy through
 sections.py's list) -- each a row stage followed by the wording stage.
 Nothing is computed here that a stage could compute.
@@ -20,12 +20,13 @@ from .derived import Derived, derive
 from .estimate import Estimate, category_total, estimate
 from .events import EventTable, load, table_from_log
 from .lifetimes import LifetimeRow, lifetime_rows
+from .modules import Modules, modules as module_rows
 from .ooms import OomRow, oom_rows
 from .phase_summary import PhaseRow, phase_rows
 from .reserve import Reserve, reserve as reserve_rows, series as reserve_series
 from .sections import sections_json
-from .wording import (estimate_sentence, explain_block, explain_group, oom_explanation, phase_sentence,
-                      reserve_sentences)
+from .wording import (estimate_sentence, explain_block, explain_group, module_sentences, oom_explanation,
+                      phase_sentence, reserve_sentences)
 
 
 @dataclasses.dataclass
@@ -72,6 +73,17 @@ class Analysis(Derived):
             cached = reserve_rows(self)
             cached.sentences = reserve_sentences(cached, self.timeline.peak_reserved)
             self.__dict__["_reserve"] = cached
+        return cached
+
+    def modules(self) -> tuple[Modules, list[str]]:
+        """Memory by nn.Module (torchalloc.track's module records): per module path, the bytes held at the peak and
+        at each phase's peak, and what they are; and the sentences. Computed once."""
+        cached = self.__dict__.get("_modules")
+        if cached is None:
+            peak = self.index_at("peak")[0] if len(self.table) else 0
+            m = module_rows(self, peak)
+            cached = (m, module_sentences(m, int(self.allocated[peak]) if len(self.table) else 0))
+            self.__dict__["_modules"] = cached
         return cached
 
     def fragmented_samples(self) -> Any:

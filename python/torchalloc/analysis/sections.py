@@ -17,10 +17,11 @@ from typing import Any, Callable, Protocol, Sequence
 from ..units import fmt_bytes, fmt_seconds, fmt_time
 from .estimate import Estimate
 from .lifetimes import LifetimeRow
+from .modules import Modules
 from .ooms import OomRow
 from .phase_summary import PhaseRow
 from .reserve import Reserve
-from .wording import pinned_lines, replay_note, setting_of
+from .wording import pinned_lines, replay_note, setting_of, what_words
 
 
 class Analyzed(Protocol):
@@ -30,6 +31,7 @@ class Analyzed(Protocol):
     def phases(self) -> list[PhaseRow]: ...
     def estimate(self) -> Estimate: ...
     def reserve(self) -> Reserve: ...
+    def modules(self) -> tuple[Modules, list[str]]: ...
     def ooms(self) -> list[OomRow]: ...
 
 
@@ -164,6 +166,23 @@ def _reserve_replays(a: Analyzed, top: int) -> SectionView | None:
                         "best": best.policy if best else None})
 
 
+def _modules(a: Analyzed, top: int) -> SectionView | None:
+    m, sentences = a.modules()
+    if not m.rows:
+        return None
+    phases = list(m.phase_peaks)
+    shown = m.rows[:top]
+    cells = [(r.module, fmt_bytes(r.at_peak), str(r.blocks_at_peak),
+              *[fmt_bytes(r.by_phase.get(p, 0)) for p in phases]) for r in shown]
+    more = (f"... {len(m.rows) - top} more modules, {fmt_bytes(sum(r.at_peak for r in m.rows[top:]))} at the peak"
+            if len(m.rows) > top else "")
+    table = Table(["module", "at the peak", "blocks", *[f"at {p}'s peak" for p in phases]], cells,
+                  right=range(1, 3 + len(phases)), css="modules", row_notes=[[what_words(r.what_at_peak)] for r in shown],
+                  more=more, row_key="data-module")
+    return SectionView(table, sentences, {"phase_peaks": m.phase_peaks, "tags_unmatched": m.tags_unmatched,
+                                          "modules": [r.to_dict() for r in m.rows]})
+
+
 SECTIONS: list[Section] = [
     Section("lifetimes", "Lifetimes: per allocation site, why its blocks were freed when they were",
             "With JavaScript, click a site for the stacks of the block its sentence speaks for.", _lifetimes),
@@ -174,6 +193,10 @@ SECTIONS: list[Section] = [
             "under each moment, the segments with the most free bytes that live blocks pin.", _reserve),
     Section("reserve_replays", "What each policy would have reserved on the same events",
             "The whole run replayed on the simulated device with no memory limit.", _reserve_replays),
+    Section("modules", "Memory by module",
+            "The bytes each nn.Module's blocks hold (torchalloc.track): what was allocated inside its forward or "
+            "backward, and its parameters, their gradients and optimizer state. With JavaScript, click a module "
+            "for its blocks at the peak.", _modules),
     Section("ooms", "Out of memory", "", _ooms),
 ]
 

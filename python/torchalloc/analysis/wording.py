@@ -5,7 +5,7 @@ ooms); gives the sentences: why a block was freed when it was
 (`explain_block`, `explain_group`), what a phase kept and threw away
 (`phase_sentence`), how the estimate compares with the measured peak
 (`estimate_sentence`), where the reserve went and what would have saved
-it (`reserve_sentences`), and why an OOM happened, who to blame and what the
+it (`reserve_sentences`), which modules hold the peak (`module_sentences`), and why an OOM happened, who to blame and what the
 replays showed (`oom_explanation`). Nothing here computes a figure; a sentence says what is
 missing (stacks, phases) when its figures come from less.
 """
@@ -20,6 +20,7 @@ from .categorize import CATEGORIES, Category
 from .classify import REASONS, Reason
 from .derived import Derived
 from .estimate import Estimate
+from .modules import OUTSIDE, Modules
 from .ooms import OomRow
 from .phase_summary import PhaseRow
 from .reserve import PinnedSegment, Reserve, ReserveMoment, ReplayRow
@@ -298,4 +299,31 @@ def reserve_sentences(r: Reserve, log_peak_reserved: int) -> list[str]:
                    "up. It pays only when long-lived blocks of one phase (optimizer state, say) would otherwise "
                    "pin segments whose free ranges other phases' transients then cannot use; when each phase's "
                    "transients are large and come and go (as here), one shared cache (caching) reserves less.")
+    return out
+
+
+def what_words(what: dict[str, int]) -> str:
+    """"8.0 MiB activations saved for backward, 4.0 MiB parameters" (largest first)."""
+    return ", ".join(f"{fmt_bytes(n)} {w}" for w, n in what.items()) or "nothing at the peak"
+
+
+def module_sentences(m: Modules, allocated_at_peak: int) -> list[str]:
+    """What the largest modules hold at the peak, and what the attribution could not place."""
+    rows = [r for r in m.rows if r.at_peak and r.module != OUTSIDE]
+    out = []
+    if rows:
+        top = rows[0]
+        share = f" ({100 * top.at_peak / allocated_at_peak:.0f}% of the {fmt_bytes(allocated_at_peak)} allocated)" \
+            if allocated_at_peak else ""
+        out.append(f"At the peak, {top.module} holds the most: {fmt_bytes(top.at_peak)}{share}: "
+                   f"{what_words(top.what_at_peak)}.")
+    outside = next((r for r in m.rows if r.module == OUTSIDE and r.at_peak), None)
+    if outside:
+        out.append(f"{fmt_bytes(outside.at_peak)} at the peak was allocated outside every tracked module's forward "
+                   "and backward (inputs, the loss, blocks from before track()) and is no module's parameter, "
+                   f"gradient or optimizer state: {what_words(outside.what_at_peak)}.")
+    if m.tags_unmatched:
+        out.append(f"{m.tags_unmatched} parameter, gradient or optimizer-state addresses named no live block "
+                   "(a tensor off this device, or a log opened after track()): those blocks count where they "
+                   "were allocated.")
     return out

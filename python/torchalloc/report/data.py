@@ -16,6 +16,11 @@ as the text of a `<script type="application/json">` element. In it:
 - `sites`, `stacks` (lists of frame ids), `frames`, `files`: deduplicated;
 - `lifetimes`: the rows of the lifetimes table, each with the block that
   speaks for it (the one its sentence was written from);
+- `modules`: the rows of the "Memory by module" section (the first
+  `modules_shown`), each with its blocks live at the peak, largest first
+  (at most `PER_MODULE`), which the page holds whatever the budget; and
+  per block its module (`module_names`, -1: none) and what it is to it
+  (`module_what`: analysis/modules.py's WHAT);
 - `budget`: how many blocks the log has, how many the page holds, and
   what was cut.
 
@@ -39,12 +44,14 @@ import numpy as np
 from .._records import MARKER
 from ..analysis import CATEGORIES, NEVER, REASONS, Analysis, is_library_frame, time_base_ns
 from ..analysis.lifetimes import lifetime_rows
+from ..analysis.modules import WHAT as MODULE_WHAT
 from .svg import BOTTOM, H, LEFT, MAX_MARKERS, MAX_SPANS, RIGHT, STRIP, TOP, W, phase_colors
 
-__all__ = ["page_data", "embed_json", "lifetime_examples", "PER_MOMENT", "TOTAL_BLOCKS"]
+__all__ = ["page_data", "embed_json", "lifetime_examples", "module_blocks", "PER_MOMENT", "PER_MODULE", "TOTAL_BLOCKS"]
 
 PER_MOMENT = 100  # the largest blocks live at one moment that the page can list
 TOTAL_BLOCKS = 4000  # blocks embedded in all (the lifetimes' examples come on top)
+PER_MODULE = 50  # a module's blocks at the peak the page lists (its largest)
 PRIORITY_OOMS = 10  # OOMs whose PER_MOMENT largest blocks are held whatever the budget (a log may have thousands)
 NO_STACK = -1  # a block's stack id when it has none (no Python frames, or a log without stacks)
 
@@ -185,7 +192,24 @@ def _block_columns(a: Analysis, held: np.ndarray, shared: _Shared) -> dict[str, 
     return cols
 
 
-def page_data(a: Analysis, *, lifetimes_shown: int = 60) -> dict[str, Any]:
+def module_blocks(a: Analysis, shown: int) -> list[tuple[int, list[int]]]:
+    """For the first `shown` rows of a.modules(): the module's id and its blocks live at the peak, largest first
+    (at most PER_MODULE)."""
+    m, _ = a.modules()
+    if not m.rows:
+        return []
+    live = a.live_at(m.peak_index)
+    by_name = {m.name(int(k)): int(k) for k in np.unique(m.module_of).tolist()}
+    out = []
+    for row in m.rows[:shown]:
+        module = by_name.get(row.module, -1)
+        mine = live[m.module_of[live] == module]
+        mine = mine[np.argsort(-a.blocks.block_size[mine], kind="stable")][:PER_MODULE]
+        out.append((module, mine.tolist()))
+    return out
+
+
+def page_data(a: Analysis, *, lifetimes_shown: int = 60, modules_shown: int = 60) -> dict[str, Any]:
     """Everything the page's script needs (module docstring), as plain lists and numbers."""
     t, tl, b = a.table, a.timeline, a.blocks
     shared = _Shared(a)
@@ -212,12 +236,21 @@ def page_data(a: Analysis, *, lifetimes_shown: int = 60) -> dict[str, Any]:
     priority = ([tl.peak_index] if len(t) else []) + [o.index for o in a.ooms()[:PRIORITY_OOMS]]
     chosen, exact = choose_blocks(a, moments(a), priority) if len(b) else (np.zeros(0, dtype=np.int64), PER_MOMENT)
     examples = lifetime_examples(a)[:lifetimes_shown]
-    held = np.union1d(chosen, np.asarray(examples, dtype=np.int64))
+    per_module = module_blocks(a, modules_shown)
+    module_held = [k for _, ks in per_module for k in ks]
+    held = np.union1d(np.union1d(chosen, np.asarray(examples, dtype=np.int64)), np.asarray(module_held, dtype=np.int64))
     row_of = {int(k): r for r, k in enumerate(held.tolist())}
     lifetimes = [{"site": r.site, "location": r.location, "reason": r.reason, "category": r.category,
                   "count": r.count, "bytes": r.bytes, "typical_s": _r(r.typical_lifetime_s), "why": r.explanation,
                   "block": row_of[k]} for r, k in zip(a.lifetimes()[:lifetimes_shown], examples)]
     blocks = _block_columns(a, held, shared)
+    mods, _ = a.modules()
+    names = [mods.name(module) for module, _ in per_module]
+    name_of = {module: n for n, (module, _) in enumerate(per_module)}
+    blocks["module"] = [name_of.get(int(mods.module_of[k]), -1) if len(mods.module_of) else -1 for k in held.tolist()]
+    blocks["module_what"] = [int(mods.what_of[k]) if len(mods.what_of) else -1 for k in held.tolist()]
+    modules = [{"module": row.module, "at_peak": row.at_peak, "count": row.blocks_at_peak,
+                "blocks": [row_of[k] for k in ks]} for row, (_, ks) in zip(mods.rows, per_module)]
     return {
         "log": t.path, "device": a.device, "has_stacks": a.has_stacks,
         "layout": {"w": W, "h": H, "left": LEFT, "right": RIGHT, "top": TOP, "bottom": BOTTOM, "strip": STRIP},
@@ -227,7 +260,8 @@ def page_data(a: Analysis, *, lifetimes_shown: int = 60) -> dict[str, Any]:
         "timeline": timeline, "spans": spans, "spans_total": len(tl.phase_spans),
         "markers": markers, "markers_total": len(tl.markers),
         "peak": moment(tl.peak_index) if len(t) else None, "ooms": ooms,
-        "blocks": blocks, "lifetimes": lifetimes,
+        "blocks": blocks, "lifetimes": lifetimes, "modules": modules, "module_names": names,
+        "module_what": list(MODULE_WHAT),
         "reasons": [str(r) for r in REASONS], "categories": [str(x) for x in CATEGORIES],
         **shared.to_dict(),
         "budget": {"blocks": len(b), "held": int(held.size), "per_moment": PER_MOMENT, "total": TOTAL_BLOCKS,

@@ -5,7 +5,8 @@
 // the wheel, the buttons or +/-; pan by dragging or with the arrow keys),
 // shows a tooltip under the mouse (time, allocated, reserved, the phase then,
 // the nearest marker), lists the blocks live at a clicked moment (largest
-// first), and opens a block's or a lifetime row's detail (stacks, lifetime,
+// first), opens a module of the "Memory by module" table (its blocks at the
+// peak, then one of them), and opens a block's or a lifetime row's detail (stacks, lifetime,
 // reason). Without JavaScript the page keeps its static SVG and tables.
 //
 // Test hook: a page URL ending in #test=step,step,... runs those steps
@@ -415,6 +416,9 @@
       ['lifetime', freed && !before ? fmtSeconds(B.free_t[k] - B.alloc_t[k]) : freed ? 'from before the log began' :
         'until the end'],
       ['what for', D.categories[B.category[k]]]];
+    if (B.module && B.module[k] >= 0) {
+      facts.push(['module', D.module_names[B.module[k]] + ' (' + D.module_what[B.module_what[k]] + ')']);
+    }
     return el('dl', { 'class': 'facts' }, facts.reduce(function (out, f) {
       return out.concat([el('dt', {}, f[0]), el('dd', {}, f[1])]);
     }, []));
@@ -455,6 +459,44 @@
     reveal(detailPanel);
   }
 
+  function showModule(r) {
+    var row = D.modules[r];
+    clear(detailPanel).setAttribute('data-kind', 'module');
+    detailPanel.setAttribute('data-id', r);
+    detailPanel.appendChild(el('h3', {}, 'Module ' + row.module));
+    detailPanel.appendChild(el('p', { 'class': 'module-summary', 'data-bytes': row.at_peak, 'data-count': row.count },
+      fmtBytes(row.at_peak) + ' in ' + row.count + ' blocks at the peak' + (row.count ? ', largest first' +
+      (row.blocks.length < row.count ? ' (the ' + row.blocks.length + ' largest)' : '') + ':' : '.')));
+    if (!row.blocks.length) { reveal(detailPanel); return; }
+    var body = el('tbody');
+    row.blocks.forEach(function (k) {
+      var tr = el('tr', { 'class': 'block-row module-block', 'data-block': k, 'data-id': B.id[k],
+        'data-bytes': B.size[k] }, [
+        el('td', { 'class': 'num' }, el('button', { type: 'button', 'class': 'linklike' }, fmtBytes(B.size[k]))),
+        el('td', {}, D.module_what[B.module_what[k]]), el('td', {}, D.phase_names[B.phase[k]]),
+        el('td', {}, siteLabel(B.site[k])),
+        el('td', { 'class': 'num' }, B.alloc_t[k] < 0 ? 'before the log' : fmtTime(B.alloc_t[k]))]);
+      tr.addEventListener('click', function () { showModuleBlock(r, k); });
+      body.appendChild(tr);
+    });
+    var head = el('tr', {}, ['bytes', 'what', 'phase', 'site', 'allocated'].map(function (h, c) {
+      return el('th', c === 0 || c === 4 ? { 'class': 'num' } : {}, h);
+    }));
+    detailPanel.appendChild(el('table', { 'class': 'module-blocks' }, [el('thead', {}, head), body]));
+    reveal(detailPanel);
+  }
+  function showModuleBlock(r, k) { // the block under the module's list, which stays
+    showModule(r);
+    [].forEach.call(detailPanel.querySelectorAll('tr.module-block'), function (tr) {
+      tr.classList.toggle('selected', +tr.getAttribute('data-block') === k);
+    });
+    detailPanel.appendChild(el('h4', { 'class': 'module-block-title', 'data-id': B.id[k] },
+      'Block ' + B.addr[k] + ', ' + fmtBytes(B.size[k])));
+    detailPanel.appendChild(el('p', { 'class': 'reason why' }, D.sentences[B.why[k]]));
+    detailPanel.appendChild(blockFacts(k));
+    blockStacks(k).forEach(function (e) { detailPanel.appendChild(e); });
+  }
+
   // ---- buttons and the lifetimes table ------------------------------------
   function on(id, f) { var e = document.getElementById(id); if (e) e.addEventListener('click', f); }
   on('btn-peak', function () {
@@ -477,6 +519,13 @@
     var b = el('button', { type: 'button', 'class': 'linklike site-link' }, td.textContent);
     clear(td).appendChild(b);
     b.addEventListener('click', function () { showLifetime(r); });
+  });
+  [].forEach.call(document.querySelectorAll('table.modules td[data-module]'), function (td) {
+    var r = +td.getAttribute('data-module');
+    if (!D.modules || !D.modules[r]) return;
+    var b = el('button', { type: 'button', 'class': 'linklike module-link' }, td.textContent);
+    clear(td).appendChild(b);
+    b.addEventListener('click', function () { showModule(r); });
   });
   [].forEach.call(document.querySelectorAll('.needs-script'), function (e) { e.hidden = false; });
   svg.setAttribute('tabindex', '0');
@@ -504,6 +553,12 @@
     'click-first-block': function () { TEST_STEPS['click-block'](0); },
     'click-site': function (n) {
       press(document.querySelectorAll('table.lifetimes button.site-link')[+n || 0], 'click-site');
+    },
+    'click-module': function (n) {
+      press(document.querySelectorAll('table.modules button.module-link')[+n || 0], 'click-module');
+    },
+    'click-module-block': function (n) {
+      press(document.querySelectorAll('#detail tr.module-block button')[+n || 0], 'click-module-block');
     },
     'zoom-in': function () { press(document.getElementById('zoom-in'), 'zoom-in'); },
     'zoom-out': function () { press(document.getElementById('zoom-out'), 'zoom-out'); },
