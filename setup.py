@@ -70,7 +70,7 @@ def build_library(out_dir: Path) -> Path:
 
 def copy_bridge_source(package_dir: Path) -> None:
     """The bridge's source, laid out as in the repository, under the package's bridge_src/."""
-    for relative in ("bridge/torchalloc_bridge.cpp", "allocator/torchalloc.h"):
+    for relative in ("bridge/torchalloc_bridge.cpp", "include/torchalloc.h"):
         target = package_dir / "bridge_src" / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / relative, target)
@@ -119,8 +119,10 @@ setup(
     python_requires=">=3.10",
     package_dir={"": "python"},
     packages=find_packages(where="python", exclude=["tests", "tests.*"]),
-    package_data={"torchalloc": [LIB_NAME, "data/*", "report_page.js", "report_page.css", "bridge_src/*/*", "libtorchalloc_bridge.so"]},
-    install_requires=["numpy", "tqdm"],
+    package_data={"torchalloc": [LIB_NAME, "data/*", "report/page.js", "report/page.css", "report/page_help.md", "bridge_src/*/*", "libtorchalloc_bridge.so"]},
+    # numpy 1.21.2 is the oldest with wheels for Python 3.10 (python_requires); the offline tools' tests pass
+    # on it and on numpy 2 (python/tests/test_mid_run_logs.py names the difference that once mattered).
+    install_requires=["numpy>=1.21.2", "tqdm"],
     extras_require={"plot": ["matplotlib"], "lightning": ["lightning"], "huggingface": ["transformers", "accelerate"]},
     entry_points={"console_scripts": ["torchalloc=torchalloc.cli:main"]},
     cmdclass={"build_py": BuildPyWithLibrary},

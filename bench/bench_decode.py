@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-from torchalloc import log as talog  # noqa: E402
+from torchalloc.log import reader as talog  # noqa: E402
 
 META_EVERY = 1000
 

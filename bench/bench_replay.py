@@ -24,8 +24,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "python"))
 
-from torchalloc import replay, trace  # noqa: E402
-from torchalloc.trace import ALLOC, EVENT_DTYPE, FREE  # noqa: E402
+from torchalloc.replay import engine as replay
+from torchalloc.log import trace  # noqa: E402
+from torchalloc.log.trace import ALLOC, EVENT_DTYPE, FREE  # noqa: E402
 
 MiB = 1 << 20
 

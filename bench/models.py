@@ -1,27 +1,38 @@
 #!/usr/bin/env python3
 """Memory and step time of real training workloads under every allocator variant, in one interleaved run.
 
-    python3 bench/models.py [--workloads convnet,encoder,resnet50,vit_b16,gpt2] [--variants ...]
-        [--rounds 2] [--steps N] [--out results.json] [--markdown table.md] [--quick] [--dry-run]
+    python3 bench/models.py [--workloads convnet,encoder,resnet50,vit_b16,gpt2,llama,llama_generate]
+        [--variants ...] [--rounds 3] [--steps N] [--out results.json] [--markdown table.md] [--quick] [--dry-run]
     python3 bench/models.py --stacks ...          # deliverable 4: the cost of logging, on GPT-2
     python3 bench/models.py --merge A.json B.json [--markdown table.md]   # one table from several runs
 
 Workloads (random weights, nothing downloaded; see bench/suite/workloads.py):
 convnet, encoder (bench/step_time.py's), resnet50 (torchvision, bf16
-autocast), vit_b16 (timm), gpt2 (transformers, 12 layers); all AdamW.
+autocast), vit_b16 (timm), gpt2 (transformers, 12 layers), llama (a
+Llama-style decoder, sequence lengths drawn from 256-2048 per step); all
+AdamW; and llama_generate (generate() with a growing KV cache, prompt and
+output lengths drawn per step).
 Variants (bench/suite/variants.py): native, native+expandable,
-native+async, native+history, and torchalloc POLICY[+expandable][+log]
-[+stacks] through the C++ bridge. By default `exact` runs only on convnet
-and encoder (one device allocation per request is slow on big models);
---exact-everywhere lifts that.
+native+async, native+history, torchalloc (install() with nothing set: the
+default, caching with expandable:reclaim), and torchalloc
+POLICY[+expandable|+compact|+reclaim][+log][+stacks] through the C++ bridge
+(a policy alone: ordinary segments). By default: native, native+expandable,
+native+async, torchalloc, caching+expandable and caching, 3 rounds. `exact`
+runs only on convnet and encoder unless --exact-everywhere (one device
+allocation per request is slow on big models).
 
 Every (round, workload, variant) is a fresh process; rounds interleave the
-variants. Per variant the table gives the median step time, its ratio to
-native (median and min-max over rounds), peak allocated and reserved
-(torch.cuda.max_memory_*), their ratio, device allocation calls and the
-first and last loss. Progress goes to stderr; the table, the targets of
-the issue (reported, never asserted) and a JSON line to stdout; --out gets
-the raw records after every run, --markdown the table for BENCHMARKS.md.
+variants. Per variant the table gives the median step time and the mean
+over all steps (warm-up included), each with its ratio to native (median
+and min-max over rounds), the first 10 steps' time, peak allocated and
+reserved (torch.cuda.max_memory_*), their ratio, device allocation (or
+map), free (or unmap) and synchronize calls, and the first and last loss
+(a checksum of the tokens for llama_generate). Progress goes to stderr;
+the table, the targets of the issue (reported, never asserted) and a JSON
+line to stdout; --out gets the raw records after every run, --markdown
+the table for BENCHMARKS.md. The whole default plan takes far longer than
+one call's budget: run it a few workloads at a time, each with --out, and
+--merge the files (BENCHMARKS.md gives the commands).
 
 Without torch or a CUDA GPU it prints `SKIP: <reason>` and exits 0;
 --dry-run prints the plan and its estimated time anywhere; --device cpu
@@ -66,7 +77,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--stacks", action="store_true",
                    help=f"the logging comparison: gpt2 with {','.join(STACKS_VARIANTS)} (unless given), 3 rounds")
     p.add_argument("--exact-everywhere", action="store_true", help="run `exact` on every workload")
-    p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 2; 3 with --stacks)")
+    p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 3)")
     p.add_argument("--steps", type=int, default=None, help="timed steps per run (default: per workload, 15-40)")
     p.add_argument("--warmup", type=int, default=None, help="warm-up steps before timing (default 3)")
     p.add_argument("--batch", action="append", default=[], metavar="NAME=N", help="a workload's batch size")
@@ -89,11 +100,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workload", default="", help=argparse.SUPPRESS)
     p.add_argument("--variant", default="", help=argparse.SUPPRESS)
     p.add_argument("--run-batch", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--cap", type=float, default=0.0, help=argparse.SUPPRESS)  # bench/fit.py: a memory fraction
     args = p.parse_args(argv)
     if args.child:
         return args
     quick_or = (lambda quick, normal: quick if args.quick else normal)
-    args.rounds = args.rounds if args.rounds is not None else quick_or(1, 3 if args.stacks else 2)
+    args.rounds = args.rounds if args.rounds is not None else quick_or(1, 3)
     args.warmup = args.warmup if args.warmup is not None else quick_or(QUICK_WARMUP, 3)
     args.steps = args.steps if args.steps is not None else quick_or(QUICK_STEPS, None)
     if args.rounds < 1 or (args.steps is not None and args.steps < 1) or args.warmup < 0:
@@ -119,8 +131,10 @@ def child_args(args: argparse.Namespace, run: runner.Run) -> list[str]:
 def report(records: list[dict[str, Any]], notes: list[str], args: argparse.Namespace) -> int:
     rows = table.rows(records)
     first = next((r for r in records if "error" not in r), {})
-    print(f"\ntorch {first.get('torch', '?')} on {first.get('gpu', '?')}; step time = median of the timed steps; "
-          f"x native = median (min-max) over rounds of the round's median / native's\n")
+    print(f"\ntorch {first.get('torch', '?')} on {first.get('gpu', '?')}; median ms: of the timed steps; mean ms: "
+          f"over all steps, warm-up included; x native: median (min-max) over rounds of the round's figure / "
+          f"native's; first 10 ms: the first 10 steps together; allocs/maps, frees/unmaps, syncs: device calls "
+          f"(n/a: not counted by that allocator)\n")
     print(table.text(rows))
     for line in table.targets(rows) + notes:
         print(line)

@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
 """`torch.empty` + `del` on a GPU: ns per pair under PyTorch's allocator and torchalloc's.
 
-    python3 bench/pair_gpu.py [--variants native,caching,caching+expandable] [--rounds 3] [--pairs 200000]
+    python3 bench/pair_gpu.py [--variants native,caching,caching+off] [--rounds 3] [--pairs 200000]
+
+A variant is native, a policy (as install() sets it up: caching and
+phase_arena with expandable:reclaim where the driver has virtual memory
+management), or POLICY+MODE with MODE one of off, on (or expandable),
+compact, reclaim.
 
 Each (round, variant) runs in a fresh process (the allocator is chosen
 before CUDA starts), rounds interleaved; sizes 512 B, 1 MiB and 64 MiB,
@@ -27,8 +32,8 @@ import json, sys, time, torch
 variant, pairs = sys.argv[1], int(sys.argv[2])
 if variant != "native":
     import torchalloc
-    name, _, grow = variant.partition("+")
-    torchalloc.install(policy=name, **({"expandable": 1} if grow else {}))
+    name, _, mode = variant.partition("+")  # POLICY (its default segments: reclaim) or POLICY+off|on|expandable|...
+    torchalloc.install(policy=name, **({"expandable": {"expandable": "on"}.get(mode, mode)} if mode else {}))
 torch.empty(1, device="cuda")
 out = {}
 for size in (512, 1 << 20, 64 << 20):
@@ -44,17 +49,16 @@ print("PAIR " + json.dumps(out))
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--variants", default="native,caching,caching+expandable")
+    ap.add_argument("--variants", default="native,caching,caching+off,caching+expandable")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--pairs", type=int, default=200000)
     args = ap.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print("SKIP: torch is not installed")
-        return 0
-    if not torch.cuda.is_available():
-        print("SKIP: no CUDA GPU")
+    sys.path.insert(0, str(REPO / "python"))
+    from torchalloc._gpu_child import skip_reason
+
+    reason = skip_reason()
+    if reason:
+        print(f"SKIP: {reason}")
         return 0
     env = dict(os.environ, PYTHONPATH=str(REPO / "python"))
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]

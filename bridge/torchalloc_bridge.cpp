@@ -3,7 +3,7 @@
 // A subclass of torch::cuda::CUDAPluggableAllocator, compiled against the
 // installed torch's headers (python/torchalloc/bridge.py builds it), that
 // turns every virtual PyTorch calls into calls of the public C API
-// (allocator/torchalloc.h). It is glue only: no allocation decision is made
+// (include/torchalloc.h). It is glue only: no allocation decision is made
 // here. What lives here is what only C++ can do:
 //   - raise c10::OutOfMemoryError (torch.OutOfMemoryError in Python) after
 //     calling the attached OOM observers, instead of handing PyTorch NULL;
@@ -38,7 +38,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "../allocator/torchalloc.h"
+#include "../include/torchalloc.h"
 
 namespace {
 
@@ -287,6 +287,7 @@ class Bridge final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAl
     out.num_ooms = s.num_ooms;
     out.num_device_alloc = s.num_device_alloc;
     out.num_device_free = s.num_device_free;
+    out.num_sync_all_streams = s.num_synchronizes; // every device synchronize torchalloc made
     out.max_split_size = -1; // torchalloc never refuses to split: PyTorch's "unlimited" (SIZE_MAX as int64)
     return out;
   }
@@ -393,7 +394,7 @@ class Bridge final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAl
           current->total_size = seg.size;
           current->stream = reinterpret_cast<void*>(seg.stream);
           current->is_large = seg.pool == TORCHALLOC_POOL_LARGE;
-          current->is_expandable = false;
+          current->is_expandable = seg.expandable != 0; // one stretch of mapped granules, as PyTorch shows them
           current->owner_private_pool_id = {seg.pool_id[0], seg.pool_id[1]};
         }
         c10::CachingDeviceAllocator::BlockInfo info;
@@ -490,7 +491,7 @@ class Bridge final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAl
   }
 
   [[noreturn]] void raise_oom(size_t size, DeviceIndex device, cudaStream_t stream) {
-    char summary[2048] = "";
+    char summary[8192] = ""; // the C summary with its advice lines fits in 6 KiB (TA_OOM_SUMMARY_MAX)
     if (core.oom_summary(device, summary, sizeof summary) <= 0)
       snprintf(summary, sizeof summary, "CUDA out of memory. torchalloc could not allocate %zu bytes on device %d: %s",
                size, (int)device, core.last_error());

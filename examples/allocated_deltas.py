@@ -7,7 +7,8 @@ Runs the same workloads twice, each in a fresh Python process (the allocator
 can be chosen only before CUDA is initialised):
 
   native      PyTorch's caching allocator
-  torchalloc  torchalloc.install(policy="caching", patch_torch=True), so that
+  torchalloc  torchalloc.install(policy="caching", expandable="off", patch_torch=True) (PyTorch's segments and
+              block sizes, byte for byte; the default's expandable segments split large blocks more finely), so that
               the unchanged torch.cuda.memory_allocated() answers from torchalloc
 
 and records torch.cuda.memory_allocated() after every step. Workloads: a
@@ -147,7 +148,7 @@ def child(variant: str) -> None:
         sys.path.insert(0, str(REPO / "python"))
         import torchalloc
 
-        torchalloc.install(policy="caching", patch_torch=True)  # before anything touches CUDA
+        torchalloc.install(policy="caching", expandable="off", patch_torch=True)  # before anything touches CUDA
     import torch
 
     torch.manual_seed(0)
@@ -200,16 +201,6 @@ def format_table(native: dict[str, Any], ours: dict[str, Any]) -> tuple[str, int
     return "\n".join(lines), bad, bad_peaks
 
 
-def skip_reason() -> str | None:
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    if not torch.cuda.is_available():  # does not initialise CUDA in this process
-        return "no CUDA GPU visible to torch"
-    return None
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
@@ -219,6 +210,9 @@ def main() -> int:
     if args.child:
         child(args.child)
         return 0
+    sys.path.insert(0, str(REPO / "python"))
+    from torchalloc._gpu_child import skip_reason
+
     reason = skip_reason()
     if reason:
         print(f"SKIP: {reason}")

@@ -200,7 +200,7 @@ def job_report(out: Path) -> None:
     logs = sorted(out.glob("run.*.talog"))
     print(f"{len(logs)} rank logs: torchalloc report '{out}/run.*.talog'")
     try:
-        from torchalloc.job import analyze_job
+        from torchalloc.analysis.job import analyze_job
     except ImportError as e:  # numpy missing: the tools are optional in a training environment
         print(f"(the job report needs the tools: {e})")
         return

@@ -12,12 +12,22 @@ the middle of every forward a rolling cache keeps a 1.5 MiB entry (the last
 1. PyTorch's allocator runs out of memory: the cache entries, allocated
    between activations, pin 20 MiB segments whose holes the next, larger
    activations cannot use;
-2. torchalloc's `caching` policy (PyTorch's behaviour) runs out at the same
-   step, and its report says *fragmentation*, names the line that allocates
-   the cache entries as the blocks that pin the segments, and replays the run
-   up to the failure under every policy: phase_arena fits;
-3. torchalloc's `phase_arena` (the activations and the cache in arenas of
-   their own) completes the workload under the same cap.
+2. torchalloc's `caching` policy with ordinary segments (expandable:off:
+   PyTorch's behaviour) runs out at the same step, and its report says
+   *fragmentation*, names the line that allocates the cache entries as the
+   blocks that pin the segments, and gives advice computed from the numbers
+   at the failure, one line each with what it rests on: expandable:1 (the
+   bytes in whole free 2 MiB granules against the request), phase_arena
+   (the cache entries' phase pins the activations' segments); `torchalloc
+   report` on its log replays the run up to the failure under every policy
+   and variant and marks each line confirmed or not;
+3. the first line of that advice, followed in a fresh process, completes
+   the workload under the same cap; so does `phase_arena` (the activations
+   and the cache in arenas of their own);
+4. torchalloc as installed with nothing set (caching, expandable:reclaim
+   where the driver has virtual memory management) completes it too: the
+   free granules between the cache entries are mapped again where the
+   next activation needs them.
 
 Each run is its own process (the allocator is chosen before CUDA starts).
 Without torch or a GPU it prints `SKIP: <reason>`. The same workload drives
@@ -83,13 +93,19 @@ def live_peak() -> int:
 
 
 def child(allocator: str, cap: int, log: str | None) -> dict[str, Any]:
+    """One run; `allocator` is "native" or a policy with settings: "caching", "caching,expandable:1"."""
     import torch
 
     phase = None
     if allocator != "native":
         import torchalloc
 
-        torchalloc.install(policy=allocator, log=log, stacks=True, bridge=True)
+        if allocator == "default":
+            torchalloc.install(log=log, stacks=True, bridge=True)
+        else:  # a policy with settings; ordinary segments unless they say otherwise (PyTorch's behaviour)
+            policy, *settings = allocator.split(",")
+            conf = {"expandable": "off", **dict(item.split(":", 1) for item in settings)}
+            torchalloc.install(policy=policy, log=log, stacks=True, bridge=True, **conf)
         phase = torchalloc.phase
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction(cap / total)
@@ -115,6 +131,8 @@ def child(allocator: str, cap: int, log: str | None) -> dict[str, Any]:
             oom = torchalloc.last_oom()
             out["verdict"] = oom.verdict if oom else None
             out["report"] = oom.report if oom else ""
+            out["advice"] = [str(a) for a in torchalloc.parse_advice(str(e))]  # as the exception says it
+            out["advised"] = next((a.conf for a in torchalloc.parse_advice(str(e)) if a.setting), {})
         return out
 
 
@@ -137,7 +155,7 @@ def run(allocator: str, cap: int, log: str | None, timeout: float) -> dict[str, 
 
 
 def report_of(log: str) -> dict[str, Any]:
-    from torchalloc.report import report
+    from torchalloc.report.text import report
 
     data = report(log)
     return data["ooms"][-1] if data["ooms"] else {}
@@ -167,25 +185,46 @@ def main(argv: list[str] | None = None) -> int:
         "native": run("native", cap, None, args.timeout),
         "caching": run("caching", cap, log, args.timeout),
         "phase_arena": run("phase_arena", cap, None, args.timeout),
+        "default": run("default", cap, None, args.timeout),
     }
-    native, caching, arena = results["native"], results["caching"], results["phase_arena"]
+    native, caching, arena, default = results["native"], results["caching"], results["phase_arena"], results["default"]
     print("== PyTorch's allocator:", "completed" if native["completed"] else "out of memory")
     if not native["completed"]:
         print(native["error"].strip()[:1500])
         print(f"(live tensors at the failure: {native['live_at_failure'] / MiB:.1f} MiB)")
     print("\n== torchalloc caching:", "completed" if caching["completed"] else f"out of memory, verdict {caching.get('verdict')}")
+    advised: dict[str, Any] = {"completed": False}
     if not caching["completed"]:
         print(caching.get("report", caching["error"]))
+        print("The advice, as the torch.OutOfMemoryError message gives it:")
+        for line in caching.get("advice", []):
+            print("  " + line)
         diagnosis = report_of(log)
         results["caching_log_report"] = diagnosis
         print("`torchalloc report` on its log:", diagnosis.get("explanation", ""))
+        print("and its check of each advice line, by replaying the run up to the failure:")
+        for a in diagnosis.get("advice", []):
+            print(f"  {a['number']}. {a['text'][:90]}...\n     -> {a['check']}")
+        setting = caching.get("advised") or {}
+        if setting:
+            name = ",".join(["caching"] + [f"{k}:{v}" for k, v in setting.items()])
+            advised = results["advised"] = run(name, cap, None, args.timeout)
+            print(f"\n== the first advice line followed ({name}):",
+                  "completed" if advised["completed"] else "out of memory")
+            if advised["completed"]:
+                print(f"peak reserved {advised['peak_reserved'] / MiB:.0f} MiB, "
+                      f"peak allocated {advised['peak_allocated'] / MiB:.0f} MiB")
     print("\n== torchalloc phase_arena:", "completed" if arena["completed"] else "out of memory")
     if arena["completed"]:
         print(f"peak reserved {arena['peak_reserved'] / MiB:.0f} MiB, peak allocated {arena['peak_allocated'] / MiB:.0f} MiB")
+    print("\n== torchalloc, installed with nothing set:", "completed" if default["completed"] else "out of memory")
+    if default["completed"]:
+        print(f"peak reserved {default['peak_reserved'] / MiB:.0f} MiB, peak allocated "
+              f"{default['peak_allocated'] / MiB:.0f} MiB")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     ok = (not native["completed"] and not caching["completed"] and caching.get("verdict") == "fragmentation"
-          and arena["completed"])
+          and advised["completed"] and arena["completed"] and default["completed"])
     print("\nOK" if ok else "\nUNEXPECTED: see above")
     return 0 if ok else 1
 

@@ -29,7 +29,9 @@ def skip(reason: str) -> None:
 
 
 def start(name: str) -> tuple[Any, str]:
-    """torchalloc.install(policy="caching", log=..., stacks=True), first thing. Returns (torch, log path)."""
+    """torchalloc.install(policy="caching", expandable="off", log=..., stacks=True), first thing: PyTorch's own
+    segments, the ones the classic puzzles are about (puzzle 7's fragmentation needs them). Returns (torch, log
+    path)."""
     try:
         import torch
     except ImportError:
@@ -42,7 +44,7 @@ def start(name: str) -> tuple[Any, str]:
         skip(f"libtorchalloc.so not found ({str(e).splitlines()[0]}); build it: cmake -S . -B build && cmake --build build")
     log = os.environ.get("PUZZLE_LOG") or str(Path(tempfile.gettempdir()) / f"torchalloc-{name}-{os.getpid()}.talog")
     # stack_depth 64: torch.utils.checkpoint and nn.Module calls put many torch frames above the user's line
-    torchalloc.install(policy="caching", log=log, stacks=True, stack_depth=64, warn=0)
+    torchalloc.install(policy="caching", expandable="off", log=log, stacks=True, stack_depth=64, warn=0)
     return torch, log
 
 

@@ -83,14 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = ap.parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("SKIP: record_phase_trace.py needs torch with CUDA")
+    from torchalloc._gpu_child import skip_reason
+
+    reason = skip_reason()
+    if reason:
+        print(f"SKIP: {reason}")
         return 0
-    if not torch.cuda.is_available():
-        print("SKIP: record_phase_trace.py needs a CUDA GPU: torch sees none")
-        return 0
+    import torch
     import torchalloc
     from torchalloc import _lib
 
@@ -130,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     md = args.out.with_name(args.out.name.split(".")[0] + ".md")
     md.write_text(note)
     print(note)
-    from torchalloc.trace import load_trace
+    from torchalloc.log.trace import load_trace
 
     t = load_trace(args.out)
     print(f"replay reads {len(t)} events")

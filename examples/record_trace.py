@@ -230,14 +230,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = ap.parse_args(argv)
-    try:
-        import torch
-    except ImportError:
-        print("SKIP: record_trace.py needs torch with CUDA: torch is not installed")
+    sys.path.insert(0, str(REPO / "python"))
+    from torchalloc._gpu_child import skip_reason
+
+    reason = skip_reason()
+    if reason:
+        print(f"SKIP: {reason}")
         return 0
-    if not torch.cuda.is_available():
-        print("SKIP: record_trace.py needs a CUDA GPU: torch sees none")
-        return 0
+    import torch
     cfg = dict(CONFIG)
     run = train(torch, args.steps, cfg)
     stripped = strip(run["snapshot"])
@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     # Read it back the way replay does, when torchalloc is importable (from this checkout).
     sys.path.insert(0, str(REPO / "python"))
     try:
-        from torchalloc.trace import load_trace
+        from torchalloc.log.trace import load_trace
     except ImportError as e:
         print(f"(not checked with torchalloc.trace: {e})")
         return 0

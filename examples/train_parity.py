@@ -2,7 +2,12 @@
 """Bit-for-bit training parity: torchalloc against PyTorch's native allocator.
 
     python3 examples/train_parity.py [--lib build/libtorchalloc.so]
-        [--policies caching,exact,phase_arena] [--steps 5]
+        [--policies caching,caching+off,exact,phase_arena] [--steps 5]
+
+A policy alone runs as configured by default (caching and phase_arena:
+expandable:reclaim where the driver has virtual memory management);
+POLICY+MODE sets TORCHALLOC_CONF expandable:MODE too (off, on, compact,
+reclaim): caching+off is PyTorch's allocator byte for byte.
 
 Trains three small models (MLP + SGD, MLP + AdamW, one TransformerEncoderLayer
 + AdamW) with deterministic algorithms and a fixed seed, once under the native
@@ -189,13 +194,15 @@ def child_main(args: argparse.Namespace) -> int:
 
 
 def run_child(lib: Path, policy: str | None, steps: int, timeout: float, route: str) -> dict[str, Any]:
-    """One training run in a fresh interpreter; returns its result or {"error": ...}."""
+    """One training run in a fresh interpreter; returns its result or {"error": ...}.
+    `policy`: POLICY or POLICY+MODE (TORCHALLOC_CONF expandable:MODE)."""
     env = dict(os.environ, CUBLAS_WORKSPACE_CONFIG=":4096:8")
     env.pop("TORCHALLOC_CONF", None)
     args = ["--lib", str(lib), "--steps", str(steps), "--route", route]
     if policy:
-        env["TORCHALLOC_CONF"] = f"policy:{policy}"
-        args += ["--policy", policy]
+        name, _, mode = policy.partition("+")
+        env["TORCHALLOC_CONF"] = f"policy:{name}" + (f",expandable:{mode}" if mode else "")
+        args += ["--policy", name]
     return child.run_child(__file__, args, env, timeout, RESULT_TAG)
 
 
@@ -269,8 +276,9 @@ def parent_main(args: argparse.Namespace) -> int:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--lib", default=str(DEFAULT_LIB), help="path to libtorchalloc.so (default: %(default)s)")
-    p.add_argument("--policies", default="caching,exact,phase_arena",
-                   help="comma-separated torchalloc policies to compare (default: %(default)s)")
+    p.add_argument("--policies", default="caching,caching+off,exact,phase_arena",
+                   help="comma-separated torchalloc policies to compare, each POLICY (its default segments) or "
+                   "POLICY+MODE (expandable:MODE) (default: %(default)s)")
     p.add_argument("--steps", type=int, default=5, help="training steps per model (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=600, help="seconds allowed per child (default: %(default)s)")
     p.add_argument("--route", default="plain", choices=child.ROUTES,

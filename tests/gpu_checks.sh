@@ -20,7 +20,7 @@ if ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else
   exit 2
 fi
 mkdir -p "$out"
-if [ ! -f "$lib" ] || [ -n "$(find allocator policies -newer "$lib" -name '*.[ch]' | head -1)" ]; then
+if [ ! -f "$lib" ] || [ -n "$(find allocator include -newer "$lib" -name '*.[ch]' | head -1)" ]; then
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DTORCHALLOC_TESTS=OFF >/dev/null && cmake --build build-gpu -j >/dev/null || {
     echo "build failed"; exit 1; }
 fi
@@ -51,8 +51,10 @@ run() { # name, command...
 wants() { local c; for c in "${checks[@]}"; do [[ $c == "$1" || $c == all ]] && return 0; done; return 1; }
 
 if wants parity; then
-  run parity-plain python3 examples/train_parity.py --lib "$lib" --route plain --policies caching,exact,phase_arena
-  run parity-bridge python3 examples/train_parity.py --lib "$lib" --route bridge --policies caching,exact,phase_arena
+  # caching and phase_arena: the default (expandable:reclaim); caching+off: PyTorch's segments; +compact, +on.
+  policies=caching,caching+off,caching+on,caching+compact,exact,phase_arena
+  run parity-plain python3 examples/train_parity.py --lib "$lib" --route plain --policies "$policies"
+  run parity-bridge python3 examples/train_parity.py --lib "$lib" --route bridge --policies "$policies"
 fi
 wants pytest && run pytest python3 -m pytest -q -rs python/tests
 wants deltas && run deltas python3 examples/allocated_deltas.py

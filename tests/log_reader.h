@@ -5,7 +5,7 @@
 
 #include <unistd.h>
 
-#include "log_format.h"
+#include "log/log_format.h"
 #include "sim.h"
 
 typedef struct parsed {
@@ -99,8 +99,11 @@ static inline int seq_contiguous(const parsed *p) {
   return 1;
 }
 
+/* A path for a new log, named after the process and `name`, with nothing
+ * there yet (a file a killed earlier run left is removed). */
 static inline void temp_path(char *buf, size_t len, const char *name) {
   snprintf(buf, len, "/tmp/talog-%d-%s.talog", (int)getpid(), name);
+  unlink(buf);
 }
 
 static inline int log_reset(const char *path, const char *extra) {

@@ -8,9 +8,11 @@
 # builds with clang -Werror and ASan+UBSan in build-clang/ and runs ctest
 # there too when clang is there (its UBSan checks things gcc's does not), then
 # runs the fuzzers for FUZZ_SECONDS each (fuzz_api under libFuzzer with
-# clang, in build-fuzz/; fuzz_log_decode.py), then python/tests with pytest
-# (failing when python3 cannot import pytest and numpy: the suite must not
-# pass by being skipped). Stops at the first
+# clang, in build-fuzz/; fuzz_log_decode.py), then python/tests with pytest.
+# Before anything is built it checks that python3 can import pytest and
+# numpy, and fails at once saying what to install when it cannot (the suite
+# must not pass by being skipped; tqdm, which pip install . brings, is only
+# for progress bars and not needed). Stops at the first
 # failure. The last line of output is always "N passed, N failed": test cases
 # summed over every ctest run (each program prints its own such line) and
 # pytest.
@@ -125,6 +127,17 @@ ctest_failed() { # STAGE DIR
 }
 
 # --------------------------------------------------------------------------
+# 0. What the Python suite needs, checked first: a machine without it fails
+#    now, saying what to install, not after minutes of builds and fuzzing.
+# --------------------------------------------------------------------------
+command -v python3 >/dev/null || fail prerequisites "python3 is not installed (python/tests and the log fuzzer need it)"
+missing=()
+for module in pytest numpy; do python3 -c "import $module" >/dev/null 2>&1 || missing+=("$module"); done
+if ((${#missing[@]})); then
+  fail prerequisites "python3 cannot import ${missing[*]}, which python/tests needs: install it (python3 -m pip install ${missing[*]}) or run .ci/run, which does"
+fi
+
+# --------------------------------------------------------------------------
 # 1. Release
 # --------------------------------------------------------------------------
 t0=$SECONDS
@@ -230,11 +243,7 @@ fi
 # --------------------------------------------------------------------------
 # 6. Python tests
 # --------------------------------------------------------------------------
-# The Python suite is half the tests: a machine that cannot run it fails here
-# rather than passing with it skipped.
-if ! python3 -c 'import pytest, numpy' >/dev/null 2>&1; then
-  fail pytest "python3 cannot import pytest and numpy, so python/tests cannot run: install them (python3 -m pip install pytest numpy tqdm) or run .ci/run, which does"
-fi
+# pytest and numpy were checked at the start (stage 0).
 t0=$SECONDS
 echo "== pytest: python3 -m pytest -q python/tests"
 log=build/run-pytest.log

@@ -13,11 +13,16 @@
 #define S1 ((cudaStream_t)0x1000)
 #define S2 ((cudaStream_t)0x2000)
 
-/* Start from nothing on a simulated device; `extra` is appended to the conf. */
+/* Start from nothing on a simulated device; `extra` is appended to the conf.
+ * Ordinary segments unless `extra` says otherwise: most tests pin the
+ * caching policy's behaviour, PyTorch's byte for byte (expandable:0); the
+ * default mode (reclaim) has its own tests (test_reclaim.c) and is among
+ * the fuzzer's and the soak's configurations. */
 static inline int sim_reset(const char *extra) {
   char conf[512];
   /* No OOM report files from tests (a test that wants one says oom_report:on). */
-  snprintf(conf, sizeof conf, "backend:sim,warn:0,oom_report:off%s%s", extra && *extra ? "," : "", extra ? extra : "");
+  snprintf(conf, sizeof conf, "backend:sim,warn:0,oom_report:off,expandable:off%s%s", extra && *extra ? "," : "",
+           extra ? extra : "");
   torchalloc_teardown();
   if (torchalloc_init(conf) != 0) {
     fprintf(stderr, "  torchalloc_init(%s): %s\n", conf, torchalloc_last_error());

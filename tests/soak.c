@@ -5,8 +5,10 @@
  * cores, so that run is made by hand.
  *
  * Episodes of --episode operations each start a fresh allocator; episode e
- * uses policy e % 3 and cycles through devices, capacities, injected
- * failures, memory held elsewhere, event polls and logging. Every
+ * uses policy e % 3 and segment mode e % 4 (ordinary, expandable, compact,
+ * reclaim: every pair in 12 episodes) and cycles through devices,
+ * capacities, injected failures, memory held elsewhere, event polls, the
+ * device's lag behind the host and logging. Every
  * operation checks that a new block overlaps no live one and that a
  * capture told to the core was not violated, every free that the block's
  * canary words are intact; every --check-every
@@ -53,7 +55,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   static const char *const policy_names[3] = {"caching", "exact", "phase_arena"}; /* drv_start's config[0] % 3 */
-  uint64_t rng = seed, done = 0, next_report = 10000000, episodes[3] = {0, 0, 0};
+  uint64_t rng = seed, done = 0, next_report = 10000000, episodes[3] = {0, 0, 0}, reclaim_episodes = 0;
   double start = now_s();
   printf("soak: %" PRIu64 " operations, seed %" PRIu64 ", %" PRIu64 " per episode, full check every %u\n", total, seed,
          episode, check_every);
@@ -65,6 +67,8 @@ int main(int argc, char **argv) {
     episodes[e % 3]++;
     config[1] = (uint8_t)(e / 3 % 2);    /* one device or two */
     config[2] = (uint8_t)(e / 6 % 6);    /* every capacity */
+    config[7] = (uint8_t)((config[7] & 1) | (e % 4) << 1); /* segment mode e % 4 (drv_start's (config[7] >> 1) % 4) */
+    reclaim_episodes += e % 4 == 3;
     drv_start(config, check_every);
     fprintf(stderr, "soak: episode %" PRIu64 " (seed %" PRIu64 "): %s\n", e, seed, drv_conf());
     uint64_t n = total - done < episode ? total - done : episode;
@@ -87,6 +91,9 @@ int main(int argc, char **argv) {
          c->ops, now_s() - start, c->mallocs, c->ooms, c->misuse, c->captures, c->checks);
   printf("soak: episodes starting under each policy: %s %" PRIu64 ", %s %" PRIu64 ", %s %" PRIu64 "\n",
          policy_names[0], episodes[0], policy_names[1], episodes[1], policy_names[2], episodes[2]);
+  printf("soak: %" PRIu64 " device synchronizes, %" PRIu64 " of them in the %" PRIu64
+         " reclaim episodes (empty_cache, OOM retries, arena trims: never to serve a request)\n",
+         c->synchronizes, c->reclaim_synchronizes, reclaim_episodes);
   printf("1 passed, 0 failed\n"); /* run.sh's count, as every test program prints (a violation aborts instead) */
   return 0;
 }

@@ -149,6 +149,14 @@ TEST(bad_values_name_their_key) {
   CHECK_INVARIANTS();
 }
 
+/* An integer out of range says the range (it once said only "in range"). */
+TEST(bad_integers_say_the_range) {
+  check_refused("backend:sim,expandable:4", "or an integer from 0 to 3)");
+  check_refused("backend:sim,sim_devices:65", "(expected an integer from 1 to 64)");
+  check_refused("backend:sim,stack_depth:x", "(expected an integer from 1 to 64)");
+  check_refused("backend:sim,warn:2", "'warn' (expected an integer from 0 to 1)");
+}
+
 TEST(good_values_of_every_key_are_accepted) {
   static const char *const confs[] = {
       "policy:caching",       "policy:exact",       "policy:phase_arena", "sim_capacity:1",

@@ -340,7 +340,6 @@ static int allocs_follow_their_begin(const parsed *p) {
 TEST(phases_open_when_the_log_opens_are_logged_first) {
   char path[256];
   temp_path(path, sizeof path, "open-phases");
-  unlink(path);
   REQUIRE(sim_reset("") == 0);
   torchalloc_phase_begin("outer");
   torchalloc_phase_begin("inner");
@@ -368,7 +367,6 @@ TEST(phases_open_when_the_log_opens_are_logged_first) {
 TEST(phases_begun_before_a_lazy_init_are_logged) {
   char path[256], conf[400];
   temp_path(path, sizeof path, "lazy-phases");
-  unlink(path);
   snprintf(conf, sizeof conf, "backend:sim,warn:0,oom_report:off,log:%s", path);
   torchalloc_teardown();
   setenv("TORCHALLOC_CONF", conf, 1);

@@ -156,16 +156,7 @@ TEST(eight_threads_two_devices_streams_phases_policies_and_log_concurrently) {
   atomic_store(&control_errors, 0);
   atomic_store(&ops_done, 0);
   static worker workers[NTHREADS];
-  pthread_t threads[NTHREADS];
-  REQUIRE(pthread_barrier_init(&start, NULL, NTHREADS) == 0);
-  for (int i = 0; i < NTHREADS; i++) {
-    memset(&workers[i], 0, sizeof workers[i]);
-    workers[i].id = i;
-    workers[i].rng = 0x8EED0000ull + (uint64_t)i;
-    REQUIRE(pthread_create(&threads[i], NULL, worker_main, &workers[i]) == 0);
-  }
-  for (int i = 0; i < NTHREADS; i++) pthread_join(threads[i], NULL);
-  pthread_barrier_destroy(&start);
+  RUN_WORKERS(workers, NTHREADS, worker_main, 0x8EED0000ull, start);
   if (torchalloc_log_path()) torchalloc_log_close();
   unlink(log_path);
 

@@ -8,8 +8,15 @@ tagged JSON line this prints.
 The step is the same for every variant: forward (with the loss), backward,
 optimizer step, zero_grad(set_to_none=True), each inside its torchalloc
 phase for torchalloc variants (phase_arena needs them; the others only
-account by them) and without phases for native ones. Time is per step,
-between two torch.cuda.synchronize() calls, after the warm-up steps.
+account by them) and without phases for native ones; an inference
+workload's step is its forward alone, under torch.no_grad(). Time is per
+step, between two torch.cuda.synchronize() calls, warm-up steps included
+(reported apart).
+
+With --cap F (bench/fit.py) the run is made under
+torch.cuda.set_per_process_memory_fraction(F), set before the model is
+built; running out of memory is then a result ("oom": true and where),
+not a failure.
 """
 from __future__ import annotations
 
@@ -39,23 +46,35 @@ def phases(variant: Variant, device_type: str) -> Callable[[str], AbstractContex
 
 
 def memory(torch: Any, variant: Variant, device: Any) -> dict[str, Any]:
-    """Peaks (torch's own counters: the bridge answers them for torchalloc) and device allocation calls."""
+    """Peaks (torch's own counters: the bridge answers them for torchalloc) and device calls: allocations
+    (or, expandable, maps), frees (unmaps) and synchronizes. torchalloc counts each from its library;
+    PyTorch's caching allocator counts allocations and frees, and its synchronize-and-free-events passes
+    as num_sync_all_streams (not the stream synchronizes of its expandable segments' unmapping);
+    cudaMallocAsync counts none of them."""
+    out: dict[str, Any] = {"peak_allocated": None, "peak_reserved": None, "device_allocs": None,
+                           "device_frees": None, "synchronizes": None}
     if device.type != "cuda":
-        return {"peak_allocated": None, "peak_reserved": None, "device_allocs": None}
+        return out
     index = device.index
-    out: dict[str, Any] = {"peak_allocated": torch.cuda.max_memory_allocated(index),
-                           "peak_reserved": torch.cuda.max_memory_reserved(index), "device_allocs": None}
+    out["peak_allocated"] = torch.cuda.max_memory_allocated(index)
+    out["peak_reserved"] = torch.cuda.max_memory_reserved(index)
     if not variant.native:
         counters = gpu_child.counters(index)
         out["device_allocs"] = counters["num_device_alloc"]
+        out["device_frees"] = counters["num_device_free"]
+        out["synchronizes"] = counters["num_synchronizes"]
         # The library's own peaks, to check the bridge's answers above against.
         out["torchalloc_peak_reserved"], out["torchalloc_peak_allocated"] = gpu_child.peaks(index)
-    elif "async" not in variant.modifiers:  # cudaMallocAsync keeps no count of device allocations
-        out["device_allocs"] = torch.cuda.memory_stats(index).get("num_device_alloc")
+    elif "async" not in variant.modifiers:
+        stats = torch.cuda.memory_stats(index)
+        out["device_allocs"] = stats.get("num_device_alloc")
+        out["device_frees"] = stats.get("num_device_free")
+        out["synchronizes"] = stats.get("num_sync_all_streams")
     return out
 
 
-def train(torch: Any, built: Built, variant: Variant, device: Any, warmup: int, steps: int) -> dict[str, Any]:
+def train(torch: Any, built: Built, variant: Variant, device: Any, warmup: int, steps: int,
+          capped: bool = False) -> dict[str, Any]:
     part = phases(variant, device.type)
     cuda = device.type == "cuda"
 
@@ -66,22 +85,35 @@ def train(torch: Any, built: Built, variant: Variant, device: Any, warmup: int, 
     def step(inputs: Any) -> tuple[float, float]:
         sync()
         t0 = time.perf_counter()
-        with part("forward"):
-            loss = built.loss(inputs)
-        with part("backward"):
-            loss.backward()
-        with part("optimizer"):
-            built.opt.step()
-        with part("zero_grad"):
-            built.opt.zero_grad(set_to_none=True)
+        if built.opt is None:  # inference
+            with part("forward"), torch.no_grad():
+                loss = built.loss(inputs)
+        else:
+            with part("forward"):
+                loss = built.loss(inputs)
+            with part("backward"):
+                loss.backward()
+            with part("optimizer"):
+                built.opt.step()
+            with part("zero_grad"):
+                built.opt.zero_grad(set_to_none=True)
         sync()
         return (time.perf_counter() - t0) * 1e3, float(loss.detach().item())
 
-    warm = [step(built.batch(True)) for _ in range(warmup)]
-    timed = [step(built.batch(False)) for _ in range(steps)]
-    losses = [loss for _, loss in warm + timed]
-    return {"warmup_ms": [ms for ms, _ in warm], "step_ms": [ms for ms, _ in timed],
-            "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None}
+    done: list[tuple[float, float]] = []  # (ms, loss) of every step so far, warm-up first
+    out: dict[str, Any] = {"warmup_ms": [], "step_ms": []}
+    try:
+        for i in range(warmup + steps):
+            done.append(step(built.batch(i < warmup)))
+    except torch.OutOfMemoryError as e:  # only reached under --cap: without one, it fails the run
+        if not capped:
+            raise
+        out.update(oom=True, oom_step=len(done), oom_message=" ".join(str(e).split())[:300])
+    out["warmup_ms"] = [ms for ms, _ in done[:warmup]]
+    out["step_ms"] = [ms for ms, _ in done[warmup:]]
+    losses = [loss for _, loss in done]
+    out.update(first_loss=losses[0] if losses else None, last_loss=losses[-1] if losses else None)
+    return out
 
 
 def child_main(args: argparse.Namespace) -> int:
@@ -99,16 +131,28 @@ def child_main(args: argparse.Namespace) -> int:
     if args.device == "cuda":
         torch.cuda.manual_seed_all(args.seed)
         device = torch.device("cuda", torch.cuda.current_device())
+        if args.cap:
+            torch.cuda.set_per_process_memory_fraction(args.cap, device)
     else:
         device = torch.device("cpu")
-    built = spec.build(torch, device, args.run_batch, args.seed, args.steps)
+    result: dict[str, Any] = {"oom": False, "cap": args.cap or None}
+    try:
+        built = spec.build(torch, device, args.run_batch, args.seed, args.steps)
+    except torch.OutOfMemoryError as e:  # the model and optimizer alone do not fit under the cap
+        if not args.cap:
+            raise
+        built = None
+        result.update(oom=True, oom_step=-1, oom_message=" ".join(str(e).split())[:300], warmup_ms=[], step_ms=[],
+                      first_loss=None, last_loss=None)
     setup_s = time.perf_counter() - started
-    result = train(torch, built, variant, device, args.warmup, args.steps)
+    if built is not None:
+        result.update(train(torch, built, variant, device, args.warmup, args.steps, capped=bool(args.cap)))
     result.update(memory(torch, variant, device))
     result.update({
         "workload": spec.name, "variant": variant.name, "batch": args.run_batch, "setup_s": setup_s,
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "device_total": torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None,
     })
     gpu_child.print_result(RESULT_TAG, result)
     return 0

@@ -1,12 +1,16 @@
 """From run records to rows: medians, spread over rounds, ratios to native, peaks; as text or Markdown.
 
 Step time: the median of all timed steps of all rounds, and each round's
-median. The ratio to native is taken per round (this variant's round
-median over native's round median in the same round, same workload), and
-the table shows the median of those ratios with their min-max over rounds:
-interleaving makes a round's ratio immune to slow drift, and the spread
-says how much to trust the figure. Peaks are the largest over rounds (they
-repeat from round to round: the data is seeded).
+median; the mean over every step, warm-up included (the issue's measure:
+first steps are where allocators differ most); the first 10 steps' total
+(warm-up first). The ratios to native are taken per round (this variant's
+round median, or mean, over native's in the same round, same workload),
+and the table shows the median of those ratios with their min-max over
+rounds: interleaving makes a round's ratio immune to slow drift, and the
+spread says how much to trust the figure. Peaks are the largest over
+rounds (they repeat from round to round: the data is seeded); so are the
+device calls (allocations or maps, frees or unmaps, synchronizes: "n/a"
+where the allocator does not count them).
 """
 from __future__ import annotations
 
@@ -15,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MiB = 2**20
-MEMORY_TARGET = 1.02  # the issue's goal: peak reserved <= 1.02 x peak allocated ...
-TIME_TARGET = 1.0  # ... at a step time no slower than native
+MEMORY_TARGET = 1.01  # issue 24's goal for torchalloc's default: peak reserved <= 1.01 x peak allocated ...
+TIME_TARGET = 1.01  # ... at <= 1.01 x native's step time, the mean over all steps, the first ones included
+DEFAULT_VARIANT = "torchalloc"
 STACKS_TARGET, LOG_TARGET = 1.10, 1.03  # logging with Python stacks <= +10 %, without <= +3 % (GPT-2)
 
 
@@ -44,28 +49,49 @@ def _round_medians(cell: Cell) -> dict[int, float]:
     return {r["round"]: statistics.median(r["step_ms"]) for r in cell.ok if r["step_ms"]}
 
 
+def _all_steps(r: dict[str, Any]) -> list[float]:
+    return list(r.get("warmup_ms") or []) + list(r["step_ms"])
+
+
+def _round_means(cell: Cell) -> dict[int, float]:
+    return {r["round"]: statistics.fmean(_all_steps(r)) for r in cell.ok if _all_steps(r)}
+
+
+def _ratios(mine: dict[int, float], base: dict[int, float]) -> list[float]:
+    return [mine[k] / base[k] for k in mine if k in base and base[k] > 0]
+
+
 def _max(cell: Cell, key: str) -> Any:
     values = [r[key] for r in cell.ok if r.get(key) is not None]
     return max(values) if values else None
 
 
 def row(cell: Cell, native: Cell | None) -> dict[str, Any]:
-    medians = _round_medians(cell)
-    base = _round_medians(native) if native is not None else {}
-    ratios = [medians[k] / base[k] for k in medians if k in base and base[k] > 0]
+    medians, means = _round_medians(cell), _round_means(cell)
+    ratios = _ratios(medians, _round_medians(native) if native is not None else {})
+    mean_ratios = _ratios(means, _round_means(native) if native is not None else {})
     steps = [ms for r in cell.ok for ms in r["step_ms"]]
+    every = [ms for r in cell.ok for ms in _all_steps(r)]
+    first10 = [sum(_all_steps(r)[:10]) for r in cell.ok if len(_all_steps(r)) >= 10]
     alloc, res = _max(cell, "peak_allocated"), _max(cell, "peak_reserved")
     first = cell.ok[0] if cell.ok else {}
     return {
         "workload": cell.workload, "variant": cell.variant, "rounds_ok": len(cell.ok), "failed": cell.failed,
         "median_ms": statistics.median(steps) if steps else None,
+        "mean_ms": statistics.fmean(every) if every else None,
+        "first10_ms": statistics.median(first10) if first10 else None,
         "round_median_ms": [medians[k] for k in sorted(medians)],
         "time_vs_native": statistics.median(ratios) if ratios else None,
         "time_vs_native_min": min(ratios) if ratios else None,
         "time_vs_native_max": max(ratios) if ratios else None,
+        "mean_vs_native": statistics.median(mean_ratios) if mean_ratios else None,
+        "mean_vs_native_min": min(mean_ratios) if mean_ratios else None,
+        "mean_vs_native_max": max(mean_ratios) if mean_ratios else None,
         "peak_allocated": alloc, "peak_reserved": res,
         "reserved_over_allocated": res / alloc if alloc and res else None,
         "device_allocs": _max(cell, "device_allocs"),
+        "device_frees": _max(cell, "device_frees"),
+        "synchronizes": _max(cell, "synchronizes"),
         "first_loss": first.get("first_loss"), "last_loss": first.get("last_loss"),
         "log_bytes": _max(cell, "log_bytes"),
     }
@@ -81,34 +107,36 @@ def _f(value: Any, spec: str, missing: str = "-") -> str:
     return missing if value is None else format(value, spec)
 
 
-def _ratio(r: dict[str, Any]) -> str:
-    if r["time_vs_native"] is None:
+def _ratio(r: dict[str, Any], key: str = "time_vs_native") -> str:
+    if r.get(key) is None:
         return "-"
     if r["rounds_ok"] < 2:
-        return f"{r['time_vs_native']:.3f}"
-    return f"{r['time_vs_native']:.3f} ({r['time_vs_native_min']:.3f}-{r['time_vs_native_max']:.3f})"
+        return f"{r[key]:.3f}"
+    return f"{r[key]:.3f} ({r[key + '_min']:.3f}-{r[key + '_max']:.3f})"
 
 
 def _mib(value: int | None) -> str:
     return _f(value and value / MiB, ".0f")
 
 
-def _allocs(r: dict[str, Any]) -> str:
-    return _f(r["device_allocs"], "d", "n/a")
+def _count(r: dict[str, Any], key: str) -> str:
+    return _f(r.get(key), "d", "n/a")
 
 
 def _loss(r: dict[str, Any]) -> str:
     return f"{_f(r['first_loss'], '.4f')} -> {_f(r['last_loss'], '.4f')}"
 
 
-COLUMNS = ("variant", "step ms", "x native (min-max)", "alloc MiB", "reserved MiB", "res/alloc", "device allocs",
-           "loss first -> last")
+COLUMNS = ("variant", "median ms", "x native (min-max)", "mean ms", "mean x native (min-max)", "first 10 ms",
+           "alloc MiB", "reserved MiB", "res/alloc", "allocs/maps", "frees/unmaps", "syncs", "loss first -> last")
 
 
 def _cells_of(r: dict[str, Any]) -> list[str]:
     status = f"  FAILED {len(r['failed'])}x" if r["failed"] else ""
-    return [r["variant"] + status, _f(r["median_ms"], ".1f"), _ratio(r), _mib(r["peak_allocated"]),
-            _mib(r["peak_reserved"]), _f(r["reserved_over_allocated"], ".3f"), _allocs(r), _loss(r)]
+    return [r["variant"] + status, _f(r["median_ms"], ".1f"), _ratio(r), _f(r.get("mean_ms"), ".1f"),
+            _ratio(r, "mean_vs_native"), _f(r.get("first10_ms"), ".0f"), _mib(r["peak_allocated"]),
+            _mib(r["peak_reserved"]), _f(r["reserved_over_allocated"], ".3f"), _count(r, "device_allocs"),
+            _count(r, "device_frees"), _count(r, "synchronizes"), _loss(r)]
 
 
 def text(table_rows: list[dict[str, Any]]) -> str:
@@ -127,8 +155,10 @@ def text(table_rows: list[dict[str, Any]]) -> str:
 
 def markdown(table_rows: list[dict[str, Any]]) -> str:
     """One table, a workload column first (BENCHMARKS.md)."""
-    head = ("| workload | variant | median step ms | step time vs native (min-max over rounds) | peak allocated MiB "
-            "| peak reserved MiB | reserved / allocated | device allocations | loss first -> last |")
+    head = ("| workload | variant | median step ms | median vs native (min-max over rounds) | mean step ms, all steps "
+            "| mean vs native (min-max) | first 10 steps ms | peak allocated MiB | peak reserved MiB "
+            "| reserved / allocated | device allocations or maps | device frees or unmaps | device synchronizes "
+            "| loss first -> last |")
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in table_rows:
         cells_ = _cells_of(r)
@@ -144,14 +174,20 @@ def targets(table_rows: list[dict[str, Any]]) -> list[str]:
         by_workload.setdefault(r["workload"], []).append(r)
     for workload, group in by_workload.items():
         find = {r["variant"]: r for r in group}
+        default = find.get(DEFAULT_VARIANT)
+        if default and default["reserved_over_allocated"]:
+            mean = default.get("mean_vs_native")
+            met = default["reserved_over_allocated"] <= MEMORY_TARGET and mean is not None and mean <= TIME_TARGET
+            lines.append(f"{workload}: {DEFAULT_VARIANT} (install()'s default) reserves "
+                         f"{default['reserved_over_allocated']:.3f}x allocated (target <= {MEMORY_TARGET}) at "
+                         f"{_f(mean, '.3f')}x native's mean step time, all steps (target <= {TIME_TARGET}), "
+                         f"{_count(default, 'synchronizes')} synchronizes: {'met' if met else 'NOT met'}")
         candidates = [r for r in group if not r["variant"].startswith("native") and r["reserved_over_allocated"]
                       and "+log" not in r["variant"] and "+stacks" not in r["variant"]]
         if candidates:
             best = min(candidates, key=lambda r: r["reserved_over_allocated"])
-            met = best["reserved_over_allocated"] <= MEMORY_TARGET and (best["time_vs_native"] or 99) <= TIME_TARGET
             lines.append(f"{workload}: least reserve: {best['variant']} {best['reserved_over_allocated']:.3f}x "
-                         f"allocated (target <= {MEMORY_TARGET}) at {_f(best['time_vs_native'], '.3f')}x native's "
-                         f"step time (target <= {TIME_TARGET}): {'met' if met else 'NOT met'}")
+                         f"allocated at {_f(best.get('mean_vs_native'), '.3f')}x native's mean step time")
         for name, limit in (("caching+stacks", STACKS_TARGET), ("caching+log", LOG_TARGET)):
             r = find.get(name)
             if r and r["time_vs_native"] is not None:

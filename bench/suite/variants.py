@@ -5,11 +5,16 @@
     native+async           PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
     native+history         native, with torch.cuda.memory._record_memory_history(stacks="python")
                            on from before the warm-up (PyTorch's own allocation log with stacks)
-    POLICY                 torchalloc through the C++ bridge (torchalloc.install), TORCHALLOC_CONF=policy:POLICY
-    POLICY+expandable      ... + expandable:1
-    POLICY+compact         ... + expandable:2 (expandable segments compacted before reserving past the high-water mark)
-    POLICY+log             ... + log:<temporary file> (the block log, no stacks)
-    POLICY+stacks          ... + log:<temporary file>,stacks:1 (the block log with Python stacks)
+    torchalloc             torchalloc.install() and nothing set: what a user gets (caching, expandable:reclaim
+                           where the driver has virtual memory management)
+    POLICY                 torchalloc through the C++ bridge (torchalloc.install), TORCHALLOC_CONF=policy:POLICY,
+                           expandable:off (ordinary segments: for caching, PyTorch's allocator byte for byte)
+    POLICY+expandable      ... expandable:on
+    POLICY+compact         ... expandable:compact (compacted before reserving past the high-water mark, after a
+                           device synchronize)
+    POLICY+reclaim         ... expandable:reclaim (the default: compacted without synchronizing)
+    ...+log                ... + log:<temporary file> (the block log, no stacks)
+    ...+stacks             ... + log:<temporary file>,stacks:1 (the block log with Python stacks)
 
 --extra-conf is appended to every torchalloc variant's TORCHALLOC_CONF.
 This is bench/step_time.py's grammar, with `+history` and `+expandable`
@@ -20,17 +25,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 POLICIES = ("caching", "exact", "phase_arena")
+DEFAULT = "torchalloc"  # install() with nothing set
+SEGMENT_MODES = {"expandable": "on", "compact": "compact", "reclaim": "reclaim"}  # modifier -> expandable:
 NATIVE_MODIFIERS = {
     "expandable": "expandable_segments:True",
     "async": "backend:cudaMallocAsync",
     "history": "",  # no allocator setting: the child turns PyTorch's memory history on
 }
-TORCHALLOC_MODIFIERS = ("expandable", "compact", "log", "stacks")
+TORCHALLOC_MODIFIERS = ("expandable", "compact", "reclaim", "log", "stacks")
 LOG_NAME = "ta_%p.talog"  # in the run's log directory; %p: the child's pid
 
-# What a default run compares (ordered: native first, since ratios are to it).
-DEFAULT_VARIANTS = ("native", "native+expandable", "native+async", "caching", "caching+expandable",
-                    "caching+compact", "phase_arena", "phase_arena+compact", "exact")
+# What a default run compares (ordered: native first, since ratios are to it): PyTorch's three allocators,
+# torchalloc's default, expandable segments without compaction, and caching's PyTorch parity.
+DEFAULT_VARIANTS = ("native", "native+expandable", "native+async", DEFAULT, "caching+expandable", "caching")
 # `exact` makes one device allocation per request: slow on big models, so by default only on these.
 EXACT_WORKLOADS = ("convnet", "encoder")
 # --stacks: deliverable 4's comparison on GPT-2.
@@ -43,6 +50,7 @@ class Variant:
     native: bool
     modifiers: tuple[str, ...]
     policy: str = ""  # torchalloc's policy; "" for native
+    default: bool = False  # `torchalloc`: nothing set, install()'s choices
 
     @property
     def history(self) -> bool:
@@ -57,12 +65,11 @@ class Variant:
         return next((NATIVE_MODIFIERS[m] for m in self.modifiers if NATIVE_MODIFIERS[m]), "")
 
     def torchalloc_conf(self, extra_conf: str, log_dir: str) -> str:
-        """TORCHALLOC_CONF for a torchalloc variant."""
-        conf = [f"policy:{self.policy}"]
-        if "compact" in self.modifiers:
-            conf.append("expandable:2")
-        elif "expandable" in self.modifiers:
-            conf.append("expandable:1")
+        """TORCHALLOC_CONF for a torchalloc variant ("" for `torchalloc`: the library's defaults)."""
+        conf = [] if self.default else [f"policy:{self.policy}"]
+        if not self.default:
+            mode = next((SEGMENT_MODES[m] for m in self.modifiers if m in SEGMENT_MODES), "off")
+            conf.append(f"expandable:{mode}")
         if self.logs:
             conf.append(f"log:{log_dir.rstrip('/')}/{LOG_NAME}")
         if "stacks" in self.modifiers:
@@ -77,14 +84,25 @@ class Variant:
             conf = self.native_conf()
             text = f"PYTORCH_CUDA_ALLOC_CONF={conf}" if conf else "PyTorch's caching allocator"
             return text + (", _record_memory_history(stacks='python')" if self.history else "")
-        return "TORCHALLOC_CONF=" + self.torchalloc_conf(extra_conf, "LOGDIR")
+        conf = self.torchalloc_conf(extra_conf, "LOGDIR")
+        if self.default:
+            return "torchalloc.install(), " + (f"TORCHALLOC_CONF={conf}" if conf else "nothing set") + \
+                " (caching, expandable:reclaim where the driver has virtual memory management)"
+        return "TORCHALLOC_CONF=" + conf
 
 
 def parse_variant(text: str) -> Variant:
-    """`native[+expandable|+async|+history]` or `POLICY[+expandable|+compact][+log][+stacks]`; ValueError says why not."""
+    """`native[+expandable|+async|+history]`, `torchalloc[+log][+stacks]` or
+    `POLICY[+expandable|+compact|+reclaim][+log][+stacks]`; ValueError says why not."""
     base, *mods = [part.strip() for part in text.strip().split("+")]
     if len(set(mods)) != len(mods):
         raise ValueError(f"variant {text!r}: a modifier is repeated")
+    if len([m for m in mods if m in SEGMENT_MODES]) > 1:
+        raise ValueError(f"variant {text!r}: at most one of {', '.join('+' + m for m in SEGMENT_MODES)}")
+    if base == DEFAULT:
+        if any(m in SEGMENT_MODES or m not in TORCHALLOC_MODIFIERS for m in mods):
+            raise ValueError(f"variant {text!r}: {DEFAULT} (install()'s defaults) takes only +log and +stacks")
+        return Variant(text.strip(), False, tuple(mods), policy=POLICIES[0], default=True)
     if base == "native":
         unknown = [m for m in mods if m not in NATIVE_MODIFIERS]
         if unknown or len(mods) > 1:
@@ -92,7 +110,7 @@ def parse_variant(text: str) -> Variant:
                              f"{', '.join('+' + m for m in NATIVE_MODIFIERS)}")
         return Variant(text.strip(), True, tuple(mods))
     if base not in POLICIES:
-        raise ValueError(f"unknown variant {text!r}: the name is native or a policy "
+        raise ValueError(f"unknown variant {text!r}: the name is native, {DEFAULT} or a policy "
                          f"({', '.join(POLICIES)}); known variants include {', '.join(DEFAULT_VARIANTS + STACKS_VARIANTS[1:])}")
     unknown = [m for m in mods if m not in TORCHALLOC_MODIFIERS]
     if unknown:

@@ -4,6 +4,11 @@ Sizes follow the issue's measurements (H100, torch 2.11, peak allocated):
 the encoder ~3.6 GB (bench/step_time.py's workload), ResNet-50 at batch 64
 under bf16 autocast ~3.2 GB, ViT-B/16 at batch 16 ~3.4 GB, GPT-2 (124 M
 parameters) at batch 8 x 1024 ~13 GB. `--batch NAME=N` changes a batch.
+Two Llama-style decoders (transformers' LlamaForCausalLM from a config:
+grouped-query attention, RMSNorm, SwiGLU) stress what varies: `llama`
+trains on sequence lengths drawn from 256-2048 every step, `llama_generate`
+runs generate() (a KV cache growing token by token) on prompt and output
+lengths drawn every step; sizes not yet measured.
 
 Data is drawn on the device from a seeded generator: every variant and
 round sees the same batches, and drawing costs no host time between steps.
@@ -22,7 +27,9 @@ import step_time  # bench/step_time.py: the encoder workload is defined there on
 
 @dataclass
 class Built:
-    """A workload ready to train: `batch(warmup)` gives the next inputs, `loss(inputs)` the loss."""
+    """A workload ready to train: `batch(warmup)` gives the next inputs, `loss(inputs)` the loss.
+    An inference workload has no optimizer (`opt` None): a step is `loss(inputs)` under
+    torch.no_grad(), and its "loss" is a checksum of what it produced (equal across allocators)."""
 
     model: Any
     opt: Any
@@ -124,6 +131,61 @@ def build_gpt2(torch: Any, device: Any, batch: int, seed: int, steps: int) -> Bu
     return Built(model, _adamw(torch, model), draw, lambda ids: model(input_ids=ids, labels=ids).loss)
 
 
+# Llama-style decoder (LlamaForCausalLM from a config, random weights): 8 layers, d 1024, 16 query heads
+# sharing 4 key/value heads (grouped-query attention), SwiGLU MLP of 2816, RMSNorm, vocab 32000: ~150 M
+# parameters, ~10 GB peak at batch 8 x 2048 in fp32 with AdamW (a guess until measured).
+LLAMA = dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=16,
+             num_key_value_heads=4, vocab_size=32000, max_position_embeddings=4096, rms_norm_eps=1e-5)
+LLAMA_LENGTHS = (256, 2048)  # training: a length drawn per step from this range, in steps of 128
+GENERATE_PROMPT, GENERATE_NEW = (64, 1024), (32, 256)  # generate(): prompt and output lengths drawn per step
+
+
+def _llama(torch: Any, device: Any, layers: int | None = None) -> Any:
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    config = transformers.LlamaConfig(**{**LLAMA, **({"num_hidden_layers": layers} if layers else {})})
+    return transformers.LlamaForCausalLM(config).to(device)
+
+
+def build_llama(torch: Any, device: Any, batch: int, seed: int, steps: int) -> Built:
+    """Training on lengths drawn per step, warm-up steps too (seeded: every variant sees the same
+    sequence), as a user's data loader would give them: the largest shape comes when it comes."""
+    model = _llama(torch, device).train()
+    gen = _generator(torch, device, seed)
+    lengths = torch.randint(LLAMA_LENGTHS[0] // 128, LLAMA_LENGTHS[1] // 128 + 1, (steps + 64,),
+                            generator=torch.Generator().manual_seed(seed)).tolist()
+    drawn = iter(lengths)
+
+    def draw(_warmup: bool) -> Any:
+        return torch.randint(0, LLAMA["vocab_size"], (batch, 128 * next(drawn)), generator=gen, device=device)
+
+    return Built(model, _adamw(torch, model), draw, lambda ids: model(input_ids=ids, labels=ids).loss)
+
+
+def build_llama_generate(torch: Any, device: Any, batch: int, seed: int, steps: int) -> Built:
+    """Inference: greedy generate() of a drawn number of new tokens after a drawn prompt length; the KV
+    cache grows by a token at a time (DynamicCache: a new, larger tensor per layer and token)."""
+    model = _llama(torch, device, layers=4).eval()
+    gen = _generator(torch, device, seed)
+    host = torch.Generator().manual_seed(seed)
+    shapes = iter([(int(torch.randint(GENERATE_PROMPT[0], GENERATE_PROMPT[1] + 1, (), generator=host)),
+                    int(torch.randint(GENERATE_NEW[0], GENERATE_NEW[1] + 1, (), generator=host)))
+                   for _ in range(steps + 64)])
+
+    def draw(_warmup: bool) -> Any:  # warm-up steps draw too, as for llama
+        prompt, new = next(shapes)
+        return torch.randint(1, LLAMA["vocab_size"], (batch, prompt), generator=gen, device=device), new
+
+    def run(inputs: Any) -> Any:
+        ids, new = inputs
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
+                             min_new_tokens=new, do_sample=False, use_cache=True, pad_token_id=0)
+        return out[:, ids.shape[1]:].sum().double()  # a checksum of the tokens: the same under every allocator
+
+    return Built(model, None, draw, run)
+
+
 WORKLOADS: dict[str, Spec] = {s.name: s for s in (
     Spec("convnet", "small conv net (4 conv+BN+ReLU, 32x32 images, 10 classes), AdamW", 128, 40, 4, 4,
          build_convnet),
@@ -135,6 +197,12 @@ WORKLOADS: dict[str, Spec] = {s.name: s for s in (
     Spec("vit_b16", "timm vit_base_patch16_224(pretrained=False), fp32, AdamW", 16, 15, 6, 50, build_vit_b16),
     Spec("gpt2", f"transformers GPT2LMHeadModel(GPT2Config(n_layer=12)), random weights, length {GPT2_LENGTH}, "
          "fp32, AdamW", 8, 10, 8, 170, build_gpt2),
+    Spec("llama", f"Llama-style LlamaForCausalLM (8 layers, d 1024, GQA 16/4 heads, SwiGLU, RMSNorm), random weights, "
+         f"length drawn per step from {LLAMA_LENGTHS[0]}-{LLAMA_LENGTHS[1]}, fp32, AdamW", 8, 40, 10, 150,
+         build_llama),
+    Spec("llama_generate", f"generate() on the Llama config (4 layers), greedy, prompt {GENERATE_PROMPT[0]}-"
+         f"{GENERATE_PROMPT[1]} and {GENERATE_NEW[0]}-{GENERATE_NEW[1]} new tokens drawn per step, KV cache growing",
+         8, 15, 10, 700, build_llama_generate),
 )}
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from torchalloc._compressed import decompress
-from torchalloc.log import Log, LogFormatError, read_log
+from torchalloc.log.reader import Log, LogFormatError, read_log
 
 REPO = Path(__file__).resolve().parents[2]
 Decoded = tuple[dict[int, bytes], dict[int, str]]

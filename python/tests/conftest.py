@@ -24,8 +24,10 @@ sys.path.insert(0, str(REPO / "python"))  # run from a checkout without installi
 BUILD_DIR = REPO / "build-py"
 LIB_NAME = "libtorchalloc.so"
 
-# A device small enough that tests can fill it: 1 GiB, two devices.
-SIM_CONF = "backend:sim,sim_capacity:1GiB,sim_devices:2,warn:0,oom_report:off"
+# A device small enough that tests can fill it: 1 GiB, two devices. Ordinary
+# segments: the tests pin caching's numbers, PyTorch's byte for byte; the
+# default mode (expandable:reclaim) has its own tests (test_reclaim.py).
+SIM_CONF = "backend:sim,sim_capacity:1GiB,sim_devices:2,warn:0,oom_report:off,expandable:off"
 
 
 def _build_library() -> tuple[Path | None, str]:
@@ -79,3 +81,11 @@ def sim(library_path: Path) -> Iterator[object]:
         yield _lib.lib()
     finally:
         _lib.teardown()
+
+
+@pytest.fixture(autouse=True)
+def _work_in_a_scratch_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test runs in its own folder: an OOM report written to the working directory (no log, no
+    oom_report directory: torchalloc-oom-PID-cudaN.txt), or any other file a test or its child leaves
+    there, never lands in the repository."""
+    monkeypatch.chdir(tmp_path)

@@ -31,7 +31,7 @@ def _run(binary: str, args: list[str], profile: Path) -> subprocess.CompletedPro
 
 
 def page_url(page: Path, steps: str = "") -> str:
-    """The file URL of `page`; with `steps`, the hash that makes report_page.js run them after load."""
+    """The file URL of `page`; with `steps`, the hash that makes report/page.js run them after load."""
     return page.resolve().as_uri() + (f"#test={steps}" if steps else "")
 
 

@@ -21,7 +21,9 @@ MiB = 1 << 20
 
 def main() -> None:
     path, policy, stacks, use_phases, steps, mode = sys.argv[1:7]
-    _lib.init(f"backend:sim,sim_capacity:1GiB,warn:0,oom_report:off,policy:{policy},log:{path},stacks:{stacks}")
+    # Ordinary segments, as `replay POLICY` replays them, unless `policy` says otherwise ("caching,expandable:2").
+    _lib.init(f"backend:sim,sim_capacity:1GiB,warn:0,oom_report:off,expandable:off,policy:{policy},log:{path},"
+              f"stacks:{stacks}")
     lib = _lib.lib()
     kept = []
     for i in range(int(steps)):

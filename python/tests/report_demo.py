@@ -37,7 +37,7 @@ def demo_log() -> SynthLog:
 
 
 def write_screenshot(out: Path) -> None:
-    from torchalloc.report_html import write_html
+    from torchalloc.report.html import write_html
 
     binary = headless.browser()
     if binary is None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from torchalloc import log as talog
+from torchalloc.log import reader as talog
 
 _HEADER = struct.Struct("<8sIIIIQQIiQIIQ16si")
 _FIELDS = ("time_ns", "addr", "size", "block_size", "stream", "tid", "stack", "phase", "device", "flags")

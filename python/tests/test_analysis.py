@@ -16,9 +16,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthlog import ADAM, AUTOGRAD, LINEAR, MODULE, TENSOR, USER, MiB, SynthLog  # noqa: E402
 
 from torchalloc import analysis as A  # noqa: E402
-from torchalloc.export import check_snapshot, to_snapshot  # noqa: E402
-from torchalloc.report import render_text, report  # noqa: E402
-from torchalloc.report_html import render_html  # noqa: E402
+from torchalloc.report.export import check_snapshot, to_snapshot  # noqa: E402
+from torchalloc.report.text import render_text, report  # noqa: E402
+from torchalloc.report.html import render_html  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -476,7 +476,7 @@ def test_export_loads_in_torch_memory_viz() -> None:
 def _write_sim_log(lib: ctypes.CDLL, path: Path) -> None:
     from torchalloc import _lib, phases
 
-    _lib.init(f"backend:sim,sim_capacity:80MiB,warn:0,log:{path}")
+    _lib.init(f"backend:sim,sim_capacity:80MiB,warn:0,log:{path},expandable:off")  # caching's holes, as PyTorch's
     try:
         malloc, free = lib.torchalloc_malloc, lib.torchalloc_free
         with phases.phase("model"):
@@ -542,14 +542,14 @@ def test_end_to_end_report_on_a_sim_log(sim: ctypes.CDLL, tmp_path: Path) -> Non
     ex = subprocess.run([sys.executable, "-m", "torchalloc.cli", "export", str(path), "-o", str(snap_path)],
                         capture_output=True, text=True, env=env, timeout=120)
     assert ex.returncode == 0, ex.stderr
-    from torchalloc.trace import safe_unpickle
+    from torchalloc.log.trace import safe_unpickle
 
     snap = safe_unpickle(snap_path.read_bytes())  # only builtin containers and scalars inside
     assert check_snapshot(snap) == []
 
 
 def test_report_cli_errors(tmp_path: Path) -> None:
-    from torchalloc.report import main as report_main
+    from torchalloc.cli.report import main as report_main
 
     with pytest.raises(SystemExit) as exit_info:
         report_main([str(tmp_path / "missing.talog")])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +38,9 @@ def _has_torch() -> bool:
     (["--variants", "native,cachng"], ["cachng", "caching", "phase_arena"]),
     (["--variants", "caching+stack"], ["stack", "+stacks"]),
     (["--variants", "native+expandable+async"], ["native+expandable+async"]),
+    (["--variants", "torchalloc+compact"], ["torchalloc+compact", "+log"]),
+    (["--variants", "caching+compact+reclaim"], ["caching+compact+reclaim", "at most one"]),
+    (["--workloads", "lama"], ["lama", "llama", "llama_generate"]),
     (["--workloads", "resnet,gpt2"], ["resnet", "convnet", "vit_b16"]),
     (["--batch", "gpt2=0"], ["gpt2=0"]),
     (["--rounds", "0"], ["--rounds"]),
@@ -56,12 +60,25 @@ def test_dry_run_prints_the_plan_without_a_gpu() -> None:
     done = models("--dry-run")
     assert done.returncode == 0, done.stderr
     runs = done.stdout.strip().splitlines()
-    # 5 workloads x 8 variants + exact on convnet and encoder, twice.
-    assert len(runs) == 2 * (5 * 8 + 2), runs
-    assert runs[0] == "round 1: convnet native" and runs[-1] == "round 2: gpt2 phase_arena+compact"
-    assert not any("exact" in r for r in runs if r.split()[2] not in ("convnet", "encoder"))
-    assert "84 runs in 2 interleaved round(s); estimated" in done.stderr
-    assert "TORCHALLOC_CONF=policy:caching,expandable:1" in done.stderr
+    # 7 workloads (the Llama-style decoder and its generate() among them) x 6 variants, 3 interleaved rounds.
+    assert len(runs) == 3 * 7 * 6, runs
+    assert runs[:6] == [f"round 1: convnet {v}" for v in
+                        ("native", "native+expandable", "native+async", "torchalloc", "caching+expandable", "caching")]
+    assert runs[-1] == "round 3: llama_generate caching"
+    assert {r.split()[2] for r in runs} == {"convnet", "encoder", "resnet50", "vit_b16", "gpt2", "llama",
+                                             "llama_generate"}
+    assert "126 runs in 3 interleaved round(s); estimated" in done.stderr
+    assert "TORCHALLOC_CONF=policy:caching,expandable:on" in done.stderr
+    assert "TORCHALLOC_CONF=policy:caching,expandable:off" in done.stderr  # caching: PyTorch's, byte for byte
+    assert "torchalloc.install(), nothing set" in done.stderr
+    assert "length drawn per step from 256-2048" in done.stderr and "KV cache growing" in done.stderr
+
+
+def test_exact_runs_on_the_small_workloads_only() -> None:
+    done = models("--dry-run", "--variants", "native,exact", "--rounds", "1")
+    assert done.returncode == 0, done.stderr
+    runs = done.stdout.strip().splitlines()
+    assert [r for r in runs if "exact" in r] == ["round 1: convnet exact", "round 1: encoder exact"]
 
 
 def test_stacks_mode_compares_logging_on_gpt2() -> None:
@@ -83,8 +100,14 @@ def test_without_a_gpu_it_skips() -> None:
 
 def test_variant_settings() -> None:
     v = parse_variant("phase_arena+expandable+stacks")
-    assert v.torchalloc_conf("warn:0,", "/tmp/x/") == "policy:phase_arena,expandable:1,log:/tmp/x/ta_%p.talog," \
+    assert v.torchalloc_conf("warn:0,", "/tmp/x/") == "policy:phase_arena,expandable:on,log:/tmp/x/ta_%p.talog," \
                                                       "stacks:1,warn:0"
+    assert parse_variant("caching").torchalloc_conf("", "/x") == "policy:caching,expandable:off"
+    assert parse_variant("caching+reclaim").torchalloc_conf("", "/x") == "policy:caching,expandable:reclaim"
+    assert parse_variant("caching+compact").torchalloc_conf("", "/x") == "policy:caching,expandable:compact"
+    default = parse_variant("torchalloc")
+    assert default.torchalloc_conf("", "/x") == "" and default.policy == "caching" and not default.native
+    assert parse_variant("torchalloc+stacks").torchalloc_conf("", "/x") == "log:/x/ta_%p.talog,stacks:1"
     assert parse_variant("native+async").native_conf() == "backend:cudaMallocAsync"
     assert parse_variant("native+history").native_conf() == "" and parse_variant("native+history").history
 
@@ -124,6 +147,28 @@ def _record(variant: str, rnd: int, ms: float, alloc: int = 100, res: int = 110)
             "first_loss": 11.0, "last_loss": 7.5}
 
 
+def test_mean_over_all_steps_first_ten_and_device_calls() -> None:
+    def rec(variant: str, rnd: int, first: float, then: float, res: int) -> dict[str, object]:
+        return dict(_record(variant, rnd, then, res=res), warmup_ms=[first, then, then], step_ms=[then] * 9,
+                    device_frees=3, synchronizes=0)
+
+    records = [rec("native", 0, 500, 100, 110), rec("torchalloc", 0, 505, 100, 100),
+               rec("native", 1, 500, 200, 110), rec("torchalloc", 1, 505, 200, 100)]
+    rows = {r["variant"]: r for r in table.rows(records)}
+    ours = rows["torchalloc"]
+    assert ours["first10_ms"] == pytest.approx(statistics.median([505 + 9 * 100, 505 + 9 * 200]))  # warm-up first
+    assert ours["mean_ms"] == pytest.approx((505 + 11 * 100 + 505 + 11 * 200) / 24)
+    assert ours["mean_vs_native"] == pytest.approx(statistics.median([(505 + 1100) / 1600, (505 + 2200) / 2700]))
+    assert ours["time_vs_native"] == pytest.approx(1.0)
+    assert (ours["device_allocs"], ours["device_frees"], ours["synchronizes"]) == (7, 3, 0)
+    lines = table.targets(list(rows.values()))
+    assert any(line.startswith("gpt2: torchalloc (install()'s default) reserves 1.000x allocated (target <= 1.01) at "
+                               "1.002x native's mean step time, all steps (target <= 1.01), 0 synchronizes: met")
+               for line in lines), lines
+    text = table.text(list(rows.values()))
+    assert "first 10 ms" in text and "syncs" in text and "frees/unmaps" in text
+
+
 def test_ratios_are_taken_within_rounds() -> None:
     records = [_record("native", 0, 100), _record("caching+stacks", 0, 105, res=102),
                _record("native", 1, 200), _record("caching+stacks", 1, 214, res=101),
@@ -139,7 +184,8 @@ def test_ratios_are_taken_within_rounds() -> None:
     assert not any("least reserve" in line for line in lines)  # logging variants are not candidates
     md = table.markdown(list(rows.values()))
     assert md.splitlines()[0].count("|") == md.splitlines()[1].count("|") == md.splitlines()[2].count("|")
-    assert "| gpt2 | caching+stacks | 159.5 | 1.060 (1.050-1.070) | 100 | 102 | 1.020 | 7 | 11.0000 → 7.5000 |" in md
+    assert ("| gpt2 | caching+stacks | 159.5 | 1.060 (1.050-1.070) | 159.5 | 1.060 (1.050-1.070) | - | 100 | 102 "
+            "| 1.020 | 7 | n/a | n/a | 11.0000 → 7.5000 |") in md
 
 
 @pytest.mark.skipif(not _has_torch(), reason="torch is not installed for this Python")

@@ -1,16 +1,17 @@
 """The C core's layers hold: every include and every call runs downward.
 
-docs/ARCHITECTURE.md draws the layers; LAYERS below is the same list, lowest
-first, and every C file of allocator/, policies/ and bridge/ must be in it
-(a new file fails the test until it is placed). Checked:
+A layer is a folder: LAYERS below lists the folders lowest first, as
+docs/ARCHITECTURE.md draws them, so a file's place decides its layer (a new
+file in an existing folder needs no edit here; a new folder fails
+test_every_c_file_has_a_layer until it is placed). Checked:
 
 - includes: a file includes headers of its own layer or of lower ones;
-  a policy includes only allocator/policy.h of the core (it never sees the
-  heap, the segment layer's struct or the log);
+  a policy includes only allocator/policy/policy.h of the core (it never sees
+  the heap, the segment layer's struct or the log);
 - calls: each file is compiled on its own (no LTO) and `nm` says which
   file defines each symbol another uses; every such edge runs to the same
   or a lower layer, and the file graph has no circle at all;
-- the core names no policy: outside policies/, no code (comments aside)
+- the core names no policy: outside allocator/policies/, no code (comments aside)
   spells a policy's name, its ops table or an id constant for it.
 """
 from __future__ import annotations
@@ -24,51 +25,45 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Lowest first. Globs are relative to the repository root.
+# Lowest first: (layer, its folders relative to the repository root). A
+# folder holds the files directly in it, not those of its subfolders.
 LAYERS: list[tuple[str, list[str]]] = [
-    ("base", ["allocator/common.h", "allocator/torchalloc.h", "allocator/lock.h", "allocator/errors.*"]),
-    ("leaves", ["allocator/block.h", "allocator/ptrmap.*", "allocator/stats.*", "allocator/misuse.*",
-                "allocator/log_clock.*", "allocator/log_format.h", "allocator/text.*", "allocator/observer.*",
-                "allocator/oom_verdict.*"]),
-    ("device backends", ["allocator/backend.h", "allocator/backend_cuda.c", "allocator/backend_sim.c"]),
-    ("log path", ["allocator/log_path.*"]),
-    ("log file", ["allocator/log_file.*"]),
-    ("log interning", ["allocator/log_intern.*"]),
-    ("log records", ["allocator/log.h", "allocator/log.c"]),
-    ("policy interface", ["allocator/policy.h"]),
-    ("segments", ["allocator/segments.h", "allocator/segments.c"]),
-    ("expandable segments", ["allocator/segments_expand.c"]),
-    ("policies", ["policies/arena.*", "policies/bins.*", "policies/size_classes.h", "policies/caching.c",
-                  "policies/exact.c", "policies/phase_arena.c", "policies/registry.h"]),
-    ("policy registry", ["policies/registry.c"]),
-    ("config", ["allocator/config.*"]),
-    ("phases", ["allocator/phase.h", "allocator/phase.c"]),
-    ("python stacks", ["allocator/pystack.*"]),
-    ("heap", ["allocator/heap.h", "allocator/heap.c", "allocator/heap_*.c"]),
-    ("runtime", ["allocator/runtime.*", "allocator/replay.c"]),
-    ("public API", ["allocator/entry.c", "allocator/control.c", "allocator/phase_api.c", "allocator/pool_api.c",
-                    "allocator/inspect_api.c"]),
-    ("C++ bridge", ["bridge/*.cpp", "bridge/*.h"]),
+    ("public header", ["include"]),
+    ("base", ["allocator/base"]),
+    ("leaves", ["allocator/block", "allocator/accounting"]),
+    ("device backends", ["allocator/device"]),
+    ("log", ["allocator/log"]),
+    ("policy interface", ["allocator/policy"]),
+    ("segments", ["allocator/segments"]),
+    ("policy building blocks", ["allocator/policies/parts"]),
+    ("policies", ["allocator/policies"]),
+    ("policy registry", ["allocator/policies/registry"]),
+    ("context", ["allocator/context"]),
+    ("heap", ["allocator/heap"]),
+    ("runtime", ["allocator/runtime"]),
+    ("public API", ["allocator/api"]),
+    ("C++ bridge", ["bridge"]),
 ]
 
-SOURCE_DIRS = ("allocator", "policies", "bridge")
+SOURCE_DIRS = ("include", "allocator", "bridge")
+POLICIES = ROOT / "allocator" / "policies"
+INCLUDE_DIRS = ("include", "allocator")  # the compiler's -I, after the including file's own folder
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+C_SUFFIXES = (".c", ".h", ".cpp")
 
 
 def c_files() -> list[Path]:
-    files = []
-    for d in SOURCE_DIRS:
-        if (ROOT / d).is_dir():
-            files += [p for p in (ROOT / d).iterdir() if p.suffix in (".c", ".h", ".cpp")]
-    return sorted(files)
+    return sorted(p for d in SOURCE_DIRS if (ROOT / d).is_dir() for p in (ROOT / d).rglob("*")
+                  if p.suffix in C_SUFFIXES)
 
 
 def layer_of() -> dict[Path, int]:
     table: dict[Path, int] = {}
-    for index, (_, globs) in enumerate(LAYERS):
-        for pattern in globs:
-            for path in ROOT.glob(pattern):
-                table.setdefault(path.resolve(), index)
+    for index, (_, folders) in enumerate(LAYERS):
+        for folder in folders:
+            for path in (ROOT / folder).glob("*"):
+                if path.suffix in C_SUFFIXES:
+                    table[path.resolve()] = index
     return table
 
 
@@ -76,7 +71,7 @@ def includes(path: Path) -> list[Path]:
     """The project headers `path` includes, resolved as the compiler does ("" is relative to the file first)."""
     out = []
     for name in INCLUDE.findall(path.read_text()):
-        for base in (path.parent, ROOT / "allocator"):
+        for base in (path.parent, *(ROOT / d for d in INCLUDE_DIRS)):
             candidate = (base / name).resolve()
             if candidate.is_file():
                 out.append(candidate)
@@ -91,7 +86,7 @@ def rel(p: Path) -> str:
 def test_every_c_file_has_a_layer() -> None:
     table = layer_of()
     unplaced = [rel(p) for p in c_files() if p.resolve() not in table]
-    assert not unplaced, f"place these files in LAYERS (python/tests/test_c_layers.py) and docs/ARCHITECTURE.md: {unplaced}"
+    assert not unplaced, f"put these files in a layer's folder, or add their folder to LAYERS (python/tests/test_c_layers.py) and docs/ARCHITECTURE.md: {unplaced}"
 
 
 def test_includes_run_downward() -> None:
@@ -108,14 +103,14 @@ def test_includes_run_downward() -> None:
 
 
 def test_policies_see_only_the_policy_interface() -> None:
-    allowed_core = {(ROOT / "allocator" / "policy.h").resolve()}
+    allowed_core = {(ROOT / "allocator" / "policy" / "policy.h").resolve()}
     bad = []
-    for path in sorted((ROOT / "policies").iterdir()):
+    for path in sorted(p for p in POLICIES.rglob("*") if p.suffix in C_SUFFIXES):
         for header in includes(path):
-            in_core = header.parent == (ROOT / "allocator").resolve()
+            in_core = (ROOT / "allocator").resolve() in header.parents and POLICIES.resolve() not in header.parents
             if in_core and header not in allowed_core:
                 bad.append(f"{rel(path)} includes {rel(header)}")
-    assert not bad, "a policy may include only allocator/policy.h of the core:\n  " + "\n  ".join(bad)
+    assert not bad, "a policy may include only allocator/policy/policy.h of the core:\n  " + "\n  ".join(bad)
 
 
 def _strip_comments(text: str) -> str:
@@ -125,7 +120,7 @@ def _strip_comments(text: str) -> str:
 
 def policy_names() -> list[str]:
     names = []
-    for path in (ROOT / "policies").glob("*.c"):
+    for path in POLICIES.rglob("*.c"):
         names += re.findall(r'\.name\s*=\s*"([a-z_0-9]+)"', path.read_text())
     return sorted(set(names))
 
@@ -135,7 +130,7 @@ def test_the_core_names_no_policy() -> None:
     assert len(names) >= 3, names  # caching, exact, phase_arena at least: the parse works
     offenders = []
     for path in c_files():
-        if path.parent.name == "policies":
+        if POLICIES.resolve() in path.resolve().parents:
             continue
         code = _strip_comments(path.read_text())
         for name in names:
@@ -175,9 +170,10 @@ def call_graph(tmp_path_factory: pytest.TempPathFactory) -> dict[Path, set[Path]
     defined_by: dict[str, Path] = {}
     uses: dict[Path, set[str]] = {}
     for src in sources:
-        obj = out / (src.parent.name + "_" + src.stem + ".o")
-        subprocess.run([cc, "-std=c11", "-D_GNU_SOURCE", "-O0", "-c", str(src), "-o", str(obj),
-                        "-I", str(ROOT / "allocator")], check=True, capture_output=True)
+        obj = out / ("_".join(src.relative_to(ROOT).parts[:-1]) + "_" + src.stem + ".o")
+        includes_flags = [flag for d in INCLUDE_DIRS for flag in ("-I", str(ROOT / d))]
+        subprocess.run([cc, "-std=c11", "-D_GNU_SOURCE", "-O0", "-c", str(src), "-o", str(obj), *includes_flags],
+                       check=True, capture_output=True)
         defined, undefined = _symbols(obj, nm)
         for name in defined:
             defined_by[name] = src.resolve()
@@ -220,8 +216,17 @@ def test_no_call_circle(call_graph: dict[Path, set[Path]]) -> None:
 
 def test_the_graph_is_not_empty(call_graph: dict[Path, set[Path]]) -> None:
     """Guards the two tests above against a parse that finds nothing."""
-    entry = (ROOT / "allocator" / "entry.c").resolve()
-    runtime = (ROOT / "allocator" / "runtime.c").resolve()
+    entry = (ROOT / "allocator" / "api" / "alloc_api.c").resolve()
+    runtime = (ROOT / "allocator" / "runtime" / "runtime.c").resolve()
     assert runtime in call_graph[entry]
-    arena = (ROOT / "policies" / "arena.c").resolve()
-    assert (ROOT / "allocator" / "segments.c").resolve() in call_graph[arena]
+    arena = (POLICIES / "parts" / "arena.c").resolve()
+    assert (ROOT / "allocator" / "segments" / "segments.c").resolve() in call_graph[arena]
+
+
+def test_a_new_policy_is_found_by_its_folder() -> None:
+    """CMake globs allocator/ and this test places it by folder: the registry's list is the one edit."""
+    cmake = (ROOT / "CMakeLists.txt").read_text()
+    assert "allocator/*.c" in cmake
+    listed = re.search(r"#define TA_POLICY_LIST\(X\)(.*?)\n\n", (POLICIES / "policy_list.h").read_text(), re.S)
+    assert listed, "TA_POLICY_LIST not found in allocator/policies/policy_list.h"
+    assert sorted(re.findall(r"X\((\w+)\)", listed.group(1))) == policy_names()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from torchalloc import cli
+from torchalloc.cli import dispatch as cli
 
 PYTHON_DIR = Path(__file__).resolve().parents[1]
 
@@ -38,7 +38,9 @@ def test_info_on_the_sim_backend(library_path: Path) -> None:
 def test_info_explains_a_bad_configuration(library_path: Path) -> None:
     done = run_cli("info", conf="policy:nope")
     assert done.returncode == 1  # a mistake to fix, unlike a machine without a GPU
-    assert "devices:     unavailable:" in done.stdout and "'policy'" in done.stdout
+    assert "config:      invalid" in done.stdout
+    assert "torchalloc info: error: TORCHALLOC_CONF: bad value 'nope' for key 'policy'" in done.stderr
+    assert "caching, exact or phase_arena" in done.stderr  # the valid names
     assert "library:" in done.stdout and "config keys:" in done.stdout
 
 
@@ -56,7 +58,7 @@ def test_unknown_command() -> None:
 
 def test_dispatch_is_lazy_and_extensible(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[list[str]] = []
-    monkeypatch.setitem(cli.COMMANDS, "echo", cli.Command("cli", "_test_echo", "test"))
+    monkeypatch.setitem(cli.COMMANDS, "echo", cli.Command("cli.dispatch", "_test_echo", "test"))
     monkeypatch.setattr(cli, "_test_echo", lambda argv: calls.append(argv) or 3, raising=False)
     assert cli.main(["echo", "a", "--b"]) == 3
     assert calls == [["a", "--b"]]
@@ -90,3 +92,20 @@ def test_version_is_written_once(monkeypatch: pytest.MonkeyPatch) -> None:
     assert captured["version"] == torchalloc.__version__
     done = run_cli("--version")
     assert done.stdout.strip() == f"torchalloc {torchalloc.__version__}"
+
+
+def test_report_without_a_log_reports_the_bundled_demo_or_says_it_is_missing(monkeypatch, tmp_path, capsys) -> None:
+    """Issue 25: `torchalloc report` with no argument reports the bundled demo trace, as replay replays its own."""
+    import pytest as _pytest
+
+    from torchalloc.cli import report as report_cli
+
+    monkeypatch.setattr(report_cli, "DEMO_TRACE", tmp_path / "demo_trace.talog.xz")
+    with _pytest.raises(SystemExit) as e:
+        report_cli.main([])
+    assert e.value.code != 0
+    assert "no bundled demo trace" in capsys.readouterr().err
+    phases = report_cli.Path(report_cli.__file__).resolve().parents[1] / "data" / "phases_trace.talog.xz"
+    monkeypatch.setattr(report_cli, "DEMO_TRACE", phases)  # stands in for the demo until it is recorded
+    assert report_cli.main(["--top", "2"]) in (0, None)
+    assert "phases_trace.talog.xz" in capsys.readouterr().out

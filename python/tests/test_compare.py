@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from torchalloc import compare
+from torchalloc.cli import compare
 
 
 def run_compare(*args: str) -> tuple[int, str, str]:
@@ -149,7 +149,7 @@ def test_timeout(tmp_path: Path) -> None:
 
 
 def test_cli_dispatches_compare(tmp_path: Path) -> None:
-    from torchalloc import cli
+    from torchalloc.cli import dispatch as cli
 
     s = script(tmp_path, "pass\n")
     out = io.StringIO()

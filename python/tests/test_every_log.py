@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from torchalloc import cli
-from torchalloc.log import read_log
+from torchalloc.cli import dispatch as cli
+from torchalloc.log.reader import read_log
 
 HERE = Path(__file__).resolve().parent
 MiB = 1 << 20
@@ -190,7 +190,7 @@ def test_an_unexpected_exception_is_one_line_that_asks_for_a_report(monkeypatch:
     def broken(argv: list[str]) -> int:
         raise KeyError("boom")
 
-    monkeypatch.setitem(cli.COMMANDS, "broken", cli.Command("cli", "_broken", "test"))
+    monkeypatch.setitem(cli.COMMANDS, "broken", cli.Command("cli.dispatch", "_broken", "test"))
     monkeypatch.setattr(cli, "_broken", broken, raising=False)
     monkeypatch.delenv("TORCHALLOC_DEBUG", raising=False)
     status, _, err = run_tool("broken")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from torchalloc import replay
-from torchalloc.trace import load_trace
+from torchalloc.replay import engine as replay
+from torchalloc.log.trace import load_trace
 
 from test_every_log import expected_peak, run_tool, write_log
 

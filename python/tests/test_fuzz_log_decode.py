@@ -68,3 +68,49 @@ def test_an_input_past_the_time_bound_fails(fuzzer, monkeypatch, tmp_path: Path,
     monkeypatch.setattr(fuzzer, "read_log", slow)
     assert run(fuzzer, monkeypatch, tmp_path, "--seconds", "30", "--per-input", "0.2") == 1
     assert "took over 0.2 s" in capsys.readouterr().out
+
+
+def test_the_tools_run_on_the_seeds_and_their_failures_fail_the_run(fuzzer, monkeypatch, tmp_path: Path,
+                                                                    capsys) -> None:
+    """Issue 23: report, export and replay's trace read every seed (the hostile-* shapes among them) and a
+    share of the inputs; an exception from them other than the tools' own refusal is a failure."""
+    seeds = {p.name for p in (FUZZER.parent / "corpus" / "decoder").iterdir()}
+    assert {"mid-run", "hostile-two-allocs-of-2-63", "hostile-repeated-phase-start", "hostile-oom-of-2-62",
+            "hostile-control-characters"} <= seeds
+    assert run(fuzzer, monkeypatch, tmp_path, "--seconds", "2", "--tools", "1") == 0
+    assert "tools ran" in capsys.readouterr().out
+
+    import torchalloc.analysis
+
+    real = torchalloc.analysis.analyze
+    calls = []
+
+    def broken(log, **kw):
+        calls.append(1)
+        if len(calls) > 40:  # past the seeds
+            raise IndexError("planted in the analysis")
+        return real(log, **kw)
+
+    monkeypatch.setattr(torchalloc.analysis, "analyze", broken)
+    assert run(fuzzer, monkeypatch, tmp_path, "--seconds", "30", "--tools", "1") == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "IndexError: planted in the analysis" in out
+
+
+def test_resealed_mutations_keep_the_checksums(fuzzer) -> None:
+    """The two resealing mutations must give slots that pass their checksum: that is how impossible values
+    reach the tools instead of being dropped by the decoder."""
+    import random
+
+    from torchalloc.log import read_log
+
+    seed = (FUZZER.parent / "corpus" / "decoder" / "closed-stacks").read_bytes()
+    rng = random.Random(5)
+    resealed = 0
+    for _ in range(300):
+        data = bytearray(seed)
+        while fuzzer.mutate(rng, data, seed) not in ("record field, resealed", "record copied, resealed"):
+            data = bytearray(seed)
+        resealed += 1
+        assert not any("checksum" in d for d in read_log(bytes(data)).damage)
+    assert resealed == 300

@@ -21,7 +21,7 @@ import pytest
 from conftest import SIM_CONF
 
 from torchalloc import _lib, phases
-from torchalloc.log import read_log
+from torchalloc.log.reader import read_log
 
 MiB = 1 << 20
 

@@ -121,7 +121,7 @@ import json, pickle, sys
 sys.path.insert(0, {python!r})
 import torch, torchalloc
 from torchalloc import _lib
-torchalloc.install(policy="caching", log={log!r})
+torchalloc.install(policy="caching", expandable="off", log={log!r})  # the segments README.md's figures are of
 model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1024)).cuda()
 opt = torch.optim.Adam(model.parameters())
 for _ in range(3):
@@ -165,7 +165,7 @@ def test_memory_viz_reads_the_export_and_prints_the_same_numbers(library_path: P
     from torch.cuda import _memory_viz as viz
 
     from torchalloc.analysis import analyze
-    from torchalloc.export import main as export_main
+    from torchalloc.cli.export import main as export_main
 
     log, native_path, exported_path = tmp_path / "viz.talog", tmp_path / "native.pickle", tmp_path / "export.pickle"
     script = tmp_path / "viz_child.py"

@@ -21,8 +21,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # headless.py, for the page test
 
-from torchalloc import job as talog_job
-from torchalloc.log import read_log
+from torchalloc.analysis import job as talog_job
+from torchalloc.log.reader import read_log
 
 HERE = Path(__file__).resolve().parent
 MiB = 1 << 20

@@ -1,16 +1,23 @@
 """The package's layers, read from its source with `ast`.
 
-- runtime: what a training process loads (install, stats, phases,
-  tracking). It imports no numpy and none of the tools.
-- shared: pure-Python facts and formatters both sides use. They import no
-  numpy and nothing but each other.
-- tool: everything that reads or drives a run from outside it (the log
-  decoder, analysis, traces, replay, reports, export, compare, the CLI,
-  the GPU scripts' helper). They may import anything.
+The place of a module decides its layer:
 
-Every module must be placed in LAYERS: a new one fails
-test_every_module_has_a_layer until it is. The analysis stages, and the
-trace sources, may import only their own stage or earlier ones.
+- runtime: the top-level modules in RUNTIME, what a training process loads
+  (install, stats, phases, tracking, the bridge, OOM reports). They import
+  no numpy and none of the tools.
+- shared: the top-level modules in SHARED, pure-Python facts and formatters
+  both sides use. They import no numpy and nothing but each other.
+- tools: every subpackage, in TOOL_PACKAGES' order: log (reading logs and
+  snapshots), replay, analysis, report (rendering), integrations (trainer
+  callbacks), cli (the commands). A tool imports runtime and shared modules,
+  its own package and earlier ones, never a later one: so no engine imports
+  a command, and cli imports everything.
+
+A new top-level module fails test_every_module_has_a_layer until it is put
+in RUNTIME or SHARED (or moved into a tool package); a new module in a
+package needs no edit here. No two package modules import each other in a
+circle, lazily or not. Within log/ and analysis/, a module imports only its
+own stage or earlier ones.
 """
 from __future__ import annotations
 
@@ -25,75 +32,12 @@ PACKAGE_DIR = PYTHON_DIR / "torchalloc"
 
 RUNTIME, SHARED, TOOL = "runtime", "shared", "tool"
 
-LAYERS: dict[str, str] = {
-    "torchalloc": RUNTIME,  # __init__: lazy attributes, imports nothing at import time
-    "torchalloc._lib": RUNTIME,
-    "torchalloc._device": RUNTIME,
-    "torchalloc._cuda_init": RUNTIME,
-    "torchalloc.plug": RUNTIME,
-    "torchalloc.stats": RUNTIME,
-    "torchalloc.phases": RUNTIME,
-    "torchalloc.tracking": RUNTIME,
-    "torchalloc.bridge": RUNTIME,
-    "torchalloc.oom": RUNTIME,  # builds and loads the C++ bridge; torch only inside functions
-    "torchalloc._records": SHARED,
-    "torchalloc.units": SHARED,
-    "torchalloc._compressed": SHARED,
-    "torchalloc.log": TOOL,
-    "torchalloc.log_chunks": TOOL,  # a log read in pieces (bounded memory)
-    "torchalloc.trace": TOOL,
-    "torchalloc.trace_events": TOOL,
-    "torchalloc.trace_snapshot": TOOL,
-    "torchalloc.trace_log": TOOL,
-    "torchalloc.trace_stream": TOOL,
-    "torchalloc.replay": TOOL,
-    "torchalloc.report": TOOL,
-    "torchalloc.report_html": TOOL,
-    "torchalloc.report_svg": TOOL,
-    "torchalloc.report_data": TOOL,
-    "torchalloc.report_data_stream": TOOL,
-    "torchalloc.report_png": TOOL,
-    "torchalloc.job": TOOL,  # several logs (one per rank) analysed together
-    "torchalloc.report_job": TOOL,
-    "torchalloc.report_job_html": TOOL,
-    "torchalloc.replay_job": TOOL,
-    "torchalloc.export": TOOL,
-    "torchalloc.export_stream": TOOL,
-    "torchalloc.oom_alternatives": TOOL,
-    "torchalloc.compare": TOOL,
-    "torchalloc.cli": TOOL,
-    "torchalloc.tool_args": TOOL,
-    "torchalloc._gpu_child": TOOL,  # imported by examples/ and bench/ scripts, never by the package
-    "torchalloc.integrations": TOOL,  # trainer callbacks: run in training, but write the report at its end
-    "torchalloc.integrations._session": TOOL,
-    "torchalloc.integrations.lightning": TOOL,
-    "torchalloc.integrations.huggingface": TOOL,
-    "torchalloc.analysis": TOOL,
-    "torchalloc.analysis.frames": TOOL,
-    "torchalloc.analysis.roles": TOOL,
-    "torchalloc.analysis.sites": TOOL,
-    "torchalloc.analysis.events": TOOL,
-    "torchalloc.analysis.blocks": TOOL,
-    "torchalloc.analysis.classify": TOOL,
-    "torchalloc.analysis.categorize": TOOL,
-    "torchalloc.analysis.timeline": TOOL,
-    "torchalloc.analysis.derived": TOOL,
-    "torchalloc.analysis.anatomy": TOOL,
-    "torchalloc.analysis.lifetimes": TOOL,
-    "torchalloc.analysis.phase_summary": TOOL,
-    "torchalloc.analysis.estimate": TOOL,
-    "torchalloc.analysis.ooms": TOOL,
-    "torchalloc.analysis.wording": TOOL,
-    "torchalloc.analysis.stream_table": TOOL,
-    "torchalloc.analysis.stream_running": TOOL,
-    "torchalloc.analysis.stream_scan": TOOL,
-    "torchalloc.analysis.stream_notes": TOOL,
-    "torchalloc.analysis.stream_blocks": TOOL,
-    "torchalloc.analysis.stream_groups": TOOL,
-    "torchalloc.analysis.stream_pass": TOOL,
-    "torchalloc.analysis.streamed": TOOL,
-    "torchalloc.analysis.result": TOOL,
-}
+RUNTIME_MODULES = {"torchalloc", "_lib", "_device", "_cuda_init", "plug", "stats", "phases", "tracking", "bridge",
+                   "oom"}
+SHARED_MODULES = {"_records", "units", "_compressed", "printable"}  # printable: control characters escaped in every text the tools print
+# Top-level, but a tool: imported by the examples' and benchmarks' child processes, never by the package.
+TOP_LEVEL_TOOLS = {"_gpu_child"}
+TOOL_PACKAGES = ["log", "replay", "analysis", "report", "integrations", "cli"]
 
 # The analysis in the order the data flows; a stage imports only its own stage or earlier ones.
 ANALYSIS_STAGES: list[tuple[str, ...]] = [
@@ -105,8 +49,9 @@ ANALYSIS_STAGES: list[tuple[str, ...]] = [
     ("categorize",),  # categories
     ("timeline",),
     ("derived",),  # the stages above, run for one device
-    ("anatomy", "lifetimes", "phase_summary", "estimate", "ooms"),  # result rows
+    ("anatomy", "lifetimes", "phase_summary", "estimate", "ooms", "reserve", "modules"),  # result rows
     ("wording",),
+    ("sections",),  # the report's sections after the anatomy, in order
     ("stream_table", "stream_running", "stream_groups"),  # the same sections for a log read in pieces: two passes
     ("stream_scan",),
     ("stream_notes", "stream_blocks"),
@@ -114,9 +59,13 @@ ANALYSIS_STAGES: list[tuple[str, ...]] = [
     ("streamed",),
     ("result",),  # Analysis, analyze
     ("__init__",),  # re-exports
+    ("job",),  # several logs (one per rank) analysed together
 ]
-# The trace sources share trace_events; trace.py picks between them.
-TRACE_STAGES: list[tuple[str, ...]] = [("trace_events",), ("trace_snapshot", "trace_log", "trace_stream"), ("trace",)]
+# The readers: the log decoder, the trace sources sharing trace_events, trace.py picking between them; a log
+# read in pieces (chunks, checked as checks does) and the trace built from it (trace_stream).
+LOG_STAGES: list[tuple[str, ...]] = [("reader", "ranks", "trace_events"), ("checks",),
+                                     ("trace_snapshot", "trace_log", "chunks"), ("trace_stream",), ("trace",),
+                                     ("__init__",)]
 
 # torchalloc.<name> lazily maps these attributes to tool modules: `import torchalloc` never loads
 # them, asking for the attribute does (the user asked for the tool).
@@ -135,6 +84,26 @@ def package_modules() -> dict[str, Path]:
 
 
 MODULES = package_modules()
+
+
+def layer_of(name: str) -> str | None:
+    """runtime, shared or tool for a package module; None for a top-level module nobody placed."""
+    parts = name.split(".")
+    if parts[0] != "torchalloc":
+        return None  # numpy, the standard library
+    if len(parts) == 1 or (len(parts) == 2 and parts[1] in RUNTIME_MODULES):
+        return RUNTIME
+    if len(parts) == 2 and parts[1] in SHARED_MODULES:
+        return SHARED
+    if len(parts) == 2 and parts[1] in TOP_LEVEL_TOOLS:
+        return TOOL
+    return TOOL if parts[1] in TOOL_PACKAGES else None
+
+
+def tool_package(name: str) -> int:
+    """The index of a tool module's package in TOOL_PACKAGES (-1: not in a tool package)."""
+    parts = name.split(".")
+    return TOOL_PACKAGES.index(parts[1]) if len(parts) > 1 and parts[1] in TOOL_PACKAGES else -1
 
 
 def imports_of(name: str) -> set[str]:
@@ -176,46 +145,91 @@ def lazy_exports() -> dict[str, str]:
 
 def test_the_import_reader_sees_imports() -> None:
     """The checks below are only as good as imports_of: it must see relative, aliased and lazy imports."""
-    assert {"numpy", "torchalloc.log", "torchalloc._records", "torchalloc.analysis.frames"} <= imports_of(
+    assert {"numpy", "torchalloc.log.reader", "torchalloc._records", "torchalloc.analysis.frames"} <= imports_of(
         "torchalloc.analysis.events")
+    assert "torchalloc.replay.ranks" in imports_of("torchalloc.cli.replay")  # lazy, in a function
     assert "torchalloc._lib" in imports_of("torchalloc.stats")  # from . import _lib
     assert "torch" in imports_of("torchalloc.plug")  # inside a function
     assert lazy_exports()["install"] == "torchalloc.plug"
 
 
 def test_every_module_has_a_layer() -> None:
-    unplaced = sorted(set(MODULES) - set(LAYERS))
-    assert not unplaced, f"place these modules in LAYERS of {Path(__file__).name} (runtime, shared or tool): {unplaced}"
-    gone = sorted(set(LAYERS) - set(MODULES))
-    assert not gone, f"LAYERS names modules that no longer exist: {gone}"
-    staged = set(_stages("torchalloc.analysis.", ANALYSIS_STAGES))
-    in_analysis = {m for m in MODULES if m == "torchalloc.analysis" or m.startswith("torchalloc.analysis.")}
-    assert staged == in_analysis, (
-        f"give every analysis module one stage in ANALYSIS_STAGES: {sorted(in_analysis ^ staged)}"
-    )
+    unplaced = sorted(m for m in MODULES if layer_of(m) is None)
+    assert not unplaced, (f"put these top-level modules in RUNTIME_MODULES or SHARED_MODULES of "
+                          f"{Path(__file__).name}, or move them into a tool package: {unplaced}")
+    named = {f"torchalloc.{m}" for m in RUNTIME_MODULES | SHARED_MODULES | TOP_LEVEL_TOOLS} - {"torchalloc.torchalloc"}
+    gone = sorted(named - set(MODULES))
+    assert not gone, f"{Path(__file__).name} names modules that no longer exist: {gone}"
+    packages = {m.split(".")[1] for m in MODULES if m.count(".") >= 1 and (PACKAGE_DIR / m.split(".")[1]).is_dir()}
+    assert packages == set(TOOL_PACKAGES), f"place every subpackage in TOOL_PACKAGES: {sorted(packages ^ set(TOOL_PACKAGES))}"
+    for prefix, stages in (("torchalloc.analysis.", ANALYSIS_STAGES), ("torchalloc.log.", LOG_STAGES)):
+        staged = set(_stages(prefix, stages))
+        inside = {m for m in MODULES if m == prefix[:-1] or m.startswith(prefix)}
+        assert staged == inside, f"give every module of {prefix[:-1]} one stage: {sorted(inside ^ staged)}"
 
 
 def test_runtime_imports_neither_tools_nor_numpy() -> None:
-    for name, layer in LAYERS.items():
-        if layer != RUNTIME:
+    for name in MODULES:
+        if layer_of(name) != RUNTIME:
             continue
-        bad = sorted(m for m in imports_of(name) if m == "numpy" or LAYERS.get(m) == TOOL)
+        bad = sorted(m for m in imports_of(name) if m == "numpy" or layer_of(m) == TOOL)
         assert not bad, f"{name} is runtime (loaded in every training process) but imports {bad}"
 
 
 def test_runtime_lazy_exports_stay_off_the_tools() -> None:
-    tools = sorted(attr for attr, module in lazy_exports().items() if LAYERS[module] == TOOL)
+    tools = sorted(attr for attr, module in lazy_exports().items() if layer_of(module) == TOOL)
     assert set(tools) == LAZY_TOOL_EXPORTS, (
         f"torchalloc.{{{', '.join(tools)}}} load tool modules: list each deliberate one in LAZY_TOOL_EXPORTS"
     )
 
 
 def test_shared_modules_import_only_shared_ones() -> None:
-    for name, layer in LAYERS.items():
-        if layer != SHARED:
+    for name in MODULES:
+        if layer_of(name) != SHARED:
             continue
-        bad = sorted(m for m in imports_of(name) if m == "numpy" or LAYERS.get(m) in (RUNTIME, TOOL))
+        bad = sorted(m for m in imports_of(name) if m == "numpy" or layer_of(m) in (RUNTIME, TOOL))
         assert not bad, f"{name} is shared by runtime and tools, so plain Python, but imports {bad}"
+
+
+def test_tool_packages_import_only_earlier_ones() -> None:
+    """log < replay < analysis < report < integrations < cli: an engine never imports a command."""
+    upward = []
+    for name in MODULES:
+        mine = tool_package(name)
+        if mine < 0:
+            continue
+        later = sorted(m for m in imports_of(name) if m in MODULES and tool_package(m) > mine)
+        upward += [f"{name} ({TOOL_PACKAGES[mine]}) imports {m} ({TOOL_PACKAGES[tool_package(m)]})" for m in later]
+    assert not upward, "imports that run upward between tool packages:\n  " + "\n  ".join(upward)
+
+
+def test_no_import_circle() -> None:
+    """No two modules of the package import each other, directly or round a circle (lazy imports count)."""
+    graph = {name: sorted(m for m in imports_of(name) if m in MODULES and m != name) for name in MODULES}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in graph[node]:
+            # a module of a package importing the package's own __init__ is how `from . import x` reads
+            if node.startswith(nxt + "."):
+                continue
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            circle = visit(node)
+            assert circle is None, "modules that import each other in a circle: " + " -> ".join(circle)
 
 
 def _stages(prefix: str, stages: list[tuple[str, ...]]) -> dict[str, int]:
@@ -234,15 +248,12 @@ def test_analysis_stages_import_only_earlier_stages() -> None:
     _assert_flows_forward(_stages("torchalloc.analysis.", ANALYSIS_STAGES))
 
 
-def test_trace_sources_import_only_earlier_stages() -> None:
-    stage_of = _stages("torchalloc.", TRACE_STAGES)
-    unplaced = sorted(m for m in MODULES if m.startswith("torchalloc.trace") and m not in stage_of)
-    assert not unplaced, f"give these a place in TRACE_STAGES: {unplaced}"
-    _assert_flows_forward(stage_of)
+def test_log_readers_import_only_earlier_stages() -> None:
+    _assert_flows_forward(_stages("torchalloc.log.", LOG_STAGES))
 
 
 def test_importing_the_runtime_leaves_numpy_and_the_tools_unloaded() -> None:
-    tools = sorted(name for name, layer in LAYERS.items() if layer == TOOL)
+    tools = sorted(name for name in MODULES if layer_of(name) == TOOL)
     code = (
         "import sys\n"
         "import torchalloc, torchalloc.plug, torchalloc.stats, torchalloc.phases, torchalloc.tracking\n"
@@ -250,7 +261,7 @@ def test_importing_the_runtime_leaves_numpy_and_the_tools_unloaded() -> None:
         f"tools = {tools!r}\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'numpy' or m in tools)\n"
         "assert not loaded, f'the runtime loaded {loaded}'\n"
-        "import torchalloc.log\n"  # the check can fail: a tool does load numpy
+        "import torchalloc.log.reader\n"  # the check can fail: a tool does load numpy
         "assert 'numpy' in sys.modules\n"
     )
     env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR))

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from torchalloc import log as talog
-from torchalloc.log import LogDamageWarning, LogFormatError, read_log
+from torchalloc.log import reader as talog
+from torchalloc.log.reader import LogDamageWarning, LogFormatError, read_log
 
 HERE = Path(__file__).resolve()
 

@@ -17,9 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from torchalloc import log as talog
-from torchalloc import report
-from torchalloc.log import LogFormatError, read_log
+from torchalloc.log import reader as talog
+from torchalloc.cli import report as report_cli
+from torchalloc.report import text as report
+from torchalloc.log.reader import LogFormatError, read_log
 
 REPO = Path(__file__).resolve().parents[2]
 BUNDLED = REPO / "python" / "torchalloc" / "data" / "phases_trace.talog.xz"
@@ -203,11 +204,11 @@ def test_the_report_prints_damage_as_its_own_notes(library_path: Path, tmp_path:
     path.write_bytes(bytes(data))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no Python warning, with its source line, on the way
-        assert report.main([str(path)]) == 0
+        assert report_cli.main([str(path)]) == 0
     out = capsys.readouterr()
     assert f"note: {path}: 1 record failed the checksum" in out.out and f"byte offset {offset}" in out.out
     assert out.err == ""
-    assert report.main([str(path), "--json"]) == 0
+    assert report_cli.main([str(path), "--json"]) == 0
     out = capsys.readouterr()
     assert any("failed the checksum" in n for n in json.loads(out.out)["notes"])
     assert f"torchalloc report: note: {path}: 1 record failed the checksum" in out.err

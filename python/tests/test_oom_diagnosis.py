@@ -18,10 +18,10 @@ import pytest
 
 from torchalloc import _lib, last_oom
 from torchalloc.analysis import analyze
-from torchalloc.log import read_log
-from torchalloc.replay import min_capacity, replay_once
-from torchalloc.trace_log import from_log
-from torchalloc.trace_events import ALLOC, EVENT_DTYPE, live_peaks
+from torchalloc.log.reader import read_log
+from torchalloc.replay.engine import min_capacity, replay_once
+from torchalloc.log.trace_log import from_log
+from torchalloc.log.trace_events import ALLOC, EVENT_DTYPE, live_peaks
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "examples"))
@@ -63,7 +63,8 @@ def run_workload(lib: ctypes.CDLL, phases: bool = True) -> bool:
 
 def logged_run(tmp_path: Path, policy: str, extra: str = "", phases: bool = True) -> tuple[bool, Path]:
     log = tmp_path / f"{policy}.talog"
-    _lib.init(f"backend:sim,warn:0,oom_report:off,sim_capacity:{CAP},policy:{policy},log:{log}{extra}")
+    # Ordinary segments: the workload fragments them (the default mode does not run out: test_reclaim.py).
+    _lib.init(f"backend:sim,warn:0,oom_report:off,sim_capacity:{CAP},policy:{policy},log:{log},expandable:off{extra}")
     done = run_workload(_lib.lib(), phases)
     return done, log
 

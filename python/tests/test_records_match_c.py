@@ -15,9 +15,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_record_kinds_equal_the_c_enum() -> None:
-    text = (REPO / "allocator" / "log_format.h").read_text()
+    text = (REPO / "allocator" / "log" / "log_format.h").read_text()
     body = re.search(r"enum ta_log_kind \{(.*?)\};", text, re.S)
-    assert body, "enum ta_log_kind not found in allocator/log_format.h"
+    assert body, "enum ta_log_kind not found in allocator/log/log_format.h"
     c_kinds = {int(v): name.lower() for name, v in re.findall(r"TA_LOG_([A-Z_]+)\s*=\s*(\d+)", body.group(1))}
     c_kinds.pop(0)  # TA_LOG_NONE: a slot not written yet, never a record
     assert c_kinds == _records.KIND_NAMES
@@ -31,9 +31,9 @@ def test_header_field_offsets_equal_the_c_struct() -> None:
     """The decoder's header layout puts rank and world_size where log_format.h's asserts do."""
     import struct
 
-    from torchalloc import log as talog
+    from torchalloc.log import reader as talog
 
-    text = (REPO / "allocator" / "log_format.h").read_text()
+    text = (REPO / "allocator" / "log" / "log_format.h").read_text()
     offsets = {name: int(v) for name, v in re.findall(r"#define TA_LOG_HEADER_([A-Z_]+)_OFFSET (\d+)", text)}
     fmt = talog._HEADER.format
     # The bytes of the fields before rank, and before world_size (the last), are their offsets.

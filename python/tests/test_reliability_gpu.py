@@ -59,8 +59,8 @@ while True:
 
 def test_sigkill_mid_training_loses_no_completed_record(library_path: Path, tmp_path: Path) -> None:
     from torchalloc.analysis import analyze
-    from torchalloc.export import main as export_main
-    from torchalloc.log import read_log
+    from torchalloc.cli.export import main as export_main
+    from torchalloc.log.reader import read_log
 
     log_path = tmp_path / "killed.talog"
     script = tmp_path / "kill_child.py"

@@ -58,7 +58,7 @@ ALLOC, FREE, MARKER = 1, 2, 9
 def test_sigkill_mid_run_loses_no_completed_record(library_path: Path, tmp_path: Path) -> None:
     from torchalloc._records import KIND_IDS
     from torchalloc.analysis import analyze
-    from torchalloc.log import read_log
+    from torchalloc.log.reader import read_log
 
     assert (KIND_IDS["alloc"], KIND_IDS["free"], KIND_IDS["marker"]) == (ALLOC, FREE, MARKER)
     log_path = tmp_path / "killed.talog"
@@ -75,7 +75,10 @@ def test_sigkill_mid_run_loses_no_completed_record(library_path: Path, tmp_path:
         lines.append(line)
     time.sleep(0.004)  # into the middle of a later step
     child.send_signal(signal.SIGKILL)
-    rest, err = child.communicate(timeout=60)
+    # Read the rest through the same buffered reader: communicate() reads the raw pipe and would
+    # skip lines readline() had already buffered (the child is dead, so neither read can block).
+    rest, err = child.stdout.read(), child.stderr.read()
+    child.wait(timeout=60)
     assert child.returncode == -signal.SIGKILL, f"the child ended by itself: {err[-3000:]}"
     # Everything it printed before it died, read or still in the pipe.
     reported = {int(m[1]): (int(m[2]), int(m[3]))

@@ -45,8 +45,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from torchalloc import replay, trace, units
-from torchalloc.trace import ALLOC, FREE, PHASE_BEGIN, PHASE_END, TraceError
+from torchalloc.cli import replay as replay_cli
+from torchalloc.replay import engine as replay
+from torchalloc.log import trace
+from torchalloc import units
+from torchalloc.log.trace import ALLOC, FREE, PHASE_BEGIN, PHASE_END, TraceError
 
 DATA = Path(__file__).resolve().parent / "data"
 SNAPSHOT = DATA / "small_snapshot.pickle"
@@ -55,7 +58,7 @@ GiB = 1 << 30
 KiB = 1 << 10
 
 POLICIES = ("caching", "exact", "phase_arena", "caching+expandable", "phase_arena+expandable", "caching+compact",
-            "phase_arena+compact")  # replay's default set
+            "phase_arena+compact", "caching+reclaim", "phase_arena+reclaim")  # replay's default set
 
 
 @pytest.fixture
@@ -72,7 +75,7 @@ def run_main(*args: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with redirect_stdout(out), redirect_stderr(err):
         try:
-            status = replay.main(list(args))
+            status = replay_cli.main(list(args))
         except SystemExit as e:
             status = e.code if isinstance(e.code, int) else 2
             err.write(str(e.code))
@@ -279,6 +282,8 @@ def test_json_output_schema(lib: Path) -> None:
             assert type(p[key]) is int, (name, key)  # bytes as integers, not floats
         assert type(p["fragmentation_at_peak"]) is float and 0.0 <= p["fragmentation_at_peak"] < 1.0
         assert type(p["oom_at_capacity"]) is bool
+        assert p["default"] is (name == "caching+reclaim")  # what install() picks
+        assert type(p["synchronizes"]) is int and p["synchronizes"] >= 0
     assert doc["policies"]["caching"]["oom_at_capacity"] is True
     assert doc["policies"]["caching"]["oom_event"] == 11
     assert doc["policies"]["caching"]["min_capacity"] == 26 * MiB
@@ -296,7 +301,7 @@ def test_json_native_is_null_without_segment_information(lib: Path, tmp_path: Pa
 def test_table_output(lib: Path) -> None:
     status, out, err = run_main(str(SNAPSHOT), "--capacity", "25MiB")
     assert status == 0, err
-    assert "native (PyTorch)" in out and "26.00 MiB" in out
+    assert "recorded (PyTorch)" in out and "26.00 MiB" in out and " req." in out
     for name in POLICIES:
         assert name in out
     assert "at event 11" in out and "begins mid-run" in out
@@ -345,7 +350,7 @@ def test_parse_bytes(text: str, value: int) -> None:
 
 
 def test_cli_dispatches_replay(lib: Path) -> None:
-    from torchalloc import cli
+    from torchalloc.cli import dispatch as cli
 
     out = io.StringIO()
     with redirect_stdout(out):
@@ -367,7 +372,7 @@ def _record_log(path: Path, ops: list[tuple[Any, ...]], *, open_after: int = 0, 
     from torchalloc import _lib, phases
 
     lib = _lib.lib()
-    conf = f"backend:sim,sim_capacity:1GiB,warn:0,policy:{policy}"
+    conf = f"backend:sim,sim_capacity:1GiB,warn:0,policy:{policy},expandable:off"  # what `replay POLICY` replays
     _lib.init(conf if open_after else f"{conf},log:{path}")
     live: dict[str, tuple[int, int, int]] = {}
     try:
@@ -492,3 +497,16 @@ def test_malformed_logs(recorded_log: Path, tmp_path: Path) -> None:
     junk.write_bytes(b"TALOG\0\0\0" + os.urandom(40))
     with pytest.raises(TraceError, match="cut short|not understood|version"):
         trace.load_trace(junk)
+
+
+def test_the_first_row_names_the_allocator_that_recorded_the_trace(lib: Path, tmp_path: Path) -> None:
+    """A snapshot `torchalloc export` wrote is not PyTorch's: its first row says so (issue 25)."""
+    traces = [[{"action": "segment_alloc", "addr": 0, "size": 2 << 20, "stream": 0},
+               {"action": "alloc", "addr": 0, "size": 512, "stream": 0}]]
+    for settings, label in (({"torchalloc": True}, "recorded (torchalloc, exported)"), ({}, "recorded (PyTorch)")):
+        p = tmp_path / "snap.pickle"
+        p.write_bytes(pickle.dumps({"device_traces": traces, "allocator_settings": settings}))
+        status, out, err = run_main(str(p), "--policies", "exact")
+        assert status == 0, err
+        first = next(line for line in out.splitlines() if line.startswith("recorded"))
+        assert first.startswith(label + " ") and "512 B req." in first, out

@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import headless  # noqa: E402
 from test_analysis import training_log  # noqa: E402
 
-from torchalloc.report_html import render_html  # noqa: E402
-from torchalloc.report_svg import LEFT, PALETTE, TOP, H, W  # noqa: E402
+from torchalloc.report.html import render_html  # noqa: E402
+from torchalloc.report.svg import LEFT, PALETTE, TOP, H, W  # noqa: E402
 
 
 def decode_png(data: bytes) -> tuple[int, int, list[bytes]]:
@@ -122,3 +122,24 @@ def test_timeline_draws_in_headless_chromium(tmp_path: Path, script: bool) -> No
     dark = sum(1 for p in pixels if max(p) < 90)
     assert dark > 200, "no reserved line / labels drawn"
     assert LEFT < W  # layout constants the check relies on exist
+
+
+def test_the_page_carries_its_help_from_a_packaged_file() -> None:
+    """Issue 25: the page linked to docs/REPORT.md, which the installed package does not have."""
+    import re as _re
+    from pathlib import Path as _Path
+
+    from torchalloc.report.page_help import HELP_FILE, help_html
+    from torchalloc.report.html import render_html
+    from synthlog import SynthLog
+
+    log = SynthLog()
+    log.segment(0x100000, 4 << 20)
+    log.alloc(0x100000, 1 << 20)
+    page = render_html(log.analyze())
+    assert "docs/REPORT.md" not in page
+    assert '<section id="help">' in page and 'href="#help"' in page
+    assert "<th>to</th>" in page and "list the blocks live at a moment" in page
+    setup = (_Path(__file__).resolve().parents[2] / "setup.py").read_text()
+    assert "report/page_help.md" in setup and HELP_FILE.name == "page_help.md"
+    assert "<b>x&lt;y</b>" in help_html("**x<y**") and not _re.search("<script", help_html("<script>"))

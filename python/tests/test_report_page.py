@@ -2,7 +2,7 @@
 
 The first tests read the JSON the page embeds and hold it against the
 analysis it came from (no browser). The rest load the page in headless
-Chromium with a `#test=...` hash: report_page.js then runs those steps
+Chromium with a `#test=...` hash: page.js then runs those steps
 through the handlers a user's clicks reach (buttons clicked, mouse and wheel
 events dispatched on the SVG), and the test reads the DOM Chromium dumps
 afterwards: what the panels list and show, the SVG's view and ticks. They
@@ -25,9 +25,9 @@ from report_demo import OOM_ASKED, demo_log  # noqa: E402
 from synthlog import USER, MiB, SynthLog  # noqa: E402
 
 from torchalloc import analysis as A  # noqa: E402
-from torchalloc.report_data import PER_MOMENT, choose_blocks, lifetime_examples, moments  # noqa: E402
-from torchalloc.report_html import render_html  # noqa: E402
-from torchalloc.report_svg import LEFT, RIGHT, W  # noqa: E402
+from torchalloc.report.data import PER_MOMENT, choose_blocks, lifetime_examples, moments  # noqa: E402
+from torchalloc.report.html import render_html  # noqa: E402
+from torchalloc.report.svg import LEFT, RIGHT, W  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BUNDLED = REPO / "python" / "torchalloc" / "data" / "phases_trace.talog.xz"
@@ -280,7 +280,8 @@ def test_zoom_pan_click_and_hover_on_the_timeline(chromium: str, demo: A.Analysi
     lines = [n.text() for n in tip.all("div")]
     j = int(tip.attrs["data-sample"])
     assert j in near
-    assert lines[1] == f"allocated {tl.allocated[j] / MiB:.1f} MiB, reserved {tl.reserved[j] / MiB:.1f} MiB"
+    assert lines[1].startswith(f"allocated {tl.allocated[j] / MiB:.1f} MiB, reserved {tl.reserved[j] / MiB:.1f} MiB, "
+                               "fragmentation ")
     inner = max((s for s in tl.phase_spans if s[1] <= t <= s[2]), key=lambda s: s[1], default=None)
     assert lines[3] == f"phase: {inner[0] if inner else 'none'}"
     nearest = min(tl.markers, key=lambda m: abs(m[0] - t))
@@ -341,3 +342,60 @@ def test_bundled_log_peak_says_what_the_page_left_out(chromium: str, tmp_path: P
     sizes = [int(r.attrs["data-bytes"]) for r in listed(dom)]
     largest = np.sort(a.blocks.block_size[a.live_at(peak.index)])[::-1]
     assert sizes == largest[:len(sizes)].tolist() and len(sizes) == 25  # the first page of the largest, exactly
+
+
+# ---------------------------------------------------------------------------
+# Memory by module: a click on a module lists its blocks at the peak
+# ---------------------------------------------------------------------------
+
+
+def module_log() -> A.Analysis:
+    """Two modules: model.enc holds a 6 MiB parameter and a 3 MiB activation at the peak, model.dec 2 MiB."""
+    from torchalloc._records import MODULE, MODULE_NAME, MODULE_TAG, TAG_PARAMETER
+
+    L = SynthLog()
+    for mid, name in ((1, "model.enc"), (2, "model.dec")):
+        L._row(kind=MODULE_NAME, size=mid, stack=L._string(name), device=-1)
+    L.alloc(0x1000000, 6 * MiB)
+    L._row(kind=MODULE_TAG, addr=0x1000000, size=1, flags=TAG_PARAMETER, device=-1)
+    L.begin("forward")
+    L._row(kind=MODULE, size=1, device=-1)
+    L.alloc(0x2000000, 3 * MiB)
+    L._row(kind=MODULE, size=2, device=-1)
+    L.alloc(0x3000000, 2 * MiB)
+    L._row(kind=MODULE, size=0, device=-1)
+    L.end()
+    L.begin("backward")
+    L.free(0x3000000)
+    L.free(0x2000000)
+    L.end()
+    return L.analyze()
+
+
+def test_module_rows_hold_their_blocks_at_the_peak() -> None:
+    a = module_log()
+    d = embedded(render_html(a))
+    mods = {m["module"]: m for m in d["modules"]}
+    assert mods["model.enc"]["at_peak"] == 9 * MiB and mods["model.dec"]["at_peak"] == 2 * MiB
+    sizes = [d["blocks"]["size"][k] for k in mods["model.enc"]["blocks"]]
+    assert sizes == [6 * MiB, 3 * MiB]
+    whats = [d["module_what"][d["blocks"]["module_what"][k]] for k in mods["model.enc"]["blocks"]]
+    assert whats == ["parameters", "activations saved for backward"]
+
+
+def test_a_module_click_lists_its_blocks_and_opens_one(chromium: str, tmp_path: Path) -> None:
+    a = module_log()
+    dom = run_steps(chromium, a, "click-module:0,click-module-block:1", tmp_path)
+    detail = dom.by_id("detail")
+    assert detail.attrs["data-kind"] == "module"
+    assert detail.one("h3").text() == "Module model.enc"
+    summary = detail.one("p", "module-summary")
+    assert int(summary.attrs["data-bytes"]) == 9 * MiB and int(summary.attrs["data-count"]) == 2
+    rows = detail.all("tr", "module-block")
+    assert [int(r.attrs["data-bytes"]) for r in rows] == [6 * MiB, 3 * MiB]
+    assert "selected" in rows[1].classes()
+    activation = int(rows[1].attrs["data-id"])
+    assert a.blocks.block_size[activation] == 3 * MiB
+    assert int(detail.one("h4", "module-block-title").attrs["data-id"]) == activation
+    facts = detail.one("dl", "facts").text()
+    assert "model.enc (activations saved for backward)" in facts

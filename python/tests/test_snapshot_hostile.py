@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from test_replay import run_main
 
-from torchalloc import trace
-from torchalloc.trace import TraceError
+from torchalloc.log import trace
+from torchalloc.log.trace import TraceError
 
 SNAPSHOT = Path(__file__).resolve().parent / "data" / "small_snapshot.pickle"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from torchalloc.log import KIND_IDS, read_log
+from torchalloc.log.reader import KIND_IDS, read_log
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 if not torch.cuda.is_available():

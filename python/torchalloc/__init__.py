@@ -51,8 +51,9 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     # oom.py
     "last_oom": ("oom", "last_oom"),
     "OomReport": ("oom", "OomReport"),
-    # log.py (another module's): decode an event log
-    "read_log": ("log", "read_log"),
+    "parse_advice": ("oom", "parse_advice"),
+    # log/reader.py (a tool's): decode an event log
+    "read_log": ("log.reader", "read_log"),
     # _lib.py
     "library_path": ("_lib", "library_path"),
     "last_error": ("_lib", "last_error"),

@@ -1,6 +1,6 @@
 """Find, load and describe libtorchalloc.so through ctypes.
 
-This is the only module that knows the C ABI (allocator/torchalloc.h): every
+This is the only module that knows the C ABI (include/torchalloc.h): every
 function's argument and return types and the layout of the structs. The rest
 of the package calls `lib()` (or `replay()`) and works with Python values.
 The one mirror of a C struct elsewhere is trace.EVENT_DTYPE, the numpy view
@@ -29,7 +29,7 @@ LIB_NAME = "libtorchalloc.so"
 ENV_LIB = "TORCHALLOC_LIB"
 
 # Must equal TORCHALLOC_STATS_VERSION in torchalloc.h; bump both together.
-STATS_VERSION = 2
+STATS_VERSION = 3
 
 # Mirrors TORCHALLOC_PHASE_NAME_MAX and TORCHALLOC_MAX_PHASES.
 PHASE_NAME_MAX = 63
@@ -58,6 +58,8 @@ MISUSE_COUNTERS = (
     "num_bad_device",
     "num_bad_free_stream",
 )
+# Counters of the device calls torch does not count, in struct order (after the misuse ones).
+DEVICE_COUNTERS = ("num_synchronizes",)
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -82,7 +84,7 @@ class Stats(ctypes.Structure):
     _fields_ = (
         [("version", ctypes.c_int64)]
         + [(name, Stat * 3) for name in STAT_ARRAYS]
-        + [(name, ctypes.c_int64) for name in TORCH_COUNTERS + MISUSE_COUNTERS]
+        + [(name, ctypes.c_int64) for name in TORCH_COUNTERS + MISUSE_COUNTERS + DEVICE_COUNTERS]
     )
 
 
@@ -108,8 +110,8 @@ class PhaseStatsStruct(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int64) for name in PHASE_STAT_FIELDS]
 
 
-# Replay (allocator/replay.c). Must equal TORCHALLOC_REPLAY_VERSION in torchalloc.h.
-REPLAY_VERSION = 1
+# Replay (allocator/runtime/replay.c). Must equal TORCHALLOC_REPLAY_VERSION in torchalloc.h.
+REPLAY_VERSION = 2
 # TORCHALLOC_REPLAY_*: what a torchalloc_replay_event does.
 REPLAY_ALLOC, REPLAY_FREE, REPLAY_PHASE_BEGIN, REPLAY_PHASE_END = 1, 2, 3, 4
 # sizeof(torchalloc_replay_event); its fields are laid out by trace.EVENT_DTYPE (numpy, not runtime).
@@ -134,6 +136,7 @@ REPLAY_RESULT_FIELDS = (
     "oom_size",
     "final_allocated",
     "final_reserved",
+    "synchronizes",
 )
 
 
@@ -155,6 +158,35 @@ class OomFacts(ctypes.Structure):
     """torchalloc_oom_facts, field for field."""
 
     _fields_ = [(name, ctypes.c_uint64) for name in OOM_FACT_FIELDS]
+
+
+OOM_OTHER_PHASES = 3  # TORCHALLOC_OOM_OTHER_PHASES
+# TORCHALLOC_OOM_PHASE_ARENAS, _FREES_TO_DEVICE, _ROUTING: torchalloc_oom_detail.flags
+OOM_PHASE_ARENAS, OOM_FREES_TO_DEVICE, OOM_ROUTING = 1, 2, 4
+
+
+class OomDetail(ctypes.Structure):
+    """torchalloc_oom_detail, field for field (96 bytes): what the advice rests on besides the facts."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint64),
+        ("granule", ctypes.c_uint64),
+        ("free_granules", ctypes.c_uint64),
+        ("free_segments", ctypes.c_uint64),
+        ("pinned_free", ctypes.c_uint64),
+        ("pinning", ctypes.c_uint64),
+        ("pinning_other", ctypes.c_uint64),
+        ("other_bytes", ctypes.c_uint64 * OOM_OTHER_PHASES),
+        ("other_phases", ctypes.c_uint16 * OOM_OTHER_PHASES),
+        ("phase", ctypes.c_uint16),
+        ("pinned_segments", ctypes.c_uint32),
+        ("expandable", ctypes.c_uint8),
+        ("flags", ctypes.c_uint8),
+        ("reserved_", ctypes.c_uint8 * 2),
+    ]
+
+
+OOM_DETAIL_FIELDS = tuple(name for name, _ in OomDetail._fields_ if name not in ("struct_size", "reserved_"))
 
 
 _c_int, _c_int64, _c_size_t = ctypes.c_int, ctypes.c_int64, ctypes.c_size_t
@@ -201,6 +233,9 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "torchalloc_oom_report_path": (_c_char_p, [_c_int]),
     "torchalloc_oom_verdict": (_c_int, [ctypes.POINTER(OomFacts)]),
     "torchalloc_last_oom": (_c_int, [_c_int, ctypes.POINTER(OomFacts), ctypes.POINTER(_c_int)]),
+    "torchalloc_last_oom_detail": (_c_int, [_c_int, ctypes.POINTER(OomDetail)]),
+    "torchalloc_oom_advice": (_c_int, [ctypes.POINTER(OomFacts), ctypes.POINTER(OomDetail),
+                                       ctypes.POINTER(_c_char_p), _c_size_t, _c_char_p, _c_size_t]),
     # private pools: device, id0, id1 (PyTorch's MempoolId_t)
     "torchalloc_pool_retain": (_c_int, [_c_int, _c_uint64, _c_uint64]),
     "torchalloc_pool_release": (_c_int, [_c_int, _c_uint64, _c_uint64]),
@@ -212,15 +247,24 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "torchalloc_routing_end": (_c_int, [_c_int]),
     "torchalloc_sim_capture": (_c_int, [_c_int, _c_void_p, _c_int]),
     "torchalloc_sim_capture_violations": (_c_int64, [_c_int, _c_char_p, _c_size_t]),
+    "torchalloc_sim_use": (_c_int, [_c_int, _c_void_p, _c_void_p, _c_size_t]),
+    "torchalloc_sim_advance": (_c_int, [_c_int, _c_uint64]),
+    "torchalloc_sim_physical": (_c_int, [_c_int, _c_void_p, ctypes.POINTER(_c_uint64)]),
+    "torchalloc_segment_mode": (_c_int, [_c_int, ctypes.POINTER(_c_int)]),
 }
 
 # Functions that newer builds have (the event log); bound when present, so
 # this package works against a library built before they landed.
 _OPTIONAL_SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "torchalloc_mark": (_c_int, [_c_char_p]),
+    "torchalloc_phase_enter": (_c_int64, [_c_char_p, _c_size_t]),
+    "torchalloc_phase_leave": (_c_int, [_c_int64]),
     "torchalloc_log_open": (_c_int, [_c_char_p]),
     "torchalloc_log_close": (None, []),
     "torchalloc_log_path": (_c_char_p, []),
+    "torchalloc_module_name": (_c_int, [ctypes.c_uint32, _c_char_p]),
+    "torchalloc_module_set": (None, [ctypes.c_uint32]),
+    "torchalloc_module_tag": (_c_int, [_c_void_p, ctypes.c_uint32, _c_int]),
     "torchalloc_replay_event_size": (_c_size_t, []),
     "torchalloc_replay_result_size": (_c_size_t, []),
     # events, n, policy, capacity, result, reserved series (or NULL), series length
@@ -368,6 +412,20 @@ def teardown() -> None:
     lib().torchalloc_teardown()
 
 
+# TORCHALLOC_CONF `expandable`, by number (config.c's names): how caching and phase_arena use the device.
+EXPANDABLE_MODES = ("off", "on", "compact", "reclaim")
+
+
+def segment_mode(device: int) -> tuple[str, str]:
+    """(the mode in force, the mode the configuration asked for) on `device`, by name: they differ
+    where the device has no virtual memory management (ordinary segments, "off", then)."""
+    asked = ctypes.c_int(-1)
+    mode = lib().torchalloc_segment_mode(device, ctypes.byref(asked))
+    if mode < 0:
+        raise ValueError(last_error() or f"no device {device}")
+    return EXPANDABLE_MODES[mode], EXPANDABLE_MODES[asked.value]
+
+
 def config_keys() -> list[str]:
     """The keys TORCHALLOC_CONF accepts."""
     keys: bytes = lib().torchalloc_config_keys()
@@ -511,6 +569,54 @@ def last_oom(device: int) -> tuple[dict[str, int], str] | None:
     if verdict.value == 0:
         return None
     return {name: int(getattr(facts, name)) for name in OOM_FACT_FIELDS}, OOM_VERDICTS[verdict.value]
+
+
+def _detail_dict(d: OomDetail) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in OOM_DETAIL_FIELDS:
+        value = getattr(d, name)
+        out[name] = [int(v) for v in value] if name in ("other_bytes", "other_phases") else int(value)
+    return out
+
+
+def last_oom_detail(device: int) -> dict[str, Any] | None:
+    """The last failure's detail (OOM_DETAIL_FIELDS), None when there was none."""
+    d = OomDetail(struct_size=ctypes.sizeof(OomDetail))
+    if lib().torchalloc_last_oom_detail(device, ctypes.byref(d)) != 0:
+        raise ValueError(last_error() or f"no device {device}")
+    return _detail_dict(d) if d.struct_size == ctypes.sizeof(OomDetail) and last_oom(device) else None
+
+
+def oom_advice(facts: dict[str, int], detail: dict[str, Any] | None = None,
+               phase_names: dict[int, str] | None = None) -> str:
+    """The advice the library gives these numbers, one "N. ..." line each, as the failure's summary has
+    them: `facts` as OOM_FACT_FIELDS, `detail` as OOM_DETAIL_FIELDS (missing ones 0), phase names by id."""
+    unknown = set(facts) - set(OOM_FACT_FIELDS)
+    if unknown:
+        raise TypeError(f"unknown OOM facts {sorted(unknown)}")
+    f = OomFacts(**{k: int(v) for k, v in facts.items()})
+    d = None
+    if detail is not None:
+        unknown = set(detail) - set(OOM_DETAIL_FIELDS)
+        if unknown:
+            raise TypeError(f"unknown OOM detail fields {sorted(unknown)}")
+        d = OomDetail(struct_size=ctypes.sizeof(OomDetail))
+        for name, value in detail.items():
+            if name in ("other_bytes", "other_phases"):
+                getattr(d, name)[:] = [int(v) for v in value][:OOM_OTHER_PHASES] + [0] * (OOM_OTHER_PHASES - len(value))
+            else:
+                setattr(d, name, int(value))
+    names_by_id = phase_names or {}
+    n = max(names_by_id, default=-1) + 1
+    names = (_c_char_p * max(n, 1))(*[names_by_id[i].encode() if i in names_by_id else None for i in range(n)])
+    cdll = lib()
+    args = (ctypes.byref(f), ctypes.byref(d) if d is not None else None, names, n)
+    size = cdll.torchalloc_oom_advice(*args, None, 0)
+    if size < 0:
+        raise LibraryError("torchalloc_oom_advice refused its arguments")
+    buf = ctypes.create_string_buffer(size + 1)
+    cdll.torchalloc_oom_advice(*args, buf, len(buf))
+    return buf.value.decode("utf-8", "replace")
 
 
 def oom_verdict(**facts: int) -> str:

@@ -4,8 +4,8 @@ Every module that reads a log record's kind, flags, policy or pool, or a
 stats array's pool index, takes the number and its name from here; the log
 decoder (`torchalloc.log`) re-exports them for users. The C sources are the
 authority: ``enum ta_log_kind`` and the flag and status enums in
-allocator/log_format.h, the policy registry in policies/registry.c (its order is the policy
-id a record carries), ``TORCHALLOC_POOL_*`` in allocator/torchalloc.h; the
+allocator/log/log_format.h, the policy list in allocator/policies/policy_list.h (its order is the policy
+id a record carries), ``TORCHALLOC_POOL_*`` in include/torchalloc.h; the
 file layout is docs/LOG_FORMAT.md.
 
 Plain Python, no numpy: the runtime (stats) imports it too.
@@ -34,6 +34,9 @@ FRAME = 12
 STACK = 13
 END = 14
 OOM_DEVICE = 15
+MODULE = 16
+MODULE_NAME = 17
+MODULE_TAG = 18
 
 KIND_NAMES: dict[int, str] = {
     ALLOC: "alloc",
@@ -51,13 +54,16 @@ KIND_NAMES: dict[int, str] = {
     STACK: "stack",
     END: "end",
     OOM_DEVICE: "oom_device",
+    MODULE: "module",
+    MODULE_NAME: "module_name",
+    MODULE_TAG: "module_tag",
 }
 KIND_IDS: dict[str, int] = {name: kind for kind, name in KIND_NAMES.items()}
 MAX_KIND = max(KIND_NAMES)
 # Records that only define what event records refer to (strings, frames, stacks).
 METADATA_KINDS = (STRING, FRAME, STACK)
 # Records whose `stack` field holds a string id (the label), not a stack id.
-LABELLED_KINDS = (PHASE_BEGIN, PHASE_END, MARKER)
+LABELLED_KINDS = (PHASE_BEGIN, PHASE_END, MARKER, MODULE_NAME)
 
 # ---------------------------------------------------------------------------
 # Flags and statuses
@@ -66,10 +72,15 @@ LABELLED_KINDS = (PHASE_BEGIN, PHASE_END, MARKER)
 # Flag of a FREE record: other streams used the block; it is reused once their work completes.
 FREE_DEFERRED = 1
 
-# Flags of a TRIM record: what released the cached segments.
 # Flags of a SEGMENT_ALLOC / SEGMENT_FREE record: a run of an expandable segment's granules mapped / unmapped.
 SEGMENT_EXPANDABLE = 1
+# Flags of a TRIM record: what released the cached segments.
 TRIM_REASONS = {0: "empty_cache", 1: "oom_retry", 2: "arena_trim"}
+# flags of a MODULE_TAG record (TA_LOG_TAG_*): what the tagged block is to its module
+TAG_PARAMETER = 1
+TAG_GRADIENT = 2
+TAG_OPTIMIZER_STATE = 3
+TAG_NAMES = {TAG_PARAMETER: "parameter", TAG_GRADIENT: "gradient", TAG_OPTIMIZER_STATE: "optimizer state"}
 
 # The header's status (and the flags of a TRUNCATED record).
 STATUS_OPEN = 0  # being written, or the writer died

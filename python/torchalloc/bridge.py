@@ -42,7 +42,7 @@ BRIDGE_NAME = "libtorchalloc_bridge.so"
 ENV_BRIDGE = "TORCHALLOC_BRIDGE"
 ENV_CACHE = "TORCHALLOC_CACHE"
 SOURCE_RELATIVE = Path("bridge") / "torchalloc_bridge.cpp"
-HEADER_RELATIVE = Path("allocator") / "torchalloc.h"
+HEADER_RELATIVE = Path("include") / "torchalloc.h"
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _REPO_ROOT = _PACKAGE_DIR.parent.parent
@@ -68,7 +68,7 @@ class Bridge:
 
 
 def source_root() -> Path:
-    """The directory holding bridge/torchalloc_bridge.cpp and allocator/torchalloc.h.
+    """The directory holding bridge/torchalloc_bridge.cpp and include/torchalloc.h.
 
     In a checkout, the repository; in an installed package, the copy
     setup.py put in the package (bridge_src/).

@@ -4,8 +4,18 @@ A phase names what the program is doing ("forward", "eval", "load") so that
 every block allocated meanwhile is accounted to it. The current phase lives
 in the C library and is process-wide, not per thread: the autograd engine
 allocates on its own threads on behalf of the main thread's phase. Phases
-nest; the innermost is current; they must end in the reverse order they
-began (from any thread, but the program must keep that order).
+nest; the innermost open one is current.
+
+With several threads: the current phase is the one entered last and not
+yet left, whichever thread entered it, and every allocation on every
+thread belongs to it. Phases do not keep threads' allocations apart: two
+threads inside two different phases at once both allocate into the one
+entered last. A `phase()` block leaves exactly the occurrence it entered,
+even when another thread entered a phase after it that is still open (it
+is taken out of the middle; the innermost of the rest stays current).
+`begin()`/`end()` work on the innermost phase only and must be balanced in
+order; prefer `phase()`. docs/RELIABILITY.md ("Phases on several threads")
+gives the cases.
 
     with torchalloc.phase("eval"):
         evaluate(model)
@@ -19,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 import warnings
 from types import TracebackType
 
@@ -29,6 +40,8 @@ from ._device import DeviceLike, device_index
 def _encode_name(name: str) -> bytes:
     if not isinstance(name, str):
         raise TypeError(f"a phase name must be a str, got {type(name).__name__}")
+    if "\0" in name:  # C would cut the name there and account to another phase
+        raise ValueError(f"a phase name must not contain a NUL character, got {name!r}")
     raw = name.encode("utf-8")
     if not 1 <= len(raw) <= _lib.PHASE_NAME_MAX:
         raise ValueError(f"a phase name must be 1 to {_lib.PHASE_NAME_MAX} bytes, got {name!r}")
@@ -44,7 +57,11 @@ def begin(name: str) -> int:
 
 
 def end(name: str | None = None) -> None:
-    """Leave the innermost phase, which must be `name` when `name` is given."""
+    """Leave the innermost phase, which must be `name` when `name` is given.
+
+    Only the innermost: with phases entered on several threads, use
+    `phase()`, which leaves exactly the phase it entered.
+    """
     raw = None if name is None else _encode_name(name)
     if _lib.lib().torchalloc_phase_end(raw) != 0:
         raise RuntimeError(_lib.last_error())
@@ -53,18 +70,37 @@ def end(name: str | None = None) -> None:
 class phase(contextlib.ContextDecorator):
     """Context manager and decorator: allocations inside belong to phase `name`.
 
-    The same object may be entered again while active (recursion, or a
-    decorated function calling itself): the C stack records each entry.
-    If the body raises and ending the phase fails too, the body's exception
-    wins and the failure to end is reported as a warning.
+    Leaving the block leaves the occurrence this entry began, wherever it
+    is among the open phases: if another thread entered a phase after it
+    and is still inside, that one stays open and current (the phase is
+    process-wide: see the module's docstring for what that means with
+    several threads). The same object may be entered again while active
+    (recursion, a decorated function called on several threads): each
+    entry is left by its own exit on the same thread. If the body raises
+    and leaving the phase fails too, the body's exception wins and the
+    failure is reported as a warning.
     """
 
     def __init__(self, name: str) -> None:
         self.name = name
         self._raw = _encode_name(name)
+        self._entries = threading.local()  # per thread: the tokens of the entries not yet left, innermost last
+
+    def _tokens(self) -> list[int]:
+        tokens: list[int] | None = getattr(self._entries, "tokens", None)
+        if tokens is None:
+            tokens = self._entries.tokens = []
+        return tokens
 
     def __enter__(self) -> "phase":
-        begin(self.name)
+        if not _lib.has("torchalloc_phase_enter"):  # a library from before phase tokens: innermost only
+            begin(self.name)
+            self._tokens().append(0)
+            return self
+        token = _lib.lib().torchalloc_phase_enter(self._raw, len(self._raw))
+        if token < 0:
+            raise RuntimeError(f"cannot begin phase {self.name!r}: {_lib.last_error()}")
+        self._tokens().append(int(token))
         return self
 
     def __exit__(
@@ -73,7 +109,13 @@ class phase(contextlib.ContextDecorator):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if _lib.lib().torchalloc_phase_end(self._raw) == 0:
+        tokens = self._tokens()
+        token = tokens.pop() if tokens else 0
+        if token:
+            ok = _lib.lib().torchalloc_phase_leave(token) == 0
+        else:
+            ok = _lib.lib().torchalloc_phase_end(self._raw) == 0
+        if ok:
             return
         message = f"cannot end phase {self.name!r}: {_lib.last_error()}"
         if exc_type is None:
@@ -162,6 +204,8 @@ def mark(label: str) -> bool:
     """
     if not isinstance(label, str):
         raise TypeError(f"a marker label must be a str, got {type(label).__name__}")
+    if "\0" in label:  # C would cut the label there
+        raise ValueError(f"a marker label must not contain a NUL character, got {label!r}")
     if not _lib.has("torchalloc_mark"):
         _warn_once("this libtorchalloc has no event log (torchalloc_mark is missing)")
         return False

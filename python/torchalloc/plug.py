@@ -206,6 +206,11 @@ def install(
     """Load libtorchalloc and make it PyTorch's CUDA allocator. Call before any CUDA use.
 
     policy: "caching" (the default), "exact" or "phase_arena".
+    Memory: where the driver has virtual memory management, caching and
+    phase_arena run expandable:"reclaim" (the default: free granules move
+    to where memory is needed, never waiting for the device); pass
+    expandable="off" for PyTorch's segments byte for byte (`torchalloc info`
+    says which mode is in force).
     log: write the event log to this file. stacks: record allocation stacks.
     conf: any other TORCHALLOC_CONF key (warn=0, log_max="1GiB", ...).
     Keyword arguments override $TORCHALLOC_CONF, which supplies the rest.

@@ -21,7 +21,8 @@ from ._records import POOL_ALL, STAT_POOL_KEYS
 #  - max_split_size: torchalloc never refuses to split a large block, which
 #    is what torch reports by default (SIZE_MAX cast to int64: -1).
 #  - num_sync_all_streams: torch counts synchronize_and_free_events calls;
-#    torchalloc does not count its synchronisations (yet): 0.
+#    torchalloc answers with every device synchronize it made
+#    (num_synchronizes: releasing the cache, an OOM's retry, compact).
 #  - oversize_allocations / oversize_segments: blocks above max_split_size;
 #    with no max_split_size there are none: 0.
 _MAX_SPLIT_SIZE_UNLIMITED = -1
@@ -43,7 +44,7 @@ def memory_stats_as_nested_dict(device: DeviceLike = None) -> dict[str, Any]:
         "num_alloc_retries": s.num_alloc_retries,
         "num_ooms": s.num_ooms,
         "max_split_size": _MAX_SPLIT_SIZE_UNLIMITED,
-        "num_sync_all_streams": 0,
+        "num_sync_all_streams": s.num_synchronizes,  # torch counts its synchronize-and-free passes; ours: all
         "num_device_alloc": s.num_device_alloc,
         "num_device_free": s.num_device_free,
     }

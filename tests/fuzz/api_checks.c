@@ -14,6 +14,16 @@ torchalloc_stats drv_stats_of(int device) {
   return s;
 }
 
+/* The canary's key for device address `addr`: the physical memory behind
+ * it (aliases of one granule are one word), the device in the top bits. */
+uint64_t drv_physical(uintptr_t addr) {
+  int device = (int)(addr >> 52) - 1;
+  uint64_t phys = 0;
+  if (device < 0 || device >= D.ndevices || torchalloc_sim_physical(device, (void *)addr, &phys) != 0)
+    return addr; /* unmapped: the driver's kernel touching the block is a violation already */
+  return phys | (uint64_t)device << 58;
+}
+
 /* ------------------------------------------------------------------------
  * The checks
  * ---------------------------------------------------------------------- */

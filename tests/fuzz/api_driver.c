@@ -45,15 +45,19 @@ void drv_start(const uint8_t c[DRV_CONFIG_BYTES], unsigned check_every) {
   memset(&D, 0, sizeof D);
   canary_reset(); /* a fresh device: after a failed input the last run's words may remain */
   D.segs = segs, D.blocks = blocks, D.segs_cap = segs_cap, D.blocks_cap = blocks_cap;
+  static const uint64_t lags[] = {0, 1, 8, 64};
   D.check_every = check_every ? check_every : 1;
   D.ndevices = 1 + c[1] % MAX_DEVICES;
   D.logging = c[6] % 8 == 0;
+  D.expandable = (c[7] >> 1) % 4; /* off, on, compact, reclaim */
+  D.lag = lags[(c[5] >> 2) % 4];
+  canary_set_translate(drv_physical);
   snprintf(D.log_path, sizeof D.log_path, "/tmp/torchalloc-fuzz-%ld.talog", (long)getpid());
   snprintf(D.conf, sizeof D.conf,
            "backend:sim,warn:0,oom_report:off,policy:%s,sim_devices:%d,sim_capacity:%s,sim_fail_alloc:%d,"
-           "sim_held_elsewhere:%s,sim_event_polls:%d,log_max:256KiB,stacks:%d,expandable:%d",
+           "sim_held_elsewhere:%s,sim_event_polls:%d,log_max:256KiB,stacks:%d,expandable:%d,sim_lag:%llu",
            drv_policies[c[0] % 3], D.ndevices, capacities[c[2] % 6], c[3] < 128 ? 0 : 1 + c[3] % 32, held[c[4] % 6],
-           c[5] % 4, c[7] % 2, (c[7] >> 1) % 3); /* expandable 0, 1 or 2 (compact) */
+           c[5] % 4, c[7] % 2, D.expandable, (unsigned long long)D.lag);
   EXPECT(torchalloc_init(D.conf) == 0, "init: %s", torchalloc_last_error());
   EXPECT(torchalloc_device_count() == D.ndevices, "device_count %d", torchalloc_device_count());
 }
@@ -98,11 +102,17 @@ void drv_finish(void) {
   EXPECT(canary_words() == 0, "%zu canary words left with no block live", canary_words());
   EXPECT(torchalloc_empty_cache(-1) >= 0, "empty_cache(-1)");
   drv_full_check();
+  for (int d = 0; d < D.ndevices; d++) {
+    uint64_t n = (uint64_t)drv_stats_of(d).num_synchronizes;
+    D.n.synchronizes += n;
+    if (D.expandable == 3) D.n.reclaim_synchronizes += n;
+  }
   if (torchalloc_log_path()) torchalloc_log_close();
   if (D.logging) unlink(D.log_path);
   torchalloc_teardown();
   totals.ops += D.n.ops, totals.mallocs += D.n.mallocs, totals.frees += D.n.frees, totals.ooms += D.n.ooms;
   totals.misuse += D.n.misuse, totals.captures += D.n.captures, totals.checks += D.n.checks;
+  totals.synchronizes += D.n.synchronizes, totals.reclaim_synchronizes += D.n.reclaim_synchronizes;
 }
 
 const drv_counts *drv_totals(void) { return &totals; }

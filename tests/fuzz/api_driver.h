@@ -19,8 +19,16 @@
  *   - a new block is misaligned, outside its device's range, or overlaps
  *     a live block (every operation);
  *   - a block's canary words (canary.h: what a program would have written
- *     into it on the simulated device) changed before its owner freed it
- *     (at each free and every full check);
+ *     into it on the simulated device, kept by physical address, so two
+ *     addresses of one granule are one word) changed before its owner
+ *     freed it (at each free and every full check);
+ *   - the sim's lag model saw a violation: the driver's kernels touch every
+ *     block when it is handed out and before it is freed, and a record_stream
+ *     stream's kernel touches it then (torchalloc_sim_use), so memory
+ *     unmapped, remapped or handed to another stream while a queued kernel
+ *     may still use it is caught (every operation, with the capture checks);
+ *   - in the reclaim mode, a request was served with a device synchronize
+ *     other than an OOM's retry (every malloc);
  *   - a device the caller did not tell about a capture is not the only
  *     one allowed capture violations: a device whose capture was begun
  *     after torchalloc_routing_begin has none (every operation);
@@ -66,6 +74,8 @@ typedef struct drv_counts {
   uint64_t misuse;    /* bad calls made (each refused and counted) */
   uint64_t captures;  /* captures begun with routing */
   uint64_t checks;    /* full checks passed */
+  uint64_t synchronizes;         /* device synchronizes the allocator made (empty_cache, OOM retries, compact) */
+  uint64_t reclaim_synchronizes; /* of those, in runs of the reclaim mode (none of them to serve a request) */
 } drv_counts;
 
 /* Tear the allocator down and initialise it as `config` says; the shadow

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "canary.h"
-#include "common.h" /* TA_MAX_REQUEST: larger requests are misuse, smaller ones may OOM */
+#include "base/common.h" /* TA_MAX_REQUEST: larger requests are misuse, smaller ones may OOM */
 #include "driver_state.h"
 
 static const char *const phase_names[] = {"forward", "backward", "optimizer", "zero_grad"};
@@ -52,10 +52,13 @@ static uint16_t u16_at(const uint8_t *b) { return (uint16_t)(b[0] | b[1] << 8); 
  * Operations
  * ---------------------------------------------------------------------- */
 
-/* A block just handed out: the caller now holds it and writes its canary. */
+/* A block just handed out: the caller now holds it, its kernel writes it
+ * (the sim checks nobody else's queued work may still use that memory),
+ * and its canary is written. */
 static void add_live(uintptr_t p, size_t size, int device, cudaStream_t stream, int pool) {
   shadow_block *b = &D.live[D.nlive++];
-  *b = (shadow_block){p, size, stream, device, pool, ++D.serial};
+  *b = (shadow_block){p, size, stream, device, pool, ++D.serial, 0};
+  torchalloc_sim_use(device, stream, (void *)p, size);
   EXPECT(canary_write(p, size, b->serial) == 0, "the canary store is full (%zu words)", canary_words());
   D.n.mallocs++;
 }
@@ -63,6 +66,9 @@ static void add_live(uintptr_t p, size_t size, int device, cudaStream_t stream, 
 void drv_free_live(int i, int by_ptr) {
   shadow_block *b = &D.live[i];
   drv_check_canary(b); /* intact up to the moment the caller gives it back */
+  /* Its last kernel, queued before the free (not after another stream's use:
+   * that order would be the program's own race, not the allocator's). */
+  if (!b->shared) torchalloc_sim_use(b->device, b->stream, (void *)b->addr, b->size);
   if (by_ptr)
     EXPECT(torchalloc_free_ptr((void *)b->addr) == 0, "free_ptr of live block %#lx failed", (unsigned long)b->addr);
   else
@@ -82,8 +88,16 @@ void op_malloc(const uint8_t *b, int from_pool) {
   cudaStream_t stream = drv_streams[b[2] % NSTREAMS];
   size_t size = draw_size(b);
   int pool = from_pool ? (b[3] >> 4) % NPOOLS : NO_POOL;
+  torchalloc_stats before;
+  if (D.expandable == 3 && device_ok(device)) before = drv_stats_of(device);
   void *p = pool == NO_POOL ? torchalloc_malloc(size, device, stream)
                             : torchalloc_pool_malloc(size, device, stream, drv_pool_ids[pool][0], drv_pool_ids[pool][1]);
+  if (D.expandable == 3 && device_ok(device)) { /* reclaim: only an OOM's retry may wait for the device */
+    torchalloc_stats after = drv_stats_of(device);
+    EXPECT(after.num_synchronizes == before.num_synchronizes || after.num_alloc_retries != before.num_alloc_retries,
+           "malloc(%zu) on device %d synchronized %lld times without an OOM retry", size, device,
+           (long long)(after.num_synchronizes - before.num_synchronizes));
+  }
   if (size == 0 || !device_ok(device) || size > TA_MAX_REQUEST) {
     EXPECT(p == NULL, "malloc(%zu, device %d) of a request no device can serve returned %p", size, device, p);
     D.misuse += size != 0; /* size 0 is a plain NULL, the rest is misuse */
@@ -104,7 +118,15 @@ void op_free(const uint8_t *b) {
 
 void op_record_stream(const uint8_t *b) {
   if (!D.nlive) return;
-  torchalloc_record_stream((void *)D.live[u16_at(b + 1) % D.nlive].addr, drv_streams[b[3] % NSTREAMS]);
+  shadow_block *l = &D.live[u16_at(b + 1) % D.nlive];
+  cudaStream_t other = drv_streams[b[3] % NSTREAMS];
+  torchalloc_record_stream((void *)l->addr, other);
+  if (other == l->stream) return;
+  /* The other stream waits for the block's writer (the device catches up),
+   * then its kernel reads the block: the free must wait for that kernel. */
+  torchalloc_sim_advance(l->device, D.lag);
+  torchalloc_sim_use(l->device, other, (void *)l->addr, l->size);
+  l->shared = 1;
 }
 
 void op_empty_cache(const uint8_t *b) {
@@ -118,11 +140,36 @@ void op_empty_cache(const uint8_t *b) {
   }
 }
 
+/* The innermost frame entered with a token at or below `from`, or -1. */
+static int frame_with_token(int from) {
+  for (int i = from; i >= 0; i--)
+    if (D.phase_tokens[i]) return i;
+  return -1;
+}
+
 void op_phase(const uint8_t *b) {
+  int at;
   if (b[1] % 2 == 0 && D.depth < MAX_DEPTH) {
     const char *name = phase_names[b[2] % 4];
-    EXPECT(torchalloc_phase_begin(name) >= 0, "phase_begin(%s): %s", name, torchalloc_last_error());
+    int64_t token = 0;
+    if (b[3] % 3 == 0) { /* by token: leaving it later may take it out of the middle */
+      token = torchalloc_phase_enter(name, strlen(name));
+      EXPECT(token > 0, "phase_enter(%s): %s", name, torchalloc_last_error());
+    } else {
+      EXPECT(torchalloc_phase_begin(name) >= 0, "phase_begin(%s): %s", name, torchalloc_last_error());
+    }
+    D.phase_tokens[D.depth] = token > 0 ? token : 0;
     D.phase_stack[D.depth++] = name;
+  } else if (b[3] % 4 == 1 && D.depth && (at = frame_with_token(b[2] % D.depth)) >= 0) {
+    int64_t token = D.phase_tokens[at];
+    EXPECT(torchalloc_phase_leave(token) == 0, "phase_leave of frame %d of %d: %s", at, D.depth,
+           torchalloc_last_error());
+    for (int i = at; i + 1 < D.depth; i++) {
+      D.phase_stack[i] = D.phase_stack[i + 1];
+      D.phase_tokens[i] = D.phase_tokens[i + 1];
+    }
+    D.depth--;
+    EXPECT(torchalloc_phase_leave(token) == -1, "a phase left twice by its token");
   } else if (b[3] % 4 == 0) { /* the wrong name: refused, nothing changes */
     const char *top = D.depth ? D.phase_stack[D.depth - 1] : NULL, *name = phase_names[b[2] % 4];
     if (top && strcmp(top, name) == 0) name = "not_a_phase";
@@ -303,6 +350,25 @@ void op_stats(const uint8_t *b) {
       break;
     }
     default: {
+      if (b[3] % 2) { /* the last failure's detail and advice: figures within what was reserved, lines numbered */
+        torchalloc_oom_facts f;
+        torchalloc_oom_detail d = {.struct_size = sizeof d};
+        int verdict = 0;
+        EXPECT(torchalloc_last_oom(device, &f, &verdict) == 0 && torchalloc_last_oom_detail(device, &d) == 0,
+               "last_oom / last_oom_detail(%d)", device);
+        if (verdict == TORCHALLOC_OOM_NONE) return;
+        EXPECT(d.free_granules + d.free_segments <= f.reserved && d.pinned_free + d.pinning <= f.reserved &&
+                   d.pinning_other <= d.pinning && d.pinning <= f.allocated,
+               "OOM detail beyond the reserved bytes: granules %llu, free segments %llu, pinned %llu + %llu, "
+               "reserved %llu, allocated %llu", (unsigned long long)d.free_granules,
+               (unsigned long long)d.free_segments, (unsigned long long)d.pinned_free,
+               (unsigned long long)d.pinning, (unsigned long long)f.reserved, (unsigned long long)f.allocated);
+        char advice[4096];
+        int n = torchalloc_oom_advice(&f, &d, NULL, 0, advice, sizeof advice);
+        EXPECT(n > 0 && (size_t)n < sizeof advice && strncmp(advice, "1. ", 3) == 0 && strstr(advice, "[based on "),
+               "OOM advice: %d bytes: %.200s", n, advice);
+        return;
+      }
       if (!D.nlive) return;
       const shadow_block *l = &D.live[u32_at(b + 4) % (uint32_t)D.nlive];
       void *base = NULL;
@@ -319,6 +385,13 @@ void op_log(const uint8_t *b) {
   if (!D.logging) return;
   if (b[1] % 4 == 0) {
     EXPECT(torchalloc_mark("fuzz") == 0, "mark");
+  } else if (b[1] % 8 == 1) { /* module records: a name, the current module, a tag on a live block (or none) */
+    uint32_t id = 1 + b[2] % 8;
+    EXPECT(torchalloc_module_name(id, "fuzz.layer") == 0, "module_name: %s", torchalloc_last_error());
+    torchalloc_module_set(b[3] % 2 ? id : 0);
+    uintptr_t at = D.nlive ? D.live[u32_at(b + 4) % (uint32_t)D.nlive].addr : 0;
+    EXPECT(torchalloc_module_tag((void *)at, id, 1 + b[3] % 3) == 0, "module_tag: %s", torchalloc_last_error());
+    EXPECT(torchalloc_module_tag((void *)at, id, 4) == -1, "module_tag accepted role 4");
   } else if (torchalloc_log_path()) {
     torchalloc_log_close();
   } else {

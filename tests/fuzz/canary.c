@@ -26,12 +26,19 @@ static uint64_t pattern(uintptr_t addr, uint64_t serial) {
   return z ^ (z >> 29);
 }
 
-/* The (up to) three distinct words of a block: first, middle, last. */
+static uint64_t (*translate)(uintptr_t addr);
+
+void canary_set_translate(uint64_t (*fn)(uintptr_t addr)) { translate = fn; }
+
+/* The (up to) three distinct words of a block: first, middle, last; by
+ * their keys (the translation of their addresses, when one is set). */
 static int words_of(uintptr_t addr, size_t size, uintptr_t out[3]) {
   uintptr_t w[3] = {addr, addr + ((size / 2) & ~(size_t)7), addr + ((size - 1) & ~(size_t)7)};
   int n = 0;
-  for (int i = 0; i < 3; i++)
-    if (n == 0 || w[i] != out[n - 1]) out[n++] = w[i];
+  for (int i = 0; i < 3; i++) {
+    uintptr_t key = translate ? (uintptr_t)translate(w[i]) : w[i];
+    if (n == 0 || key != out[n - 1]) out[n++] = key;
+  }
   return n;
 }
 

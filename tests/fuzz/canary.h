@@ -20,6 +20,10 @@
 
 /* Forget every word (a fresh device). */
 void canary_reset(void);
+/* Key words by `fn(address)` instead of the address (the driver: by the
+ * physical memory behind it, so that two addresses of one memory collide);
+ * NULL: by the address. Set before any word is written. */
+void canary_set_translate(uint64_t (*fn)(uintptr_t addr));
 /* Write block [addr, addr + size)'s canary words for allocation `serial`.
  * Returns 0, or -1 when the store is full (a driver bug: it holds at most
  * 3 words per live block). */

@@ -32,6 +32,7 @@ typedef struct shadow_block {
   int device;
   int pool;        /* index into drv_pool_ids, or NO_POOL */
   uint64_t serial; /* the allocation's number: its canary words (canary.h) */
+  int shared;      /* record_stream'ed: another stream's kernel used it last */
 } shadow_block;
 
 /* What the driver told the allocator and the sim about captures. */
@@ -47,6 +48,8 @@ typedef struct driver_state {
   char log_path[128];
   int ndevices;
   int logging;
+  int expandable;  /* the conf's mode (0-3); 3, reclaim: no synchronize may serve a request */
+  uint64_t lag;    /* sim_lag: the device trails the driver's kernels (torchalloc_sim_use) by this many */
   unsigned check_every, since_check;
   shadow_block live[MAX_LIVE];
   int nlive;
@@ -54,6 +57,7 @@ typedef struct driver_state {
   unsigned nfreed;
   uint64_t serial; /* allocations so far */
   const char *phase_stack[MAX_DEPTH];
+  int64_t phase_tokens[MAX_DEPTH]; /* torchalloc_phase_enter's token, 0 for a phase_begin */
   int depth;
   capture_state cap[MAX_DEVICES];
   int64_t violations[MAX_DEVICES]; /* the sim's capture violations, as expected */
@@ -79,6 +83,7 @@ void drv_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noretur
 
 /* api_checks.c */
 torchalloc_stats drv_stats_of(int device);
+uint64_t drv_physical(uintptr_t addr);
 int drv_find_live(uintptr_t addr);
 void drv_check_new_block(uintptr_t p, size_t size, int device);
 void drv_check_canary(const shadow_block *b);

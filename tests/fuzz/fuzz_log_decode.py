@@ -1,24 +1,34 @@
 #!/usr/bin/env python3
-"""A mutation fuzzer of the log decoder (torchalloc.log.read_log), in plain
+"""A mutation fuzzer of the log decoder (torchalloc.log.read_log) and of the
+tools that read its result (report, export, replay's trace), in plain
 Python: no coverage feedback, no new dependency (libFuzzer's Python
 counterpart, atheris, is not packaged for every Python we run on).
 
-Seeds are real logs the C library wrote on the simulated device
+Seeds are real logs the C library wrote on the simulated device, one of
+them opened mid-run, and hand-made logs whose checksums hold but whose
+records no writer produces (hostile-*, the shapes of issue 23)
 (tests/fuzz/corpus/decoder/, made by make_corpus.py). Each input is a seed
 (or two, spliced) put through 1 to 4 mutations that aim where a decoder
 breaks: bit flips, interesting values in header fields and in record
 fields (kind, sequence number, string/stack ids, lengths, chunk numbers),
 truncation anywhere or near a record boundary, splicing, records deleted,
 duplicated or swapped, ranges zeroed, garbage appended; a gzip-compressed
-seed is mutated compressed and read from a file.
+seed is mutated compressed and read from a file. Two mutations reseal the
+slot they change (its checksum recomputed), so that the tools, not only
+the checksum, meet impossible values: a record field set to an interesting
+value, and a record copied over another (its sequence number kept), which
+makes a phase begun twice or ended unopened, a block freed twice.
 
 Every input must either decode (a Log, damage allowed and reported in its
 warnings), then summarise (to_text) and resolve its stacks and labels, or
-raise the decoder's own LogFormatError. Anything else (another exception,
-more than --per-input seconds) is a failure: the input is saved, the
-traceback printed, and the exit status is 1.
+raise the decoder's own LogFormatError. Every seed, and a --tools share of
+the decoded inputs, then goes through the report (its text and JSON
+data), export's snapshot and replay's trace, which may refuse the log only
+with LogFormatError or TraceError (a clear message naming the damage).
+Anything else (another exception, more than --per-input seconds) is a
+failure: the input is saved, the traceback printed, and the exit status is 1.
 
-    python3 tests/fuzz/fuzz_log_decode.py [--seconds 60] [--seed N] [--per-input 5]
+    python3 tests/fuzz/fuzz_log_decode.py [--seconds 60] [--seed N] [--per-input 5] [--tools 0.125]
                                           [--corpus DIR] [--save DIR]
 """
 from __future__ import annotations
@@ -37,7 +47,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "python"))
 
-from torchalloc.log import (  # noqa: E402
+from torchalloc.log.reader import (  # noqa: E402
     HEADER_SIZE,
     RECORD_DTYPE,
     RECORD_SIZE,
@@ -45,10 +55,11 @@ from torchalloc.log import (  # noqa: E402
     read_log,
     to_text,
 )
+from torchalloc.log.trace_events import TraceError  # noqa: E402
 
 INTERESTING_INTS = (0, 1, 2, 7, 8, 63, 64, 65, 127, 128, 129, 255, 256, 4096, 0x7FFF, 0x8000, 0xFFFF, 0x7FFFFFFF,
                     0x80000000, 0xFFFFFFFF, 1 << 40, (1 << 63) - 1, 1 << 63, (1 << 64) - 1)
-# Header fields (log.py's _HEADER): offset and size. Version, header size,
+# Header fields (log/reader.py's _HEADER): offset and size. Version, header size,
 # record size, byte-order mark, status and end offset are the ones read.
 HEADER_FIELDS = ((8, 4), (12, 4), (16, 4), (20, 4), (24, 8), (32, 8), (40, 4), (44, 4), (48, 8), (56, 4),
                  (60, 4), (64, 8), (72, 16))
@@ -75,9 +86,36 @@ def record_offset(rng: random.Random, data: bytearray) -> int:
     return HEADER_SIZE + rng.randrange(n) * RECORD_SIZE
 
 
+def reseal(data: bytearray, at: int) -> None:
+    """Recompute the checksum of the slot at byte `at` (version 2: its 64 bytes XOR to 0)."""
+    if at + RECORD_SIZE > len(data) or int.from_bytes(data[8:12], "little") < 2:
+        return
+    data[at + 62] = 0
+    x = 0
+    for b in data[at:at + RECORD_SIZE]:
+        x ^= b
+    data[at + 62] = x
+
+
 def mutate(rng: random.Random, data: bytearray, other: bytes) -> str:
     """One mutation of `data` in place; returns its name (for the statistics)."""
-    m = rng.randrange(12)
+    m = rng.randrange(14)
+    if m == 12:
+        at = record_offset(rng, data)
+        offset, size = rng.choice(RECORD_FIELDS)
+        if offset not in (8, 62, 63):  # the sequence number, checksum and kind stay what the slot says
+            put_int(data, at + offset, size, rng.choice(INTERESTING_INTS) if rng.random() < 0.7
+                    else rng.getrandbits(64))
+            reseal(data, at)
+        return "record field, resealed"
+    if m == 13:
+        a, b = record_offset(rng, data), record_offset(rng, data)
+        if a != b and max(a, b) + RECORD_SIZE <= len(data):
+            seq = data[b + 8:b + 16]
+            data[b:b + RECORD_SIZE] = data[a:a + RECORD_SIZE]
+            data[b + 8:b + 16] = seq
+            reseal(data, b)
+        return "record copied, resealed"
     if m == 0:
         for _ in range(rng.randint(1, 8)):
             if data:
@@ -134,8 +172,9 @@ def mutate(rng: random.Random, data: bytearray, other: bytes) -> str:
     return "garbage appended"
 
 
-def exercise(source) -> str:
-    """Decode and use the result as a tool would; the outcome's name."""
+def exercise(source, tools: bool = False) -> str:
+    """Decode and use the result as a tool would (with `tools`, as report, export and replay do); the
+    outcome's name."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # warn=False must mean no warnings at all
@@ -147,7 +186,30 @@ def exercise(source) -> str:
         log.stack(record["stack"])
         log.label(record)
     log.wall_time_ns()  # a header with absurd clock fields once made this raise OverflowError
-    return "decoded, damage reported" if log.warnings else "decoded"
+    outcome = "decoded, damage reported" if log.warnings else "decoded"
+    return outcome if not tools else outcome + ", " + use_tools(log)
+
+
+def use_tools(log) -> str:
+    """The decoded log through report, export and replay's trace, as the CLI runs them."""
+    from torchalloc.analysis import analyze
+    from torchalloc.analysis.events import table_from_log
+    from torchalloc.report.export import to_snapshot
+    from torchalloc.report.text import render_text
+    from torchalloc.log.trace_log import from_log
+
+    try:
+        a = analyze(log)
+        a.to_dict()
+        render_text(a, at=("peak", "end"))
+        to_snapshot(table_from_log(log))
+    except LogFormatError:
+        return "tools refused"
+    try:
+        from_log(log)
+    except (TraceError, LogFormatError):
+        return "tools ran, replay refused"
+    return "tools ran"
 
 
 def main() -> int:
@@ -155,6 +217,9 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--seed", type=int, default=int(time.time()))
     ap.add_argument("--per-input", type=float, default=5.0, help="time bound of one input (seconds)")
+    ap.add_argument("--tools", type=float, default=0.125, help="share of decoded inputs also put through the "
+                    "tools (report, export, replay's trace; every seed is): they take ~10 ms an input, the decoder "
+                    "~0.5 ms")
     ap.add_argument("--corpus", type=Path, default=HERE / "corpus" / "decoder")
     ap.add_argument("--save", type=Path, default=Path(tempfile.gettempdir()))
     args = ap.parse_args()
@@ -164,8 +229,8 @@ def main() -> int:
         print(f"fuzz_log_decode: no seeds in {args.corpus}")
         return 1
     plain = {name: (gzip.decompress(d) if d[:2] == b"\x1f\x8b" else d) for name, d in seeds.items()}
-    for name, data in plain.items():  # the seeds themselves must decode
-        assert exercise(data).startswith("decoded"), f"seed {name} does not decode"
+    for name, data in plain.items():  # the seeds themselves must decode, and the tools read them
+        assert exercise(data, tools=True).startswith("decoded"), f"seed {name} does not decode"
     rng = random.Random(args.seed)
     signal.signal(signal.SIGALRM, _on_alarm)
     outcomes: dict[str, int] = {}
@@ -194,7 +259,7 @@ def main() -> int:
             t0 = time.monotonic()
             signal.setitimer(signal.ITIMER_REAL, args.per_input)
             try:
-                outcome = exercise(source)
+                outcome = exercise(source, tools=rng.random() < args.tools)
             except BaseException as e:  # noqa: BLE001 -- every escape is the finding
                 signal.setitimer(signal.ITIMER_REAL, 0)
                 if isinstance(e, KeyboardInterrupt):

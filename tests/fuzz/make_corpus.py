@@ -2,6 +2,7 @@
 """Write the fuzzers' seed corpora (committed; rerun after a format change):
 
     python3 tests/fuzz/make_corpus.py            # needs build/libtorchalloc.so (or $TORCHALLOC_LIB)
+    python3 tests/fuzz/make_corpus.py --hostile  # only the issue-23 seeds (hostile-*, mid-run), the rest kept
 
 tests/fuzz/corpus/api/      inputs for fuzz_api (tests/fuzz/api_driver.h says
                             what the bytes mean): scenarios written by hand
@@ -18,7 +19,11 @@ tests/fuzz/corpus/decoder/  inputs for fuzz_log_decode.py: real logs written by
                             the C library through ctypes (every record kind,
                             Python stacks, two devices, an OOM, a log cut by
                             log_max, a copy taken while the writer was still
-                            writing, a gzip-compressed one).
+                            writing, a gzip-compressed one, a log opened after
+                            the first allocations: mid-run), and hand-made logs
+                            whose checksums hold but whose records no writer
+                            produces (hostile-*: python/tests/hostile_logs.py,
+                            the shapes of issue 23).
 
 Deterministic where it can be (the random programs); the logs carry times
 and pids, so they differ from run to run. Together well under 1 MB.
@@ -227,10 +232,40 @@ def write_decoder_corpus() -> int:
         logged("open-when-copied", "stacks:1", 80, copy_open=True)
         (DECODER_DIR / "closed-stacks.gz").write_bytes(gzip.compress(closed.read_bytes(), mtime=0))
     lib.torchalloc_teardown()
+    write_issue23_seeds(lib)
     return len(list(DECODER_DIR.iterdir()))
 
 
+def write_issue23_seeds(lib: ctypes.CDLL) -> int:
+    """The hand-made hostile logs (valid checksums, impossible records) and a log opened mid-run: the
+    inputs that once crashed or misled report, export and replay (issue 23)."""
+    sys.path.insert(0, str(REPO / "python" / "tests"))
+    from hostile_logs import HOSTILE
+
+    DECODER_DIR.mkdir(parents=True, exist_ok=True)
+    for name, make in HOSTILE.items():
+        (DECODER_DIR / f"hostile-{name}").write_bytes(make())
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "mid-run.talog"
+        assert lib.torchalloc_init(b"backend:sim,warn:0,oom_report:off,sim_capacity:1GiB,stacks:1") == 0
+        early = [(allocate_from_python(lib, size), size) for size in (8 * MiB, MiB, 300, 4 * MiB)]
+        lib.torchalloc_phase_begin(b"forward")
+        assert lib.torchalloc_log_open(str(path).encode()) == 0, lib.torchalloc_last_error()
+        for p, size in early[:3]:  # frees of blocks the log never saw allocated
+            lib.torchalloc_free(p, size, 0, 0)
+        late = allocate_from_python(lib, 2 * MiB)
+        lib.torchalloc_phase_end(b"forward")
+        lib.torchalloc_free(late, 2 * MiB, 0, 0)
+        lib.torchalloc_log_close()
+        lib.torchalloc_teardown()
+        shutil.copy(path, DECODER_DIR / "mid-run")
+    return len(HOSTILE) + 1
+
+
 def main() -> int:
+    if sys.argv[1:] == ["--hostile"]:
+        print(f"{write_issue23_seeds(load_library())} issue-23 seeds in {DECODER_DIR.relative_to(REPO)}")
+        return 0
     n_api = write_api_corpus()
     n_dec = write_decoder_corpus()
     size = sum(f.stat().st_size for f in (HERE / "corpus").rglob("*") if f.is_file())

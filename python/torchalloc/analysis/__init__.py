@@ -61,6 +61,7 @@ from .estimate import Estimate
 from .events import EventTable, devices_in, load, table_from_log, time_base_ns
 from .frames import Frame, Stack, is_library_frame, user_suffix
 from .lifetimes import LifetimeRow
+from .modules import ModuleRow, Modules
 from .ooms import OomRow
 from .phase_summary import PhaseRow
 from .result import Analysis, analyze
@@ -80,6 +81,7 @@ __all__ = [
     "EventTable", "devices_in", "load", "table_from_log", "time_base_ns",
     "Frame", "Stack", "is_library_frame", "user_suffix",
     "LifetimeRow",
+    "ModuleRow", "Modules",
     "OomRow",
     "PhaseRow",
     "Analysis", "analyze",

@@ -3,11 +3,12 @@
 Takes a `Derived` and a moment -- "peak" (default), "peak_reserved", "end",
 "oom", a marker label or a time in seconds -- and gives an `Anatomy`: the
 allocated and reserved bytes then, one `AnatomyRow` per (site, phase,
-reason) group of live blocks, and the live bytes by category and by phase.
+reason, category) group of live blocks, and the live bytes by category and by phase.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import defaultdict
 from typing import Any
 
@@ -85,6 +86,12 @@ def index_at(d: Derived, at: str | float | int | None = None) -> tuple[int, str]
             ) from None
     target = float(at)
     rel = (t.time_ns - time_base_ns(t)) / 1e9
+    end = max(float(rel[-1]), 0.0)
+    # A time outside the log was once clamped to its first or last event, and nan or inf passed as
+    # "t=nans": say what the log covers instead.
+    if not math.isfinite(target) or not 0.0 <= target <= end:
+        raise ValueError(f"t={target:g} s is not in this log: it covers t=0 s to t={end:.9g} s (seconds since "
+                         "it was opened); give a time in that range, or a marker")
     i = int(np.searchsorted(rel, target, side="right")) - 1
     return max(0, min(i, n - 1)), f"t={target:g}s"
 
@@ -94,11 +101,13 @@ def anatomy(d: Derived, at: str | float | int | None = None, top: int | None = N
     i, label = index_at(d, at)
     live = d.live_at(i)
     c, b = d.classified, d.blocks
-    groups: dict[tuple[int, int, int], list[int]] = defaultdict(list)
-    for k, s, p, r in zip(live.tolist(), c.site[live].tolist(), b.alloc_phase[live].tolist(), c.reason[live].tolist()):
-        groups[(s, p, r)].append(k)
+    # one row per (site, phase, reason, category): a row names one category, and its count is that category's
+    groups: dict[tuple[int, int, int, int], list[int]] = defaultdict(list)
+    for k, s, p, r, g in zip(live.tolist(), c.site[live].tolist(), b.alloc_phase[live].tolist(),
+                             c.reason[live].tolist(), c.category[live].tolist()):
+        groups[(s, p, r, g)].append(k)
     rows = []
-    for (s, p, _r), members in groups.items():
+    for (s, p, _r, _g), members in groups.items():
         m = np.array(members)
         size = b.block_size[m]
         cat = dominant(c.category[m], size, CATEGORIES)

@@ -12,8 +12,11 @@ Why a block was freed (`Reason`), in this order of precedence
 Let A be the user suffix (frames.py) of the allocation stack and F that of
 the free stack.
 
-1. persistent -- never freed by the end of the log. Sub-labelled by its
-   category (parameters, gradients, optimizer state, library workspace...).
+1. persistent -- never freed by the end of the log, or living through the
+   whole run whatever its phase: allocated before the first phase
+   occurrence began and freed after the last one ended, as parameters
+   freed at teardown are (a log without phases has no such boundary). Sub-labelled by its category
+   (parameters, gradients, optimizer state, library workspace...).
 2. saved for backward -- allocated outside backward and freed during
    backward. "During backward" means a phase whose name says backward
    (``torchalloc.phase("backward")``, see roles.py), or, without such
@@ -351,4 +354,18 @@ def classify(
                           blocks.free_phase[rest] == blocks.alloc_phase[rest])
         reason[rest] = np.where(within, REASON_CODE[Reason.SAME_PHASE], REASON_CODE[Reason.LATER_PHASE])
 
+    # a phase-based reason ("freed within its phase") is wrong for a block that outlived all the work; a stack
+    # rule (rebinding, a function's return) still says better why it was freed
+    by_phase = np.isin(reason, [REASON_CODE[r] for r in (Reason.SAME_PHASE, Reason.LATER_PHASE, Reason.OTHER)])
+    reason[whole_run(t, blocks, occ) & by_phase] = REASON_CODE[Reason.PERSISTENT]
     return Reasons(reason, site, free_site, returned, rerun, alloc_occ, functions, alloc_bw, free_bw, has_stacks)
+
+
+def whole_run(t: EventTable, blocks: Blocks, occ: Occurrences) -> np.ndarray:
+    """The freed blocks that lived through the whole run: made before its first phase occurrence began, freed
+    after its last one ended. A log without phases has no such boundary: none."""
+    freed = ~blocks.persistent
+    if not occ.begin_i.size:
+        return np.zeros(len(blocks), dtype=bool)
+    first, last = int(occ.begin_i.min()), int(occ.end_i.max())
+    return freed & (blocks.alloc_i <= first) & (blocks.free_i >= last) & (last > first)

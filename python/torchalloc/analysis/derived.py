@@ -17,7 +17,11 @@ import numpy as np
 from .blocks import NEVER, Blocks, Occurrences, pair_blocks, phase_occurrences
 from .categorize import Classified, categorize
 from .classify import backward_mask, classify
-from .events import EventTable, devices_in, time_base_ns
+from .events import _COLUMNS, EventTable, devices_in, time_base_ns
+
+# The kind of the row derive() puts first in a log opened mid-run (no record has kind 0): the log's
+# opening, the one moment every block allocated before the log is live.
+LOG_OPENED = 0
 from .sites import BEFORE_LOG, Site, SiteTable
 from .timeline import Timeline, build_timeline, levels
 
@@ -71,6 +75,29 @@ def dominant(codes: np.ndarray, weights: np.ndarray, names: Sequence[Any]) -> An
     return names[int(np.argmax(totals))]
 
 
+def _with_opening_row(t: EventTable, blocks: Blocks) -> tuple[EventTable, Blocks]:
+    """`t` with a LOG_OPENED row first, at the log's opening, and `blocks` indexed into it.
+
+    The levels are taken after every event; the level before the first one
+    (every pre-log block live) had no index, so a 20 GiB block that the
+    first record frees never counted in the peak. The row gives that moment
+    an index (and a time: the report's time zero).
+    """
+    first = {name: np.zeros(1, dtype=getattr(t, name).dtype) for name in _COLUMNS}
+    first["time_ns"][0] = time_base_ns(t)
+    first["device"][0] = -1
+    first["seq"][0] = t.seq[0] if len(t) else 0
+    t = dataclasses.replace(t, **{name: np.concatenate((first[name], getattr(t, name))) for name in _COLUMNS})
+    before = blocks.alloc_i < 0
+    blocks = dataclasses.replace(
+        blocks,
+        alloc_i=np.where(before, blocks.alloc_i, blocks.alloc_i + 1),
+        free_i=np.where(blocks.free_i == NEVER, NEVER, blocks.free_i + 1),
+        alloc_t=np.where(before, first["time_ns"][0], blocks.alloc_t),
+    )
+    return t, blocks
+
+
 def derive(table: EventTable, *, device: int | None = None, max_points: int = 1500, progress: bool = False) -> Derived:
     """Run the stages on `device`'s events (default: the one with the most allocations)."""
     devices = devices_in(table)
@@ -84,7 +111,10 @@ def derive(table: EventTable, *, device: int | None = None, max_points: int = 15
         notes.append(f"the log has devices {devices}; this is device {device} (--device picks another)")
     blocks, odd = pair_blocks(t)
     if odd["before_log"]:
-        notes.append(f"{odd['before_log']} blocks were allocated before the log began (their frees are in it)")
+        t, blocks = _with_opening_row(t, blocks)
+        notes.append(f"{odd['before_log']} blocks were allocated before the log began (their frees are in it): "
+                     "they count as live from its opening, so the peak includes them; it is a lower bound, "
+                     "since blocks allocated and freed before the log are not in it")
     if odd["lost_frees"]:
         notes.append(f"{odd['lost_frees']} addresses were allocated again while still live (a lost free record)")
     occ = phase_occurrences(t)

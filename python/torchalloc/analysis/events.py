@@ -2,7 +2,7 @@
 
 Takes a decoded log (`torchalloc.log.read_log`) or a log file; gives an
 `EventTable` -- parallel numpy arrays (kind, time_ns, addr, size,
-block_size, stream, tid, stack, phase, device, seq, flags) plus the interned
+block_size, stream, tid, stack, phase, device, seq, flags, policy) plus the interned
 strings, stacks and phase names. Every later stage reads only this table, so
 the log format can change behind `table_from_log`, and tests build tables by
 hand (`EventTable.from_rows`). The `kind` column holds the record kinds of
@@ -17,7 +17,9 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from .._records import ALLOC
-from ..log import WRITER_KILLED, WRITER_RUNNING, WRITER_UNKNOWN, read_log
+from ..log.checks import impossible
+from ..log.reader import WRITER_KILLED, WRITER_RUNNING, WRITER_UNKNOWN, read_log
+from ..printable import printable
 from .frames import Frame, Stack
 
 _COLUMNS: dict[str, Any] = {
@@ -33,6 +35,7 @@ _COLUMNS: dict[str, Any] = {
     "device": np.int16,
     "seq": np.int64,
     "flags": np.uint8,
+    "policy": np.uint8,  # the registry id of the policy that made a block or segment (alloc, free, segment records)
 }
 
 
@@ -57,6 +60,7 @@ class EventTable:
     device: np.ndarray
     seq: np.ndarray
     flags: np.ndarray
+    policy: np.ndarray
     strings: dict[int, str] = dataclasses.field(default_factory=dict)
     stacks: dict[int, Stack] = dataclasses.field(default_factory=dict)
     phase_names: dict[int, str] = dataclasses.field(default_factory=lambda: {0: "default"})
@@ -107,14 +111,20 @@ class EventTable:
 
 
 def table_from_log(log: Any) -> EventTable:
-    """The adapter: a `torchalloc.log.Log` (read_log's result) as an EventTable."""
-    r = log.records
-    cols = {name: np.asarray(r[name]).astype(dtype) for name, dtype in _COLUMNS.items()}
-    stacks = {int(k): tuple(Frame(str(f[0]), int(f[1]), str(f[2])) for f in v) for k, v in log.stacks.items()}
+    """The adapter: a `torchalloc.log.Log` (read_log's result) as an EventTable. Records no writer
+    produces (torchalloc.log_checks) are dropped, each named in a note."""
     header = getattr(log, "header", None)
+    bad, dropped = impossible(log.records, header_size=getattr(header, "header_size", 128), path=str(log.path))
+    r = log.records[~bad] if bad.any() else log.records
+    cols = {name: np.asarray(r[name]).astype(dtype) for name, dtype in _COLUMNS.items()}
+    # Text from the log is shown escaped in every output (torchalloc.printable): a name with an ESC
+    # sequence must not reach a terminal, and a newline in it must not forge a line of the report.
+    stacks = {int(k): tuple(Frame(printable(str(f[0])), int(f[1]), printable(str(f[2]))) for f in v)
+              for k, v in log.stacks.items()}
     start = getattr(header, "created_monotonic_ns", None)
     wall = (header.created_realtime_ns - header.created_monotonic_ns) if header is not None else 0
-    notes = list(getattr(log, "damage", getattr(log, "warnings", [])))
+    notes = list(getattr(log, "damage", getattr(log, "warnings", []))) + [
+        f"{log.path}: dropped {n}; a damaged or hand-made log" for n in dropped]
     writer = getattr(log, "writer", None)
     pid = getattr(header, "pid", "?")
     if getattr(log, "truncated", False):
@@ -130,9 +140,9 @@ def table_from_log(log: Any) -> EventTable:
                      "which); it ends at the last complete record")
     return EventTable(
         **cols,
-        strings=dict(log.strings),
+        strings={k: printable(v) for k, v in log.strings.items()},
         stacks=stacks,
-        phase_names=dict(log.phase_names),
+        phase_names={k: printable(v) for k, v in log.phase_names.items()},
         start_ns=start,
         wall_offset_ns=int(wall),
         path=str(getattr(log, "path", "")),

@@ -14,9 +14,16 @@ Takes a `Derived`; gives one `OomRow` per OOM record:
 - `blockers`: for fragmentation, the live blocks in the segments with the
   most free memory (what keeps their holes apart); otherwise the largest
   live blocks (what to shrink), each with its site, phase and age;
+- `advice`: the allocator's advice for the numbers the log has (the one
+  rule, `_lib.oom_advice`, given the facts and the detail this module reads
+  from the segments and live blocks at the failure: free bytes in whole
+  2 MiB granules, the phases of the blocks that pin the fragmented
+  segments), each line checked by the replay that tests it;
 - `alternatives` (the last OOM of the log only: each takes a few dozen
-  replays): the run up to the failure replayed under every policy at the
-  capacity torchalloc could use (oom_alternatives.py);
+  replays): the run up to the failure replayed under every policy and
+  variant at the capacity torchalloc could use (oom_alternatives.py), and
+  from them the advice's checks ("confirmed by replay: caching+expandable
+  fits, peak reserved ...");
 - `unknown`: what the log could not tell (device numbers in an old log, sites
   without stacks, the capacity without device numbers).
 
@@ -30,13 +37,17 @@ from typing import Any
 import numpy as np
 
 from .. import _lib
-from .._records import OOM, OOM_DEVICE, SEGMENT_ALLOC, SEGMENT_FREE
-from ..oom_alternatives import Alternative, alternatives, default_policies, events_until
+from .._records import ALLOC, OOM, OOM_DEVICE, POLICY_NAMES, SEGMENT_ALLOC, SEGMENT_EXPANDABLE, SEGMENT_FREE
+from ..oom import parse_advice
+from ..replay.oom_alternatives import (AdviceCheck, Alternative, alternatives, check_advice, default_policies,
+                                       events_until)
 from .derived import Derived
 from .frames import user_suffix
 from .sites import NO_PYTHON, NO_STACKS
 
 BLOCKERS_SHOWN = 10
+GRANULE = 2 << 20  # what expandable segments map at a time on CUDA; a log does not record it
+NOT_REPLAYED = "not checked: only the last failure of a log is replayed"
 
 
 @dataclasses.dataclass
@@ -79,6 +90,9 @@ class OomRow:
     alternatives: list[Alternative]
     unknown: list[str]
     explanation: str
+    policy: str = ""  # the failing policy, as the log's allocations before it say
+    expandable: int = 0  # 1 when the log saw expandable segments (expandable:1 or 2; it cannot tell which)
+    advice: list[AdviceCheck] = dataclasses.field(default_factory=list)
 
     @property
     def fragmentation(self) -> bool:
@@ -103,9 +117,23 @@ def oom_rows(d: Derived, *, check_alternatives: bool = True) -> list[OomRow]:
             try:
                 events = events_until(t, last.index, _before_log(d))
                 last.alternatives = alternatives(events, last.usable, default_policies())
+                last.advice = check_advice(last.advice, last.alternatives, events, policy=last.policy,
+                                           expandable=last.expandable, capacity=last.usable,
+                                           device_total=last.device_total or 0, limit=last.limit or 0)
+                _note_unreproduced(last)
             except _lib.LibraryError as e:
                 last.unknown.append(f"whether another policy would have fit (the replay needs the library: {e})")
     return rows
+
+
+def _note_unreproduced(row: OomRow) -> None:
+    """Say so when the replay of the failing policy itself fits: then no check of the advice is a proof."""
+    failing = row.policy + ("+expandable" if row.expandable and row.policy != "exact" else "")
+    alt = next((a for a in row.alternatives if a.policy == failing), None)
+    if alt is not None and alt.fits:
+        row.unknown.append(f"why the run failed where its replay does not: {failing} replayed up to the failure fits "
+                           "(the log does not show what else took the room: other streams' pending frees, "
+                           "memory freed late)")
 
 
 def _row(d: Derived, i: int) -> OomRow:
@@ -115,16 +143,19 @@ def _row(d: Derived, i: int) -> OomRow:
     device = _device_record(d, i)
     facts = None if device is None else (int(t.addr[device]), int(t.size[device]), int(t.stream[device]),
                                          int(t.flags[device]))
+    policy, expandable = _policy_at(d, i)
     return oom_row(d.time_s(i), i, int(t.size[i]), int(t.stream[i]), d.phase_name(int(t.phase[i])),
                    t.stack_of(int(t.stack[i])), reserved, int(d.allocated[i]), largest, nseg, int(t.addr[i]), facts,
-                   d.has_stacks, lambda fragmentation: _blockers(d, i, by_segment if fragmentation else None))
+                   d.has_stacks, lambda fragmentation: _blockers(d, i, by_segment if fragmentation else None),
+                   policy, expandable, lambda: _detail_at(d, i, policy, expandable), t.phase_names)
 
 
 def oom_row(t_s: float, i: int, requested: int, stream: int, phase: str, stack: Any, reserved: int, allocated: int,
             largest: int, nseg: int, device_free: int, device: tuple[int, int, int, int] | None, has_stacks: bool,
-            blockers: Any) -> OomRow:
+            blockers: Any, policy: str, expandable: int, detail: Any, phase_names: dict[int, str]) -> OomRow:
     """An OOM record diagnosed from its numbers: `device` is its oom_device record's (total, limit, largest free on
-    the stream, verdict code), None in a log before them; `blockers(fragmentation)` gives the blocks to blame."""
+    the stream, verdict code), None in a log before them; `blockers(fragmentation)` gives the blocks to blame,
+    `detail()` torchalloc_oom_detail's fields for the advice (oom_detail)."""
     user = user_suffix(stack)
     site = user[0].short() if user else (NO_PYTHON.label if has_stacks else NO_STACKS.label)
     unknown: list[str] = []
@@ -149,9 +180,104 @@ def oom_row(t_s: float, i: int, requested: int, stream: int, phase: str, stack: 
             verdict = f"unknown (the verdict needs the library: {e})"
     if not has_stacks:
         unknown.append("allocation sites (logged without stacks:1)")
+    advice: list[AdviceCheck] = []
+    if verdict in _lib.OOM_VERDICTS.values():
+        facts = dict(requested=requested, allocated=allocated, reserved=reserved, device_total=total or 0,
+                     device_free=free or 0, limit=limit or 0, largest_free=on_stream if on_stream is not None else largest)
+        try:
+            text = _lib.oom_advice(facts, detail(), phase_names)
+            advice = [AdviceCheck(a.number, a.text, a.setting, a.serves, None, None, NOT_REPLAYED)
+                      for a in parse_advice(text)]
+        except _lib.LibraryError as e:
+            unknown.append(f"the advice (it needs the library: {e})")
     return OomRow(t_s, i, requested, stream, phase, site, reserved, allocated, max(0, reserved - allocated), largest,
-                  nseg, total, free, limit, held, on_stream, usable, verdict, source, blockers(verdict == "fragmentation"),
-                  [], unknown, "")
+                  nseg, total, free, limit, held, on_stream, usable, verdict, source,
+                  blockers(verdict == "fragmentation"), [], unknown, "", policy, expandable, advice)
+
+
+def _policy_at(d: Derived, i: int) -> tuple[str, int]:
+    """The policy of the last allocation before event i, and whether expandable segments were seen by then."""
+    t = d.table
+    before = np.flatnonzero(t.kind[:i] == ALLOC)
+    policy = POLICY_NAMES.get(int(t.policy[before[-1]]), "caching") if before.size else "caching"
+    segs = (t.kind[:i] == SEGMENT_ALLOC) & ((t.flags[:i] & SEGMENT_EXPANDABLE) != 0)
+    return policy, int(bool(np.any(segs)))
+
+
+def _detail_at(d: Derived, i: int, policy: str, expandable: int) -> dict[str, object]:
+    """torchalloc_oom_detail from the log at event i: the heap's pass (heap_oom.c note_detail) over the
+    segments the log saw, the free ranges being the gaps between the live blocks."""
+    live = d.live_at(i)
+    return oom_detail(_live_segments(d, i), d.blocks.addr[live], d.blocks.block_size[live], d.blocks.alloc_phase[live],
+                      int(d.table.phase[i]), policy, expandable)
+
+
+def oom_detail(segs: dict[int, int], addr: Any, size: Any, phase: Any, request_phase: int, policy: str,
+               expandable: int) -> dict[str, object]:
+    """torchalloc_oom_detail's fields from the segments (address: size) and the live blocks (their addresses,
+    sizes and allocating phases, -1 before the log) at the failure."""
+    out: dict[str, object] = {"granule": GRANULE, "phase": request_phase, "expandable": expandable,
+                              "flags": (_lib.OOM_PHASE_ARENAS if policy == "phase_arena" else 0)
+                              | (_lib.OOM_FREES_TO_DEVICE if policy == "exact" else 0)}
+    by_addr = np.argsort(addr, kind="stable")
+    addr, size = np.asarray(addr)[by_addr].astype(np.int64), np.asarray(size)[by_addr].astype(np.int64)
+    phase = np.asarray(phase)[by_addr]
+    seg_addr = np.array(sorted(segs), dtype=np.int64)
+    owner = np.searchsorted(seg_addr, addr, side="right") - 1 if seg_addr.size else np.zeros(0, dtype=np.int64)
+    totals = dict.fromkeys(("free_granules", "free_segments", "pinned_free", "pinning", "pinning_other",
+                            "pinned_segments"), 0)
+    other: dict[int, int] = {}
+    for s, start in enumerate(seg_addr.tolist()):
+        end = start + segs[start]
+        mine = np.flatnonzero(owner == s).tolist()
+        if not mine:
+            totals["free_segments"] += end - start
+            continue
+        cursor, free_b, granules, live_b = start, 0, 0, 0
+        seg_other: dict[int, int] = {}
+        for k in mine:
+            a, z = int(addr[k]), int(size[k])
+            free_b += max(0, a - cursor)
+            granules += _whole_granules(cursor, a)
+            cursor = max(cursor, a + z)
+            live_b += z
+            p = int(phase[k])
+            if p != request_phase and p >= 0:  # blocks from before the log have no phase
+                seg_other[p] = seg_other.get(p, 0) + z
+        free_b += max(0, end - cursor)
+        granules += _whole_granules(cursor, end)
+        totals["free_granules"] += granules
+        if free_b:  # a full segment pins nothing
+            totals["pinned_segments"] += 1
+            totals["pinned_free"] += free_b
+            totals["pinning"] += live_b
+            totals["pinning_other"] += sum(seg_other.values())
+            for p, b in seg_other.items():
+                other[p] = other.get(p, 0) + b
+    out.update(totals)
+    top = sorted(((b, p) for p, b in other.items()), key=lambda bp: (-bp[0], bp[1]))[:_lib.OOM_OTHER_PHASES]
+    out["other_bytes"] = [b for b, _ in top]
+    out["other_phases"] = [p for _, p in top]
+    return out
+
+
+def _whole_granules(lo: int, hi: int) -> int:
+    """Bytes of the GRANULE-aligned granules lying wholly inside [lo, hi)."""
+    first, last = -(-lo // GRANULE) * GRANULE, hi // GRANULE * GRANULE
+    return max(0, last - first)
+
+
+def _live_segments(d: Derived, i: int) -> dict[int, int]:
+    """The segments (address: size) the log saw allocated and not yet freed at event i."""
+    t = d.table
+    upto = np.flatnonzero((np.arange(len(t)) <= i) & ((t.kind == SEGMENT_ALLOC) | (t.kind == SEGMENT_FREE)))
+    segs: dict[int, int] = {}
+    for k in upto.tolist():
+        if t.kind[k] == SEGMENT_ALLOC:
+            segs[int(t.addr[k])] = int(t.size[k])
+        else:
+            segs.pop(int(t.addr[k]), None)
+    return segs
 
 
 def _device_record(d: Derived, i: int) -> int | None:
@@ -168,16 +294,8 @@ def _device_record(d: Derived, i: int) -> int | None:
 def _segments_at(d: Derived, i: int) -> tuple[int, int, list[tuple[int, int, list[int]]]]:
     """At event i: the largest gap between live blocks in the live segments, their count, and per segment
     (free bytes, address, the live blocks in it), most free first."""
-    t = d.table
-    upto = np.flatnonzero((np.arange(len(t)) <= i) & ((t.kind == SEGMENT_ALLOC) | (t.kind == SEGMENT_FREE)))
-    segs: dict[int, int] = {}
-    for k in upto.tolist():
-        if t.kind[k] == SEGMENT_ALLOC:
-            segs[int(t.addr[k])] = int(t.size[k])
-        else:
-            segs.pop(int(t.addr[k]), None)
     live = d.live_at(i)
-    return segment_gaps(segs, live, d.blocks.addr[live], d.blocks.block_size[live])
+    return segment_gaps(_live_segments(d, i), live, d.blocks.addr[live], d.blocks.block_size[live])
 
 
 def segment_gaps(segs: dict[int, int], ids: np.ndarray, addr: np.ndarray, size: np.ndarray

@@ -2,8 +2,9 @@
 
 Takes a log (a path, a decoded `torchalloc.log.Log`, or an `EventTable`);
 gives an `Analysis`: the derived data of derived.py, and one method per
-section of the report -- anatomy, lifetimes, phases, estimate, ooms, and
-to_dict for all of them -- each a row stage followed by the wording stage.
+section of the report -- anatomy, lifetimes, phases, estimate, reserve, modules, ooms, and
+to_dict for all of them (the sections after the anatomy through
+sections.py's list) -- each a row stage followed by the wording stage.
 Nothing is computed here that a stage could compute.
 """
 from __future__ import annotations
@@ -13,7 +14,7 @@ import functools
 import os
 from typing import Any, Iterable, Sequence
 
-from ..log_chunks import DEFAULT_CHUNK_RECORDS, is_large_log
+from ..log.chunks import DEFAULT_CHUNK_RECORDS, is_large_log
 
 from .anatomy import Anatomy, anatomy, index_at
 from .categorize import Category
@@ -21,10 +22,14 @@ from .derived import Derived, derive
 from .estimate import Estimate, category_total, estimate
 from .events import EventTable, load, table_from_log
 from .lifetimes import LifetimeRow, lifetime_rows
+from .modules import Modules, modules as module_rows
 from .ooms import OomRow, oom_rows
 from .phase_summary import PhaseRow, phase_rows
+from .reserve import Reserve, reserve as reserve_rows, series as reserve_series
+from .sections import sections_json
 from .streamed import StreamedAnalysis, analyze_streamed
-from .wording import estimate_sentence, explain_block, explain_group, oom_explanation, phase_sentence
+from .wording import (estimate_sentence, explain_block, explain_group, module_sentences, oom_explanation,
+                      phase_sentence, reserve_sentences)
 
 
 @dataclasses.dataclass
@@ -63,6 +68,35 @@ class Analysis(Derived):
         est.sentence = estimate_sentence(est)
         return est
 
+    def reserve(self) -> Reserve:
+        """Reserved memory split into allocated, fragmentation, cache (and what the log cannot see) at the peaks,
+        the segments live blocks pin, and the run replayed under every policy. Computed once (the replays)."""
+        cached = self.__dict__.get("_reserve")
+        if cached is None:
+            cached = reserve_rows(self)
+            cached.sentences = reserve_sentences(cached, self.timeline.peak_reserved)
+            self.__dict__["_reserve"] = cached
+        return cached
+
+    def modules(self) -> tuple[Modules, list[str]]:
+        """Memory by nn.Module (torchalloc.track's module records): per module path, the bytes held at the peak and
+        at each phase's peak, and what they are; and the sentences. Computed once."""
+        cached = self.__dict__.get("_modules")
+        if cached is None:
+            peak = self.index_at("peak")[0] if len(self.table) else 0
+            m = module_rows(self, peak)
+            cached = (m, module_sentences(m, int(self.allocated[peak]) if len(self.table) else 0))
+            self.__dict__["_modules"] = cached
+        return cached
+
+    def fragmented_samples(self) -> Any:
+        """At the timeline's samples, the free bytes in segments that hold live blocks (the page's band)."""
+        cached = self.__dict__.get("_fragmented")
+        if cached is None:
+            cached = reserve_series(self).fragmented[self.timeline.index] if len(self.table) else self.timeline.index
+            self.__dict__["_fragmented"] = cached
+        return cached
+
     def ooms(self) -> list[OomRow]:
         """Each OOM record diagnosed: verdict, blocks to blame, and (the last) replayed under every policy.
         Computed once: the replays take a moment."""
@@ -90,10 +124,7 @@ class Analysis(Derived):
             "timeline": self.timeline.to_dict(),
             "peak_anatomy": self.anatomy("peak", top=top).to_dict() if len(t) else None,
             "markers": [self.anatomy(lab, top=top).to_dict() for lab in _unique([m[1] for m in self.timeline.markers])],
-            "lifetimes": [r.to_dict() for r in self.lifetimes(top=top)],
-            "phases": [r.to_dict() for r in self.phases()],
-            "estimate": self.estimate().to_dict(),
-            "ooms": [r.to_dict() for r in self.ooms()],
+            **sections_json(self, top),
         }
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..printable import printable
 from .categorize import CATEGORY_CODE, Category, _workspace_sizes
 from .classify import REASON_CODE, Reason, classify_stacks
 from .frames import NN_INIT_FRAME, OPTIMIZER_FRAME, Frame, Stack, has_frame, user_suffix
@@ -45,8 +46,10 @@ class BlockRules:
 
     def __init__(self, stacks: dict[int, Any], phase_names: dict[int, str], has_stacks: bool,
                  first_begin: dict[int, int]) -> None:
-        self.stacks: dict[int, Stack] = {int(k): tuple(Frame(str(f[0]), int(f[1]), str(f[2])) for f in v)
-                                         for k, v in stacks.items()}
+        # shown escaped, as events.table_from_log shows them (torchalloc.printable)
+        self.stacks: dict[int, Stack] = {int(k): tuple(Frame(printable(str(f[0])), int(f[1]), printable(str(f[2])))
+                                                       for f in v) for k, v in stacks.items()}
+        phase_names = {k: printable(v) for k, v in phase_names.items()}
         self.phase_names = phase_names
         self.has_stacks = has_stacks
         roles = {p: phase_role(name) for p, name in phase_names.items()}

@@ -6,8 +6,8 @@ the notes on what the streamed report lists only in part.
 """
 from __future__ import annotations
 
-from ..log import WRITER_KILLED, WRITER_RUNNING, WRITER_UNKNOWN
-from ..log_chunks import ChunkedLog
+from ..log.reader import WRITER_KILLED, WRITER_RUNNING, WRITER_UNKNOWN
+from ..log.chunks import ChunkedLog
 from .roles import phase_role
 from .stream_scan import MARKERS_KEPT, OOMS_KEPT, Scan
 
@@ -16,7 +16,7 @@ SPANS_KEPT = 100_000  # phase occurrences the timeline lists (about 6 MB of JSON
 
 def table_notes(log: ChunkedLog) -> list[str]:
     """events.table_from_log's notes for a log read in pieces (after a whole pass): its damage, how it ended."""
-    notes = list(log.damage)
+    notes = list(log.damage) + [f"{log.path}: dropped {n}; a damaged or hand-made log" for n in log.dropped]
     header = log.header
     pid = header.pid
     if log.truncated:
@@ -39,7 +39,9 @@ def derive_notes(log: ChunkedLog, notes: list[str], s: Scan) -> list[str]:
         notes.append(f"the log has devices {s.devices}; this is device {s.device} (--device picks another)")
     before = len(s.orphans["addr"])
     if before:
-        notes.append(f"{before} blocks were allocated before the log began (their frees are in it)")
+        notes.append(f"{before} blocks were allocated before the log began (their frees are in it): "
+                     "they count as live from its opening, so the peak includes them; it is a lower bound, "
+                     "since blocks allocated and freed before the log are not in it")
     if s.lost_frees:
         notes.append(f"{s.lost_frees} addresses were allocated again while still live (a lost free record)")
     if len(s.orphans["addr"]) + s.blocks and not s.has_stacks:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .._records import ALLOC, SEGMENT_ALLOC, SEGMENT_FREE
-from ..log_chunks import ChunkedLog
+from ..log.chunks import ChunkedLog
 from .categorize import CATEGORIES, CATEGORY_CODE, Category
 from .classify import REASON_CODE, Reason
 from .sites import BEFORE_LOG
@@ -322,6 +322,8 @@ class _Pass:
             occ = bt["occ"][ended][rest]
             within = np.where(occ >= 0, (bits[rest] & BIT_WITHIN) != 0, free_phase[rest] == alloc_phase[rest])
             reason[rest] = np.where(within, R[Reason.SAME_PHASE], R[Reason.LATER_PHASE])
+        by_phase = np.isin(reason, [R[r] for r in (Reason.SAME_PHASE, Reason.LATER_PHASE, Reason.OTHER)])
+        reason[self._whole_run(bt["alloc_i"][ended], base + rows) & by_phase] = R[Reason.PERSISTENT]
         bt["reason"][ended], bt["free_site"][ended], bt["returned"][ended] = reason, free_site, returned
         bt["rerun"][ended], bt["real"][ended] = rerun, real
         size = bt["block_size"][ended]
@@ -356,6 +358,15 @@ class _Pass:
         # blocks a moment or the page showed: their end
         self._resolve(bt, ended, rows, real, t, base, reason, free_site, returned, rerun)
 
+    def _whole_run(self, alloc_i: np.ndarray, free_i: np.ndarray) -> np.ndarray:
+        """classify.whole_run: freed blocks made before the first phase occurrence began and freed after the last
+        one ended (persistent, whatever their phase says); none in a log without phases."""
+        s = self.scan
+        if not s.occ_begin.size:
+            return np.zeros(alloc_i.size, dtype=bool)
+        first, last = int(s.occ_begin.min()), int(s.occ_end.max())
+        return (alloc_i <= first) & (free_i >= last) & (last > first)
+
     def _orphans(self, orow: np.ndarray, t: Any, base: int) -> None:
         """Frees of blocks allocated before the log: their own lifetime row, freed sums."""
         if not orow.size:
@@ -365,15 +376,16 @@ class _Pass:
         k = np.array([self.orphan_rank[(int(a), int(base + r))] for a, r in zip(t.addr[orow].tolist(), orow.tolist())],
                      dtype=np.int64)
         n_ = orow.size
-        cols = {"site": np.full(n_, rules.sites.id(BEFORE_LOG)), "reason": np.full(n_, R[Reason.OTHER]),
+        reason = np.where(self._whole_run(np.full(n_, -1), base + orow), R[Reason.PERSISTENT], R[Reason.OTHER])
+        cols = {"site": np.full(n_, rules.sites.id(BEFORE_LOG)), "reason": reason,
                 "free_site": np.full(n_, -1), "returned": np.full(n_, -1), "rerun": np.zeros(n_, dtype=np.int64),
                 "category": np.full(n_, CATEGORY_CODE[Category.BEFORE_LOG])}
         life = t.time_ns[orow] - self.scan.first_ns
         self._group(cols, k, size, np.full(n_, -1), life, False, lambda j: self._detail_orphan(int(k[j])))
         _add(self.freed, t.phase[orow].astype(np.int64), size)
-        for kk in k.tolist():
+        for kk, r in zip(k.tolist(), reason.tolist()):
             if kk in self.details or kk in self.reasons:
-                self.reasons[kk] = R[Reason.OTHER]
+                self.reasons[kk] = r
 
     def _group(self, cols: dict[str, np.ndarray], k: np.ndarray, size: np.ndarray, phase: np.ndarray,
                life: np.ndarray | None, persistent: bool, detail: Any) -> None:

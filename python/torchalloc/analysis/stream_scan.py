@@ -24,8 +24,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .._records import ALLOC, FREE, MARKER, OOM, OOM_DEVICE, PHASE_BEGIN, PHASE_END, SEGMENT_ALLOC, SEGMENT_FREE
-from ..log_chunks import ChunkedLog
+from .._records import (ALLOC, FREE, MARKER, OOM, OOM_DEVICE, PHASE_BEGIN, PHASE_END, POLICY_NAMES, SEGMENT_ALLOC,
+                        SEGMENT_EXPANDABLE, SEGMENT_FREE)
+from ..log.chunks import ChunkedLog
 from .frames import BACKWARD_FRAME, Frame, has_frame
 from .roles import phase_role
 from .stream_running import INT_MAX, INT_MIN, Backward, Bits, Grow, GrowEnd, Occurrences, Sampler
@@ -155,6 +156,8 @@ class _Scanner:
         ooms: list[dict[str, Any]] = []
         oom_count = 0
         pending_oom: list[tuple[dict[str, Any], int]] = []  # waiting for an oom_device record in the next events
+        last_policy = -1  # ooms._policy_at: the policy of the last alloc so far, and expandable segments seen
+        expandable_seen = False
         device = self.device
         counts: dict[int, int] = {}
         present: set[int] = set()
@@ -321,16 +324,25 @@ class _Scanner:
                     markers.append((n + r, label, int(t.phase[r]), int(t.time_ns[r])))
                 marker_count += 1
             pending_oom = self._device_records(pending_oom, t, 0)  # those of the piece before
+            allocs = np.flatnonzero(kind == ALLOC)
+            expandable_rows = np.flatnonzero((kind == SEGMENT_ALLOC) & ((t.flags & SEGMENT_EXPANDABLE) != 0))
             for r in np.flatnonzero(kind == OOM).tolist():
                 oom_count += 1
                 if len(ooms) >= OOMS_KEPT:
                     continue
-                row = {"index": n + r, "size": int(t.size[r]), "block_size": int(t.block_size[r]),
+                before = int(np.searchsorted(allocs, r)) - 1
+                code = int(t.policy[allocs[before]]) if before >= 0 else last_policy
+                row = {"policy": POLICY_NAMES.get(code, "caching") if code >= 0 else "caching",
+                       "expandable": int(expandable_seen or bool(expandable_rows.size and expandable_rows[0] < r)),
+"index": n + r, "size": int(t.size[r]), "block_size": int(t.block_size[r]),
                        "addr": int(t.addr[r]), "stream": int(t.stream[r]), "stack": int(t.stack[r]),
                        "phase": int(t.phase[r]), "time_ns": int(t.time_ns[r]), "cum": int(c[r]), "raw": int(rw[r]),
                        "device": None}
                 ooms.append(row)
                 pending_oom += self._device_records([(row, 2)], t, r + 1)
+            if allocs.size:
+                last_policy = int(t.policy[allocs[-1]])
+            expandable_seen = expandable_seen or bool(expandable_rows.size)
             # samples, --at times
             if sampler is not None:
                 sampler.piece(n, t.time_ns, c, rw)

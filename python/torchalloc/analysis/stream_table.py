@@ -17,7 +17,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from .._records import ALLOC, FREE
-from ..log_chunks import ChunkedLog
+from ..log.chunks import ChunkedLog
 from .events import _COLUMNS
 
 

@@ -23,20 +23,26 @@ sentences and numbers; only these differ:
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from ..log_chunks import DEFAULT_CHUNK_RECORDS, ChunkedLog
+from ..log.chunks import DEFAULT_CHUNK_RECORDS, ChunkedLog
+from ..log.reader import RECORD_DTYPE
+from ..printable import printable
 from .anatomy import Anatomy, AnatomyRow
 from .categorize import CATEGORIES, CATEGORY_CODE, Category
 from .classify import REASONS
-from .derived import bytes_by, dominant
+from .derived import LOG_OPENED, bytes_by, dominant
 from .estimate import Estimate
 from .frames import Frame
 from .lifetimes import LifetimeRow
-from .ooms import OomRow, blockers_of, oom_row, segment_gaps, Blocker
+from .modules import Modules
+from .ooms import Blocker, OomRow, _note_unreproduced, blockers_of, oom_detail, oom_row, segment_gaps
+from .reserve import Reserve
+from .sections import sections_json
 from .phase_summary import PhaseRow
 from .roles import phase_role
 from .sites import BEFORE_LOG, Site
@@ -49,6 +55,9 @@ from .wording import estimate_sentence, oom_explanation, phase_sentence, reason_
 MARKER_ANATOMIES = 1000  # marker labels whose anatomy the JSON report carries
 PAGE_MAX_MARKERS = 200  # report_svg.MAX_MARKERS: the markers the page draws (a test checks they agree)
 PRIORITY_OOMS = 10  # report_data.PRIORITY_OOMS
+LEFT_OUT = ("the log was read in pieces (too large to hold decoded): the sections on reserved memory "
+            "(fragmentation and cache, each policy's replay) and memory by module are left out; they are not "
+            "computed that way")
 
 
 @dataclasses.dataclass
@@ -76,9 +85,15 @@ class _Count:
     """len() of the blocks, for the renderers."""
 
     n: int
+    before_log: int  # blocks allocated before the log began
 
     def __len__(self) -> int:
         return self.n
+
+    @property
+    def alloc_i(self) -> np.ndarray:
+        """What the text report reads of Blocks.alloc_i: whether any block predates the log (-1 for it)."""
+        return np.full(min(self.before_log, 1), -1, dtype=np.int64)
 
 
 class StreamedAnalysis:
@@ -89,14 +104,18 @@ class StreamedAnalysis:
         self.log, self.scan, self.passed, self.wanted = log, scan_, passed, wanted
         self.max_points, self.page_wanted = max_points, page
         header = log.header
-        stacks = {int(k): tuple(Frame(str(f[0]), int(f[1]), str(f[2])) for f in v) for k, v in log.stacks.items()}
+        # Text from the log, escaped as events.table_from_log escapes it (torchalloc.printable).
+        stacks = {int(k): tuple(Frame(printable(str(f[0])), int(f[1]), printable(str(f[2]))) for f in v)
+                  for k, v in log.stacks.items()}
         self.table = StreamTable(log.path, scan_.n, int(header.pid), int(header.rank),
-                                 int(getattr(header, "world_size", 0)), dict(log.phase_names), dict(log.strings), stacks)
+                                 int(getattr(header, "world_size", 0)),
+                                 {k: printable(v) for k, v in log.phase_names.items()},
+                                 {k: printable(v) for k, v in log.strings.items()}, stacks)
         self.device = scan_.device
         self.notes = notes
         self.has_stacks = scan_.has_stacks
         self.backward_from = backward_from
-        self.blocks = _Count(len(scan_.orphans["addr"]) + scan_.blocks)
+        self.blocks = _Count(len(scan_.orphans["addr"]) + scan_.blocks, len(scan_.orphans["addr"]))
         start = header.created_monotonic_ns
         first = scan_.first_ns
         self.base_ns = start if scan_.n and 0 <= first - start < 3600 * 10**9 else first
@@ -201,6 +220,10 @@ class StreamedAnalysis:
                     f"no marker {at!r}; markers: {', '.join(labels) or 'none'}; or give a time in seconds"
                 ) from None
         target = float(at)
+        end = max((s.last_ns - self.base_ns) / 1e9, 0.0)
+        if not math.isfinite(target) or not 0.0 <= target <= end:  # anatomy.index_at's check
+            raise ValueError(f"t={target:g} s is not in this log: it covers t=0 s to t={end:.9g} s (seconds since "
+                             "it was opened); give a time in that range, or a marker")
         if target not in s.at_time:
             s.at_time.update(scan(self.log, s.device, max_points=self.max_points, last_ns=s.last_ns,
                                   at_times=[target]).at_time)
@@ -240,11 +263,13 @@ class StreamedAnalysis:
             return Anatomy(label, i, 0.0, 0, 0, [], {}, {})
         snap = self.passed.snapshots[i]
         reason = self._reasons(snap)
-        groups: dict[tuple[int, int, int], list[int]] = {}
-        for j, key in enumerate(zip(snap["site"].tolist(), snap["phase"].tolist(), reason.tolist())):
+        # one row per (site, phase, reason, category), as anatomy.anatomy groups them
+        groups: dict[tuple[int, int, int, int], list[int]] = {}
+        for j, key in enumerate(zip(snap["site"].tolist(), snap["phase"].tolist(), reason.tolist(),
+                                    snap["category"].tolist())):
             groups.setdefault(key, []).append(j)
         rows = []
-        for (s_, p, _r), members in groups.items():
+        for (s_, p, _r, _g), members in groups.items():
             m = np.array(members)
             size = snap["block_size"][m]
             cat = dominant(snap["category"][m], size, CATEGORIES)
@@ -392,9 +417,14 @@ class StreamedAnalysis:
             return blockers_of(order.tolist(), by_segment if fragmentation else None,
                                lambda j: (-int(snap["block_size"][j]), int(snap["addr"][j])), blocker)
 
+        policy, expandable = o["policy"], o["expandable"]
+
+        def detail() -> dict[str, object]:
+            return oom_detail(segs, snap["addr"], snap["block_size"], snap["phase"], o["phase"], policy, expandable)
+
         return oom_row(self._t(now), i, o["size"], o["stream"], self.phase_name(o["phase"]),
                        self.table.stack_of(o["stack"]), reserved, self.allocated_at(i), largest, nseg, o["addr"], facts,
-                       self.has_stacks, pick)
+                       self.has_stacks, pick, policy, expandable, detail, self.table.phase_names)
 
     def _check_last(self, last: OomRow) -> None:
         """ooms.oom_rows' replays of the run up to the last OOM under every policy, fed in pieces."""
@@ -402,12 +432,16 @@ class StreamedAnalysis:
             last.unknown.append("whether another policy would have fit (the log has no device numbers)")
             return
         from .. import _lib
-        from ..oom_alternatives import alternatives, default_policies
+        from ..replay.oom_alternatives import alternatives, check_advice, default_policies
 
         try:
             trace = self._trace_until(last.index)
             try:
                 last.alternatives = alternatives(trace, last.usable, default_policies())
+                last.advice = check_advice(last.advice, last.alternatives, trace, policy=last.policy,
+                                           expandable=last.expandable, capacity=last.usable,
+                                           device_total=last.device_total or 0, limit=last.limit or 0)
+                _note_unreproduced(last)
             finally:
                 trace.chunks.close()
         except _lib.LibraryError as e:
@@ -416,9 +450,9 @@ class StreamedAnalysis:
     def _trace_until(self, index: int) -> Any:
         """oom_alternatives.events_until as a Trace in pieces: the blocks from before the log, the device's events
         up to OOM record `index`, then the failed request."""
-        from ..trace_events import ALLOC as EV_ALLOC
-        from ..trace_events import EVENT_DTYPE, Trace
-        from ..trace_stream import SpilledEvents, _Live, log_events
+        from ..log.trace_events import ALLOC as EV_ALLOC
+        from ..log.trace_events import EVENT_DTYPE, Trace
+        from ..log.trace_stream import SpilledEvents, _Live, log_events
 
         o = self.scan.orphans
         pre = np.flatnonzero(o["size"] > 0)
@@ -447,6 +481,20 @@ class StreamedAnalysis:
         trace.chunks = spilled
         return trace
 
+    # -- what a log read in pieces leaves out ---------------------------------------------------
+    # The reserved-memory sections (fragmentation and cache at the peaks, the pinned segments, the run replayed
+    # under every policy) and memory by module are not computed from pieces: the sections show nothing, and
+    # a note (LEFT_OUT) says so, rather than a number this analysis did not measure.
+    def reserve(self) -> Reserve:
+        return Reserve([], "", [], [LEFT_OUT])
+
+    def modules(self) -> tuple[Modules, list[str]]:
+        empty = np.zeros(0, dtype=np.int64)
+        return Modules(empty, empty, {}, 0, {}, [], 0), []
+
+    def fragmented_samples(self) -> np.ndarray:
+        return np.zeros(0, dtype=np.int64)  # no band on the timeline (report/svg.py draws none for it)
+
     # -- all of it -----------------------------------------------------------------------------
     def marker_labels(self) -> list[str]:
         return _unique(m[1] for m in self.timeline.markers)[:MARKER_ANATOMIES]
@@ -466,10 +514,7 @@ class StreamedAnalysis:
             "timeline": self.timeline.to_dict(),
             "peak_anatomy": self.anatomy("peak", top=top).to_dict() if len(t) else None,
             "markers": [self.anatomy(lab, top=top).to_dict() for lab in self.marker_labels()],
-            "lifetimes": [r.to_dict() for r in self.lifetimes(top=top)],
-            "phases": [r.to_dict() for r in self.phases()],
-            "estimate": self.estimate().to_dict(),
-            "ooms": [r.to_dict() for r in self.ooms()],
+            **sections_json(self, top),
         }
 
 
@@ -494,7 +539,7 @@ def analyze_streamed(
 ) -> StreamedAnalysis:
     """The streamed analysis of a log for one device (default: the one with the most allocations). `at`: the
     moments whose anatomy will be asked for besides the peak and the markers; `page`: the HTML page will be drawn."""
-    log = ChunkedLog(source, chunk_records)
+    log = ChunkedLog(source, chunk_records, check="drop")
     bar = _progress_bar(progress, log)
     times = [float(x.rstrip("s")) if isinstance(x, str) else float(x) for x in at if _is_time(x)]
     last = log.last_event_time(device)
@@ -505,7 +550,10 @@ def analyze_streamed(
         raise ValueError(f"no events for device {device}; the log has devices {s.devices}")
     if s.samples is None:  # the span of the timeline was not known in advance: a second first pass
         s = scan(log, s.device, max_points=max_points, last_ns=s.last_ns, at_times=times, progress=bar)
-    notes = derive_notes(log, table_notes(log), s)
+    if len(s.orphans["addr"]):  # opened mid-run: derive's 'log opened' row first, and the first pass again
+        log.opening = _opening_row(log, s)
+        s = scan(log, s.device, max_points=max_points, last_ns=s.last_ns, at_times=times, progress=bar)
+    notes = derive_notes(log, table_notes(log), s) + [LEFT_OUT]
     backward_from_ = backward_from(log.phase_names, s)
     a_moments = _anatomy_moments(log, s, at)
     wanted = Wanted(anatomy=a_moments, page=np.zeros(0, dtype=np.int64), priority=set(),
@@ -516,6 +564,17 @@ def analyze_streamed(
     if bar is not None:
         bar.close()
     return StreamedAnalysis(log, s, passed, wanted, notes, backward_from_, max_points, page)
+
+
+def _opening_row(log: ChunkedLog, s: Scan) -> np.ndarray:
+    """derived._with_opening_row's row as a log record: kind LOG_OPENED, about no device, at time zero of the
+    report, so the level before the first record (every block from before the log live) has an index."""
+    row = np.zeros(1, dtype=RECORD_DTYPE)
+    start = log.header.created_monotonic_ns
+    row["time_ns"] = start if 0 <= s.first_ns - start < 3600 * 10**9 else s.first_ns
+    row["device"] = -1
+    row["kind"] = LOG_OPENED
+    return row
 
 
 def _is_time(x: Any) -> bool:
@@ -537,12 +596,12 @@ def _anatomy_moments(log: ChunkedLog, s: Scan, at: Sequence[str | float]) -> lis
         return []
     first_of_text: dict[str, int] = {}
     for lid, i in s.marker_first.items():
-        text = log.strings.get(lid, "")
+        text = printable(log.strings.get(lid, ""))
         first_of_text[text] = min(i, first_of_text.get(text, i))
     out = {s.peak_i}
     shown: list[str] = []
     for _, label, _, _ in s.markers:
-        text = log.strings.get(label, "")
+        text = printable(log.strings.get(label, ""))
         if text not in shown:
             shown.append(text)
             if len(shown) > MARKER_ANATOMIES:

@@ -4,7 +4,8 @@ Takes a `Derived` and the result rows (lifetimes, phase_summary, estimate,
 ooms); gives the sentences: why a block was freed when it was
 (`explain_block`, `explain_group`), what a phase kept and threw away
 (`phase_sentence`), how the estimate compares with the measured peak
-(`estimate_sentence`), and why an OOM happened, who to blame and what the
+(`estimate_sentence`), where the reserve went and what would have saved
+it (`reserve_sentences`), which modules hold the peak (`module_sentences`), and why an OOM happened, who to blame and what the
 replays showed (`oom_explanation`). Nothing here computes a figure; a sentence says what is
 missing (stacks, phases) when its figures come from less.
 """
@@ -19,8 +20,10 @@ from .categorize import CATEGORIES, Category
 from .classify import REASONS, Reason
 from .derived import Derived
 from .estimate import Estimate
+from .modules import OUTSIDE, Modules
 from .ooms import OomRow
 from .phase_summary import PhaseRow
+from .reserve import PinnedSegment, Reserve, ReserveMoment, ReplayRow
 from .sites import NO_PYTHON
 
 
@@ -74,6 +77,9 @@ def reason_sentence(reason: Reason, category: Category, site: str, free_site: st
             Category.WORKSPACE: (f"a library workspace (cuBLAS's, per thread and stream), allocated at the first "
                                  f"matmul in {phase} and never freed"),
         }.get(category, f"allocated in {phase}, still referenced when the log ended")
+        if free_phase:  # freed, but only after the run's work ended (classify.whole_run)
+            return (f"persistent: lived through the whole run, freed only after its last phase ended (in "
+                    f"{free_phase}) -- {detail.replace(', still referenced when the log ended', '')}")
         return f"persistent: still live at the end of the log -- {detail}"
     no_stacks = " (logged without stacks:1: only phases are known)" if not has_stacks else ""
     if reason is Reason.SAME_PHASE:
@@ -174,14 +180,11 @@ def _oom_verdict_sentence(o: OomRow) -> str:
         return (f"fragmentation: {fmt_bytes(free)} of the {fmt_bytes(o.reserved)} torchalloc reserved was free -- "
                 f"{'more than' if free > requested else 'as much as'} the {fmt_bytes(requested)} asked for -- but "
                 f"split between live blocks: the largest free range in the {o.segments} segments was "
-                f"{fmt_bytes(o.largest_free_range)}, and the device gave no new segment. Keep long-lived tensors "
-                "apart from short-lived ones (policy phase_arena with phases), allocate long-lived ones first, or "
-                "reuse buffers of one size.")
+                f"{fmt_bytes(o.largest_free_range)}, and the device gave no new segment.")
     if o.verdict == "capacity":
         total = f"the device's {fmt_bytes(o.device_total)}" if o.device_total else "what the device could give"
         return (f"capacity: live tensors ({fmt_bytes(o.allocated)}) and the {fmt_bytes(requested)} asked for "
-                f"exceed {total}: no allocator could have served it. Shrink what lives (batch or sequence, "
-                "activation checkpointing, lower precision, sharding).")
+                f"exceed {total}: no allocator could have served it.")
     if o.verdict == "held elsewhere":
         why = []
         if o.held_elsewhere:
@@ -190,8 +193,7 @@ def _oom_verdict_sentence(o: OomRow) -> str:
         if o.limit:
             why.append(f"a memory fraction capped torchalloc at {fmt_bytes(o.limit)}")
         return (f"held elsewhere: {' and '.join(why) or 'the device had no room'}, although live tensors and the "
-                f"request ({fmt_bytes(o.allocated + requested)}) fit the device. Free that memory or raise the "
-                "fraction.")
+                f"request ({fmt_bytes(o.allocated + requested)}) fit the device.")
     return f"Verdict: {o.verdict}."
 
 
@@ -212,3 +214,116 @@ def alternatives_sentence(o: OomRow) -> str:
     cap = (f"the device has {fmt_bytes(o.usable)}" if not o.limit and not o.held_elsewhere
            else f"torchalloc could use {fmt_bytes(o.usable)}")
     return "Replayed up to the failure: " + "; ".join(said) + f"; {cap}."
+
+
+def setting_of(policy: str) -> str:
+    """The TORCHALLOC_CONF entries that make a replay policy: "caching+compact" -> "policy:caching,expandable:2"."""
+    name, _, variant = policy.partition("+")
+    extra = {"expandable": ",expandable:1", "compact": ",expandable:2"}.get(variant, "")
+    return f"policy:{name}{extra}"
+
+
+def moment_sentence(m: ReserveMoment) -> str:
+    """'At the peak reserved (t=...): 11.53 GiB reserved = 4.64 GiB allocated + ... (fragmentation) + ... (cache).'"""
+    terms = [f"{fmt_bytes(m.allocated)} allocated",
+             f"{fmt_bytes(m.fragmented)} free in the {m.holding} segments that hold live blocks (fragmentation)",
+             f"{fmt_bytes(m.cached)} in {m.empty} wholly free segments (cache)"]
+    if m.mapped_free:
+        terms.append(f"{fmt_bytes(m.mapped_free)} in mapped but free granules of expandable segments")
+    if m.before_log:
+        terms.append(f"{fmt_bytes(m.before_log)} free in segments made before the log began (it does not show them)")
+    return f"At the {m.at} (t={m.t_s:.3f} s): {fmt_bytes(m.reserved)} reserved = " + " + ".join(terms) + "."
+
+
+def pinned_lines(p: PinnedSegment) -> list[str]:
+    """A segment that live blocks pin, and its largest live blocks, one line each."""
+    kind = "expandable range" if p.expandable else "segment"
+    head = (f"{kind} {p.addr:#x} of {fmt_bytes(p.size)}: {fmt_bytes(p.free)} free, pinned by {p.live_blocks} live "
+            f"block{'s' if p.live_blocks != 1 else ''} ({fmt_bytes(p.live_bytes)})")
+    lines = [head]
+    for b in p.blocks:
+        age = f"{fmt_seconds(b.age_s)} old" if b.age_s >= 0 else "from before the log"
+        lines.append(f"  {fmt_bytes(b.size):>10}  {b.site}  phase {b.phase}, {b.category}, {age}")
+    return lines
+
+
+def replay_note(r: ReplayRow, base: ReplayRow) -> str:
+    """What a replay row is, beside the recording policy's replay."""
+    if r.recording:
+        return "the policy that recorded the log, replayed"
+    if r.oom:
+        return "ran out of memory on the simulated device"
+    diff = base.peak_reserved - r.peak_reserved
+    if r.policy == "exact":
+        return ("no cache: every request asks the device (slow on a GPU)" if diff >= 0
+                else "no cache: every request asks the device")
+    return f"saves {fmt_bytes(diff)}" if diff > 0 else f"reserves {fmt_bytes(-diff)} more" if diff < 0 else "the same"
+
+
+def reserve_sentences(r: Reserve, log_peak_reserved: int) -> list[str]:
+    """The moments' sums, the best change, and why phase_arena loses when it does."""
+    out = [moment_sentence(m) for m in r.moments]
+    if r.unknown:
+        out.append("Not known from this log: " + "; ".join(r.unknown) + ".")
+    if not r.replays:
+        return out
+    base = r.replays[0]
+    match = ("the same as the log's" if base.peak_reserved == log_peak_reserved
+             else f"the log's own peak is {fmt_bytes(log_peak_reserved)}")
+    out.append(f"Replayed on the simulated device (no memory limit), {base.policy}, the policy that recorded the log, "
+               f"reserves {fmt_bytes(base.peak_reserved)} at its peak ({match}).")
+    best = r.best
+    if best is None:
+        out.append(f"No other policy or variant would have reserved less than {base.policy} on these events.")
+    else:
+        saved = base.peak_reserved - best.peak_reserved
+        sentence = (f"The one change that would have saved the most: TORCHALLOC_CONF={setting_of(best.policy)} "
+                    f"({best.policy}) reserves {fmt_bytes(best.peak_reserved)}, {fmt_bytes(saved)} less")
+        if best.policy == "exact":
+            cached = [x for x in r.replays if x.policy != "exact" and not x.recording and not x.oom
+                      and x.peak_reserved < base.peak_reserved]
+            sentence += ", but with no cache every request asks the device (slow on a GPU)"
+            if cached:
+                c = min(cached, key=lambda x: x.peak_reserved)
+                sentence += (f"; of the policies that keep a cache, TORCHALLOC_CONF={setting_of(c.policy)} saves "
+                             f"{fmt_bytes(base.peak_reserved - c.peak_reserved)} (reserves "
+                             f"{fmt_bytes(c.peak_reserved)})")
+        out.append(sentence + ".")
+    arena = next((x for x in r.replays if x.policy == "phase_arena"), None)
+    caching = next((x for x in r.replays if x.policy == "caching"), None)
+    if arena is not None and caching is not None and arena.peak_reserved > caching.peak_reserved * 1.1:
+        out.append(f"phase_arena loses here: {fmt_bytes(arena.peak_reserved)} reserved, "
+                   f"{arena.peak_reserved / max(1, caching.peak_reserved):.2f}x caching's "
+                   f"{fmt_bytes(caching.peak_reserved)}. Each phase has its own arena and an arena does not lend its "
+                   "free segments to another phase, so every phase reserves for its own peak and the reserves add "
+                   "up. It pays only when long-lived blocks of one phase (optimizer state, say) would otherwise "
+                   "pin segments whose free ranges other phases' transients then cannot use; when each phase's "
+                   "transients are large and come and go (as here), one shared cache (caching) reserves less.")
+    return out
+
+
+def what_words(what: dict[str, int]) -> str:
+    """"8.0 MiB activations saved for backward, 4.0 MiB parameters" (largest first)."""
+    return ", ".join(f"{fmt_bytes(n)} {w}" for w, n in what.items()) or "nothing at the peak"
+
+
+def module_sentences(m: Modules, allocated_at_peak: int) -> list[str]:
+    """What the largest modules hold at the peak, and what the attribution could not place."""
+    rows = [r for r in m.rows if r.at_peak and r.module != OUTSIDE]
+    out = []
+    if rows:
+        top = rows[0]
+        share = f" ({100 * top.at_peak / allocated_at_peak:.0f}% of the {fmt_bytes(allocated_at_peak)} allocated)" \
+            if allocated_at_peak else ""
+        out.append(f"At the peak, {top.module} holds the most: {fmt_bytes(top.at_peak)}{share}: "
+                   f"{what_words(top.what_at_peak)}.")
+    outside = next((r for r in m.rows if r.module == OUTSIDE and r.at_peak), None)
+    if outside:
+        out.append(f"{fmt_bytes(outside.at_peak)} at the peak was allocated outside every tracked module's forward "
+                   "and backward (inputs, the loss, blocks from before track()) and is no module's parameter, "
+                   f"gradient or optimizer state: {what_words(outside.what_at_peak)}.")
+    if m.tags_unmatched:
+        out.append(f"{m.tags_unmatched} parameter, gradient or optimizer-state addresses named no live block "
+                   "(a tensor off this device, or a log opened after track()): those blocks count where they "
+                   "were allocated.")
+    return out

@@ -114,8 +114,8 @@ def write_report(log_path: str, *, out_stem: str | None = None, top: int = 15) -
 
     The log may still be open: the reader stops at the last record written.
     """
-    from ..report import render_text
-    from ..report_html import write_html
+    from ..report.text import render_text
+    from ..report.html import write_html
     from ..analysis import analyze
     from ..units import fmt_bytes
 
@@ -232,3 +232,44 @@ class Session:
         print(f"torchalloc: {r.summary}\n  report: {r.text}\n  page:   {r.html}\n  log:    {r.log} "
               f"(written in {r.seconds:.1f} s)", file=sys.stderr, flush=True)
         return r
+
+
+class SessionCallback:
+    """What both trainer callbacks share: their arguments become a Session, which they expose.
+
+    A trainer's callback class lists this first (class TorchallocCallback(SessionCallback,
+    TrainerCallback)), so its __init__ runs the trainer base's own through super().
+    policy: "caching" (default), "exact" or "phase_arena".
+    log: the event log's path ("%p" becomes the process id); default
+      torchalloc_logs/run-%p.talog. stacks: record allocation stacks
+      (Python source lines) in the log; slower, but the report can then
+      say which line allocated what.
+    report: write LOG_STEM.report.txt and .report.html when training ends
+      (or fails with an exception).
+    install: False when torchalloc is set up already (torchalloc.install()
+      earlier in the program): the callback only marks phases and reports.
+    conf: any other TORCHALLOC_CONF key (oom_report="off", log_max="4GiB", ...).
+    """
+
+    def __init__(
+        self,
+        policy: str | None = None,
+        log: str | os.PathLike[str] | None = None,
+        stacks: bool | None = None,
+        *,
+        report: bool = True,
+        install: bool = True,
+        **conf: Any,
+    ) -> None:
+        super().__init__()
+        self.session = Session(type(self).__name__, policy=policy, log=log, stacks=stacks, report=report,
+                               install=install, conf=conf)
+
+    @property
+    def log_path(self) -> str | None:
+        return self.session.log_path
+
+    @property
+    def report(self) -> Any:
+        """The report files written when training ended (a ReportFiles), or None."""
+        return self.session.report

@@ -33,12 +33,11 @@ torchalloc.track(model, optimizer) after accelerator.prepare(...).
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from .. import _cuda_init
 from ..tracking import TrackHandle, track
-from ._session import Session
+from ._session import SessionCallback
 
 try:
     from transformers import TrainerCallback as _TrainerCallback
@@ -50,39 +49,18 @@ _cuda_init.watch()
 __all__ = ["TorchallocCallback"]
 
 
-class TorchallocCallback(_TrainerCallback):  # type: ignore[misc]
+class TorchallocCallback(SessionCallback, _TrainerCallback):  # type: ignore[misc]
     """Install torchalloc, tag the Trainer's steps as phases, write the report after train().
 
-    Arguments as torchalloc.integrations.lightning.TorchallocCallback:
-    policy, log (default torchalloc_logs/run-%p.talog), stacks, report,
-    install (False when torchalloc.install() ran already), and any other
-    TORCHALLOC_CONF key as a keyword.
+    Arguments (policy, log, stacks, report, install, any other
+    TORCHALLOC_CONF key as a keyword) as SessionCallback says; `report` is
+    then the report files written at the end of train().
     """
 
-    def __init__(
-        self,
-        policy: str | None = None,
-        log: str | os.PathLike[str] | None = None,
-        stacks: bool | None = None,
-        *,
-        report: bool = True,
-        install: bool = True,
-        **conf: Any,
-    ) -> None:
-        self.session = Session("TorchallocCallback", policy=policy, log=log, stacks=stacks, report=report,
-                               install=install, conf=conf)
-        self._tracked: TrackHandle | None = None
-        self._marked_step = -1
-        self._epoch = 0
-
-    @property
-    def log_path(self) -> str | None:
-        return self.session.log_path
-
-    @property
-    def report(self) -> Any:
-        """The report files written at the end of train() (a ReportFiles), or None."""
-        return self.session.report
+    # Per-instance state, assigned on first change (immutable defaults, so class attributes serve).
+    _tracked: TrackHandle | None = None
+    _marked_step = -1
+    _epoch = 0
 
     def _untrack(self) -> None:
         if self._tracked is not None:

@@ -30,11 +30,10 @@ Markers and the report need a log, which is on by default.
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from .. import _cuda_init
-from ._session import Session
+from ._session import SessionCallback
 
 try:
     import lightning.pytorch as _pl
@@ -51,43 +50,13 @@ _cuda_init.watch()
 __all__ = ["TorchallocCallback"]
 
 
-class TorchallocCallback(_pl.Callback):  # type: ignore[misc,name-defined]
+class TorchallocCallback(SessionCallback, _pl.Callback):  # type: ignore[misc,name-defined]
     """Install torchalloc, tag Lightning's training step as phases, write the report after fit.
 
-    policy: "caching" (default), "exact" or "phase_arena".
-    log: the event log's path ("%p" becomes the process id); default
-      torchalloc_logs/run-%p.talog. stacks: record allocation stacks
-      (Python source lines) in the log; slower, but the report can then
-      say which line allocated what.
-    report: write LOG_STEM.report.txt and .report.html when fit ends (or
-      fails with an exception).
-    install: False when torchalloc is set up already (torchalloc.install()
-      earlier in the program): the callback only marks phases and reports.
-    conf: any other TORCHALLOC_CONF key (oom_report="off", log_max="4GiB", ...).
+    Arguments (policy, log, stacks, report, install, any other
+    TORCHALLOC_CONF key as a keyword) as SessionCallback says; `report` is
+    then the report files written when fit ends.
     """
-
-    def __init__(
-        self,
-        policy: str | None = None,
-        log: str | os.PathLike[str] | None = None,
-        stacks: bool | None = None,
-        *,
-        report: bool = True,
-        install: bool = True,
-        **conf: Any,
-    ) -> None:
-        super().__init__()
-        self.session = Session("TorchallocCallback", policy=policy, log=log, stacks=stacks, report=report,
-                               install=install, conf=conf)
-
-    @property
-    def log_path(self) -> str | None:
-        return self.session.log_path
-
-    @property
-    def report(self) -> Any:
-        """The report files written at the end of fit (a ReportFiles), or None."""
-        return self.session.report
 
     # --- training step ---------------------------------------------------------
 

@@ -1,0 +1,147 @@
+/* Public control functions (torchalloc.h): policies, stats, the cache, the
+ * hooks PyTorch calls through CUDAPluggableAllocator, the checker, the log
+ * and markers. Each finds its heap through the runtime and asks the heap. */
+#include <stdio.h>
+
+#include "base/errors.h"
+#include "log/log.h"
+#include "runtime/runtime.h"
+
+/* ------------------------------------------------------------------------
+ * Policies
+ * ---------------------------------------------------------------------- */
+
+TORCHALLOC_API int torchalloc_set_policy(const char *name) {
+  if (!name || !ta_policy_by_name(name, NULL)) {
+    ta_set_error("unknown policy '%s' (expected %s)", name ? name : "(null)", ta_policy_choices());
+    return -1;
+  }
+  if (!ta_runtime_ready()) return -1;
+  pthread_mutex_lock(&ta_rt.lock);
+  snprintf(ta_rt.conf.policy, sizeof ta_rt.conf.policy, "%s", name); /* heaps made later start with it */
+  int rc = 0;
+  for (int d = 0; d < ta_rt.ndevices; d++) {
+    ta_heap *h = ta_runtime_heap_if_any(d);
+    if (h && ta_heap_set_policy(h, name)) rc = -1;
+  }
+  pthread_mutex_unlock(&ta_rt.lock);
+  if (rc) ta_set_error("out of host memory while creating the policy");
+  return rc;
+}
+
+TORCHALLOC_API const char *torchalloc_policy_name(void) { return ta_runtime_ready() ? ta_rt.conf.policy : ""; }
+
+TORCHALLOC_API const char *torchalloc_policy_names(void) { return ta_policy_names(); }
+
+/* ------------------------------------------------------------------------
+ * Stats and the cache
+ * ---------------------------------------------------------------------- */
+
+TORCHALLOC_API size_t torchalloc_stats_size(void) { return sizeof(torchalloc_stats); }
+
+TORCHALLOC_API int torchalloc_get_stats(int device, torchalloc_stats *out) {
+  ta_heap *h = ta_runtime_heap_for_control(device);
+  if (!h || !out) return -1;
+  ta_heap_get_stats(h, out);
+  out->num_bad_device = atomic_load(&ta_rt.bad_device);
+  return 0;
+}
+
+TORCHALLOC_API int torchalloc_reset_peak_stats(int device) {
+  ta_heap *h = ta_runtime_heap_for_control(device);
+  if (!h) return -1;
+  ta_heap_reset_peak_stats(h);
+  return 0;
+}
+
+TORCHALLOC_API int torchalloc_reset_accumulated_stats(int device) {
+  ta_heap *h = ta_runtime_heap_for_control(device);
+  if (!h) return -1;
+  ta_heap_reset_accumulated_stats(h);
+  return 0;
+}
+
+TORCHALLOC_API int64_t torchalloc_empty_cache(int device) {
+  if (device == -1) {
+    if (!ta_runtime_ready()) return -1;
+    int64_t total = 0;
+    for (int d = 0; d < ta_rt.ndevices; d++) {
+      ta_heap *h = ta_runtime_heap_if_any(d);
+      if (h) total += (int64_t)ta_heap_release_cached(h);
+    }
+    return total;
+  }
+  ta_heap *h = ta_runtime_heap_for_control(device);
+  return h ? (int64_t)ta_heap_release_cached(h) : -1;
+}
+
+TORCHALLOC_API int torchalloc_check_invariants(int device) {
+  ta_heap *h = ta_runtime_heap_for_control(device);
+  if (!h) return -1;
+  char err[512];
+  if (ta_heap_check(h, err, sizeof err)) {
+    ta_set_error("%s", err);
+    return -1;
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Hooks PyTorch calls
+ * ---------------------------------------------------------------------- */
+
+TORCHALLOC_API void torchalloc_record_stream(void *ptr, cudaStream_t stream) {
+  if (!ptr || !ta_runtime_ready()) return;
+  for (int d = 0; d < ta_rt.ndevices; d++) {
+    ta_heap *h = ta_runtime_heap_if_any(d);
+    if (h && ta_heap_record_stream(h, ptr, stream)) return;
+  }
+  ta_heap *h = ta_runtime_heap(0); /* counted on device 0: the pointer names no device */
+  if (h) ta_heap_report_bad_record_stream(h, ptr);
+}
+
+TORCHALLOC_API void torchalloc_set_memory_fraction(double fraction, int device) {
+  ta_heap *h = ta_runtime_heap_for_control(device);
+  if (!h) {
+    fprintf(stderr, "torchalloc: error: set_memory_fraction: %s\n", ta_error_text());
+    return;
+  }
+  if (!(fraction > 0.0 && fraction <= 1.0)) {
+    ta_set_error("memory fraction %g is outside (0, 1]", fraction);
+    fprintf(stderr, "torchalloc: error: %s\n", ta_error_text());
+    return;
+  }
+  size_t free_b = 0, total = 0;
+  if (ta_rt.backend->ops->mem_info(ta_rt.backend, device, &free_b, &total) != TA_OK) {
+    ta_set_error("cannot read the memory size of device %d", device);
+    fprintf(stderr, "torchalloc: error: %s\n", ta_error_text());
+    return;
+  }
+  /* A limit that rounds to 0 bytes must still be a limit (0 means none). */
+  size_t limit = (size_t)(fraction * (double)total);
+  ta_heap_set_limit(h, limit ? limit : 1, fraction);
+}
+
+TORCHALLOC_API void torchalloc_reset(void) { torchalloc_empty_cache(-1); }
+
+TORCHALLOC_API void torchalloc_init_devices(int device_count) {
+  if (!ta_runtime_ready()) return;
+  for (int d = 0; d < device_count && d < ta_rt.ndevices; d++)
+    if (!ta_runtime_heap(d)) fprintf(stderr, "torchalloc: error: cannot prepare the heap of device %d\n", d);
+}
+
+/* ------------------------------------------------------------------------
+ * The event log and markers
+ * ---------------------------------------------------------------------- */
+
+TORCHALLOC_API int torchalloc_log_open(const char *path) { return ta_runtime_log_open(path); }
+
+TORCHALLOC_API void torchalloc_log_close(void) { ta_runtime_log_close(); }
+
+TORCHALLOC_API const char *torchalloc_log_path(void) { return ta_log_path(); }
+
+TORCHALLOC_API int torchalloc_mark(const char *label) {
+  if (!label) return -1;
+  ta_log_marker(label, ta_phase_current()); /* nothing to mark when no log is open */
+  return 0;
+}

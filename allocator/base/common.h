@@ -1,0 +1,37 @@
+/* Small helpers every translation unit uses. */
+#ifndef TA_COMMON_H
+#define TA_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ta_likely(x) __builtin_expect(!!(x), 1)
+#define ta_unlikely(x) __builtin_expect(!!(x), 0)
+#define ta_noinline __attribute__((noinline))
+#define ta_internal __attribute__((visibility("hidden")))
+
+#define TA_KiB ((size_t)1 << 10)
+#define TA_MiB ((size_t)1 << 20)
+#define TA_GiB ((size_t)1 << 30)
+
+/* Internal invariants: on in debug builds (TA_DEBUG=1), compiled out otherwise. */
+#if defined(TA_DEBUG) && TA_DEBUG
+#include <assert.h>
+#define ta_assert(x) assert(x)
+#else
+#define ta_assert(x) ((void)0)
+#endif
+
+/* Larger requests are bad input: no device has a terabyte, and a policy may
+ * round a request up by at most 2 MiB, so anything below this rounds without
+ * overflowing (allocator/policies/parts/bins.h checks that its bins reach this far). */
+#define TA_MAX_REQUEST (((size_t)1 << 40) - 2 * TA_MiB)
+
+static inline size_t ta_align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+/* Results of device calls (backend.h) and of the segment layer's services
+ * (policy.h). TA_ENOSPACE: an expandable segment's address range is used up
+ * (not the device: an ordinary segment may still fit). */
+enum ta_status { TA_OK = 0, TA_ENOMEM = 1, TA_EDEVICE = 2, TA_ENOSPACE = 3 };
+
+#endif

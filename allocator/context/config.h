@@ -1,0 +1,79 @@
+/* TORCHALLOC_CONF: every option in one place, parsed once. */
+#ifndef TA_CONFIG_H
+#define TA_CONFIG_H
+
+#include "base/common.h"
+
+enum ta_backend_kind { TA_BACKEND_CUDA = 0, TA_BACKEND_SIM = 1 };
+
+#define TA_NAME_MAX 32
+#define TA_PATH_MAX 1024
+
+typedef struct ta_config {
+  char policy[TA_NAME_MAX];
+  int backend;              /* enum ta_backend_kind */
+  size_t sim_capacity;      /* bytes per simulated device */
+  int sim_devices;
+  uint64_t sim_fail_alloc;  /* fail the Nth device allocation; 0: never */
+  int sim_event_polls;      /* sim events complete on their Nth query; 0: at once */
+  size_t sim_held_elsewhere; /* bytes of each sim device another user holds (another process, say) */
+  int warn;                 /* print misuse lines on stderr */
+  char log_path[TA_PATH_MAX]; /* "" = no log */
+  size_t log_max;           /* 0 = unlimited */
+  int stacks;
+  int stack_depth;
+  int oom;                  /* enum ta_oom_action: what a failed torchalloc_malloc does */
+  char oom_report[TA_PATH_MAX]; /* "": beside the log, else the working directory; "off"; or a directory */
+  int expandable;           /* enum ta_expandable_mode: how caching and phase_arena use the device's virtual
+                             * memory (where it has it; ordinary segments otherwise) */
+  int sim_vmm;              /* the sim device has virtual memory (0: model one without, for tests) */
+  uint64_t sim_lag;         /* ticks the sim device trails the host by (backend.h); 0: none */
+} ta_config;
+
+/* `expandable`: 0 ordinary segments (PyTorch's, byte for byte); 1 grow one
+ * expandable segment per stream and pool; 2 compact (and before reserving
+ * past the most ever reserved, give back free granules, after a device
+ * synchronize); 3 reclaim, the default: as compact, but free granules move
+ * where memory is needed as per-stream markers show the device is past
+ * them, never synchronizing (policy.h's TA_POLICY_RECLAIM). */
+enum ta_expandable_mode {
+  TA_EXPANDABLE_OFF = 0,
+  TA_EXPANDABLE_GROW = 1,
+  TA_EXPANDABLE_COMPACT = 2,
+  TA_EXPANDABLE_RECLAIM = 3,
+};
+
+/* "off", "on", "compact", "reclaim": the names of the modes, by number. */
+ta_internal const char *ta_expandable_name(int mode);
+
+/* A failed torchalloc_malloc (size > 0): PyTorch's plain pluggable route
+ * builds a tensor on a NULL pointer and the next kernel kills the CUDA
+ * context, so on the real device the default is to print the reason and
+ * stop the process. The C++ bridge never stops it (it raises
+ * OutOfMemoryError instead); C programs and the simulated device get NULL. */
+enum ta_oom_action { TA_OOM_AUTO = 0, TA_OOM_ABORT = 1, TA_OOM_NULL = 2 };
+
+/* TA_OOM_ABORT or TA_OOM_NULL, `auto` resolved by the backend. */
+static inline int ta_config_oom_action(const ta_config *c) {
+  if (c->oom != TA_OOM_AUTO) return c->oom;
+  return c->backend == TA_BACKEND_CUDA ? TA_OOM_ABORT : TA_OOM_NULL;
+}
+
+ta_internal void ta_config_defaults(ta_config *c);
+
+/* Parse `text` (the TORCHALLOC_CONF syntax) over `c`. Returns 0, or -1 with a
+ * message naming the offending key in `err`. `c` is unchanged on error. */
+ta_internal int ta_config_parse(ta_config *c, const char *text, char *err, size_t errlen);
+
+/* For a `text` that ta_config_parse refused: apply only its keys that say
+ * how a failure is answered (oom, backend), those that parse; the rest is
+ * ignored. A process whose configuration is wrong still gets NULL back
+ * under oom:null instead of being stopped. */
+ta_internal void ta_config_salvage(ta_config *c, const char *text);
+
+/* "80GiB", "512MB", "1048576" -> bytes. Returns 0 or -1. */
+ta_internal int ta_parse_bytes(const char *text, size_t *out);
+
+ta_internal const char *ta_config_key_list(void);
+
+#endif

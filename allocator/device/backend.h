@@ -1,0 +1,100 @@
+/* The device boundary. Policies never call CUDA; they ask the heap for
+ * segments, and the heap asks its backend. Two backends share this table:
+ * `cuda` (cudart, loaded at run time) and `sim` (a fake address space with a
+ * capacity and fault injection; no host memory per simulated byte). */
+#ifndef TA_BACKEND_H
+#define TA_BACKEND_H
+
+#include "base/common.h"
+#include "torchalloc.h"
+
+
+typedef struct ta_backend ta_backend;
+
+typedef struct ta_backend_ops {
+  const char *name;
+  int (*device_count)(ta_backend *);
+  /* Allocate `size` bytes on `device`; TA_ENOMEM when the device is full. */
+  int (*alloc)(ta_backend *, int device, size_t size, uintptr_t *out);
+  void (*free)(ta_backend *, int device, uintptr_t addr, size_t size);
+  int (*mem_info)(ta_backend *, int device, size_t *free_bytes, size_t *total_bytes);
+  /* Wait until all work queued on `device` is done (before releasing cached
+   * segments that queued kernels might still use). */
+  void (*synchronize)(ta_backend *, int device);
+  /* Events for record_stream: record one on `stream`, ask if it completed,
+   * release it. */
+  void *(*event_record)(ta_backend *, int device, cudaStream_t stream);
+  int (*event_done)(ta_backend *, int device, void *event);
+  void (*event_release)(ta_backend *, int device, void *event);
+  /* 1 when `stream` is capturing a CUDA graph now. */
+  int (*stream_capturing)(ta_backend *, int device, cudaStream_t stream);
+  void (*destroy)(ta_backend *);
+
+  /* Virtual memory, for expandable segments: an address range reserved
+   * once, physical memory mapped into it granule by granule as it grows and
+   * unmapped as it shrinks. `granularity` is 0 when the device cannot (the
+   * other four are then never called). Sizes and addresses given to them
+   * are multiples of the granularity. */
+  size_t (*granularity)(ta_backend *, int device);
+  /* Reserve `size` bytes of addresses (no memory); TA_ENOMEM when refused. */
+  int (*reserve)(ta_backend *, int device, size_t size, uintptr_t *out);
+  void (*unreserve)(ta_backend *, int device, uintptr_t addr, size_t size);
+  /* Back [addr, addr + size) with new device memory, readable and writable
+   * by `device`: one physical allocation per granule, its handle stored in
+   * handles[i] for granule i, so any tail of granules can be unmapped later.
+   * TA_ENOMEM when the device is full (nothing stays mapped then). */
+  int (*map)(ta_backend *, int device, uintptr_t addr, size_t size, uint64_t *handles);
+  /* Map the existing physical handles handles[i] (made by map, mapped
+   * elsewhere now or unmapped without release) at [addr, addr + size): no
+   * new memory; one handle may be mapped at several addresses at once. */
+  int (*remap)(ta_backend *, int device, uintptr_t addr, size_t size, const uint64_t *handles);
+  /* Unmap [addr, addr + size); with `release` give its handles back too
+   * (their memory is freed once no mapping of them remains). Queued work
+   * must no longer use these addresses (the caller synchronized, or knows
+   * from events that the device is past it). */
+  void (*unmap)(ta_backend *, int device, uintptr_t addr, size_t size, const uint64_t *handles, int release);
+  /* Give back `n` handles mapped nowhere now (unmapped without release). */
+  void (*release)(ta_backend *, int device, const uint64_t *handles, size_t n);
+} ta_backend_ops;
+
+struct ta_backend {
+  const ta_backend_ops *ops;
+};
+
+typedef struct ta_sim_options {
+  int devices;            /* number of simulated devices */
+  size_t capacity;        /* bytes per device */
+  uint64_t fail_alloc_at; /* fail the Nth device allocation (1-based); 0: never */
+  int event_polls;        /* an event completes on its Nth query (or a synchronize); 0: at once */
+  size_t held_elsewhere;  /* bytes of each device taken by someone else: never available */
+  int no_vmm;             /* model a device without virtual memory management (granularity 0) */
+  int wide_addresses;     /* one device whose addresses span [2^52, 2^62) instead of 4 PiB (replay: a trace may
+                             have any number of expandable segments, each reserving up to 1 TiB) */
+  uint64_t lag;           /* ticks the device trails the host by (ta_backend_sim_use); 0: none */
+} ta_sim_options;
+
+/* The sim's granule: that of the GPUs torchalloc runs on (2 MiB). */
+#define TA_SIM_GRANULE ((size_t)2 << 20)
+
+ta_internal ta_backend *ta_backend_sim_create(const ta_sim_options *opts);
+/* 1 once a sim device refused an allocation for want of addresses (4 PiB of
+ * cumulative allocations, 2^62 bytes with wide_addresses: allocations are
+ * never reused), not of capacity. */
+ta_internal int ta_backend_sim_address_exhausted(ta_backend *sim, int device);
+/* The sim's model of stream capture (backend_sim.c); -1 when `b` is not a
+ * sim backend or the device is out of range. */
+ta_internal int ta_backend_sim_capture(ta_backend *b, int device, cudaStream_t stream, int capturing);
+ta_internal int64_t ta_backend_sim_violations(ta_backend *b, int device, char *buf, size_t len);
+/* The program's kernel on `stream` touches [addr, addr + size) now: one
+ * tick of the sim's clock, checked against the work still queued (see
+ * backend_sim.c). -1 when `b` is not a sim backend or the device is bad. */
+ta_internal int ta_backend_sim_use(ta_backend *b, int device, cudaStream_t stream, uintptr_t addr, size_t size);
+/* `ticks` of host time pass (kernels that touch nothing tracked). */
+ta_internal int ta_backend_sim_advance(ta_backend *b, int device, uint64_t ticks);
+/* The physical memory behind `addr` (a token unique among the device's
+ * memory now); -1 when it is not mapped or `b` is not sim. */
+ta_internal int ta_backend_sim_physical(ta_backend *b, int device, uintptr_t addr, uint64_t *phys);
+/* NULL with a message in `err` when cudart cannot be loaded. */
+ta_internal ta_backend *ta_backend_cuda_create(char *err, size_t errlen);
+
+#endif

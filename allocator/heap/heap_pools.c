@@ -1,0 +1,169 @@
+/* Private pools and routing (heap.h): the memory of CUDA graphs and of
+ * torch.cuda.MemPool, as PyTorch's allocator keeps it.
+ *
+ * A pool is its own policy object (the registry's choice for private
+ * pools, one that caches), so its blocks are carved only from its segments
+ * and a freed block goes back only to it, whatever pool or policy is
+ * current at free time. Which requests go to which pool is decided above
+ * the core (the C++ bridge evaluates PyTorch's per-pool filters); the core
+ * is told only that routing is on, because then no call may synchronize or
+ * touch an event: during stream capture those would invalidate the graph.
+ *
+ * Lifetime, as in PyTorch: retain (createOrIncrefPool, beginAllocateToPool)
+ * adds a user, release (releasePool) takes one; at zero the pool is
+ * freeable, and its free segments go back to the device at the next
+ * release of cached memory (empty_cache, the OOM retry, pool_empty). A pool
+ * whose segments are all gone is deleted. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "heap/heap.h"
+#include "log/log.h"
+
+static ta_private_pool *find(ta_heap *h, const uint64_t id[2]) {
+  for (size_t i = 0; i < h->npools; i++)
+    if (h->pools[i].id[0] == id[0] && h->pools[i].id[1] == id[1]) return &h->pools[i];
+  return NULL;
+}
+
+static ta_private_pool *create(ta_heap *h, const uint64_t id[2]) {
+  if (h->npools == h->cap_pools) {
+    size_t cap = h->cap_pools ? h->cap_pools * 2 : 4;
+    ta_private_pool *pools = realloc(h->pools, cap * sizeof *pools);
+    if (!pools) return NULL;
+    h->pools = pools;
+    h->cap_pools = cap;
+  }
+  uint8_t id_policy = ta_policy_for_private_pools();
+  ta_policy *policy = ta_policy_by_id(id_policy)->create(&h->seg, id_policy, 0); /* never expandable: see policy.h */
+  if (!policy) return NULL;
+  ta_private_pool *p = &h->pools[h->npools++];
+  *p = (ta_private_pool){.id = {id[0], id[1]}, .use_count = 0, .policy = policy};
+  return p;
+}
+
+/* Bytes of segments the pool's policy holds (its blocks are in them). */
+static size_t pool_reserved(ta_heap *h, const ta_private_pool *p) {
+  size_t total = 0;
+  const ta_segment_registry *r = &h->seg.registry;
+  for (size_t i = 0; i < r->count; i++)
+    if (r->items[i]->policy_instance == p->policy) total += r->items[i]->size;
+  return total;
+}
+
+/* Release a freeable pool's free segments; delete it once it holds none. */
+static size_t drain(ta_heap *h, size_t index) {
+  ta_private_pool *p = &h->pools[index];
+  size_t released = p->policy->ops->release_cached(p->policy);
+  if (pool_reserved(h, p) == 0) {
+    p->policy->ops->destroy(p->policy);
+    h->pools[index] = h->pools[--h->npools];
+  }
+  return released;
+}
+
+size_t ta_heap_release_freeable_pools(ta_heap *h) {
+  size_t released = 0;
+  for (size_t i = h->npools; i-- > 0;)
+    if (h->pools[i].use_count == 0) released += drain(h, i);
+  return released;
+}
+
+void ta_heap_pools_destroy(ta_heap *h) {
+  for (size_t i = 0; i < h->npools; i++) h->pools[i].policy->ops->destroy(h->pools[i].policy);
+  free(h->pools);
+  h->pools = NULL;
+  h->npools = h->cap_pools = 0;
+}
+
+int ta_heap_pool_retain(ta_heap *h, const uint64_t id[2]) {
+  ta_lock_acquire(&h->lock);
+  ta_private_pool *p = find(h, id);
+  if (!p) p = create(h, id);
+  int count = p ? ++p->use_count : -1;
+  ta_lock_release(&h->lock);
+  return count;
+}
+
+int ta_heap_pool_release(ta_heap *h, const uint64_t id[2]) {
+  ta_lock_acquire(&h->lock);
+  ta_private_pool *p = find(h, id);
+  int count = -1;
+  if (p && p->use_count > 0) count = --p->use_count;
+  ta_lock_release(&h->lock);
+  return count;
+}
+
+int ta_heap_pool_use_count(ta_heap *h, const uint64_t id[2]) {
+  ta_lock_acquire(&h->lock);
+  ta_private_pool *p = find(h, id);
+  int count = p ? p->use_count : -1;
+  ta_lock_release(&h->lock);
+  return count;
+}
+
+ta_policy *ta_heap_pool_policy(ta_heap *h, const uint64_t id[2]) {
+  ta_private_pool *p = find(h, id);
+  if (!p && (p = create(h, id)) != NULL) p->use_count = 1; /* as beginAllocateToPool would have made it */
+  return p ? p->policy : NULL;
+}
+
+void ta_heap_pool_hold(ta_heap *h, const uint64_t id[2], int delta) {
+  ta_private_pool *p = find(h, id);
+  if (p) p->use_count += delta;
+}
+
+int64_t ta_heap_pool_live(ta_heap *h, const uint64_t id[2], uint64_t *addrs, size_t cap) {
+  ta_lock_acquire(&h->lock);
+  ta_private_pool *p = find(h, id);
+  int64_t n = p ? 0 : -1;
+  const ta_segment_registry *r = &h->seg.registry;
+  for (size_t i = 0; p && i < r->count; i++) {
+    if (r->items[i]->policy_instance != p->policy) continue;
+    for (const ta_block *b = r->items[i]->first; b; b = b->next) {
+      if (b->state != TA_BLOCK_LIVE) continue;
+      if ((size_t)n < cap) addrs[n] = b->addr;
+      n++;
+    }
+  }
+  ta_lock_release(&h->lock);
+  return n;
+}
+
+int64_t ta_heap_pool_empty(ta_heap *h, const uint64_t id[2]) {
+  int phase = ta_phase_current();
+  ta_lock_acquire(&h->lock);
+  int64_t released = -1;
+  for (size_t i = 0; i < h->npools; i++) {
+    if (h->pools[i].id[0] != id[0] || h->pools[i].id[1] != id[1]) continue;
+    released = 0;
+    if (h->pools[i].use_count == 0 && !h->routing) {
+      h->seg.phase = phase;
+      ta_segments_synchronize(&h->seg); /* the graph's last replay may still run */
+      released = (int64_t)drain(h, i);
+      if (ta_log_on() && h->seg.logged) ta_log_trim(h->device, (size_t)released, phase, TA_LOG_TRIM_EMPTY_CACHE);
+    }
+    break;
+  }
+  ta_lock_release(&h->lock);
+  return released;
+}
+
+void ta_heap_routing_begin(ta_heap *h) {
+  ta_lock_acquire(&h->lock);
+  h->routing++;
+  h->seg.no_sync = 1; /* expandable segments must not synchronize, query events, unmap or remap during a capture */
+  ta_lock_release(&h->lock);
+}
+
+int ta_heap_routing_end(ta_heap *h) {
+  ta_lock_acquire(&h->lock);
+  int ok = h->routing > 0;
+  if (ok) h->seg.no_sync = h->routing > 1;
+  if (ok && --h->routing == 0 && h->npending) {
+    ta_heap_record_deferred_events(h);
+    ta_heap_process_pending(h); /* frees that waited only for routing go back now */
+  }
+  ta_lock_release(&h->lock);
+  return ok ? 0 : -1;
+}

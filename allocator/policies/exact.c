@@ -1,0 +1,50 @@
+/* `exact`: one device allocation per request (rounded to 512 B), returned to
+ * the device on free. No cache, no slack: the program's own pattern, and a
+ * fit for compute-sanitizer, which cannot see overruns into cached slack. */
+#include <stdlib.h>
+
+#include "policy/policy.h"
+#include "policy_list.h"
+#include "parts/size_classes.h"
+
+static ta_policy *exact_create(ta_segments *segments, uint8_t id, unsigned flags) {
+  ta_policy *p = calloc(1, sizeof *p);
+  if (!p) return NULL;
+  p->ops = &ta_exact_policy;
+  p->segments = segments;
+  p->id = id;
+  p->flags = flags & ~TA_POLICY_EXPANDABLE; /* nothing to grow: every request is its own allocation */
+  return p;
+}
+
+static void exact_destroy(ta_policy *p) { free(p); }
+
+static ta_block *exact_malloc(ta_policy *p, size_t size, cudaStream_t stream, int phase) {
+  (void)phase;
+  size_t rounded = ta_round_size(size);
+  ta_segment *seg = ta_segments_alloc(p->segments, rounded, stream, ta_pool_for(rounded), p, p);
+  if (!seg) return NULL;
+  seg->first->state = TA_BLOCK_LIVE;
+  return seg->first;
+}
+
+static void exact_free(ta_policy *p, ta_block *b) {
+  b->state = TA_BLOCK_FREE;
+  b->requested = 0;
+  ta_segments_release(p->segments, b->segment);
+}
+
+static size_t exact_release_cached(ta_policy *p) {
+  (void)p;
+  return 0; /* nothing is ever cached */
+}
+
+const ta_policy_ops ta_exact_policy = {
+    .name = "exact",
+    .create = exact_create,
+    .destroy = exact_destroy,
+    .malloc = exact_malloc,
+    .free = exact_free,
+    .release_cached = exact_release_cached,
+    .frees_to_device = 1,
+};

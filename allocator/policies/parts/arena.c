@@ -1,0 +1,408 @@
+/* The arena (arena.h): split on malloc, coalesce on free, per-stream bins. */
+#include "arena.h"
+
+#include <stdlib.h>
+
+#include "size_classes.h"
+
+ta_arena *ta_arena_create(ta_segments *segments, ta_policy *policy) {
+  ta_arena *a = calloc(1, sizeof *a);
+  if (!a) return NULL;
+  a->segments = segments;
+  a->policy = policy;
+  a->expandable = (policy->flags & TA_POLICY_EXPANDABLE) && ta_segments_granule(segments) > 0;
+  a->compact = a->expandable && (policy->flags & (TA_POLICY_COMPACT | TA_POLICY_RECLAIM));
+  a->reclaim = a->expandable && (policy->flags & TA_POLICY_RECLAIM);
+  return a;
+}
+
+void ta_arena_join(ta_arena *a, ta_arena **family) {
+  a->family = family;
+  a->family_next = *family;
+  *family = a;
+}
+
+/* The arenas reclaim works across: `a`'s family, or `a` alone. */
+#define FOR_FAMILY(f, a) for (ta_arena *f = (a)->family ? *(a)->family : (a); f; f = (a)->family ? f->family_next : NULL)
+
+static void own(ta_arena *a, ta_segment *s) {
+  s->owner_prev = NULL;
+  s->owner_next = a->owned;
+  if (a->owned) a->owned->owner_prev = s;
+  a->owned = s;
+}
+
+static void disown(ta_arena *a, ta_segment *s) {
+  if (s->owner_prev) s->owner_prev->owner_next = s->owner_next;
+  else a->owned = s->owner_next;
+  if (s->owner_next) s->owner_next->owner_prev = s->owner_prev;
+}
+
+size_t ta_arena_reserved(const ta_arena *a) {
+  size_t total = 0;
+  for (const ta_segment *s = a->owned; s; s = s->owner_next) total += s->size - s->unmapped;
+  return total;
+}
+
+static ta_noinline ta_stream_bins *add_stream(ta_arena *a, cudaStream_t stream) {
+  if (a->nstreams == a->cap_streams) {
+    size_t cap = a->cap_streams ? a->cap_streams * 2 : 4;
+    ta_stream_bins *s = realloc(a->streams, cap * sizeof *s);
+    if (!s) return NULL;
+    a->streams = s;
+    a->cap_streams = cap;
+  }
+  ta_stream_bins *s = &a->streams[a->nstreams];
+  s->stream = stream;
+  s->pool[0] = s->pool[TA_POOL_SMALL] = s->pool[TA_POOL_LARGE] = NULL; /* made on first use: 43 KiB each */
+  s->expandable[0] = s->expandable[TA_POOL_SMALL] = s->expandable[TA_POOL_LARGE] = NULL;
+  a->last = a->nstreams++;
+  return s;
+}
+
+/* bins_for's slow path: another stream, or a pool of the stream not used yet. */
+static ta_noinline ta_bins *bins_slow(ta_arena *a, cudaStream_t stream, int pool) {
+  size_t i = 0;
+  while (i < a->nstreams && a->streams[i].stream != stream) i++;
+  ta_stream_bins *s = i < a->nstreams ? &a->streams[i] : add_stream(a, stream);
+  if (!s) return NULL;
+  a->last = (size_t)(s - a->streams);
+  if (!s->pool[pool]) s->pool[pool] = calloc(1, sizeof(ta_bins));
+  return s->pool[pool];
+}
+
+/* The free index of `stream` and `pool`; created on first use (a trace may
+ * name thousands of streams, most with one pool). NULL only when host
+ * memory runs out. Linear search: a process uses a handful of streams. */
+static inline ta_bins *bins_for(ta_arena *a, cudaStream_t stream, int pool) {
+  if (ta_likely(a->nstreams && a->streams[a->last].stream == stream)) {
+    ta_bins *bins = a->streams[a->last].pool[pool];
+    if (ta_likely(bins != NULL)) return bins;
+  }
+  return bins_slow(a, stream, pool);
+}
+
+/* Every block enters and leaves a free index through these two, so the
+ * inactive_split stats follow from the block's shape at that moment. */
+static inline void put_free(ta_arena *a, ta_bins *bins, ta_block *b) {
+  b->state = TA_BLOCK_FREE;
+  ta_bins_insert(bins, b);
+  if (ta_block_is_split(b)) ta_segments_note_inactive_split(a->segments, b, +1);
+}
+
+static inline void take_free(ta_arena *a, ta_bins *bins, ta_block *b) {
+  ta_bins_remove(bins, b);
+  if (ta_block_is_split(b)) ta_segments_note_inactive_split(a->segments, b, -1);
+}
+
+/* Cut `b` (out of the index) after its first `keep` bytes; the rest, in the
+ * descriptor `rest`, becomes a free block of the index. */
+static inline void split_after(ta_arena *a, ta_bins *bins, ta_block *b, size_t keep, ta_block *rest) {
+  *rest = *b;
+  rest->addr = b->addr + keep;
+  rest->size = b->size - keep;
+  rest->prev = b;
+  if (b->next) b->next->prev = rest;
+  b->next = rest;
+  b->size = keep;
+  if (!rest->next) b->segment->last = rest;
+  put_free(a, bins, rest);
+}
+
+/* ------------------------------------------------------------------------
+ * Expandable segments
+ * ---------------------------------------------------------------------- */
+
+/* Reclaim: the retiring blocks the device is past (`all`: every one, after
+ * a synchronize or at teardown) lose their old addresses and are free again;
+ * not `keep` (the end of a range about to grow, which may be retiring) nor
+ * one next to it (it would merge away under the caller), which wait for
+ * the next time. */
+static void retire(ta_arena *a, int all, const ta_block *keep) {
+  for (size_t i = 0; i < a->nretiring;) {
+    ta_block *r = a->retiring[i];
+    if ((!all && !ta_segments_range_past(r->segment, r->addr, r->size)) ||
+        (keep && (r == keep || r->next == keep || r->prev == keep))) {
+      i++;
+      continue;
+    }
+    a->retiring[i] = a->retiring[--a->nretiring];
+    ta_segments_retire(a->segments, r->segment, r->addr, r->size);
+    ta_arena_free(a, r); /* back to the index, merged with free neighbours */
+  }
+}
+
+/* Reclaim: lend up to `want` bytes of mapped granules inside free blocks of
+ * `stream`'s segments of this arena (and its family) that the device may
+ * still be using (those it is past went first, device-wide): each run is
+ * carved out as a retiring block of its arena and its memory becomes
+ * donors. Safe without waiting: the donors serve a request of the same
+ * stream, whose work runs after what is queued there. Returns the bytes. */
+static size_t lend_from(ta_arena *a, cudaStream_t stream, size_t want, const ta_block *keep) {
+  size_t granule = ta_segments_granule(a->segments), got = 0;
+  for (ta_segment *seg = a->owned; seg && got < want; seg = seg->owner_next) {
+    if (!seg->expansion || !seg->marks || seg->stream != stream) continue;
+    for (ta_block *b = seg->first; b && got < want; b = b->next) {
+      uintptr_t lo, hi;
+      if (b->state != TA_BLOCK_FREE || b == keep || !ta_segments_mapped_run(seg, b->addr, b->addr + b->size, &lo, &hi))
+        continue;
+      if (hi - lo > ta_align_up(want - got, granule)) hi = lo + ta_align_up(want - got, granule);
+      if (a->nretiring == a->cap_retiring) {
+        size_t cap = a->cap_retiring ? a->cap_retiring * 2 : 16;
+        ta_block **grown = realloc(a->retiring, cap * sizeof *grown);
+        if (!grown) return got;
+        a->retiring = grown;
+        a->cap_retiring = cap;
+      }
+      ta_block *r = ta_arena_claim(a, seg, lo, hi - lo);
+      if (!r) return got; /* host memory */
+      r->state = TA_BLOCK_RETIRING;
+      ta_segments_lend(a->segments, seg, lo, hi - lo);
+      a->retiring[a->nretiring++] = r;
+      got += hi - lo;
+      b = r; /* the loop goes on after it */
+    }
+  }
+  return got;
+}
+
+static size_t lend(ta_arena *a, cudaStream_t stream, size_t want, const ta_block *keep) {
+  size_t got = lend_from(a, stream, want, keep); /* the requester's own arena first */
+  FOR_FAMILY(f, a) if (f != a && got < want) got += lend_from(f, stream, want - got, keep);
+  return got;
+}
+
+/* Compact and reclaim: before `bytes` are mapped past the most ever
+ * reserved (or, reclaim, after the device said no: `failed`), free
+ * granules elsewhere go back to the device (compact: after a synchronize)
+ * or become donors (reclaim: never waiting). Returns 1 when it found any. */
+static int make_room(ta_arena *a, cudaStream_t stream, size_t bytes, const ta_block *keep, int failed) {
+  ta_segments *s = a->segments;
+  if (!a->compact || !(failed ? a->reclaim && ta_segments_may_remap(s) : ta_segments_would_raise_peak(s, bytes)))
+    return 0;
+  if (!a->reclaim) return ta_segments_unmap_free(s, bytes, keep) > 0;
+  /* Markers on the streams freed on since their last, then asked: a device
+   * that has caught up (or nearly) says at once that all of it is past. */
+  ta_segments_marks_poll(s);
+  ta_segments_marks_record(s);
+  ta_segments_marks_poll(s);
+  FOR_FAMILY(f, a) retire(f, 0, keep);
+  size_t got = ta_segments_take_past(s, bytes, keep);
+  if (got < bytes) got += lend(a, stream, bytes - got, keep);
+  ta_segments_marks_record(s); /* what was lent gets its marker now: it retires soon */
+  return got > 0;
+}
+
+/* A free block of at least `rounded` bytes at the end of the stream's
+ * expandable segment, out of the index: the segment made, or grown by what
+ * its free end lacks. Compact: growing past the most ever reserved first
+ * gives back free granules elsewhere, so the device's memory follows what
+ * lives instead of the address range's high-water mark. NULL with *status
+ * TA_ENOMEM (device full), or TA_ENOSPACE (no addresses: the caller makes
+ * an ordinary segment). */
+static ta_block *expand(ta_arena *a, ta_stream_bins *sb, int pool, ta_bins *bins, size_t rounded, int *status) {
+  ta_segment *seg = sb->expandable[pool];
+  size_t granule = ta_segments_granule(a->segments);
+  if (!seg) {
+    size_t bytes = ta_align_up(rounded, granule);
+    make_room(a, sb->stream, bytes, NULL, 0);
+    seg = ta_segments_alloc_expandable(a->segments, rounded, sb->stream, pool, a, a->policy, status);
+    if (!seg && *status == TA_ENOMEM && make_room(a, sb->stream, bytes, NULL, 1))
+      seg = ta_segments_alloc_expandable(a->segments, rounded, sb->stream, pool, a, a->policy, status);
+    if (a->reclaim) ta_segments_donors_drop(a->segments);
+    if (!seg) return NULL;
+    own(a, seg);
+    sb->expandable[pool] = seg;
+    return seg->first;
+  }
+  ta_block *tail = seg->last;
+  size_t have = tail->state == TA_BLOCK_FREE ? tail->size : 0;
+  if (have >= rounded) { /* the index may pass over a fitting block of the request's own size class */
+    take_free(a, bins, tail);
+    return tail;
+  }
+  ta_block *fresh = have ? tail : ta_segments_block_new(a->segments);
+  size_t bytes = ta_align_up(rounded - have, granule);
+  if (fresh) make_room(a, sb->stream, bytes, tail, 0);
+  *status = fresh ? ta_segments_grow(a->segments, seg, bytes) : TA_ENOMEM;
+  if (*status == TA_ENOMEM && fresh && make_room(a, sb->stream, bytes, tail, 1))
+    *status = ta_segments_grow(a->segments, seg, bytes);
+  if (a->reclaim) ta_segments_donors_drop(a->segments);
+  if (*status != TA_OK) {
+    if (fresh && fresh != tail) ta_segments_block_delete(a->segments, fresh);
+    return NULL;
+  }
+  if (have) {
+    take_free(a, bins, tail);
+    tail->size += bytes;
+    return tail;
+  }
+  *fresh = (ta_block){.addr = tail->addr + tail->size, .size = bytes, .prev = tail, .segment = seg,
+                      .stream = seg->stream, .owner = a, .policy = tail->policy, .state = TA_BLOCK_FREE};
+  tail->next = fresh;
+  seg->last = fresh;
+  return fresh;
+}
+
+/* Release cached memory of an expandable segment: every free granule, the
+ * free end cut off, the whole segment when nothing in it lives. Returns the
+ * bytes given back. The caller synchronized. */
+static size_t shrink(ta_arena *a, ta_segment *seg) {
+  ta_block *b = seg->last;
+  ta_bins *bins = bins_for(a, seg->stream, seg->pool);
+  if (b == seg->first && b->state == TA_BLOCK_FREE) {
+    size_t mapped = seg->size - seg->unmapped;
+    take_free(a, bins, b);
+    a->streams[a->last].expandable[seg->pool] = NULL; /* bins_for left `last` at the segment's stream */
+    disown(a, seg);
+    ta_segments_release_expandable(a->segments, seg);
+    return mapped;
+  }
+  size_t released = 0;
+  for (ta_block *f = seg->first; f; f = f->next)
+    if (f->state == TA_BLOCK_FREE) released += ta_segments_unmap(a->segments, seg, f->addr, f->size);
+  size_t keep = ta_align_up(b->addr - seg->addr, ta_segments_granule(a->segments));
+  if (b->state != TA_BLOCK_FREE || keep >= seg->size) return released;
+  take_free(a, bins, b);
+  if (b->addr == seg->addr + keep) { /* the free block goes entirely */
+    b->prev->next = NULL;
+    seg->last = b->prev;
+    ta_segments_block_delete(a->segments, b);
+  } else {
+    b->size = seg->addr + keep - b->addr;
+    put_free(a, bins, b);
+  }
+  ta_segments_shrink(a->segments, seg, keep); /* its granules were unmapped above */
+  return released;
+}
+
+/* A block about to be handed out may cover granules given back earlier. */
+static ta_noinline int map_block(ta_arena *a, ta_block *b) {
+  size_t need = a->compact ? ta_segments_unmapped_in(b->segment, b->addr, b->size) : 0; /* a walk: only when used */
+  if (a->compact && !need) return 0; /* its granules are mapped: the segment's holes are elsewhere */
+  if (need) make_room(a, b->stream, need, b, 0);
+  int rc = ta_segments_map(a->segments, b->segment, b->addr, b->size);
+  if (rc != TA_OK && need && make_room(a, b->stream, need, b, 1))
+    rc = ta_segments_map(a->segments, b->segment, b->addr, b->size);
+  if (a->reclaim) ta_segments_donors_drop(a->segments);
+  return rc == TA_OK ? 0 : -1;
+}
+
+/* A fresh block for a request no free block fits (the slow path). */
+static ta_noinline ta_block *fresh_block(ta_arena *a, cudaStream_t stream, int pool, ta_bins *bins, size_t rounded) {
+  if (a->expandable) {
+    int status = TA_ENOMEM;
+    ta_block *b = expand(a, &a->streams[a->last], pool, bins, rounded, &status);
+    if (b || status != TA_ENOSPACE) return b;
+  }
+  ta_segment *seg = ta_segments_alloc(a->segments, ta_segment_size_for(rounded), stream, pool, a, a->policy);
+  if (!seg) return NULL;
+  own(a, seg);
+  return seg->first;
+}
+
+ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream) {
+  size_t rounded = ta_round_size(size);
+  int pool = ta_pool_for(rounded);
+  ta_bins *bins = bins_for(a, stream, pool);
+  if (ta_unlikely(!bins)) return NULL;
+  ta_block *b = ta_bins_find(bins, rounded);
+  if (b) {
+    take_free(a, bins, b);
+  } else {
+    b = fresh_block(a, stream, pool, bins, rounded);
+    if (!b) return NULL;
+  }
+  if (ta_should_split(b->size, rounded, pool, b->segment->expansion != NULL)) {
+    ta_block *rest = ta_segments_block_new(a->segments);
+    if (ta_likely(rest != NULL)) split_after(a, bins, b, rounded, rest); /* without host memory: whole */
+  }
+  b->state = TA_BLOCK_LIVE;
+  if (ta_unlikely(b->segment->unmapped != 0) && map_block(a, b)) {
+    ta_arena_free(a, b); /* back to the index, merged with its free neighbours */
+    return NULL;
+  }
+  return b;
+}
+
+ta_block *ta_arena_claim(ta_arena *a, ta_segment *seg, uintptr_t addr, size_t size) {
+  if (seg->owner != a || size == 0 || size % 512 || addr < seg->addr || addr + size > seg->addr + seg->size) return NULL;
+  ta_block *b = seg->first;
+  while (b && b->addr + b->size <= addr) b = b->next;
+  if (!b || b->state != TA_BLOCK_FREE || addr + size > b->addr + b->size) return NULL;
+  ta_bins *bins = bins_for(a, b->stream, seg->pool);
+  int free_before = addr > b->addr, free_after = addr + size < b->addr + b->size;
+  /* Both descriptors first: a failure must leave the segment as it was. */
+  ta_block *claimed = free_before ? ta_segments_block_new(a->segments) : b;
+  ta_block *after = free_after ? ta_segments_block_new(a->segments) : NULL;
+  if (!bins || !claimed || (free_after && !after)) {
+    if (claimed && claimed != b) ta_segments_block_delete(a->segments, claimed);
+    if (after) ta_segments_block_delete(a->segments, after);
+    return NULL;
+  }
+  take_free(a, bins, b);
+  if (free_before) { /* b keeps the free bytes before the range */
+    split_after(a, bins, b, addr - b->addr, claimed);
+    take_free(a, bins, claimed);
+    put_free(a, bins, b); /* re-indexed: it is split now */
+  }
+  if (free_after) split_after(a, bins, claimed, size, after);
+  claimed->state = TA_BLOCK_LIVE;
+  return claimed;
+}
+
+void ta_arena_free(ta_arena *a, ta_block *b) {
+  ta_segments_note_free(a->segments, b); /* reclaim: the stamps of what was freed, before it merges */
+  ta_bins *bins = bins_for(a, b->stream, ta_block_pool(b));
+  ta_block *p = b->prev, *n = b->next;
+  if (p && p->state == TA_BLOCK_FREE) {
+    take_free(a, bins, p);
+    b->addr = p->addr;
+    b->size += p->size;
+    b->prev = p->prev;
+    if (p->prev) p->prev->next = b;
+    else b->segment->first = b;
+    ta_segments_block_delete(a->segments, p);
+  }
+  if (n && n->state == TA_BLOCK_FREE) {
+    take_free(a, bins, n);
+    b->size += n->size;
+    b->next = n->next;
+    if (n->next) n->next->prev = b;
+    else b->segment->last = b;
+    ta_segments_block_delete(a->segments, n);
+  }
+  b->requested = 0;
+  put_free(a, bins, b);
+}
+
+size_t ta_arena_release_cached(ta_arena *a) {
+  size_t released = 0;
+  retire(a, 1, NULL); /* the caller synchronized (or tears down): every old address is free of queued work */
+  for (ta_segment *s = a->owned, *next; s; s = next) {
+    next = s->owner_next;
+    if (s->expansion) {
+      released += shrink(a, s);
+      continue;
+    }
+    ta_block *b = s->first;
+    if (b->state != TA_BLOCK_FREE || b->next) continue;
+    take_free(a, bins_for(a, s->stream, s->pool), b);
+    released += s->size;
+    disown(a, s);
+    ta_segments_release(a->segments, s);
+  }
+  return released;
+}
+
+void ta_arena_destroy(ta_arena *a) {
+  if (!a) return;
+  ta_arena_release_cached(a);
+  for (size_t i = 0; i < a->nstreams; i++) {
+    free(a->streams[i].pool[TA_POOL_SMALL]);
+    free(a->streams[i].pool[TA_POOL_LARGE]);
+  }
+  free(a->streams);
+  free(a->retiring);
+  free(a);
+}

@@ -1,0 +1,72 @@
+/* The process-wide state behind the public API: the config, the backend
+ * and one heap per device.
+ *
+ * Initialisation is lazy (first call) and guarded by one mutex; after that
+ * the fast path reads an atomic heap pointer and goes straight to the heap.
+ * The public functions (entry.c, control.c, phase_api.c) sit above this
+ * file; the heaps, the log and the phases below it. */
+#ifndef TA_RUNTIME_H
+#define TA_RUNTIME_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "heap/heap.h"
+
+#define TA_MAX_DEVICES 64
+
+enum { TA_STATE_UNINIT = 0, TA_STATE_READY = 1, TA_STATE_BROKEN = -1 };
+
+typedef struct ta_runtime {
+  pthread_mutex_t lock; /* init, teardown, heap creation, log open/close */
+  atomic_int state;
+  ta_config conf;
+  ta_backend *backend;
+  int ndevices;
+  _Atomic(ta_heap *) heaps[TA_MAX_DEVICES];
+  atomic_llong bad_device; /* no heap to count it in */
+  char broken_reason[512];
+} ta_runtime;
+
+ta_internal extern ta_runtime ta_rt;
+
+/* First use without torchalloc_init(): configure from TORCHALLOC_CONF. */
+ta_internal int ta_runtime_ensure_ready_slow(void);
+
+static inline int ta_runtime_ready(void) {
+  return ta_likely(atomic_load_explicit(&ta_rt.state, memory_order_acquire) == TA_STATE_READY) ||
+         ta_runtime_ensure_ready_slow();
+}
+
+ta_internal ta_heap *ta_runtime_heap_slow(int device);
+
+/* The heap of `device`, created on first use; NULL for a bad device. */
+static inline ta_heap *ta_runtime_heap(int device) {
+  if (ta_likely((unsigned)device < TA_MAX_DEVICES)) {
+    ta_heap *h = atomic_load_explicit(&ta_rt.heaps[device], memory_order_acquire);
+    if (ta_likely(h != NULL)) return h;
+  }
+  return ta_runtime_heap_slow(device);
+}
+
+/* The heap if it exists already (walks over devices), else NULL. */
+static inline ta_heap *ta_runtime_heap_if_any(int device) { return atomic_load(&ta_rt.heaps[device]); }
+
+/* A heap for a control call, or NULL with ta_set_error. */
+ta_internal ta_heap *ta_runtime_heap_for_control(int device);
+/* Counted process-wide and printed once: there is no heap to count it in. */
+ta_internal void ta_runtime_report_bad_device(int device);
+
+/* torchalloc_init / torchalloc_teardown (runtime.c says what they keep). */
+ta_internal int ta_runtime_init(const char *conf_text);
+ta_internal void ta_runtime_teardown(void);
+/* After a request of `h` failed: write the OOM report file (beside the log,
+ * else in the working directory, else /tmp) and, with warn and oom:null,
+ * print the summary. Outside any lock. */
+ta_internal void ta_runtime_after_oom(ta_heap *h);
+
+/* Open / close the event log once no writer can be inside it. */
+ta_internal int ta_runtime_log_open(const char *path);
+ta_internal void ta_runtime_log_close(void);
+
+#endif

@@ -1,0 +1,93 @@
+/* The segment layer: device memory as segments, and the block descriptors
+ * that tile them. Below the policies (they call the services declared in
+ * policy.h), above the backend and the log.
+ *
+ * It owns: the segment registry (sorted by address, for lookups of bad
+ * pointers and for walks in address order), the slab of block descriptors
+ * (the hot path never calls malloc(3) once warm), the memory-fraction
+ * ceiling, the segment and reserved-bytes stats and the reserved growth of
+ * each phase, and the SEGMENT_ALLOC / SEGMENT_FREE log records. */
+#ifndef TA_SEGMENTS_H
+#define TA_SEGMENTS_H
+
+#include "device/backend.h"
+#include "policy/policy.h"
+
+/* Block descriptors carved from chunks and recycled through a free list. */
+typedef struct ta_block_slab {
+  ta_block *free_list;
+  void **chunks;
+  size_t nchunks, cap_chunks;
+} ta_block_slab;
+
+typedef struct ta_segment_registry {
+  ta_segment **items; /* sorted by address */
+  size_t count, cap;
+} ta_segment_registry;
+
+/* What an expandable segment adds to a segment (segments_expand.c): its
+ * address range and the handle of each granule, 0 while unmapped. A
+ * granule lent (reclaim) is still mapped here, but its memory is counted
+ * where it was mapped since: here it counts as unmapped. */
+typedef struct ta_expansion {
+  size_t reserved;   /* bytes of addresses reserved from `addr` */
+  size_t granule;
+  uint64_t *handles; /* one per granule of the segment's size; 0: not mapped */
+  uint8_t *lent;     /* one per granule: 1 while lent (mapped here, retiring) */
+  size_t cap_handles;
+} ta_expansion;
+
+/* Physical granules gathered to be mapped elsewhere (reclaim). */
+typedef struct ta_donors {
+  uint64_t *handles;
+  uint32_t *stamps; /* each one's stamp, for where it goes (0: past) */
+  size_t n, cap;
+} ta_donors;
+
+struct ta_segments {
+  ta_backend *backend;
+  int device;
+  int logged;          /* tell the process log and observer (not replay's private heaps) */
+  int phase;           /* phase of the request in flight: growth and release are charged to it */
+  size_t limit;        /* reserved-bytes ceiling from set_memory_fraction; 0: none */
+  size_t granule;      /* the backend's virtual-memory granule; 0: no expandable segments */
+  int64_t high_water;  /* the most reserved bytes so far (never reset, unlike the stats' peak) */
+  int no_sync;         /* a capture may be underway: nothing may synchronize (the heap's routing) */
+  torchalloc_stats *stats; /* the heap's: segment, reserved_bytes, inactive_split*, num_device_*, num_synchronizes */
+  ta_stream_marks **marks; /* reclaim: one per stream its segments serve (segments_marks.c) */
+  size_t nmarks, cap_marks;
+  ta_donors donors;
+  ta_segment_registry registry;
+  ta_block_slab slab;
+  int64_t phase_growth[TORCHALLOC_MAX_PHASES];   /* device bytes allocated for each phase's requests */
+  int64_t phase_released[TORCHALLOC_MAX_PHASES]; /* device bytes released while each phase was current */
+};
+
+ta_internal void ta_segments_init(ta_segments *s, ta_backend *backend, int device, torchalloc_stats *stats);
+/* Return every segment to the device, live blocks included, and free the
+ * descriptors (teardown: the caller holds none of these pointers). */
+ta_internal void ta_segments_destroy(ta_segments *s);
+/* (Expandable segments must be gone: ta_segments_expandable_teardown.) */
+/* The segment containing `addr`, or NULL. */
+ta_internal ta_segment *ta_segments_find(const ta_segments *s, uintptr_t addr);
+
+/* Wait for the device (cached memory is about to go back, or every queued
+ * use must be over): counted in num_synchronizes; every marker is done. */
+ta_internal void ta_segments_synchronize(ta_segments *s);
+/* The markers of `stream`, made on first use; NULL when host memory runs out. */
+ta_internal ta_stream_marks *ta_segments_marks_for(ta_segments *s, cudaStream_t stream);
+
+/* --- between the segment layer's files --- */
+
+ta_internal int ta_segments_register(ta_segments *s, ta_segment *seg);
+ta_internal void ta_segments_unregister(ta_segments *s, ta_segment *seg);
+/* Stats, phase accounting, log record and observer of `bytes` at `addr`
+ * of `seg` becoming (sign +1) or ceasing to be (-1) device memory. */
+ta_internal void ta_segments_account(ta_segments *s, const ta_segment *seg, uintptr_t addr, size_t bytes, int sign);
+/* Teardown, before ta_segments_destroy: every expandable segment unmapped,
+ * its addresses given back, its descriptor freed (segments_expand.c). */
+ta_internal void ta_segments_expandable_teardown(ta_segments *s);
+/* Teardown: release the markers in flight and free them (segments_marks.c). */
+ta_internal void ta_segments_marks_destroy(ta_segments *s);
+
+#endif

@@ -1,0 +1,400 @@
+/* Expandable segments (policy.h, segments.h): one address range reserved
+ * once, backed by device memory granule by granule.
+ *
+ * Why: an ordinary segment is one device allocation of a fixed size, so a
+ * request that no free block fits needs a new segment even when the free
+ * bytes are there, split across segments; and a segment with one live block
+ * left cannot be given back. An expandable segment turns the free block at
+ * its end into as much room as the device has, and any free granule, at its
+ * end or between live blocks, can be unmapped (its memory given back) and
+ * mapped again when a block needs it: what is reserved follows what lives.
+ *
+ * Each granule is its own physical allocation, so any one can be unmapped.
+ * The log sees every run of granules mapped as a SEGMENT_ALLOC and every run
+ * unmapped as a SEGMENT_FREE, flagged TA_LOG_SEGMENT_EXPANDABLE (PyTorch's
+ * memory viewer calls them segment_map / segment_unmap).
+ *
+ * Reclaim (policy.h): granules of free blocks move to where memory is
+ * needed. Those the device is past are unmapped without release and
+ * mapped at the new place (the donors); those it may still be using, of the
+ * requester's stream, are mapped at the new place while their old
+ * addresses stay mapped (lent: the stream's own order keeps the new use
+ * after the old), and the old addresses are unmapped when their marker
+ * completes (retire). Either way the memory counts where it is mapped now:
+ * the log sees the old run unmapped and the new one mapped. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "segments/segments.h"
+#include "accounting/stats.h"
+
+#define TA_EXPANDABLE_MAX_RESERVE ((size_t)1 << 40)
+
+size_t ta_segments_granule(const ta_segments *s) { return s->granule; }
+
+int ta_segments_would_raise_peak(const ta_segments *s, size_t bytes) {
+  return !s->no_sync && ta_stat_total(s->stats->reserved_bytes) + (int64_t)bytes > s->high_water;
+}
+
+
+/* Per-granule arrays for `granules` granules (each grown in turn: a
+ * failure leaves the larger ones larger, which is harmless). */
+static int reserve_handles(ta_segment *seg, size_t granules) {
+  ta_expansion *x = seg->expansion;
+  if (granules <= x->cap_handles) return 0;
+  size_t old = x->cap_handles, cap = old ? old : 16;
+  while (cap < granules) cap *= 2;
+  uint64_t *h = realloc(x->handles, cap * sizeof *h);
+  if (!h) return -1;
+  x->handles = h;
+  uint8_t *lent = realloc(x->lent, cap);
+  if (!lent) return -1;
+  x->lent = lent;
+  uint32_t *stamps = realloc(seg->stamps, cap * sizeof *stamps);
+  if (!stamps) return -1;
+  seg->stamps = stamps;
+  memset(h + old, 0, (cap - old) * sizeof *h);
+  memset(lent + old, 0, cap - old);
+  memset(stamps + old, 0, (cap - old) * sizeof *stamps);
+  x->cap_handles = cap;
+  return 0;
+}
+
+static int reserve_donors(ta_donors *d, size_t n) {
+  if (n <= d->cap) return 0;
+  size_t cap = d->cap ? d->cap * 2 : 64;
+  while (cap < n) cap *= 2;
+  uint64_t *h = realloc(d->handles, cap * sizeof *h);
+  if (!h) return -1;
+  d->handles = h;
+  uint32_t *stamps = realloc(d->stamps, cap * sizeof *stamps);
+  if (!stamps) return -1;
+  d->stamps = stamps;
+  d->cap = cap;
+  return 0;
+}
+
+static void donate(ta_donors *d, uint64_t handle, uint32_t stamp) {
+  d->handles[d->n] = handle;
+  d->stamps[d->n++] = stamp;
+}
+
+/* Map granules [first, first + n), all unmapped: donors first (no new
+ * memory), then new memory; stats and log included. All or nothing. */
+static int map_run(ta_segments *s, ta_segment *seg, size_t first, size_t n) {
+  ta_expansion *x = seg->expansion;
+  const ta_backend_ops *ops = s->backend->ops;
+  size_t bytes = n * x->granule, k = n < s->donors.n ? n : s->donors.n;
+  if (s->limit && (size_t)ta_stat_total(s->stats->reserved_bytes) + bytes > s->limit) return TA_ENOMEM;
+  uintptr_t addr = seg->addr + first * x->granule;
+  if (k) {
+    const uint64_t *donated = s->donors.handles + s->donors.n - k;
+    if (ops->remap(s->backend, s->device, addr, k * x->granule, donated) != TA_OK) return TA_ENOMEM;
+    memcpy(x->handles + first, donated, k * sizeof *donated);
+  }
+  if (n > k &&
+      ops->map(s->backend, s->device, addr + k * x->granule, (n - k) * x->granule, x->handles + first + k) != TA_OK) {
+    if (k) ops->unmap(s->backend, s->device, addr, k * x->granule, x->handles + first, 0); /* still donors */
+    memset(x->handles + first, 0, k * sizeof *x->handles);
+    return TA_ENOMEM;
+  }
+  /* The memory's age comes with it: lent memory the device may still use
+   * must not look past here (new memory was never used: 0). */
+  if (k) memcpy(seg->stamps + first, s->donors.stamps + s->donors.n - k, k * sizeof *seg->stamps);
+  memset(seg->stamps + first + k, 0, (n - k) * sizeof *seg->stamps);
+  s->donors.n -= k;
+  ta_segments_account(s, seg, addr, bytes, +1);
+  return TA_OK;
+}
+
+/* Unmap granules [first, first + n): `release` 1 gives their memory back
+ * (owned granules), 0 keeps the handles (lent ones, or donors). */
+static void unmap_run(ta_segments *s, ta_segment *seg, size_t first, size_t n, int account, int release) {
+  ta_expansion *x = seg->expansion;
+  size_t bytes = n * x->granule;
+  uintptr_t addr = seg->addr + first * x->granule;
+  if (account) ta_segments_account(s, seg, addr, bytes, -1);
+  s->backend->ops->unmap(s->backend, s->device, addr, bytes, x->handles + first, release);
+  memset(x->handles + first, 0, n * sizeof *x->handles);
+  memset(x->lent + first, 0, n);
+}
+
+ta_segment *ta_segments_alloc_expandable(ta_segments *s, size_t size, cudaStream_t stream, int pool, void *owner,
+                                         ta_policy *policy, int *status) {
+  *status = TA_ENOSPACE;
+  if (!s->granule) return NULL;
+  size_t free_b = 0, total = 0;
+  if (s->backend->ops->mem_info(s->backend, s->device, &free_b, &total) != TA_OK || total == 0) return NULL;
+  /* As many addresses as the device has bytes (the segment can then grow to
+   * anything the device could give it), but at most 1 TiB: a simulated
+   * device of replay's unlimited capacity must still hold many of them. */
+  size_t reserved = ta_align_up(total < TA_EXPANDABLE_MAX_RESERVE ? total : TA_EXPANDABLE_MAX_RESERVE, s->granule);
+  size = ta_align_up(size, s->granule);
+  if (size > reserved) return NULL;
+  *status = TA_ENOMEM;
+  ta_segment *seg = calloc(1, sizeof *seg);
+  ta_expansion *x = calloc(1, sizeof *x);
+  ta_block *b = ta_segments_block_new(s);
+  uintptr_t addr = 0;
+  if (seg) seg->expansion = x;
+  if (!seg || !x || !b || reserve_handles(seg, size / s->granule)) goto fail;
+  if (s->backend->ops->reserve(s->backend, s->device, reserved, &addr) != TA_OK) {
+    *status = TA_ENOSPACE;
+    goto fail;
+  }
+  x->reserved = reserved;
+  x->granule = s->granule;
+  unsigned shift = 0;
+  while (((size_t)1 << shift) < s->granule) shift++;
+  *seg = (ta_segment){.addr = addr, .size = size, .stream = stream, .first = b, .last = b, .expansion = x,
+                      .owner = owner, .policy_instance = policy, .pool = (uint8_t)pool, .policy = policy->id,
+                      .stamps = seg->stamps, .granule_shift = shift};
+  /* Without its markers (host memory) the segment's free blocks are never
+   * past: they wait for a synchronize, as compact's do. */
+  if (policy->flags & TA_POLICY_RECLAIM) seg->marks = ta_segments_marks_for(s, stream);
+  if (ta_segments_register(s, seg)) {
+    s->backend->ops->unreserve(s->backend, s->device, addr, reserved);
+    goto fail;
+  }
+  if (map_run(s, seg, 0, size / s->granule) != TA_OK) {
+    ta_segments_unregister(s, seg);
+    s->backend->ops->unreserve(s->backend, s->device, addr, reserved);
+    goto fail;
+  }
+  *b = (ta_block){.addr = addr, .size = size, .segment = seg, .stream = stream, .owner = owner, .policy = policy->id,
+                  .state = TA_BLOCK_FREE};
+  ta_stats_add(s->stats->segment, pool, 1);
+  return seg;
+fail:
+  if (x) free(x->handles), free(x->lent);
+  if (seg) free(seg->stamps);
+  free(seg);
+  free(x);
+  if (b) ta_segments_block_delete(s, b);
+  return NULL;
+}
+
+int ta_segments_grow(ta_segments *s, ta_segment *seg, size_t bytes) {
+  ta_expansion *x = seg->expansion;
+  ta_assert(x && bytes % x->granule == 0);
+  if (bytes > x->reserved - seg->size) return TA_ENOSPACE;
+  size_t first = seg->size / x->granule, n = bytes / x->granule;
+  if (reserve_handles(seg, first + n)) return TA_ENOMEM;
+  int rc = map_run(s, seg, first, n);
+  if (rc == TA_OK) seg->size += bytes;
+  return rc;
+}
+
+/* Granules of `seg` that [addr, addr + len) touches (`whole` 0) or holds
+ * wholly (`whole` 1): [*first, *end). */
+static void granules_of(const ta_segment *seg, uintptr_t addr, size_t len, int whole, size_t *first, size_t *end) {
+  size_t granule = seg->expansion->granule, lo = addr - seg->addr, hi = lo + len;
+  *first = (whole ? ta_align_up(lo, granule) : lo) / granule;
+  *end = (whole ? hi : ta_align_up(hi, granule)) / granule;
+}
+
+enum { UNMAPPED = 0, OWNED = 1, LENT = 2 };
+
+static inline int granule_state(const ta_expansion *x, size_t g) {
+  return x->handles[g] == 0 ? UNMAPPED : x->lent[g] ? LENT : OWNED;
+}
+
+/* The first run [*run, *stop) of granules in [from, end) in `state`; 0
+ * when there is none. */
+static int next_run(const ta_expansion *x, size_t from, size_t end, int state, size_t *run, size_t *stop) {
+  size_t g = from;
+  while (g < end && granule_state(x, g) != state) g++;
+  if (g >= end) return 0; /* also when a block holds no whole granule: from > end */
+  *run = g;
+  while (g < end && granule_state(x, g) == state) g++;
+  *stop = g;
+  return 1;
+}
+
+size_t ta_segments_unmapped_in(const ta_segment *seg, uintptr_t addr, size_t len) {
+  size_t first, end, run, stop, n = 0;
+  granules_of(seg, addr, len, 0, &first, &end);
+  for (size_t g = first; next_run(seg->expansion, g, end, UNMAPPED, &run, &stop); g = stop) n += stop - run;
+  return n * seg->expansion->granule;
+}
+
+int ta_segments_map(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t len) {
+  size_t first, end, run, stop;
+  granules_of(seg, addr, len, 0, &first, &end);
+  for (size_t g = first; next_run(seg->expansion, g, end, UNMAPPED, &run, &stop); g = stop) {
+    /* On failure the runs mapped so far stay mapped, counted as reserved,
+     * inside what is still a free block: a consistent state. */
+    if (map_run(s, seg, run, stop - run) != TA_OK) return TA_ENOMEM;
+    seg->unmapped -= (stop - run) * seg->expansion->granule;
+  }
+  return TA_OK;
+}
+
+size_t ta_segments_unmap(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t len) {
+  size_t first, end, run, stop, released = 0;
+  granules_of(seg, addr, len, 1, &first, &end);
+  for (size_t g = first; next_run(seg->expansion, g, end, OWNED, &run, &stop); g = stop) {
+    unmap_run(s, seg, run, stop - run, 1, 1);
+    released += (stop - run) * seg->expansion->granule;
+  }
+  seg->unmapped += released;
+  return released;
+}
+
+void ta_segments_shrink(ta_segments *s, ta_segment *seg, size_t new_size) {
+  ta_assert(seg->expansion && new_size > 0 && new_size < seg->size && new_size % seg->expansion->granule == 0);
+  size_t tail = seg->size - new_size;
+  ta_segments_unmap(s, seg, seg->addr + new_size, tail);
+  seg->unmapped -= tail; /* past the end now: neither mapped nor part of the segment */
+  seg->size = new_size;
+}
+
+/* Unmap everything and give the addresses back; `account`: in the stats
+ * and the log (not at teardown). Granules still lent are unmapped without
+ * release: their memory is counted, and given back, where it serves now. */
+static void expansion_release(ta_segments *s, ta_segment *seg, int account) {
+  ta_expansion *x = seg->expansion;
+  size_t run, stop, end = seg->size / x->granule;
+  for (size_t g = 0; next_run(x, g, end, OWNED, &run, &stop); g = stop) unmap_run(s, seg, run, stop - run, account, 1);
+  for (size_t g = 0; next_run(x, g, end, LENT, &run, &stop); g = stop) unmap_run(s, seg, run, stop - run, 0, 0);
+  s->backend->ops->unreserve(s->backend, s->device, seg->addr, x->reserved);
+  free(x->handles);
+  free(x->lent);
+  free(x);
+  free(seg->stamps);
+  seg->stamps = NULL;
+  seg->expansion = NULL;
+}
+
+void ta_segments_release_expandable(ta_segments *s, ta_segment *seg) {
+  ta_assert(seg->expansion && seg->first->state == TA_BLOCK_FREE && !seg->first->next);
+  expansion_release(s, seg, 1);
+  ta_segments_unregister(s, seg);
+  ta_stats_sub(s->stats->segment, seg->pool, 1);
+  ta_segments_block_delete(s, seg->first);
+  free(seg);
+}
+
+void ta_segments_expandable_teardown(ta_segments *s) {
+  for (size_t i = s->registry.count; i-- > 0;) {
+    ta_segment *seg = s->registry.items[i];
+    if (!seg->expansion) continue;
+    expansion_release(s, seg, 0);
+    ta_segments_unregister(s, seg);
+    free(seg); /* its blocks' descriptors belong to the slab, freed with it */
+  }
+}
+
+/* 1 when the free block `b` holds a mapped granule wholly. */
+static int holds_mapped_granule(const ta_segment *seg, const ta_block *b) {
+  size_t first, end, run, stop;
+  granules_of(seg, b->addr, b->size, 1, &first, &end);
+  return next_run(seg->expansion, first, end, OWNED, &run, &stop);
+}
+
+size_t ta_segments_unmap_free(ta_segments *s, size_t want, const ta_block *keep) {
+  size_t released = 0;
+  int synced = 0;
+  for (size_t i = 0; i < s->registry.count && released < want; i++) {
+    ta_segment *seg = s->registry.items[i];
+    if (!seg->expansion) continue;
+    for (ta_block *b = seg->first; b && released < want; b = b->next) {
+      if (b->state != TA_BLOCK_FREE || b == keep || !holds_mapped_granule(seg, b)) continue;
+      if (!synced) { /* queued kernels may still use memory freed on their stream */
+        ta_segments_synchronize(s);
+        synced = 1;
+      }
+      released += ta_segments_unmap(s, seg, b->addr, b->size);
+    }
+  }
+  return released;
+}
+
+/* ------------------------------------------------------------------------
+ * Reclaim: donors, lending, retiring
+ * ---------------------------------------------------------------------- */
+
+size_t ta_segments_take_past(ta_segments *s, size_t want, const ta_block *keep) {
+  size_t got = 0;
+  for (size_t i = 0; i < s->registry.count && got < want; i++) {
+    ta_segment *seg = s->registry.items[i];
+    if (!seg->expansion || !seg->marks) continue;
+    ta_expansion *x = seg->expansion;
+    for (ta_block *b = seg->first; b && got < want; b = b->next) {
+      if (b->state != TA_BLOCK_FREE || b == keep) continue;
+      size_t first, end, run, stop;
+      granules_of(seg, b->addr, b->size, 1, &first, &end);
+      for (size_t g = first; got < want && next_run(x, g, end, OWNED, &run, &stop); g = stop) {
+        while (run < stop && seg->stamps[run] > seg->marks->done) run++; /* the past ones of the run, */
+        size_t n = 0;
+        while (run + n < stop && seg->stamps[run + n] <= seg->marks->done) n++; /* the first stretch of them */
+        if (n == 0) continue;
+        stop = run + n; /* all of the stretch, as compact unmaps whole blocks: what the request does not
+                         * map goes back to the device (ta_segments_donors_drop), room for the next ones */
+        if (reserve_donors(&s->donors, s->donors.n + n)) return got;
+        for (size_t i = 0; i < n; i++) donate(&s->donors, x->handles[run + i], 0); /* past: old everywhere */
+        unmap_run(s, seg, run, n, 1, 0);
+        seg->unmapped += n * x->granule;
+        got += n * x->granule;
+      }
+    }
+  }
+  return got;
+}
+
+void ta_segments_lend(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t len) {
+  ta_expansion *x = seg->expansion;
+  size_t first, end;
+  granules_of(seg, addr, len, 1, &first, &end);
+  ta_assert(addr % x->granule == 0 && len % x->granule == 0 && end > first);
+  if (reserve_donors(&s->donors, s->donors.n + (end - first))) return; /* then lent to none: it retires as it is */
+  for (size_t g = first; g < end; g++) {
+    ta_assert(granule_state(x, g) == OWNED);
+    donate(&s->donors, x->handles[g], seg->stamps[g]); /* the same stream's epoch where it goes */
+    x->lent[g] = 1;
+  }
+  seg->unmapped += len;
+  ta_segments_account(s, seg, addr, len, -1);
+}
+
+void ta_segments_retire(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t len) {
+  ta_expansion *x = seg->expansion;
+  size_t first, end, run, stop;
+  granules_of(seg, addr, len, 1, &first, &end);
+  for (size_t g = first; next_run(x, g, end, LENT, &run, &stop); g = stop) {
+    unmap_run(s, seg, run, stop - run, 0, 0);
+    s->stats->num_device_free++; /* a device call; its bytes left the stats when lent */
+  }
+  /* A retiring range whose lending failed (host memory) is still owned:
+   * its memory is given back now, as any free granule's would be. */
+  for (size_t g = first; next_run(x, g, end, OWNED, &run, &stop); g = stop) {
+    unmap_run(s, seg, run, stop - run, 1, 1);
+    seg->unmapped += (stop - run) * x->granule;
+  }
+}
+
+int ta_segments_mapped_run(const ta_segment *seg, uintptr_t lo, uintptr_t hi, uintptr_t *run_lo,
+                           uintptr_t *run_hi) {
+  size_t first, end, run, stop, granule = seg->expansion->granule;
+  granules_of(seg, lo, hi - lo, 1, &first, &end);
+  if (!next_run(seg->expansion, first, end, OWNED, &run, &stop)) return 0;
+  *run_lo = seg->addr + run * granule;
+  *run_hi = seg->addr + stop * granule;
+  return 1;
+}
+
+int ta_segments_may_remap(const ta_segments *s) { return !s->no_sync; }
+
+int ta_segments_range_past(const ta_segment *seg, uintptr_t addr, size_t len) {
+  size_t first, end;
+  granules_of(seg, addr, len, 1, &first, &end);
+  for (size_t g = first; g < end; g++)
+    if (!seg->marks || seg->stamps[g] > seg->marks->done) return 0;
+  return 1;
+}
+
+void ta_segments_donors_drop(ta_segments *s) {
+  if (!s->donors.n) return;
+  s->backend->ops->release(s->backend, s->device, s->donors.handles, s->donors.n);
+  s->donors.n = 0;
+}

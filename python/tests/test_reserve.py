@@ -1,0 +1,106 @@
+"""Reserved memory explained (analysis/reserve.py): hand-made logs with known segment layouts, and the bundled trace."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from synthlog import USER, SynthLog
+from torchalloc import analysis as A
+from torchalloc._records import SEGMENT_EXPANDABLE
+from torchalloc.analysis.reserve import reserve, series
+
+MiB = 1 << 20
+DATA = Path(__file__).resolve().parents[1] / "torchalloc" / "data"
+
+
+def _sum_is_reserved(a: A.Analysis) -> None:
+    lv = series(a)
+    total = a.allocated + lv.fragmented + lv.cached + lv.mapped_free + lv.before_log
+    assert np.array_equal(total, a.reserved)
+
+
+def test_two_segments_one_pinned_one_wholly_free() -> None:
+    log = SynthLog()
+    big, small = 0x10000000, 0x20000000
+    log.segment(big, 10 * MiB)
+    log.alloc(big, 2 * MiB, stack=log.stack((USER, 7, "keep")))
+    log.alloc(big + 2 * MiB, 3 * MiB)
+    log.segment(small, 4 * MiB)
+    log.alloc(small, 4 * MiB)
+    log.free(small)
+    log.free(big + 2 * MiB)
+    a = log.analyze()
+    _sum_is_reserved(a)
+    r = reserve(a, replay=False)
+    peak_r = r.moments[0]
+    assert peak_r.at == "peak reserved" and peak_r.reserved == 14 * MiB
+    # reserved peaks when `small` is made: 2+3 MiB live in `big`, `small` empty
+    assert (peak_r.allocated, peak_r.fragmented, peak_r.cached) == (5 * MiB, 5 * MiB, 4 * MiB)
+    peak_a = r.moments[1]  # allocated peaks at 9 MiB, with `small` full
+    assert (peak_a.allocated, peak_a.fragmented, peak_a.cached) == (9 * MiB, 5 * MiB, 0)
+    assert (peak_a.holding, peak_a.empty) == (1, 0)
+    lv = series(a)
+    assert (int(lv.fragmented[-1]), int(lv.cached[-1])) == (8 * MiB, 4 * MiB)  # at the end: only the 2 MiB block
+    top = peak_a.pinned[0]
+    assert (top.addr, top.free, top.live_blocks) == (big, 5 * MiB, 2)
+    assert top.blocks[0].size == 3 * MiB and "keep" in top.blocks[1].site
+
+
+def test_a_freed_segment_leaves_the_cache_and_expandable_granules_count_apart() -> None:
+    log = SynthLog()
+    seg, exp = 0x10000000, 0x40000000
+    log.segment(seg, 8 * MiB)
+    log.alloc(seg, 1 * MiB)
+    log.free(seg)
+    log.segment_free(seg, 8 * MiB)
+    log._row(kind=A.SEGMENT_ALLOC, addr=exp, size=4 * MiB, block_size=4 * MiB, flags=SEGMENT_EXPANDABLE)
+    log._row(kind=A.SEGMENT_ALLOC, addr=exp + 4 * MiB, size=4 * MiB, block_size=4 * MiB, flags=SEGMENT_EXPANDABLE)
+    log.alloc(exp, 3 * MiB)
+    log.alloc(exp + 6 * MiB, 1 * MiB)
+    # unmap the middle granules [4, 6) MiB: the rest stays mapped
+    log._row(kind=A.SEGMENT_FREE, addr=exp + 4 * MiB, size=2 * MiB, block_size=2 * MiB, flags=SEGMENT_EXPANDABLE)
+    a = log.analyze()
+    _sum_is_reserved(a)
+    lv = series(a)
+    assert int(a.reserved[-1]) == 6 * MiB and int(a.allocated[-1]) == 4 * MiB
+    assert (int(lv.mapped_free[-1]), int(lv.cached[-1]), int(lv.fragmented[-1])) == (2 * MiB, 0, 0)
+    assert int(lv.before_log.min()) == 0 and int(lv.before_log.max()) == 0
+
+
+def test_blocks_from_before_the_log_fall_in_the_before_log_term() -> None:
+    log = SynthLog()
+    log.live[0x5000000] = (2 * MiB, 2 * MiB)
+    log.segment(0x10000000, 4 * MiB)
+    log.alloc(0x10000000, 1 * MiB)
+    log.free(0x5000000)  # allocated before the log began: its segment is unknown
+    a = log.analyze()
+    _sum_is_reserved(a)
+    # reserved starts at the 2 MiB the pre-log block needs; once it is freed, its unknown segment is free
+    m = reserve(a, replay=False).moments[-1]
+    assert (m.at, m.reserved, m.allocated, m.fragmented, m.before_log) == ("peak allocated", 6 * MiB, 3 * MiB,
+                                                                           3 * MiB, 0)
+    lv = series(a)
+    assert (int(a.allocated[-1]), int(lv.fragmented[-1]), int(lv.before_log[-1])) == (1 * MiB, 3 * MiB, 2 * MiB)
+
+
+def test_the_bundled_trace_adds_up_exactly_and_names_the_best_change(library_path: Path) -> None:
+    a = A.analyze(DATA / "phases_trace.talog.xz")
+    _sum_is_reserved(a)
+    r = a.reserve()
+    by_at = {m.at: m for m in r.moments}
+    pa = by_at["peak allocated"]
+    assert pa.reserved == a.timeline.peak_reserved == 12383682560
+    assert pa.allocated == a.timeline.peak_allocated
+    assert pa.allocated + pa.fragmented + pa.cached + pa.mapped_free + pa.before_log == pa.reserved
+    assert pa.fragmented > 0 and pa.cached > 0 and pa.pinned and pa.pinned[0].free >= pa.pinned[-1].free
+    assert r.replays[0].recording and r.replays[0].policy == "caching"
+    assert r.replays[0].peak_reserved == a.timeline.peak_reserved  # the replay is the recording
+    assert r.best is not None and r.best.peak_reserved < r.replays[0].peak_reserved
+    words = " ".join(r.sentences)
+    assert "phase_arena loses here" in words and "saved the most" in words
+    d = json.loads(json.dumps(a.to_dict(top=5)))
+    assert d["reserve"]["moments"][0]["fragmented"] == r.moments[0].fragmented
+    assert d["reserve_replays"]["best"] == r.best.policy

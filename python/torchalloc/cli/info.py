@@ -1,0 +1,106 @@
+"""`torchalloc info [--json]`: which library, configuration, devices and route this installation has."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+
+def _collect_info() -> dict[str, Any]:
+    """What `info` reports; never raises for a missing library or GPU, it says so."""
+    from .. import __version__, _lib
+
+    info: dict[str, Any] = {"package_version": __version__, "stats_abi_version": _lib.STATS_VERSION}
+    try:
+        cdll = _lib.lib()
+    except _lib.LibraryError as e:
+        info["library"] = None
+        info["library_error"] = str(e)
+        return info
+    info["library"] = str(_lib.library_path())
+    info["config_keys"] = _lib.config_keys()
+    info["event_log"] = all(_lib.has(f) for f in ("torchalloc_mark", "torchalloc_log_open", "torchalloc_log_close"))
+    # Initialise explicitly from $TORCHALLOC_CONF: on failure (no GPU, bad conf)
+    # this returns the reason instead of printing it as first use would.
+    try:
+        _lib.init(None)
+    except ValueError as e:
+        info["devices"] = None
+        info["device_error"] = str(e)
+        # The library's configuration errors all start so (config.c); no GPU is a state, a bad conf a mistake.
+        info["config_error"] = str(e).startswith("TORCHALLOC_CONF")
+        return info
+    info["policy"] = cdll.torchalloc_policy_name().decode()
+    info["devices"] = int(cdll.torchalloc_device_count())
+    if info["devices"] > 0:
+        info["segments"], info["segments_asked"] = _lib.segment_mode(0)
+    return info
+
+
+# What each `expandable` mode does, for `info`.
+_SEGMENT_MODES = {
+    "off": "ordinary segments (PyTorch's caching allocator, byte for byte)",
+    "on": "expandable segments, grown by granules",
+    "compact": "expandable segments, compacted after a device synchronize",
+    "reclaim": "expandable segments, free memory moved where it is needed without synchronizing",
+}
+
+
+def _segments_line(info: dict[str, Any]) -> str:
+    mode, asked = info["segments"], info["segments_asked"]
+    if mode != asked:  # said once, here: install() takes ordinary segments quietly
+        return (f"{mode}: {_SEGMENT_MODES[mode]}; expandable:{asked} needs the driver's virtual memory management, "
+                "which this device does not have")
+    return f"{mode}: {_SEGMENT_MODES[mode]}" + (" (the default)" if mode == "reclaim" else "")
+
+
+def _route_info() -> dict[str, Any]:
+    """Which route torchalloc.install() takes here, and why (builds nothing)."""
+    from .. import bridge
+
+    found = bridge.describe()
+    if found["bridge"] == "unavailable":
+        return {"route": "plain", "route_reason": found["bridge_reason"], **found}
+    return {"route": "bridge", "route_reason": f"C++ bridge {found['bridge']}", **found}
+
+
+def _print_info(info: dict[str, Any]) -> None:
+    print(f"torchalloc {info['package_version']} (stats ABI version {info['stats_abi_version']})")
+    if info["library"] is None:
+        print(f"library:     not found\n{info['library_error']}")
+        return
+    print(f"library:     {info['library']}")
+    print(f"event log:   {'yes' if info['event_log'] else 'not in this build'}")
+    print(f"config keys: {' '.join(info['config_keys'])}")
+    if info.get("config_error"):
+        print("config:      invalid (see the error below)")
+        print("devices:     unknown until the configuration is fixed")
+    elif info["devices"] is None:
+        print(f"devices:     unavailable: {info['device_error']}")
+    else:
+        print(f"policy:      {info['policy']}")
+        print(f"devices:     {info['devices']}")
+        if "segments" in info:
+            print(f"segments:    {_segments_line(info)}")
+    print(f"route:       {info['route']}: {info['route_reason']}")
+    if info.get("bridge_path"):
+        print(f"bridge:      {info['bridge_path']}")
+
+
+def main(argv: list[str]) -> int:
+    """`torchalloc info [--json]`."""
+    parser = argparse.ArgumentParser(prog="torchalloc info", description="Describe the installed torchalloc.")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    info = _collect_info()
+    info.update(_route_info())
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        _print_info(info)
+    if info.get("config_error"):  # a mistake to fix, said where errors go (a machine without a GPU is not one)
+        print(f"torchalloc info: error: {info['device_error']}", file=sys.stderr)
+    return 0 if info["library"] is not None and not info.get("config_error") else 1
+

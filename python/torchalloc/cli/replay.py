@@ -1,0 +1,125 @@
+"""`torchalloc replay [TRACE...]`: the command line of the replay (replay/)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from .. import _lib
+from .._lib import ReplayError
+from ..log.trace import TraceError, load_trace
+from ..replay.engine import (
+    DEFAULT_CAPACITY_TEXT,
+    DEFAULT_POLICIES,
+    PLOT_POINTS,
+    default_trace_path,
+    format_table,
+    plot_png,
+    report_json,
+    run,
+)
+from ..printable import printable
+from ..units import parse_bytes
+from .args import expand_logs, fail, output_problem, with_negative_values
+
+
+def check_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        fail("torchalloc replay", "--png needs matplotlib, which is not installed (pip install matplotlib); "
+             "run without --png for the table", 1)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="torchalloc replay",
+        description="Replay an allocation trace through torchalloc's policies on a simulated device (no GPU needed).",
+    )
+    ap.add_argument("trace", nargs="*", help="PyTorch memory snapshot (.pickle[.gz|.xz]) or torchalloc log; "
+                    "several (one per rank) or a quoted pattern such as 'run.*.talog' for a job's ranks side by side; "
+                    "default: the trace bundled with torchalloc")
+    ap.add_argument("--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated (default: %(default)s)")
+    ap.add_argument("--capacity", default=DEFAULT_CAPACITY_TEXT, help="simulated device size, e.g. 40GiB; 0 means "
+                    "unlimited: no policy runs out of memory, and the smallest capacity that runs the trace is still "
+                    "searched for (default: %(default)s)")
+    ap.add_argument("--json", action="store_true", help="print the report as JSON")
+    ap.add_argument("--png", metavar="FILE", help="plot reserved memory over the trace per policy (needs matplotlib)")
+    ap.add_argument("--device", type=int, help="which device's trace in a multi-GPU snapshot (default: the busiest)")
+    ap.add_argument("--no-search", action="store_true", help="skip the smallest-capacity search")
+    ap.add_argument("--no-prelude", action="store_true",
+                    help="do not reconstruct allocations made before a snapshot's history began")
+    ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                    help="progress bar (default: on a terminal for traces of 1M+ events)")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(with_negative_values(sys.argv[1:] if argv is None else argv, ["--capacity"]))
+    prog = "torchalloc replay"
+    if args.capacity.strip().startswith("-"):
+        fail(prog, f"--capacity {args.capacity}: a device size cannot be negative (0 means unlimited)")
+    try:
+        capacity = parse_bytes(args.capacity)
+    except ValueError as e:
+        fail(prog, f"--capacity: {e}; 0 means unlimited")
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    if not policies:
+        fail(prog, "--policies is empty")
+    if len(args.trace) > 1 or (args.trace and any(c in args.trace[0] for c in "*?[")):
+        paths, problem = expand_logs(args.trace)
+        if problem or (len(paths) > 1 and args.png):
+            fail(prog, problem or "--png plots one trace; give one rank's")
+        args.trace = paths
+    if args.png:
+        bad_output = output_problem(args.png)
+        if bad_output:
+            fail(prog, f"--png {bad_output}")
+        check_matplotlib()
+    if len(args.trace) > 1:
+        return _ranks_main(prog, args.trace, policies, capacity, args)
+    try:
+        path = Path(args.trace[0]) if args.trace else default_trace_path()
+        trace = load_trace(path, device=args.device, prelude=not args.no_prelude)
+        if not args.json and not trace.has_allocs():  # (--json still gives its zeros)
+            print(printable(f"{prog}: nothing to replay: {path} holds no allocation"), file=sys.stderr)
+            return 0
+        report = run(
+            trace,
+            policies,
+            capacity,
+            search=not args.no_search,
+            series_len=min(PLOT_POINTS, max(len(trace), 1)) if args.png else 0,
+            progress=args.progress,
+        )
+    except (TraceError, ReplayError, _lib.LibraryError) as e:
+        fail(prog, str(e))
+    if args.json:
+        print(json.dumps(report_json(report), indent=2))
+    else:
+        print(printable(format_table(report), newlines=True))
+    if args.png:
+        plot_png(report, args.png)
+        if not args.json:
+            print(printable(f"plot: {args.png}"))
+    return 0
+
+
+def _ranks_main(prog: str, paths: list[str], policies: list[str], capacity: int, args: argparse.Namespace) -> int:
+    """Several traces: a job's ranks (replay/ranks.py)."""
+    from ..replay.ranks import format_ranks, ranks_json, run_ranks
+
+    try:
+        ranks, notes = run_ranks(paths, policies, capacity, search=not args.no_search, device=args.device,
+                                 prelude=not args.no_prelude, progress=args.progress)
+    except (TraceError, ReplayError, _lib.LibraryError) as e:
+        fail(prog, str(e))
+    print(json.dumps(ranks_json(ranks, notes), indent=2) if args.json else printable(format_ranks(ranks, notes),
+                                                                                      newlines=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""Load an allocation trace into the event array `torchalloc replay` feeds to C.
+
+    from torchalloc.trace import load_trace
+    trace = load_trace("snapshot.pickle.xz")     # or a torchalloc log; recognised by content
+    trace.events, trace.peak_requested, trace.notes
+
+Two sources, each in its own module:
+
+- a PyTorch memory snapshot (``torch.cuda.memory._dump_snapshot``), a
+  pickle, possibly gzip/xz/bz2-compressed, read with a restricted unpickler
+  that refuses anything but builtin containers and scalars
+  (trace_snapshot.py, which also says how a history that begins mid-run is
+  completed);
+- a torchalloc event log (docs/LOG_FORMAT.md), decoded by `torchalloc.log`
+  (trace_log.py).
+
+The result is a `Trace` (trace_events.py): a numpy structured array with the
+layout of ``torchalloc_replay_event`` (include/torchalloc.h), plus what the
+trace says about itself (how PyTorch's own allocator reserved memory, for a
+snapshot; frees of addresses it never saw allocated, and so on). This module
+reads the file and picks the source; the names the package uses are
+importable from here.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .. import _records as records
+from .._compressed import decompress
+from .trace_events import (  # noqa: F401  (the trace's vocabulary, imported from here across the package)
+    ALLOC,
+    EVENT_DTYPE,
+    FREE,
+    MAX_PHASES,
+    MAX_REQUEST,
+    PHASE_BEGIN,
+    PHASE_END,
+    Trace,
+    TraceError,
+    from_arrays,
+    live_peaks,
+)
+from .trace_log import from_log, load_log  # noqa: F401
+from .trace_snapshot import from_snapshot, load_snapshot, looks_like_pickle, safe_unpickle  # noqa: F401
+
+__all__ = [
+    "ALLOC", "FREE", "PHASE_BEGIN", "PHASE_END", "EVENT_DTYPE", "MAX_PHASES", "MAX_REQUEST",
+    "Trace", "TraceError", "from_arrays", "from_log", "from_snapshot", "live_peaks", "load_trace", "read_bytes",
+    "safe_unpickle",
+]
+
+
+def load_trace(path: str | os.PathLike[str], *, device: int | None = None, prelude: bool = True) -> Trace:
+    """Load a PyTorch memory snapshot or a torchalloc log (recognised by content, not by name). A log too large
+    to hold decoded comes in pieces (trace_stream.py: `Trace.chunks`)."""
+    p = Path(path)
+    from .chunks import REPLAY_SHARE, is_large_log
+
+    if is_large_log(p, share=REPLAY_SHARE):
+        from .trace_stream import load_log_streamed
+
+        return load_log_streamed(p, device=device, prelude=prelude, what=str(p))
+    data = read_bytes(p)
+    if data.startswith(records.LOG_MAGIC):
+        return load_log(data, str(p), device=device, prelude=prelude)
+    if not looks_like_pickle(data):
+        raise TraceError(
+            f"{p}: neither a PyTorch memory snapshot (a pickle, optionally .gz/.xz) nor a torchalloc log "
+            f"(starts with {data[:8]!r})"
+        )
+    return load_snapshot(data, str(p), device=device, prelude=prelude)
+
+
+def _decompress(raw: bytes, what: str) -> bytes:
+    try:
+        return decompress(raw)
+    except ValueError as e:
+        raise TraceError(f"{what}: {e}") from None
+
+
+def read_bytes(path: str | os.PathLike[str]) -> bytes:
+    """The file's bytes, decompressed if it is gzip, xz or bz2."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise TraceError(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise TraceError(f"{p}: is a directory, not a trace") from None
+    except OSError as e:
+        raise TraceError(f"{p}: cannot read ({e.strerror or e})") from None
+    if not raw:
+        raise TraceError(f"{p}: empty file")
+    return _decompress(raw, str(p))

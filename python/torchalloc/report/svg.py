@@ -1,0 +1,171 @@
+"""The report's timeline as a static inline SVG, drawn in Python.
+
+The page shows it as it is when JavaScript is off; with JavaScript the
+page's script (page.js) redraws the same picture from the embedded
+data, zoomed and panned, with the same classes and colours. Drawn here:
+
+- one filled area per phase (`path.phase-area`, `data-phase=NAME`), stacked:
+  the allocated bytes of the blocks each phase allocated;
+- the free bytes in segments that hold live blocks (fragmentation) as a band
+  on top of allocated (`path.fragmented-area`); reserved bytes as a dashed
+  line (`path.reserved-line`), wholly free segments (cache) between them;
+- markers as labelled vertical lines (`g.marker`), OOMs as red crosses;
+- the peak of allocated as a labelled dot (`g.peak-marker`);
+- the phase occurrences as a strip under the plot.
+"""
+from __future__ import annotations
+
+import html
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..analysis import Analysis
+from ..units import byte_unit, fmt_axis_seconds, fmt_bytes, fmt_seconds, fmt_time
+
+__all__ = ["render_svg", "phase_colors", "PALETTE", "W", "H", "LEFT", "RIGHT", "TOP", "BOTTOM", "STRIP",
+           "MAX_SPANS", "MAX_MARKERS"]
+
+def _e(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+# Tableau 10: distinct, readable on white, colour-blind friendly enough.
+PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")
+
+W, H = 1100, 400
+LEFT, RIGHT, TOP, BOTTOM = 84, 24, 28, 62
+STRIP = 10  # height of the phase strip under the plot
+MAX_SPANS = 4000  # phase occurrences drawn in the strip
+MAX_MARKERS = 200  # markers drawn
+
+
+def _nice_step(span: float, ticks: int) -> float:
+    raw = span / max(ticks, 1)
+    if raw <= 0:
+        return 1.0
+    mag = 10 ** math.floor(math.log10(raw))
+    for m in (1, 2, 2.5, 5, 10):
+        if raw <= m * mag:
+            return m * mag
+    return 10 * mag
+
+
+def _byte_ticks(top: float) -> list[int]:
+    """About five round tick values in binary units up to `top`."""
+    if top <= 0:
+        return [0]
+    _, unit = byte_unit(top)
+    step = _nice_step(top / unit, 5) * unit
+    return [int(i * step) for i in range(int(top // step) + 1)]
+
+
+def phase_colors(names: Sequence[str]) -> dict[str, str]:
+    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}
+
+
+def render_svg(a: Analysis) -> str:
+    """The timeline as an SVG element."""
+    tl = a.timeline
+    plot_w, plot_h = W - LEFT - RIGHT, H - TOP - BOTTOM
+    x_max = max(tl.duration_s, float(tl.t_s[-1]) if len(tl.t_s) else 0.0) or 1.0
+    y_max = max(tl.peak_reserved, tl.peak_allocated, 1) * 1.08
+
+    def X(t: float | np.ndarray) -> Any:
+        return LEFT + np.asarray(t, dtype=np.float64) / x_max * plot_w
+
+    def Y(v: float | np.ndarray) -> Any:
+        return TOP + plot_h - np.asarray(v, dtype=np.float64) / y_max * plot_h
+
+    parts = [f'<svg id="timeline" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" height="{H}" '
+             f'role="img" aria-label="allocated and reserved bytes over time">']
+    parts.append(f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="#fbfbfd" stroke="#d0d0d8"/>')
+    # grid and axes
+    for v in _byte_ticks(y_max):
+        y = float(Y(v))
+        parts.append(f'<line class="grid" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e6e6ee"/>')
+        parts.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" class="tick">{_e(fmt_bytes(v))}</text>')
+    step = _nice_step(x_max, 8)
+    k = 0
+    while k * step <= x_max * 1.0001:
+        x = float(X(k * step))
+        parts.append(f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{TOP + plot_h}" stroke="#eeeef4"/>')
+        parts.append(f'<text x="{x:.1f}" y="{TOP + plot_h + STRIP + 18}" text-anchor="middle" class="tick">'
+                     f'{_e(fmt_axis_seconds(k * step, x_max))}</text>')
+        k += 1
+    # stacked phase areas
+    names = list(tl.by_phase)
+    colors = phase_colors(names)
+    # levels hold until the next event: draw steps (each x twice, each value from the previous x)
+    xs = np.repeat(X(tl.t_s), 2)[1:] if len(tl.t_s) else np.zeros(0)
+
+    def step(v: np.ndarray) -> np.ndarray:
+        return np.repeat(np.asarray(v, dtype=np.float64), 2)[:-1]
+
+    lower = np.zeros(len(xs), dtype=np.float64)
+    for name in names:
+        upper = lower + step(tl.by_phase[name])
+        if len(xs) and upper.max() > 0:
+            top_pts = " L".join(f"{x:.2f},{y:.2f}" for x, y in zip(xs, Y(upper)))
+            bot_pts = " L".join(f"{x:.2f},{y:.2f}" for x, y in zip(xs[::-1], Y(lower)[::-1]))
+            parts.append(f'<path class="phase-area" data-phase="{_e(name)}" fill="{colors[name]}" fill-opacity="0.82" '
+                         f'stroke="{colors[name]}" stroke-width="0.6" d="M{top_pts} L{bot_pts} Z">'
+                         f'<title>allocated by {_e(name)}</title></path>')
+        lower = upper
+    # fragmentation: free bytes in segments that hold live blocks, as a band above allocated
+    frag = np.asarray(a.fragmented_samples(), dtype=np.float64)
+    if len(xs) and frag.size == len(tl.t_s) and frag.max(initial=0) > 0:
+        top_pts = " L".join(f"{x:.2f},{y:.2f}" for x, y in zip(xs, Y(lower + step(frag))))
+        bot_pts = " L".join(f"{x:.2f},{y:.2f}" for x, y in zip(xs[::-1], Y(lower)[::-1]))
+        parts.append(f'<path class="fragmented-area" fill="#f2c14e" fill-opacity="0.55" stroke="#b07a00" '
+                     f'stroke-width="0.5" d="M{top_pts} L{bot_pts} Z"><title>free in segments that hold live blocks '
+                     f'(fragmentation); above it up to reserved: wholly free segments (cache)</title></path>')
+    # reserved
+    if len(xs):
+        pts = " L".join(f"{x:.2f},{y:.2f}" for x, y in zip(xs, Y(step(tl.reserved))))
+        parts.append(f'<path class="reserved-line" fill="none" stroke="#222" stroke-width="1.6" stroke-dasharray="6 3" '
+                     f'd="M{pts}"><title>reserved</title></path>')
+    # phase strip
+    strip_y = TOP + plot_h + 2
+    for name, t0, t1 in tl.phase_spans[:MAX_SPANS]:
+        x0, x1 = float(X(t0)), float(X(t1))
+        parts.append(f'<rect class="phase-span" data-phase="{_e(name)}" x="{x0:.2f}" y="{strip_y}" '
+                     f'width="{max(x1 - x0, 0.8):.2f}" height="{STRIP}" fill="{colors.get(name, "#999")}">'
+                     f'<title>{_e(name)}: {_e(fmt_time(t0))} to {_e(fmt_seconds(t1))}</title></rect>')
+    # markers
+    for i, (ts, label, phase) in enumerate(tl.markers[:MAX_MARKERS]):
+        x = float(X(ts))
+        ly = TOP + 12 + (i % 4) * 13
+        parts.append(f'<g class="marker" data-label="{_e(label)}"><line x1="{x:.2f}" x2="{x:.2f}" y1="{TOP}" '
+                     f'y2="{TOP + plot_h}" stroke="#6b4fa0" stroke-width="1" stroke-dasharray="2 2"/>'
+                     f'<text x="{x + 3:.2f}" y="{ly}" class="marker-label">{_e(label)}</text>'
+                     f'<title>marker {_e(label)} at {_e(fmt_time(ts))} ({_e(phase)})</title></g>')
+    # OOMs
+    for ts, size in tl.ooms:
+        x, y = float(X(ts)), float(Y(tl.peak_reserved))
+        parts.append(f'<g class="oom-marker"><path d="M{x - 6:.1f},{y - 6:.1f} L{x + 6:.1f},{y + 6:.1f} M{x - 6:.1f},'
+                     f'{y + 6:.1f} L{x + 6:.1f},{y - 6:.1f}" stroke="#d62728" stroke-width="3"/>'
+                     f'<title>out of memory: {_e(fmt_bytes(size))} asked at {_e(fmt_time(ts))}</title></g>')
+    # peak
+    if tl.peak_allocated:
+        px, py = float(X(tl.peak_t)), float(Y(tl.peak_allocated))
+        anchor = "end" if px > LEFT + plot_w * 0.75 else "start"
+        dx = -9 if anchor == "end" else 9
+        parts.append(f'<g class="peak-marker"><circle cx="{px:.2f}" cy="{py:.2f}" r="5.5" fill="#d62728" stroke="#fff" '
+                     f'stroke-width="1.5"/><text x="{px + dx:.2f}" y="{max(py - 8, TOP + 12):.2f}" text-anchor="{anchor}" '
+                     f'class="peak-label">peak {_e(fmt_bytes(tl.peak_allocated))} at {fmt_time(tl.peak_t)}</text></g>')
+    # legend
+    lx, ly = LEFT, H - 14
+    for name in names:
+        parts.append(f'<rect x="{lx}" y="{ly - 9}" width="12" height="10" fill="{colors[name]}"/>'
+                     f'<text x="{lx + 16}" y="{ly}" class="legend">{_e(name)}</text>')
+        lx += 28 + 7 * len(name)
+    parts.append(f'<rect x="{lx}" y="{ly - 9}" width="12" height="10" fill="#f2c14e" fill-opacity="0.55" stroke="#b07a00"/>'
+                 f'<text x="{lx + 16}" y="{ly}" class="legend">fragmentation</text>')
+    lx += 28 + 7 * len("fragmentation")
+    parts.append(f'<line x1="{lx}" x2="{lx + 22}" y1="{ly - 4}" y2="{ly - 4}" stroke="#222" stroke-width="1.6" '
+                 f'stroke-dasharray="6 3"/><text x="{lx + 26}" y="{ly}" class="legend">reserved</text>')
+    parts.append(f'<line id="cursor" x1="0" x2="0" y1="{TOP}" y2="{TOP + plot_h}" stroke="#888" visibility="hidden"/>')
+    parts.append("</svg>")
+    return "\n".join(parts)

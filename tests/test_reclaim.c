@@ -1,0 +1,442 @@
+/* The reclaim mode (expandable:reclaim, the default) on the simulated device
+ * with its lag model (sim_lag:N): the device runs N ticks behind the host,
+ * the test says what its kernels touch (torchalloc_sim_use, one tick each),
+ * and the sim counts a violation for memory unmapped while a queued kernel
+ * may use it, a kernel touching unmapped memory, or a kernel touching
+ * physical memory that a queued kernel of another stream may still use. */
+#include "sim.h"
+
+#define GRANULE (2 * MiB)
+
+static int64_t reserved(void) { return stats0().reserved_bytes[ALL].current; }
+static int64_t syncs(void) { return stats0().num_synchronizes; }
+static int64_t violations(void) {
+  char why[160] = "";
+  int64_t v = torchalloc_sim_capture_violations(0, why, sizeof why);
+  if (v) fprintf(stderr, "  sim violation: %s\n", why);
+  return v;
+}
+
+/* A program's malloc and free: its kernels touch the block on its stream. */
+static void *use_malloc(size_t size, cudaStream_t stream) {
+  void *p = torchalloc_malloc(size, 0, stream);
+  if (p) torchalloc_sim_use(0, stream, p, size);
+  return p;
+}
+static void use_free(void *p, size_t size, cudaStream_t stream) {
+  torchalloc_sim_use(0, stream, p, size); /* its last kernel, queued before the free */
+  torchalloc_free(p, size, 0, stream);
+}
+static uint64_t phys(const void *p) {
+  uint64_t x = 0;
+  return torchalloc_sim_physical(0, p, &x) == 0 ? x : 0;
+}
+static int overlaps(const void *a, size_t an, const void *b, size_t bn) {
+  return (const char *)a < (const char *)b + bn && (const char *)b < (const char *)a + an;
+}
+
+TEST(the_default_is_reclaim_where_the_device_has_virtual_memory) {
+  torchalloc_teardown();
+  REQUIRE(torchalloc_init("backend:sim,warn:0,oom_report:off") == 0); /* no `expandable`: the default */
+  CHECK_EQ(torchalloc_segment_mode(0, NULL), 3);
+  void *a = torchalloc_malloc(3 * MiB, 0, S0);
+  REQUIRE(a);
+  CHECK_EQ(reserved(), 4 * MiB); /* granules, not caching's 20 MiB segment */
+  torchalloc_free(a, 3 * MiB, 0, S0);
+  torchalloc_teardown();
+  REQUIRE(torchalloc_init("backend:sim,warn:0,oom_report:off,sim_vmm:0") == 0); /* a driver without VMM */
+  int asked = -1;
+  CHECK_EQ(torchalloc_segment_mode(0, &asked), 0);
+  CHECK_EQ(asked, 3);
+  a = torchalloc_malloc(3 * MiB, 0, S0);
+  REQUIRE(a);
+  CHECK_EQ(reserved(), 20 * MiB); /* ordinary segments */
+  torchalloc_free(a, 3 * MiB, 0, S0);
+  static const char *const spellings[][2] = {{"off", "0"}, {"on", "1"}, {"compact", "2"}, {"reclaim", "3"}};
+  for (int i = 0; i < 4; i++) {
+    for (int k = 0; k < 2; k++) {
+      char conf[80];
+      snprintf(conf, sizeof conf, "expandable:%s", spellings[i][k]);
+      REQUIRE(sim_reset(conf) == 0);
+      CHECK_EQ(torchalloc_segment_mode(0, NULL), i);
+    }
+  }
+  torchalloc_teardown();
+  CHECK_EQ(torchalloc_init("backend:sim,expandable:4"), -1);
+  CHECK(strstr(torchalloc_last_error(), "expected off, on, compact or reclaim") != NULL);
+  CHECK_EQ(torchalloc_init("backend:sim,expandable:sometimes"), -1);
+  CHECK_EQ(torchalloc_init("backend:sim,sim_lag:-1"), -1);
+}
+
+/* Compact's case (test_expandable.c), with no synchronize: a's hole goes to
+ * c at once, lent on its own stream while the device may still use it. */
+TEST(growing_past_the_peak_moves_free_granules_without_synchronizing) {
+  REQUIRE(sim_reset("expandable:reclaim,sim_lag:1000") == 0);
+  void *a = use_malloc(30 * MiB, S0);
+  void *b = use_malloc(30 * MiB, S0);
+  REQUIRE(a && b);
+  uint64_t a_memory = phys(a);
+  use_free(a, 30 * MiB, S0); /* queued work may still use a for 1000 ticks */
+  void *c = use_malloc(40 * MiB, S0);
+  REQUIRE(c);
+  CHECK_EQ((char *)c - (char *)b, 30 * MiB); /* past b: the range grew */
+  CHECK_EQ(reserved(), 70 * MiB);            /* a's 30 MiB serve c: 30 (b) + 40 (c) */
+  CHECK_EQ(stats0().reserved_bytes[ALL].peak, 70 * MiB);
+  CHECK(a_memory != 0 && phys(c) == a_memory); /* the same memory, at a new address */
+  CHECK_EQ(syncs(), 0);
+  CHECK_EQ(violations(), 0);
+  CHECK_INVARIANTS();
+  /* a's addresses still map that memory: they are not handed out again */
+  void *d = use_malloc(20 * MiB, S0);
+  REQUIRE(d);
+  CHECK(!overlaps(d, 20 * MiB, a, 30 * MiB));
+  CHECK_EQ(violations(), 0);
+  CHECK_INVARIANTS();
+  use_free(b, 30 * MiB, S0);
+  use_free(c, 40 * MiB, S0);
+  use_free(d, 20 * MiB, S0);
+  CHECK(torchalloc_empty_cache(0) > 0); /* releasing the cache may synchronize: no request waits on it */
+  CHECK_EQ(reserved(), 0);
+  CHECK_EQ(violations(), 0);
+  CHECK_INVARIANTS();
+}
+
+/* Another stream cannot use memory the device may still be using on the
+ * first: it gets new memory meanwhile, and the first stream's once its
+ * marker completes. */
+TEST(another_stream_waits_for_the_marker_and_never_the_host) {
+  REQUIRE(sim_reset("expandable:reclaim,sim_lag:100") == 0);
+  void *a = use_malloc(30 * MiB, S0);
+  void *b = use_malloc(30 * MiB, S0);
+  REQUIRE(a && b);
+  use_free(a, 30 * MiB, S0);
+  void *c = use_malloc(40 * MiB, S1); /* a's memory may still be in use on S0 */
+  REQUIRE(c);
+  CHECK_EQ(reserved(), 100 * MiB);
+  CHECK(phys(c) != phys(a) || phys(a) == 0);
+  CHECK_EQ(violations(), 0);
+  torchalloc_sim_advance(0, 100); /* the device catches up */
+  void *d = use_malloc(20 * MiB, S1); /* past the peak again: a's granules move to S1 */
+  REQUIRE(d);
+  CHECK_EQ(reserved(), 90 * MiB); /* all of a's 30 MiB were taken: the 10 not mapped went back */
+  CHECK_EQ(syncs(), 0);
+  CHECK_EQ(violations(), 0);
+  CHECK_INVARIANTS();
+  use_free(b, 30 * MiB, S0);
+  use_free(c, 40 * MiB, S1);
+  use_free(d, 20 * MiB, S1);
+  torchalloc_empty_cache(0);
+  CHECK_EQ(reserved(), 0);
+  CHECK_EQ(violations(), 0);
+}
+
+/* Without any request passing the peak, markers are recorded every
+ * TA_MARK_EVERY (256) frees of a stream: another stream finds its memory
+ * past when the device got there. */
+TEST(markers_recorded_along_the_way_let_other_streams_take_memory) {
+  REQUIRE(sim_reset("expandable:reclaim,sim_lag:50") == 0);
+  void *keep = use_malloc(64 * MiB, S0);
+  REQUIRE(keep);
+  use_free(keep, 64 * MiB, S0);
+  for (int i = 0; i < 300; i++) { /* 300 frees: one marker on S0 */
+    void *p = use_malloc(1 * MiB, S0);
+    REQUIRE(p);
+    use_free(p, 1 * MiB, S0);
+  }
+  torchalloc_sim_advance(0, 50);
+  int64_t before = reserved();
+  void *c = use_malloc(64 * MiB, S1); /* S0's free memory the device is past moves to S1 */
+  REQUIRE(c);
+  /* 62 MiB moved: the large range's granules but its first, lent to the
+   * small pool at its first request; the small pool's granule was freed
+   * after S0's last marker, so it may still be in use: 2 MiB are new. */
+  CHECK_EQ(reserved(), before + 2 * (int64_t)MiB);
+  CHECK_EQ(syncs(), 0);
+  CHECK_EQ(violations(), 0);
+  CHECK_INVARIANTS();
+  use_free(c, 64 * MiB, S1);
+}
+
+TEST(old_addresses_retire_when_their_marker_completes) {
+  REQUIRE(sim_reset("expandable:reclaim,sim_lag:200") == 0);
+  void *a = use_malloc(30 * MiB, S0);
+  void *b = use_malloc(30 * MiB, S0);
+  REQUIRE(a && b);
+  use_free(a, 30 * MiB, S0);
+  void *c = use_malloc(40 * MiB, S0); /* a's memory lent to c */
+  REQUIRE(c);
+  int64_t unmaps = stats0().num_device_free;
+  torchalloc_sim_advance(0, 200);
+  /* The next request past the peak polls the markers: a's addresses are
+   * unmapped (the device is past them) and become a free hole again. */
+  void *d = use_malloc(40 * MiB, S0);
+  REQUIRE(d);
+  CHECK(stats0().num_device_free > unmaps);
+  CHECK_EQ(violations(), 0);
+  CHECK_INVARIANTS();
+  void *e = use_malloc(24 * MiB, S0); /* fits a's old addresses, mapped again */
+  REQUIRE(e);
+  CHECK(e == a);
+  CHECK_EQ(violations(), 0);
+  CHECK_EQ(syncs(), 0);
+  CHECK_INVARIANTS();
+}
+
+TEST(free_granules_serve_another_block_size) {
+  REQUIRE(sim_reset("expandable:reclaim,sim_lag:1000") == 0);
+  void *small[8];
+  for (int i = 0; i < 8; i++) REQUIRE((small[i] = use_malloc(1 * MiB, S0)) != NULL); /* 4 granules, small pool */
+  void *big = use_malloc(20 * MiB, S0);
+  REQUIRE(big);
+  int64_t peak = reserved();
+  for (int i = 0; i < 8; i++) use_free(small[i], 1 * MiB, S0);
+  void *big2 = use_malloc(6 * MiB, S0); /* large pool: grows by 6 MiB, the small pool's granules lent to it */
+  REQUIRE(big2);
+  CHECK(reserved() <= peak + 2 * (int64_t)MiB); /* at most the granule the small pool keeps mapped at its start */
+  CHECK_EQ(syncs(), 0);
+  CHECK_EQ(violations(), 0);
+  CHECK_INVARIANTS();
+}
+
+TEST(capture_never_remaps_nor_queries) {
+  REQUIRE(sim_reset("expandable:reclaim,sim_lag:10") == 0);
+  void *a = use_malloc(30 * MiB, S0);
+  void *b = use_malloc(30 * MiB, S0);
+  REQUIRE(a && b);
+  use_free(a, 30 * MiB, S0);
+  REQUIRE(torchalloc_routing_begin(0) == 0);
+  REQUIRE(torchalloc_sim_capture(0, S1, 1) == 0);
+  void *c = torchalloc_malloc(40 * MiB, 0, S0); /* past the peak, but nothing may move: it grows */
+  REQUIRE(c);
+  CHECK_EQ(reserved(), 100 * MiB);
+  for (int i = 0; i < 600; i++) { /* frees that would record markers, were no capture underway */
+    void *p = torchalloc_malloc(1 * MiB, 0, S0);
+    REQUIRE(p);
+    torchalloc_free(p, 1 * MiB, 0, S0);
+  }
+  CHECK_EQ(violations(), 0); /* no event recorded or queried, nothing unmapped or remapped, no synchronize */
+  REQUIRE(torchalloc_sim_capture(0, S1, 0) == 0);
+  REQUIRE(torchalloc_routing_end(0) == 0);
+  torchalloc_sim_advance(0, 10);
+  void *d = use_malloc(60 * MiB, S0);
+  REQUIRE(d);
+  CHECK_EQ(syncs(), 0);
+  CHECK_EQ(violations(), 0);
+  CHECK_INVARIANTS();
+}
+
+/* record_stream: the block waits for its other streams' events; once back
+ * in the cache it is stamped anew, and another stream may take it only
+ * after that marker too. */
+TEST(record_stream_blocks_keep_their_events) {
+  REQUIRE(sim_reset("expandable:reclaim,sim_lag:40") == 0);
+  void *a = use_malloc(30 * MiB, S0);
+  void *b = use_malloc(30 * MiB, S0);
+  REQUIRE(a && b);
+  torchalloc_record_stream(a, S1);
+  torchalloc_sim_advance(0, 40);          /* S1 waits for S0's kernel that wrote a, */
+  torchalloc_sim_use(0, S1, a, 30 * MiB); /* then reads a */
+  torchalloc_free(a, 30 * MiB, 0, S0);    /* pending: S1's event */
+  void *c = use_malloc(40 * MiB, S2);     /* a is neither cached nor past: new memory */
+  REQUIRE(c);
+  CHECK_EQ(reserved(), 100 * MiB);
+  CHECK_EQ(violations(), 0);
+  for (int round = 0; round < 3; round++) { /* the device catches up; requests past the peak take a then */
+    torchalloc_sim_advance(0, 40);
+    void *d = use_malloc(8 * MiB, S2);
+    REQUIRE(d);
+    CHECK_EQ(violations(), 0);
+  }
+  CHECK_EQ(syncs(), 0);
+  CHECK_INVARIANTS();
+}
+
+/* A long mixed run on three streams: reclaim never synchronizes, never
+ * trips the sim, and reserves no more than compact (which synchronizes). */
+static void mixed_run(const char *conf, int64_t *peak_reserved, int64_t *peak_allocated, int64_t *nsyncs) {
+  REQUIRE(sim_reset(conf) == 0);
+  enum { N = 48 };
+  void *p[N] = {0};
+  size_t len[N] = {0};
+  cudaStream_t st[N];
+  uint64_t r = 7;
+  for (int op = 0; op < 6000; op++) {
+    r = r * 6364136223846793005ull + 1442695040888963407ull;
+    int k = (int)((r >> 33) % N);
+    if (p[k]) {
+      use_free(p[k], len[k], st[k]);
+      p[k] = NULL;
+      continue;
+    }
+    size_t sizes[] = {300 * KiB, 3 * MiB, 11 * MiB, 37 * MiB};
+    len[k] = sizes[(r >> 20) % 4] + (size_t)((r >> 40) % 64) * KiB;
+    st[k] = (r >> 50) % 3 == 0 ? S1 : (r >> 50) % 3 == 1 ? S2 : S0;
+    p[k] = use_malloc(len[k], st[k]);
+    REQUIRE(p[k]);
+    CHECK_INVARIANTS();
+  }
+  torchalloc_stats s = stats0();
+  *peak_reserved = s.reserved_bytes[ALL].peak;
+  *peak_allocated = s.allocated_bytes[ALL].peak;
+  *nsyncs = s.num_synchronizes;
+  CHECK_EQ(violations(), 0);
+  CHECK_INVARIANTS();
+  for (int k = 0; k < N; k++)
+    if (p[k]) use_free(p[k], len[k], st[k]);
+}
+
+/* Three streams: memory freed on one may move to another only once the
+ * device is past it, so the further the device trails, the more reclaim
+ * reserves; with a device that keeps up it reserves what compact does. */
+TEST(a_mixed_run_never_synchronizes_and_reserves_as_little_as_compact) {
+  int64_t res, alloc, nsyncs, compact_res, compact_alloc, compact_syncs, caching_res, caching_alloc, caching_syncs;
+  mixed_run("expandable:compact,sim_lag:64", &compact_res, &compact_alloc, &compact_syncs);
+  mixed_run("expandable:off,sim_lag:64", &caching_res, &caching_alloc, &caching_syncs);
+  CHECK(compact_syncs > 0);
+  mixed_run("expandable:reclaim,sim_lag:0", &res, &alloc, &nsyncs);
+  CHECK_EQ(nsyncs, 0);
+  CHECK_EQ(res, compact_res);
+  CHECK_EQ(alloc, compact_alloc);
+  int64_t previous = res;
+  static const char *const lags[] = {"sim_lag:8", "sim_lag:64", "sim_lag:512"};
+  for (int i = 0; i < 3; i++) {
+    char conf[64];
+    snprintf(conf, sizeof conf, "expandable:reclaim,%s", lags[i]);
+    mixed_run(conf, &res, &alloc, &nsyncs);
+    fprintf(stderr, "  %s: peak reserved / allocated: reclaim %.3f, compact %.3f (%lld synchronizes), caching %.3f\n",
+            lags[i], (double)res / (double)alloc, (double)compact_res / (double)compact_alloc,
+            (long long)compact_syncs, (double)caching_res / (double)caching_alloc);
+    CHECK_EQ(nsyncs, 0);
+    CHECK(res >= previous);
+    CHECK(res < caching_res);
+    previous = res;
+  }
+}
+
+/* phase_arena's arenas, one per phase, lend to each other on one stream
+ * (the device never catches up here), and take what it is past, on any. */
+TEST(phase_arena_arenas_share_memory_without_synchronizing) {
+  REQUIRE(sim_reset("expandable:reclaim,policy:phase_arena,sim_lag:100000") == 0);
+  REQUIRE(torchalloc_phase_begin("forward") >= 0);
+  void *act = use_malloc(40 * MiB, S0);
+  REQUIRE(act);
+  REQUIRE(torchalloc_phase_end("forward") == 0);
+  use_free(act, 40 * MiB, S0);
+  REQUIRE(torchalloc_phase_begin("optimizer") >= 0);
+  void *state = use_malloc(30 * MiB, S0); /* its own arena: forward's memory is lent to it */
+  REQUIRE(state);
+  REQUIRE(torchalloc_phase_end("optimizer") == 0);
+  CHECK_EQ(stats0().reserved_bytes[ALL].peak, 40 * MiB);
+  CHECK_EQ(reserved(), 40 * MiB);
+  torchalloc_sim_advance(0, 100000);
+  REQUIRE(torchalloc_phase_begin("backward") >= 0);
+  void *grad = use_malloc(10 * MiB, S1); /* another stream: forward's remaining 10 MiB, past now */
+  REQUIRE(grad);
+  REQUIRE(torchalloc_phase_end("backward") == 0);
+  CHECK_EQ(stats0().reserved_bytes[ALL].peak, 40 * MiB);
+  CHECK_EQ(syncs(), 0);
+  CHECK_EQ(violations(), 0);
+  CHECK_INVARIANTS();
+}
+
+/* The model itself: a kernel racing another stream's queued kernel on the
+ * same memory is caught, and is not once the device is past it. */
+TEST(the_sim_catches_memory_used_by_two_streams_at_once) {
+  REQUIRE(sim_reset("expandable:reclaim,sim_lag:5") == 0);
+  void *a = torchalloc_malloc(4 * MiB, 0, S0);
+  REQUIRE(a);
+  torchalloc_sim_use(0, S0, a, 4 * MiB);
+  CHECK_EQ(torchalloc_sim_capture_violations(0, NULL, 0), 0);
+  torchalloc_sim_use(0, S1, (char *)a + 2 * MiB, 512); /* S0's kernel may still run */
+  CHECK_EQ(torchalloc_sim_capture_violations(0, NULL, 0), 1);
+  torchalloc_sim_advance(0, 5);
+  torchalloc_sim_use(0, S1, a, 4 * MiB);
+  CHECK_EQ(torchalloc_sim_capture_violations(0, NULL, 0), 1);
+  torchalloc_sim_use(0, S0, (char *)a + 8 * MiB, 512); /* past a's 4 MiB: not mapped */
+  CHECK_EQ(torchalloc_sim_capture_violations(0, NULL, 0), 2);
+  torchalloc_free(a, 4 * MiB, 0, S0);
+}
+
+/* Found by a mutation run: a retiring block right before the free end of
+ * its range, when that range grows, must not merge the free end away under
+ * the growth (the merged-away descriptor was still being extended). */
+TEST(a_retiring_block_before_the_growing_end_waits_for_the_growth) {
+  REQUIRE(sim_reset("expandable:reclaim,sim_lag:1000") == 0);
+  void *a = use_malloc(10 * MiB, S0);
+  void *f = use_malloc(30 * MiB, S0);
+  REQUIRE(a && f);
+  use_free(f, 30 * MiB, S0);           /* the range: [a][30 MiB free, its end] */
+  void *s = use_malloc(1 * MiB, S0);   /* the small pool's first granule: lent from the free end's start */
+  REQUIRE(s);
+  CHECK_EQ(reserved(), 40 * MiB);
+  torchalloc_sim_advance(0, 1000);     /* the lent granule's old address may retire now */
+  void *g = use_malloc(40 * MiB, S0);  /* the free end (28 MiB) grows by 12: a retire would merge it away */
+  REQUIRE(g);
+  CHECK_EQ(violations(), 0);
+  CHECK_INVARIANTS();
+  void *h = use_malloc(64 * MiB, S0);  /* the next request past the peak retires it */
+  REQUIRE(h);
+  CHECK_EQ(violations(), 0);
+  CHECK_EQ(syncs(), 0);
+  CHECK_INVARIANTS();
+}
+
+/* Found by the mixed run: a range whose last block is retiring grows (a new
+ * block after it); retiring that block then would leave it free and indexed
+ * as unsplit while the new block makes it split (inactive_split off by one). */
+TEST(a_range_ending_in_a_retiring_block_grows_after_it) {
+  REQUIRE(sim_reset("expandable:reclaim,sim_lag:1000") == 0);
+  void *s = use_malloc(1 * MiB, S0);     /* the small pool: one granule */
+  void *big = use_malloc(30 * MiB, S0);
+  REQUIRE(s && big);
+  use_free(s, 1 * MiB, S0);              /* the small range: one free granule, its only block */
+  void *more = use_malloc(32 * MiB, S0); /* past the peak: the small granule is lent to the large range */
+  REQUIRE(more);
+  CHECK_EQ(reserved(), 62 * MiB);
+  torchalloc_sim_advance(0, 1000);
+  void *t = use_malloc(300 * KiB, S0);   /* the small range grows after its retiring block */
+  REQUIRE(t);
+  CHECK_EQ(violations(), 0);
+  CHECK_INVARIANTS();
+  use_free(t, 300 * KiB, S0);
+  use_free(big, 30 * MiB, S0);
+  use_free(more, 32 * MiB, S0);
+  torchalloc_empty_cache(0);
+  CHECK_EQ(reserved(), 0);
+  CHECK_INVARIANTS();
+}
+
+/* torchalloc_snapshot (and so torch.cuda.memory._snapshot() on the bridge):
+ * an expandable segment shows as its mapped stretches, as PyTorch shows its
+ * own, so the segments add up to the reserved bytes; memory lent away is in
+ * none of them. */
+TEST(the_snapshot_shows_mapped_stretches_that_add_up_to_reserved) {
+  REQUIRE(sim_reset("expandable:reclaim,sim_lag:1000") == 0);
+  void *a = use_malloc(30 * MiB, S0);
+  void *b = use_malloc(30 * MiB, S0);
+  REQUIRE(a && b);
+  use_free(a, 30 * MiB, S0);
+  void *c = use_malloc(40 * MiB, S0); /* a's memory lent to c: a's addresses retire later */
+  REQUIRE(c);
+  torchalloc_segment_info segs[16];
+  torchalloc_block_info blocks[64];
+  size_t ns = 0, nb = 0;
+  REQUIRE(torchalloc_snapshot(0, segs, 16, blocks, 64, &ns, &nb) == 0);
+  int64_t total = 0;
+  int live = 0;
+  for (size_t i = 0; i < ns; i++) {
+    total += (int64_t)segs[i].size;
+    CHECK_EQ(segs[i].expandable, 1);
+    CHECK(!overlaps((void *)(uintptr_t)segs[i].addr, segs[i].size, a, 30 * MiB));
+    for (uint32_t k = 0; k < segs[i].nblocks; k++) live += blocks[segs[i].first_block + k].state == TORCHALLOC_BLOCK_LIVE;
+  }
+  CHECK_EQ(total, reserved());
+  CHECK_EQ(live, 2);
+  REQUIRE(sim_reset("expandable:off") == 0); /* ordinary segments: one each, whole */
+  a = torchalloc_malloc(3 * MiB, 0, S0);
+  REQUIRE(a);
+  REQUIRE(torchalloc_snapshot(0, segs, 16, blocks, 64, &ns, &nb) == 0);
+  CHECK_EQ(ns, 1);
+  CHECK_EQ(segs[0].size, 20 * MiB);
+  CHECK_EQ(segs[0].expandable, 0);
+}
