@@ -53,6 +53,26 @@ def named(records: list[int]) -> str:
     return ", ".join(f"record {s} (byte offset {128 + 64 * s})" for s in records)
 
 
+@pytest.fixture(params=["whole", "in pieces"])
+def pieces(request, monkeypatch) -> bool:
+    """Each tool on the log decoded whole, and read in pieces as a log past STREAM_FROM_BYTES is (log/chunks.py):
+    the same records dropped, the same notes, the same refusal."""
+    if request.param == "in pieces":
+        from torchalloc.log import chunks
+
+        monkeypatch.setattr(chunks, "STREAM_FROM_BYTES", 64)  # every log here is larger: all read in pieces
+        from torchalloc.analysis import result
+        from torchalloc.log import trace_stream
+        from torchalloc.report import export_stream
+
+        # pieces of 3 records, so that a phase occurrence begins in one and ends in another
+        monkeypatch.setattr(result, "DEFAULT_CHUNK_RECORDS", 3)
+        monkeypatch.setitem(trace_stream.load_log_streamed.__kwdefaults__, "chunk_records", 3)
+        fn = export_stream.to_snapshot_streamed
+        monkeypatch.setattr(fn, "__defaults__", fn.__defaults__[:-1] + (3,))
+    return request.param == "in pieces"
+
+
 @pytest.fixture
 def write(tmp_path: Path):
     def _write(shape: str) -> Path:
@@ -71,7 +91,7 @@ def test_the_shapes_decode_with_valid_checksums() -> None:
 
 
 @pytest.mark.parametrize("shape", sorted(EXPECTED))
-def test_report_drops_the_record_and_names_it(shape: str, write) -> None:
+def test_report_drops_the_record_and_names_it(shape: str, write, pieces: bool) -> None:
     peak, why, records = EXPECTED[shape]
     path = write(shape)
     status, out, err = cli("report", str(path))
@@ -89,7 +109,7 @@ def test_report_drops_the_record_and_names_it(shape: str, write) -> None:
 
 
 @pytest.mark.parametrize("shape", sorted(EXPECTED))
-def test_export_drops_the_record_and_names_it(shape: str, write, tmp_path: Path) -> None:
+def test_export_drops_the_record_and_names_it(shape: str, write, tmp_path: Path, pieces: bool) -> None:
     _, why, _ = EXPECTED[shape]
     snap = tmp_path / "snap.pickle"
     status, out, err = cli("export", str(write(shape)), "-o", str(snap))
@@ -101,7 +121,7 @@ def test_export_drops_the_record_and_names_it(shape: str, write, tmp_path: Path)
 
 
 @pytest.mark.parametrize("shape", sorted(EXPECTED))
-def test_replay_refuses_naming_the_record(shape: str, write, library_path: Path) -> None:
+def test_replay_refuses_naming_the_record(shape: str, write, library_path: Path, pieces: bool) -> None:
     _, why, records = EXPECTED[shape]
     status, out, err = cli("replay", str(write(shape)), "--no-search")
     assert status != 0 and out == ""
@@ -155,7 +175,8 @@ def test_sane_logs_lose_nothing() -> None:
     assert impossible(np.zeros(0, dtype=read_log(b.to_bytes()).records.dtype))[1] == []
 
 
-def test_blocks_adding_up_past_64_bit_sums_are_refused_clearly(write, tmp_path: Path, monkeypatch) -> None:
+def test_blocks_adding_up_past_64_bit_sums_are_refused_clearly(write, tmp_path: Path, monkeypatch, pieces: bool
+                                                                ) -> None:
     """No single record is to blame when millions of 1 TiB blocks add up past 2^62: the log is refused.
     (Shown with the bound lowered: the real one needs a 256 MB log.)"""
     from torchalloc.log import checks as log_checks
@@ -172,7 +193,7 @@ def test_export_of_one_log_without_rank_says_nothing_about_ranks(write, tmp_path
     assert status == 0 and "$RANK" not in err and "numbered" not in err, err
 
 
-def test_an_oom_after_a_block_at_the_top_of_the_address_space(write, library_path: Path) -> None:
+def test_an_oom_after_a_block_at_the_top_of_the_address_space(write, library_path: Path, pieces: bool) -> None:
     """Addresses are whatever the device gave: any 64-bit value is possible, so nothing is dropped, and the
     OOM's replay picks an address for the failed request that no block uses."""
     from torchalloc.replay.oom_alternatives import _unused_address

@@ -453,23 +453,30 @@ class StreamedAnalysis:
         from ..log.trace_events import ALLOC as EV_ALLOC
         from ..log.trace_events import EVENT_DTYPE, Trace
         from ..log.trace_stream import SpilledEvents, _Live, log_events
+        from ..replay.oom_alternatives import _unused_address
 
         o = self.scan.orphans
         pre = np.flatnonzero(o["size"] > 0)
         head = np.zeros(pre.size, dtype=EVENT_DTYPE)
         head["kind"] = EV_ALLOC
         head["addr"], head["size"], head["stream"] = o["addr"][pre], o["size"][pre], o["stream"][pre]
-        top = [int(head["addr"].max(initial=0))]
+        ends = [int(head["addr"].min()), int(head["addr"].max())] if head.size else []
 
         def pieces() -> Any:
             for events in log_events(self.log, self.scan.device, upto=index + 1, what=self.table.path):
-                top.append(int(events["addr"].max(initial=0)))
+                if len(events):
+                    ends.extend((int(events["addr"].min()), int(events["addr"].max())))
                 yield events
 
         spilled = SpilledEvents(pieces(), head=head)
         oom = next(r for r in self.scan.ooms if int(r["index"]) == index)
         tail = np.zeros(1, dtype=EVENT_DTYPE)
-        tail["kind"], tail["addr"], tail["size"] = EV_ALLOC, max(top) + (1 << 20), oom["size"]
+        # oom_alternatives._unused_address: past the highest address or below the lowest needs only those two;
+        # a log using both ends of the 64-bit space has its addresses gathered to find a gap
+        used = np.array([min(ends, default=0), max(ends, default=0)], dtype=np.uint64)
+        if not (int(used[1]) < (1 << 64) - (2 << 20) or int(used[0]) >= 2 << 20):
+            used = np.concatenate([head["addr"]] + [p["addr"] for p in spilled.pieces()])
+        tail["kind"], tail["addr"], tail["size"] = EV_ALLOC, _unused_address(used), oom["size"]
         tail["stream"], tail["phase"] = oom["stream"], oom["phase"]
         spilled.tail = tail
         spilled.allocs += 1
