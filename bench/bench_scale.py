@@ -78,6 +78,7 @@ def main() -> int:
     if unknown:
         sys.exit(f"bench_scale: unknown tools {unknown}; known: {', '.join(TOOLS)}")
     out_dir = Path(args.dir)
+    out_dir.mkdir(parents=True, exist_ok=True)  # a --dir that does not exist yet
     env = dict(os.environ, PYTHONPATH=str(REPO / "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     logs: list[tuple[Path, bool]] = [(Path(p), False) for p in args.log]
     if not logs:
