@@ -88,7 +88,7 @@ void op_malloc(const uint8_t *b, int from_pool) {
   cudaStream_t stream = drv_streams[b[2] % NSTREAMS];
   size_t size = draw_size(b);
   int pool = from_pool ? (b[3] >> 4) % NPOOLS : NO_POOL;
-  torchalloc_stats before;
+  torchalloc_stats before = {0}; /* read only where it was filled; zeroed for the compiler's flow analysis */
   if (D.expandable == 3 && device_ok(device)) before = drv_stats_of(device);
   void *p = pool == NO_POOL ? torchalloc_malloc(size, device, stream)
                             : torchalloc_pool_malloc(size, device, stream, drv_pool_ids[pool][0], drv_pool_ids[pool][1]);
