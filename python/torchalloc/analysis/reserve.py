@@ -260,6 +260,11 @@ def levels(d: Derived, segs: Segments, owner: np.ndarray) -> Levels:
     fragmented = occupied - np.cumsum(in_plain)
     mapped_free = mapped - np.cumsum(in_exp)
     before_log = d.reserved - d.allocated - fragmented - cached - mapped_free
+    # With expandable:reclaim a granule the device may still be using is mapped at its new address before its
+    # old one is unmapped: for a while the log's mapped runs hold more than the device memory reserved. Count
+    # such granules once (out of mapped_free), so no term goes below zero.
+    aliased = np.minimum(np.maximum(-before_log, 0), np.maximum(mapped_free, 0))
+    mapped_free, before_log = mapped_free - aliased, before_log + aliased
     return Levels(fragmented, cached, mapped_free, before_log)
 
 
