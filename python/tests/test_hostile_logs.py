@@ -205,3 +205,12 @@ def test_an_oom_after_a_block_at_the_top_of_the_address_space(write, library_pat
     top = (1 << 64) - 4096
     assert _unused_address(np.array([1 << 30, top], dtype=np.uint64)) == (1 << 30) - (1 << 20)
     assert _unused_address(np.array([0, 1 << 30, top], dtype=np.uint64)) == 1 << 20
+
+
+def test_oom_detail_takes_segments_in_the_top_half_of_the_address_space() -> None:
+    """Found by fuzz_log_decode: a damaged log's segment at 2^63 or above overflowed int64 in the advice's figures."""
+    from torchalloc.analysis.ooms import oom_detail
+
+    top = (1 << 63) + (1 << 21)
+    detail = oom_detail({top: 4 << 20}, [top + 4096], [1 << 20], [0], 0, "caching", 0)
+    assert detail["pinned_segments"] == 1 and detail["pinning"] == 1 << 20

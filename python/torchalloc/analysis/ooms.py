@@ -220,10 +220,12 @@ def oom_detail(segs: dict[int, int], addr: Any, size: Any, phase: Any, request_p
                               "flags": (_lib.OOM_PHASE_ARENAS if policy == "phase_arena" else 0)
                               | (_lib.OOM_FREES_TO_DEVICE if policy == "exact" else 0)}
     by_addr = np.argsort(addr, kind="stable")
-    addr, size = np.asarray(addr)[by_addr].astype(np.int64), np.asarray(size)[by_addr].astype(np.int64)
+    # addresses as uint64: a (hand-made or damaged) log may hold segments in the top half of the address space
+    addr, size = np.asarray(addr)[by_addr].astype(np.uint64), np.asarray(size)[by_addr].astype(np.int64)
     phase = np.asarray(phase)[by_addr]
-    seg_addr = np.array(sorted(segs), dtype=np.int64)
-    owner = np.searchsorted(seg_addr, addr, side="right") - 1 if seg_addr.size else np.zeros(0, dtype=np.int64)
+    seg_addr = np.array(sorted(segs), dtype=np.uint64)
+    owner = (np.searchsorted(seg_addr, addr, side="right").astype(np.int64) - 1 if seg_addr.size
+             else np.zeros(0, dtype=np.int64))
     totals = dict.fromkeys(("free_granules", "free_segments", "pinned_free", "pinning", "pinning_other",
                             "pinned_segments"), 0)
     other: dict[int, int] = {}

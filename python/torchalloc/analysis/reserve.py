@@ -319,7 +319,7 @@ def replays(d: Derived, policies: tuple[str, ...] = DEFAULT_POLICIES) -> tuple[s
     b = d.blocks
     pre = np.flatnonzero((b.alloc_i < 0) & (b.size > 0))
     before = [(int(b.addr[k]), int(b.size[k]), int(b.stream[k]), 0) for k in pre.tolist()]
-    events = events_until(t, len(t) - 1, before)[:-1]  # drop the request events_until adds for an OOM
+    events = events_until(t, len(t) - 1, before, request=False)
     mine = recording_policy(d)
     names = list(dict.fromkeys((mine, *policies)))
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:  # a replay releases the GIL

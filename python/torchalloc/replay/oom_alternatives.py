@@ -52,14 +52,15 @@ class Alternative:
         return dataclasses.asdict(self)
 
 
-def events_until(table: Any, index: int, before_log: Sequence[tuple[int, int, int, int]] = ()) -> np.ndarray:
-    """Replay events for the run up to OOM record `index`: `before_log` (addr, requested size, stream,
+def events_until(table: Any, index: int, before_log: Sequence[tuple[int, int, int, int]] = (),
+                 request: bool = True) -> np.ndarray:
+    """Replay events for the run up to record `index`: `before_log` (addr, requested size, stream,
     phase of blocks allocated before the log began) first, then the log's allocs, frees and phases,
-    then the failed request."""
+    then (with `request`, `index` being an OOM record) the failed request."""
     kind = table.kind[: index + 1]
     rows = np.flatnonzero(_TO_EVENT[kind] != 0)
     n_pre = len(before_log)
-    events = np.zeros(n_pre + len(rows) + 1, dtype=EVENT_DTYPE)
+    events = np.zeros(n_pre + len(rows) + 1, dtype=EVENT_DTYPE)  # the last slot: the request (dropped without)
     if n_pre:
         pre = np.array(before_log, dtype=np.uint64).reshape(-1, 4)
         events["kind"][:n_pre] = ALLOC
@@ -72,6 +73,8 @@ def events_until(table: Any, index: int, before_log: Sequence[tuple[int, int, in
     body["size"] = np.where(body["kind"] == ALLOC, table.size[rows], 0)
     body["stream"] = table.stream[rows]
     body["phase"] = table.phase[rows]
+    if not request:
+        return events[:-1]
     last = events[-1:]
     last["kind"] = ALLOC
     last["addr"] = _unused_address(events["addr"][:-1])
