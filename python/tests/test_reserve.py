@@ -117,3 +117,13 @@ def test_a_reclaim_log_splits_reserved_with_no_negative_term() -> None:
     assert np.array_equal(total, d.reserved)
     for name in ("fragmented", "cached", "mapped_free", "before_log"):
         assert int(getattr(lv, name).min()) >= 0, name
+
+
+def test_on_a_tie_the_best_change_is_the_one_that_never_waits_for_the_device() -> None:
+    """caching+compact and a reclaim variant reserve the same on the phases trace; compact synchronizes 45 times."""
+    from torchalloc.analysis.reserve import Reserve, ReplayRow
+
+    rows = [ReplayRow("caching", 100, 50, True, False), ReplayRow("caching+compact", 60, 50, False, False, 45),
+            ReplayRow("phase_arena+reclaim", 60, 50, False, False, 0)]
+    r = Reserve(moments=[], recording_policy="caching", replays=rows, unknown=[])
+    assert r.best is not None and r.best.policy == "phase_arena+reclaim"

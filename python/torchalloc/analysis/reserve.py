@@ -127,6 +127,11 @@ class ReplayRow:
     peak_allocated: int
     recording: bool  # the policy (and variant) that recorded the log
     oom: bool  # ran out of memory on the simulated device (unlimited: should not happen)
+    synchronizes: int = 0  # device synchronizes the replay made (compact's, say)
+
+    def rank(self) -> tuple[int, int, bool]:
+        """Least memory first; on a tie, the variant that never waits for the device, then the recording one."""
+        return self.peak_reserved, self.synchronizes, not self.recording
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -146,7 +151,7 @@ class Reserve:
         if not self.replays:
             return None
         base = self.replays[0]
-        best = min(self.replays, key=lambda r: (r.peak_reserved, not r.recording))
+        best = min(self.replays, key=ReplayRow.rank)
         return best if best.peak_reserved < base.peak_reserved and not best.recording else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -324,7 +329,8 @@ def replays(d: Derived, policies: tuple[str, ...] = DEFAULT_POLICIES) -> tuple[s
     names = list(dict.fromkeys((mine, *policies)))
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:  # a replay releases the GIL
         results = list(pool.map(lambda p: replay_once(events, p, 0)[0], names))
-    rows = [ReplayRow(p, int(r["peak_reserved"]), int(r["peak_allocated"]), p == mine, bool(r["oom"]))
+    rows = [ReplayRow(p, int(r["peak_reserved"]), int(r["peak_allocated"]), p == mine, bool(r["oom"]),
+                      int(r.get("synchronizes", 0)))
             for p, r in zip(names, results)]
     return mine, [rows[0], *sorted(rows[1:], key=lambda r: (r.peak_reserved, r.policy))]
 

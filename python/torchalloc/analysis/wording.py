@@ -284,7 +284,7 @@ def reserve_sentences(r: Reserve, log_peak_reserved: int) -> list[str]:
                       and x.peak_reserved < base.peak_reserved]
             sentence += ", but with no cache every request asks the device (slow on a GPU)"
             if cached:
-                c = min(cached, key=lambda x: x.peak_reserved)
+                c = min(cached, key=lambda x: x.rank())
                 sentence += (f"; of the policies that keep a cache, TORCHALLOC_CONF={setting_of(c.policy)} saves "
                              f"{fmt_bytes(base.peak_reserved - c.peak_reserved)} (reserves "
                              f"{fmt_bytes(c.peak_reserved)})")
