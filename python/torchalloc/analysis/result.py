@@ -26,7 +26,7 @@ from .modules import Modules, modules as module_rows
 from .ooms import OomRow, oom_rows
 from .phase_summary import PhaseRow, phase_rows
 from .reserve import Reserve, reserve as reserve_rows, series as reserve_series
-from .sections import sections_json
+from .sections import report_dict
 from .streamed import StreamedAnalysis, analyze_streamed
 from .wording import (estimate_sentence, explain_block, explain_group, module_sentences, oom_explanation,
                       phase_sentence, reserve_sentences)
@@ -110,22 +110,7 @@ class Analysis(Derived):
 
     def to_dict(self, top: int = 50) -> dict[str, Any]:
         """The report as plain data (what `torchalloc report --json` prints)."""
-        t = self.table
-        return {
-            "log": t.path,
-            "device": self.device,
-            "events": len(t),
-            "blocks": len(self.blocks),
-            "has_stacks": self.has_stacks,
-            "backward_detected_from": self.backward_from,
-            "notes": list(self.notes),
-            "peak_allocated": self.timeline.peak_allocated,
-            "peak_reserved": self.timeline.peak_reserved,
-            "timeline": self.timeline.to_dict(),
-            "peak_anatomy": self.anatomy("peak", top=top).to_dict() if len(t) else None,
-            "markers": [self.anatomy(lab, top=top).to_dict() for lab in _unique([m[1] for m in self.timeline.markers])],
-            **sections_json(self, top),
-        }
+        return report_dict(self, top, _unique([m[1] for m in self.timeline.markers]))
 
 
 def _unique(items: Iterable[str]) -> list[str]:

@@ -208,3 +208,25 @@ def sections_json(a: Analyzed, top: int) -> dict[str, Any]:
         view = section.view(a, top)
         out[section.key] = view.json if view is not None else []
     return out
+
+
+def report_dict(a: Any, top: int, markers: Sequence[str]) -> dict[str, Any]:
+    """The report as plain data (what `torchalloc report --json` prints), for a whole-log analysis or a
+    streamed one alike: the headline, the timeline, the anatomy at the peak and at each marker in
+    `markers`, then every section's JSON."""
+    t = a.table
+    return {
+        "log": t.path,
+        "device": a.device,
+        "events": len(t),
+        "blocks": len(a.blocks),
+        "has_stacks": a.has_stacks,
+        "backward_detected_from": a.backward_from,
+        "notes": list(a.notes),
+        "peak_allocated": a.timeline.peak_allocated,
+        "peak_reserved": a.timeline.peak_reserved,
+        "timeline": a.timeline.to_dict(),
+        "peak_anatomy": a.anatomy("peak", top=top).to_dict() if len(t) else None,
+        "markers": [a.anatomy(label, top=top).to_dict() for label in markers],
+        **sections_json(a, top),
+    }

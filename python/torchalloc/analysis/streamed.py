@@ -42,7 +42,7 @@ from .lifetimes import LifetimeRow
 from .modules import Modules
 from .ooms import Blocker, OomRow, _note_unreproduced, blockers_of, oom_detail, oom_row, segment_gaps
 from .reserve import Reserve
-from .sections import sections_json
+from .sections import report_dict
 from .phase_summary import PhaseRow
 from .roles import phase_role
 from .sites import BEFORE_LOG, Site
@@ -507,22 +507,7 @@ class StreamedAnalysis:
         return _unique(m[1] for m in self.timeline.markers)[:MARKER_ANATOMIES]
 
     def to_dict(self, top: int = 50) -> dict[str, Any]:
-        t = self.table
-        return {
-            "log": t.path,
-            "device": self.device,
-            "events": len(t),
-            "blocks": len(self.blocks),
-            "has_stacks": self.has_stacks,
-            "backward_detected_from": self.backward_from,
-            "notes": list(self.notes),
-            "peak_allocated": self.timeline.peak_allocated,
-            "peak_reserved": self.timeline.peak_reserved,
-            "timeline": self.timeline.to_dict(),
-            "peak_anatomy": self.anatomy("peak", top=top).to_dict() if len(t) else None,
-            "markers": [self.anatomy(lab, top=top).to_dict() for lab in self.marker_labels()],
-            **sections_json(self, top),
-        }
+        return report_dict(self, top, self.marker_labels())
 
 
 def _unique(items: Iterable[str]) -> list[str]:
