@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from graph_circle import first_circle
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Lowest first: (layer, its folders relative to the repository root). A
@@ -191,27 +193,8 @@ def test_calls_run_downward(call_graph: dict[Path, set[Path]]) -> None:
 
 
 def test_no_call_circle(call_graph: dict[Path, set[Path]]) -> None:
-    state: dict[Path, int] = {}  # 1: on the current path, 2: done
-    path: list[Path] = []
-
-    def visit(node: Path) -> list[Path] | None:
-        state[node] = 1
-        path.append(node)
-        for nxt in sorted(call_graph.get(node, ())):
-            if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
-            if nxt not in state:
-                found = visit(nxt)
-                if found:
-                    return found
-        path.pop()
-        state[node] = 2
-        return None
-
-    for node in sorted(call_graph):
-        if node not in state:
-            circle = visit(node)
-            assert circle is None, "files that call each other in a circle: " + " -> ".join(rel(p) for p in circle)
+    circle = first_circle(call_graph)
+    assert circle is None, "files that call each other in a circle: " + " -> ".join(rel(p) for p in circle)
 
 
 def test_the_graph_is_not_empty(call_graph: dict[Path, set[Path]]) -> None:
