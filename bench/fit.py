@@ -179,12 +179,8 @@ def parent_main(args: argparse.Namespace) -> int:
         print(f"SKIP: {reason}")
         return 0
     lib = Path(args.lib).resolve()
-    if any(not v.native for v in args.variant_list):
-        if gpu_child.library_missing(lib):
-            return 1
-        problem = runner.prepare_bridge(lib, args.timeout)
-        if problem:
-            print(f"warning: the bridge is not ready, torchalloc runs will fail: {problem}", file=sys.stderr)
+    if not runner.library_ready(lib, args.variant_list, args.timeout):
+        return 1
     import tempfile
 
     fits: list[fit_search.Fit] = []

@@ -182,12 +182,8 @@ def parent_main(args: argparse.Namespace) -> int:
         print(f"SKIP: {reason}")
         return 0
     lib = Path(args.lib).resolve()
-    if any(not v.native for v in args.variant_list):
-        if gpu_child.library_missing(lib):
-            return 1
-        problem = runner.prepare_bridge(lib, args.timeout)
-        if problem:
-            print(f"warning: the bridge is not ready, torchalloc runs will fail: {problem}", file=sys.stderr)
+    if not runner.library_ready(lib, args.variant_list, args.timeout):
+        return 1
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     meta = {"command": sys.argv, "started": started, "rounds": args.rounds, "warmup": args.warmup,
             "seed": args.seed, "extra_conf": args.extra_conf}

@@ -98,6 +98,19 @@ def child_env(run: Run, lib: Path, extra_conf: str, log_dir: str) -> dict[str, s
     return env
 
 
+def library_ready(lib: Path, variants: list[Variant], timeout: float) -> bool:
+    """Before the runs: the library at `lib` (False, said on stderr, when missing) and the C++ bridge
+    (a warning when it cannot be built: the torchalloc runs will then fail). Native variants need neither."""
+    if all(v.native for v in variants):
+        return True
+    if gpu_child.library_missing(lib):
+        return False
+    problem = prepare_bridge(lib, timeout)
+    if problem:
+        print(f"warning: the bridge is not ready, torchalloc runs will fail: {problem}", file=sys.stderr)
+    return True
+
+
 def prepare_bridge(lib: Path, timeout: float) -> str | None:
     """Build (or find) the C++ bridge once, before the timed runs, in a process of its own so that
     this parent never imports torch; None when ready, else why not."""
