@@ -40,19 +40,25 @@ typedef struct ta_backend_ops {
   int (*reserve)(ta_backend *, int device, size_t size, uintptr_t *out);
   void (*unreserve)(ta_backend *, int device, uintptr_t addr, size_t size);
   /* Back [addr, addr + size) with new device memory, readable and writable
-   * by `device`: one physical allocation per granule, its handle stored in
-   * handles[i] for granule i, so any tail of granules can be unmapped later.
-   * TA_ENOMEM when the device is full (nothing stays mapped then). */
-  int (*map)(ta_backend *, int device, uintptr_t addr, size_t size, uint64_t *handles);
-  /* Map the existing physical handles handles[i] (made by map, mapped
-   * elsewhere now or unmapped without release) at [addr, addr + size): no
-   * new memory; one handle may be mapped at several addresses at once. */
-  int (*remap)(ta_backend *, int device, uintptr_t addr, size_t size, const uint64_t *handles);
-  /* Unmap [addr, addr + size); with `release` give its handles back too
-   * (their memory is freed once no mapping of them remains). Queued work
-   * must no longer use these addresses (the caller synchronized, or knows
-   * from events that the device is past it). */
-  void (*unmap)(ta_backend *, int device, uintptr_t addr, size_t size, const uint64_t *handles, int release);
+   * by `device`: one physical allocation of `handle` bytes (a multiple of
+   * the granularity) per handle-sized piece, its handle stored in
+   * handles[i] for piece i, so any piece can be unmapped later. Fewer,
+   * larger handles cost less: the driver's calls cost per handle, not per
+   * byte (bench/vmm_costs.c). TA_ENOMEM when the device is full (nothing
+   * stays mapped then). */
+  int (*map)(ta_backend *, int device, uintptr_t addr, size_t size, size_t handle, uint64_t *handles);
+  /* Map the existing physical handles handles[i], each of `handle` bytes
+   * (made by map, mapped elsewhere now or unmapped without release), at
+   * [addr, addr + size): no new memory; one handle may be mapped at
+   * several addresses at once. */
+  int (*remap)(ta_backend *, int device, uintptr_t addr, size_t size, size_t handle, const uint64_t *handles);
+  /* Unmap [addr, addr + size), made of whole handles of `handle` bytes;
+   * with `release` give its handles back too (their memory is freed once
+   * no mapping of them remains). Queued work must no longer use these
+   * addresses (the caller synchronized, or knows from events that the
+   * device is past it). */
+  void (*unmap)(ta_backend *, int device, uintptr_t addr, size_t size, size_t handle, const uint64_t *handles,
+                int release);
   /* Give back `n` handles mapped nowhere now (unmapped without release). */
   void (*release)(ta_backend *, int device, const uint64_t *handles, size_t n);
 } ta_backend_ops;

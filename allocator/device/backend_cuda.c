@@ -261,23 +261,34 @@ static void cuda_unreserve(ta_backend *b, int device, uintptr_t addr, size_t siz
   if (e != 0) fprintf(stderr, "torchalloc: cuMemAddressFree(%p) on device %d failed: error %d\n", (void *)addr, device, e);
 }
 
-static void unmap_granules(cuda_backend *c, uintptr_t addr, size_t n, size_t granule, const uint64_t *handles,
-                           int release) {
+/* Unmap `n` handles of `handle` bytes mapped one after the other from
+ * `addr`. One cuMemUnmap over the whole range costs the same as one a
+ * handle (bench/vmm_costs.c), and a failure here names the handle. */
+static void unmap_handles(cuda_backend *c, uintptr_t addr, size_t n, size_t handle, const uint64_t *handles,
+                          int release) {
   for (size_t i = 0; i < n; i++) {
-    CUresult e = c->vmm.Unmap((CUdeviceptr)(addr + i * granule), granule);
+    CUresult e = c->vmm.Unmap((CUdeviceptr)(addr + i * handle), handle);
     CUresult r = release ? c->vmm.Release((CUmemGenericAllocationHandle)handles[i]) : 0;
     if (e != 0 || r != 0)
       fprintf(stderr, "torchalloc: unmapping %p failed: cuMemUnmap error %d, cuMemRelease error %d\n",
-              (void *)(addr + i * granule), e, r);
+              (void *)(addr + i * handle), e, r);
   }
 }
 
-/* One physical allocation per granule (PyTorch's expandable segments do the
- * same): cuMemUnmap must unmap whole mappings, so this is what lets any
- * tail be given back. Made in relaxed capture mode, as cudaMalloc is above. */
-static int cuda_map(ta_backend *b, int device, uintptr_t addr, size_t size, uint64_t *handles) {
+/* Read and write access for `device` to [addr, addr + size): one call for
+ * the run (its cost follows the number of mappings it covers). */
+static CUresult set_access(cuda_backend *c, int device, uintptr_t addr, size_t size) {
+  CUmemAccessDesc access = {.location = device_prop(device).location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  return c->vmm.SetAccess((CUdeviceptr)addr, size, &access, 1);
+}
+
+/* One physical allocation per handle-sized piece (PyTorch's expandable
+ * segments make 2 MiB or 20 MiB ones): cuMemUnmap must unmap whole
+ * mappings, so the piece is the unit memory can be given back or moved in.
+ * Made in relaxed capture mode, as cudaMalloc is above. */
+static int cuda_map(ta_backend *b, int device, uintptr_t addr, size_t size, size_t handle, uint64_t *handles) {
   cuda_backend *c = (cuda_backend *)b;
-  size_t granule = c->granule[device], n = size / granule, mapped = 0;
+  size_t n = size / handle, mapped = 0;
   CUmemAllocationProp prop = device_prop(device);
   device_guard g = guard_enter(c, device);
   int mode = CUDA_CAPTURE_MODE_RELAXED;
@@ -285,18 +296,15 @@ static int cuda_map(ta_backend *b, int device, uintptr_t addr, size_t size, uint
   CUresult e = 0;
   for (; mapped < n; mapped++) {
     CUmemGenericAllocationHandle h = 0;
-    if ((e = c->vmm.Create(&h, granule, &prop, 0)) != 0) break;
-    if ((e = c->vmm.Map((CUdeviceptr)(addr + mapped * granule), granule, 0, h, 0)) != 0) {
+    if ((e = c->vmm.Create(&h, handle, &prop, 0)) != 0) break;
+    if ((e = c->vmm.Map((CUdeviceptr)(addr + mapped * handle), handle, 0, h, 0)) != 0) {
       c->vmm.Release(h);
       break;
     }
     handles[mapped] = (uint64_t)h;
   }
-  if (e == 0) {
-    CUmemAccessDesc access = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    e = c->vmm.SetAccess((CUdeviceptr)addr, size, &access, 1);
-  }
-  if (e != 0) unmap_granules(c, addr, mapped, granule, handles, 1); /* all or nothing */
+  if (e == 0) e = set_access(c, device, addr, size);
+  if (e != 0) unmap_handles(c, addr, mapped, handle, handles, 1); /* all or nothing */
   if (swapped) c->fn.ThreadExchangeStreamCaptureMode(&mode);
   guard_exit(c, g, device);
   if (e != 0 && e != 2) /* 2: out of memory, the expected failure */
@@ -308,21 +316,18 @@ static int cuda_map(ta_backend *b, int device, uintptr_t addr, size_t size, uint
 /* The same physical handles at a second address (or a new one, after the
  * first was unmapped without release): cuMemMap keeps a reference to each,
  * so the memory lives while any mapping does. */
-static int cuda_remap(ta_backend *b, int device, uintptr_t addr, size_t size, const uint64_t *handles) {
+static int cuda_remap(ta_backend *b, int device, uintptr_t addr, size_t size, size_t handle,
+                      const uint64_t *handles) {
   cuda_backend *c = (cuda_backend *)b;
-  size_t granule = c->granule[device], n = size / granule, mapped = 0;
-  CUmemAllocationProp prop = device_prop(device);
+  size_t n = size / handle, mapped = 0;
   device_guard g = guard_enter(c, device);
   CUresult e = 0;
   for (; mapped < n; mapped++)
-    if ((e = c->vmm.Map((CUdeviceptr)(addr + mapped * granule), granule, 0,
+    if ((e = c->vmm.Map((CUdeviceptr)(addr + mapped * handle), handle, 0,
                         (CUmemGenericAllocationHandle)handles[mapped], 0)) != 0)
       break;
-  if (e == 0) {
-    CUmemAccessDesc access = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    e = c->vmm.SetAccess((CUdeviceptr)addr, size, &access, 1);
-  }
-  if (e != 0) unmap_granules(c, addr, mapped, granule, handles, 0); /* all or nothing; the handles stay */
+  if (e == 0) e = set_access(c, device, addr, size);
+  if (e != 0) unmap_handles(c, addr, mapped, handle, handles, 0); /* all or nothing; the handles stay */
   guard_exit(c, g, device);
   if (e != 0)
     fprintf(stderr, "torchalloc: remapping %zu bytes at %p on device %d failed: CUDA driver error %d\n", size,
@@ -330,11 +335,11 @@ static int cuda_remap(ta_backend *b, int device, uintptr_t addr, size_t size, co
   return e == 0 ? TA_OK : TA_ENOMEM;
 }
 
-static void cuda_unmap(ta_backend *b, int device, uintptr_t addr, size_t size, const uint64_t *handles,
-                       int release) {
+static void cuda_unmap(ta_backend *b, int device, uintptr_t addr, size_t size, size_t handle,
+                       const uint64_t *handles, int release) {
   cuda_backend *c = (cuda_backend *)b;
   device_guard g = guard_enter(c, device);
-  unmap_granules(c, addr, size / c->granule[device], c->granule[device], handles, release);
+  unmap_handles(c, addr, size / handle, handle, handles, release);
   guard_exit(c, g, device);
 }
 

@@ -1,0 +1,144 @@
+/* The simulated device's model, shared by its two files (backend_sim.c:
+ * devices, allocations, events, queued work; backend_sim_vmm.c: virtual
+ * memory). Private to the sim. */
+#ifndef TA_BACKEND_SIM_MODEL_H
+#define TA_BACKEND_SIM_MODEL_H
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "device/backend.h"
+
+#define SIM_MAX_DEVICES 64
+#define SIM_ALIGN 512
+#define SIM_MAX_HANDLE_GRANULES 1024 /* 2 GiB: its granules' physical addresses stay apart */
+
+/* An address range reserved for an expandable segment, with the handle of
+ * each granule mapped there (up to the highest one ever mapped; 0: none):
+ * mapping a mapped granule, unmapping an unmapped one or with another
+ * granule's handle, or freeing the range with granules mapped is a bug the
+ * model counts as a violation (CUDA would fail or leak). */
+typedef struct sim_reservation {
+  uintptr_t base;
+  size_t size;
+  uint64_t *handle; /* per granule: the handle mapped there (its token), 0: unmapped */
+  uint32_t *sub;    /* per granule: which granule of that handle it is */
+  size_t cap;       /* granules `handle` and `sub` cover */
+  size_t nmapped;   /* granules mapped now */
+} sim_reservation;
+
+/* A released reservation's addresses, to be reserved again. */
+typedef struct sim_range {
+  uintptr_t base;
+  size_t size;
+} sim_range;
+
+/* A kernel queued at `tick` on `stream` touching bytes [lo, hi) of a
+ * handle's granule `sub` through the granule mapped at `va` (sim_use). */
+typedef struct sim_use {
+  uintptr_t va;
+  uint32_t lo, hi, sub;
+  cudaStream_t stream;
+  uint64_t tick;
+} sim_use;
+
+/* A physical allocation (cuMemCreate): alive while not released or still
+ * mapped somewhere (cuMemMap keeps its memory, as CUDA does). Tokens are
+ * index + 1, reused once a handle is gone. Its queued uses, pruned as they
+ * complete, are kept with it: a use of a large block costs one entry per
+ * granule, and a check looks at its granules' entries only. A handle
+ * spans one granule or several (up to SIM_MAX_HANDLE_GRANULES). */
+typedef struct sim_handle {
+  uint32_t granules; /* its size, in granules: mapped, unmapped and counted whole */
+  uint32_t maps;    /* mappings now */
+  uint8_t released; /* given back by its owner: its memory goes when `maps` reaches 0 */
+  uint8_t alive;
+  uint32_t nuses, cap_uses;
+  sim_use *uses;
+} sim_handle;
+
+typedef struct sim_device {
+  uint64_t sync_generation; /* bumped by synchronize: older events are done */
+  uint64_t clock;           /* ticks: kernels launched so far (sim_use, sim_advance) */
+  uint64_t synced_at;       /* the clock at the last synchronize: work launched by then is done */
+  size_t used;
+  uintptr_t next_addr;
+  uintptr_t end_addr;
+  int address_exhausted;
+  int capturing;                 /* streams of this device capturing now */
+  sim_reservation *reservations; /* sorted by base: found by binary search */
+  size_t nreservations, cap_reservations;
+  sim_range *released;           /* ranges of released reservations */
+  size_t nreleased, cap_released;
+  sim_handle *handles;           /* by token - 1 */
+  size_t nhandles, cap_handles;
+  uint32_t *free_tokens;         /* tokens of handles gone, for reuse */
+  size_t nfree_tokens, cap_free_tokens;
+  atomic_llong violations;       /* calls that would have invalidated a capture, or faulted */
+  char last_violation[160];
+} sim_device;
+
+typedef struct sim_backend {
+  ta_backend base;
+  ta_sim_options opts;
+  atomic_uint_least64_t allocs_attempted; /* across devices (each under its own heap lock): fault injection */
+  sim_device dev[SIM_MAX_DEVICES];
+} sim_backend;
+
+/* Grow `*items` (of `*cap` elements of `size` bytes) to hold `need`. */
+static inline int ta_sim_grow(void **items, size_t *cap, size_t need, size_t size) {
+  if (need <= *cap) return 0;
+  size_t n = *cap ? *cap * 2 : 16;
+  while (n < need) n *= 2;
+  void *p = realloc(*items, n * size);
+  if (!p) return -1;
+  *items = p;
+  *cap = n;
+  return 0;
+}
+
+/* --- between the sim's files --- */
+
+ta_internal void ta_sim_violation(sim_device *d, const char *what);
+
+/* A call that would invalidate a capture (global mode) while one runs: a violation. */
+static inline void ta_sim_check_not_capturing(sim_device *d, const char *call) {
+  if (!d->capturing) return;
+  atomic_fetch_add(&d->violations, 1);
+  snprintf(d->last_violation, sizeof d->last_violation, "%s while a stream of the device was capturing", call);
+}
+
+static inline size_t ta_sim_free_bytes(const sim_backend *s, const sim_device *d) {
+  size_t taken = d->used + s->opts.held_elsewhere;
+  return taken < s->opts.capacity ? s->opts.capacity - taken : 0;
+}
+/* Work that may still run: launched after the last synchronize, less than
+ * `lag` ticks ago. */
+static inline int ta_sim_pending(const sim_backend *s, const sim_device *d, uint64_t tick) {
+  return tick > d->synced_at && tick + s->opts.lag > d->clock;
+}
+/* The reservation holding `addr`, or NULL. */
+ta_internal sim_reservation *ta_sim_reservation_of(sim_device *d, uintptr_t addr);
+/* The physical memory behind `addr`: 1 and *phys (ordinary allocations
+ * are their own), or 0 when `addr` lies in a reservation but its granule
+ * is not mapped. */
+ta_internal int ta_sim_translate(sim_device *d, uintptr_t addr, uint64_t *phys);
+/* A kernel on `stream` touches bytes [lo, hi) of the granule mapped at
+ * `va` of reservation `r`: checked against the queued uses of its memory,
+ * then queued itself. */
+ta_internal void ta_sim_use_granule(sim_backend *s, sim_device *d, const sim_reservation *r, uintptr_t va,
+                                    uint32_t lo, uint32_t hi, cudaStream_t stream);
+
+/* The virtual memory operations (backend.h). */
+ta_internal size_t ta_sim_granularity(ta_backend *b, int device);
+ta_internal int ta_sim_reserve(ta_backend *b, int device, size_t size, uintptr_t *out);
+ta_internal void ta_sim_unreserve(ta_backend *b, int device, uintptr_t addr, size_t size);
+ta_internal int ta_sim_map(ta_backend *b, int device, uintptr_t addr, size_t size, size_t handle, uint64_t *handles);
+ta_internal int ta_sim_remap(ta_backend *b, int device, uintptr_t addr, size_t size, size_t handle,
+                             const uint64_t *handles);
+ta_internal void ta_sim_unmap(ta_backend *b, int device, uintptr_t addr, size_t size, size_t handle,
+                              const uint64_t *handles, int release);
+ta_internal void ta_sim_release(ta_backend *b, int device, const uint64_t *handles, size_t n);
+
+#endif

@@ -1,0 +1,127 @@
+/* What the CUDA driver's virtual memory calls cost, by physical handle size.
+ *
+ * Why: reclaim (allocator/segments) moves free memory to where it is needed
+ * by unmapping and mapping physical handles; how large the handles are and
+ * whether a run of them is unmapped in one call decide what a move costs.
+ * This measures, for 1 GiB made of handles of 2 to 64 MiB: cuMemCreate,
+ * cuMemMap (one call a handle), cuMemSetAccess (once over the range, and
+ * once a handle), cuMemUnmap (once a handle, and once over the whole range:
+ * the driver accepts a range that spans several mappings), mapping the same
+ * handles at a second range, and cuMemRelease. Figures are the median of
+ * ROUNDS rounds, in microseconds per call and per GiB.
+ *
+ * Build and run (a GPU machine):
+ *   gcc -O2 -std=c11 bench/vmm_costs.c -I/usr/local/cuda/include -lcuda -o vmm_costs && ./vmm_costs */
+#define _POSIX_C_SOURCE 200809L
+#include <cuda.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MIB ((size_t)1 << 20)
+#define TOTAL ((size_t)1 << 30)
+#define ROUNDS 5
+#define MAX_HANDLES 512
+
+enum { CREATE, MAP, ACCESS_RANGE, UNMAP_EACH, MAP2, ACCESS_EACH, UNMAP_RANGE, RELEASE, NSTEPS };
+static const char *const STEP_NAMES[NSTEPS] = {"create",       "map",     "access (range)", "unmap (each)",
+                                               "map again",    "access (each)", "unmap (range)", "release"};
+
+static double now_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+static int check(CUresult e, const char *what) {
+  if (e == CUDA_SUCCESS) return 0;
+  const char *s = NULL;
+  cuGetErrorString(e, &s);
+  fprintf(stderr, "vmm_costs: %s failed: %s\n", what, s ? s : "unknown error");
+  return -1;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* One round for handles of `handle` bytes: the time of each step, in us. */
+static int one_round(CUdevice dev, size_t handle, double out[NSTEPS]) {
+  size_t n = TOTAL / handle;
+  CUmemGenericAllocationHandle h[MAX_HANDLES];
+  CUmemAllocationProp prop = {0};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = (int)dev;
+  CUmemAccessDesc access = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  CUdeviceptr va = 0;
+  if (check(cuMemAddressReserve(&va, TOTAL, handle, 0, 0), "cuMemAddressReserve")) return -1;
+  double t = now_us();
+  for (size_t i = 0; i < n; i++)
+    if (check(cuMemCreate(&h[i], handle, &prop, 0), "cuMemCreate")) return -1;
+  out[CREATE] = now_us() - t;
+  t = now_us();
+  for (size_t i = 0; i < n; i++)
+    if (check(cuMemMap(va + i * handle, handle, 0, h[i], 0), "cuMemMap")) return -1;
+  out[MAP] = now_us() - t;
+  t = now_us();
+  if (check(cuMemSetAccess(va, TOTAL, &access, 1), "cuMemSetAccess (range)")) return -1;
+  out[ACCESS_RANGE] = now_us() - t;
+  if (check(cuMemsetD8(va, 1, TOTAL), "cuMemsetD8") || check(cuCtxSynchronize(), "cuCtxSynchronize")) return -1;
+  t = now_us();
+  for (size_t i = 0; i < n; i++)
+    if (check(cuMemUnmap(va + i * handle, handle), "cuMemUnmap (each)")) return -1;
+  out[UNMAP_EACH] = now_us() - t;
+  t = now_us();
+  for (size_t i = 0; i < n; i++)
+    if (check(cuMemMap(va + i * handle, handle, 0, h[i], 0), "cuMemMap (again)")) return -1;
+  out[MAP2] = now_us() - t;
+  t = now_us();
+  for (size_t i = 0; i < n; i++)
+    if (check(cuMemSetAccess(va + i * handle, handle, &access, 1), "cuMemSetAccess (each)")) return -1;
+  out[ACCESS_EACH] = now_us() - t;
+  t = now_us();
+  if (check(cuMemUnmap(va, TOTAL), "cuMemUnmap (range)")) return -1;
+  out[UNMAP_RANGE] = now_us() - t;
+  t = now_us();
+  for (size_t i = 0; i < n; i++)
+    if (check(cuMemRelease(h[i]), "cuMemRelease")) return -1;
+  out[RELEASE] = now_us() - t;
+  return check(cuMemAddressFree(va, TOTAL), "cuMemAddressFree");
+}
+
+int main(void) {
+  CUdevice dev;
+  CUcontext ctx;
+  if (check(cuInit(0), "cuInit") || check(cuDeviceGet(&dev, 0), "cuDeviceGet") ||
+      check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain") ||
+      check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent"))
+    return 1;
+  char name[128] = "";
+  cuDeviceGetName(name, sizeof name, dev);
+  int version = 0;
+  cuDriverGetVersion(&version);
+  printf("%s, driver API %d; 1 GiB in handles of each size; median of %d rounds\n\n", name, version, ROUNDS);
+  printf("| handle MiB | step | us per call | ms per GiB |\n|---|---|---|---|\n");
+  static const size_t sizes[] = {2, 4, 8, 16, 32, 64};
+  for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+    size_t handle = sizes[s] * MIB, n = TOTAL / handle;
+    double rounds[ROUNDS][NSTEPS];
+    double warm[NSTEPS];
+    if (one_round(dev, handle, warm)) return 1; /* the first round pays for the driver's own warm-up */
+    for (int r = 0; r < ROUNDS; r++)
+      if (one_round(dev, handle, rounds[r])) return 1;
+    for (int k = 0; k < NSTEPS; k++) {
+      double v[ROUNDS];
+      for (int r = 0; r < ROUNDS; r++) v[r] = rounds[r][k];
+      qsort(v, ROUNDS, sizeof v[0], cmp_double);
+      double med = v[ROUNDS / 2];
+      size_t calls = (k == ACCESS_RANGE || k == UNMAP_RANGE) ? 1 : n;
+      printf("| %zu | %s | %.1f | %.2f |\n", sizes[s], STEP_NAMES[k], med / (double)calls, med / 1e3);
+    }
+  }
+  cuDevicePrimaryCtxRelease(dev);
+  return 0;
+}
