@@ -15,7 +15,7 @@ static int64_t violations(void) {
 }
 
 TEST(one_segment_per_stream_and_pool_grows_by_granules) {
-  REQUIRE(sim_reset("expandable:1") == 0);
+  REQUIRE(sim_reset("handle:2MiB,expandable:1") == 0);
   void *a = torchalloc_malloc(30 * MiB, 0, S0);
   void *b = torchalloc_malloc(3 * MiB + 512, 0, S0); /* a 1-10 MiB request: no 20 MiB segment */
   void *c = torchalloc_malloc(700 * KiB, 0, S0);     /* small pool: its own range */
@@ -45,7 +45,7 @@ TEST(one_segment_per_stream_and_pool_grows_by_granules) {
 /* The case an ordinary segment cannot serve without more memory: the free
  * bytes are there but not in one hole. */
 TEST(growing_past_the_peak_gives_back_free_granules_first) {
-  REQUIRE(sim_reset("expandable:2") == 0);
+  REQUIRE(sim_reset("handle:2MiB,expandable:2") == 0);
   void *a = torchalloc_malloc(30 * MiB, 0, S0);
   void *b = torchalloc_malloc(30 * MiB, 0, S0);
   REQUIRE(a && b);
@@ -64,7 +64,7 @@ TEST(growing_past_the_peak_gives_back_free_granules_first) {
   CHECK_EQ(reserved(), 90 * MiB);
   CHECK_INVARIANTS();
   /* the caching policy needs a third segment for c: 30 + 30 + 40 */
-  REQUIRE(sim_reset("") == 0);
+  REQUIRE(sim_reset("handle:2MiB") == 0);
   a = torchalloc_malloc(30 * MiB, 0, S0);
   b = torchalloc_malloc(30 * MiB, 0, S0);
   torchalloc_free(a, 30 * MiB, 0, S0);
@@ -73,7 +73,7 @@ TEST(growing_past_the_peak_gives_back_free_granules_first) {
 }
 
 TEST(without_compaction_growing_unmaps_nothing) {
-  REQUIRE(sim_reset("expandable:1") == 0);
+  REQUIRE(sim_reset("handle:2MiB,expandable:1") == 0);
   void *a = torchalloc_malloc(30 * MiB, 0, S0);
   void *b = torchalloc_malloc(30 * MiB, 0, S0);
   REQUIRE(a && b);
@@ -86,7 +86,7 @@ TEST(without_compaction_growing_unmaps_nothing) {
 }
 
 TEST(below_the_peak_it_grows_without_unmapping) {
-  REQUIRE(sim_reset("expandable:2") == 0);
+  REQUIRE(sim_reset("handle:2MiB,expandable:2") == 0);
   void *a = torchalloc_malloc(40 * MiB, 0, S0);
   REQUIRE(a);
   torchalloc_free(a, 40 * MiB, 0, S0);
@@ -108,7 +108,7 @@ TEST(below_the_peak_it_grows_without_unmapping) {
 }
 
 TEST(empty_cache_unmaps_free_granules_between_live_blocks) {
-  REQUIRE(sim_reset("expandable:1") == 0);
+  REQUIRE(sim_reset("handle:2MiB,expandable:1") == 0);
   void *p[4];
   for (int i = 0; i < 4; i++) REQUIRE((p[i] = torchalloc_malloc(16 * MiB, 0, S0)) != NULL);
   torchalloc_free(p[1], 16 * MiB, 0, S0);
@@ -132,7 +132,7 @@ TEST(empty_cache_unmaps_free_granules_between_live_blocks) {
 }
 
 TEST(memory_fraction_and_capacity_bound_the_growth) {
-  REQUIRE(sim_reset("expandable:2,sim_capacity:100MiB") == 0);
+  REQUIRE(sim_reset("handle:2MiB,expandable:2,sim_capacity:100MiB") == 0);
   torchalloc_set_memory_fraction(0.5, 0);
   void *a = torchalloc_malloc(30 * MiB, 0, S0);
   REQUIRE(a);
@@ -162,7 +162,7 @@ TEST(memory_fraction_and_capacity_bound_the_growth) {
 }
 
 TEST(no_unmapping_while_a_capture_may_be_underway) {
-  REQUIRE(sim_reset("expandable:2") == 0);
+  REQUIRE(sim_reset("handle:2MiB,expandable:2") == 0);
   void *a = torchalloc_malloc(30 * MiB, 0, S0);
   void *b = torchalloc_malloc(30 * MiB, 0, S0);
   REQUIRE(a && b);
@@ -179,7 +179,7 @@ TEST(no_unmapping_while_a_capture_may_be_underway) {
 }
 
 TEST(without_virtual_memory_it_falls_back_to_ordinary_segments) {
-  REQUIRE(sim_reset("expandable:1,sim_vmm:0") == 0);
+  REQUIRE(sim_reset("handle:2MiB,expandable:1,sim_vmm:0") == 0);
   void *a = torchalloc_malloc(3 * MiB, 0, S0);
   REQUIRE(a);
   CHECK_EQ(reserved(), 20 * MiB); /* the caching policy's 20 MiB segment */
@@ -210,7 +210,7 @@ TEST(a_failed_map_leaves_the_allocator_consistent) {
 }
 
 TEST(phase_arena_arenas_share_the_devices_memory) {
-  REQUIRE(sim_reset("expandable:2,policy:phase_arena") == 0);
+  REQUIRE(sim_reset("handle:2MiB,expandable:2,policy:phase_arena") == 0);
   REQUIRE(torchalloc_phase_begin("forward") >= 0);
   void *act = torchalloc_malloc(40 * MiB, 0, S0);
   REQUIRE(act);

@@ -21,7 +21,7 @@ static int fill_and_free_alternate(void **blocks, int cap) {
 }
 
 TEST(fragmentation_names_the_blocks_that_pin_the_segments) {
-  REQUIRE(sim_reset("sim_capacity:120MiB,oom_report:/tmp") == 0);
+  REQUIRE(sim_reset("handle:2MiB,sim_capacity:120MiB,oom_report:/tmp") == 0);
   void *blocks[64];
   int n = fill_and_free_alternate(blocks, 64);
   REQUIRE(n >= 15);
@@ -50,7 +50,7 @@ TEST(fragmentation_names_the_blocks_that_pin_the_segments) {
 }
 
 TEST(capacity_when_live_tensors_alone_exceed_the_device) {
-  REQUIRE(sim_reset("sim_capacity:64MiB") == 0);
+  REQUIRE(sim_reset("handle:2MiB,sim_capacity:64MiB") == 0);
   void *a = torchalloc_malloc(40 * MiB, 0, S0);
   REQUIRE(a);
   CHECK(torchalloc_try_malloc(40 * MiB, 0, S0) == NULL);
@@ -62,7 +62,7 @@ TEST(capacity_when_live_tensors_alone_exceed_the_device) {
 }
 
 TEST(held_elsewhere_when_another_user_took_the_device) {
-  REQUIRE(sim_reset("sim_capacity:64MiB,sim_held_elsewhere:40MiB") == 0);
+  REQUIRE(sim_reset("handle:2MiB,sim_capacity:64MiB,sim_held_elsewhere:40MiB") == 0);
   CHECK(torchalloc_try_malloc(30 * MiB, 0, S0) == NULL); /* fits the device, not what is left of it */
   torchalloc_oom_facts f;
   CHECK_EQ(verdict_now(&f), TORCHALLOC_OOM_HELD_ELSEWHERE);
@@ -72,7 +72,7 @@ TEST(held_elsewhere_when_another_user_took_the_device) {
 }
 
 TEST(held_elsewhere_when_a_memory_fraction_caps_the_request) {
-  REQUIRE(sim_reset("sim_capacity:64MiB") == 0);
+  REQUIRE(sim_reset("handle:2MiB,sim_capacity:64MiB") == 0);
   torchalloc_set_memory_fraction(0.25, 0); /* 16 MiB */
   CHECK(torchalloc_try_malloc(20 * MiB, 0, S0) == NULL);
   torchalloc_oom_facts f;
@@ -98,7 +98,7 @@ TEST(the_verdict_rule_alone) {
 }
 
 TEST(the_allocator_keeps_working_after_an_oom) {
-  REQUIRE(sim_reset("sim_capacity:120MiB") == 0);
+  REQUIRE(sim_reset("handle:2MiB,sim_capacity:120MiB") == 0);
   void *blocks[64];
   int n = fill_and_free_alternate(blocks, 64);
   for (int k = 0; k < 3; k++) CHECK(torchalloc_try_malloc(32 * MiB, 0, S0) == NULL); /* again and again */
@@ -188,7 +188,7 @@ static uint64_t free_granules_from_snapshot(void) {
 }
 
 TEST(fragmentation_advice_names_expandable_with_the_free_granules) {
-  REQUIRE(sim_reset("sim_capacity:120MiB") == 0);
+  REQUIRE(sim_reset("handle:2MiB,sim_capacity:120MiB") == 0);
   void *blocks[64];
   int n = fill_and_free_alternate(blocks, 64);
   REQUIRE(n >= 15);
@@ -218,7 +218,7 @@ TEST(fragmentation_advice_names_expandable_with_the_free_granules) {
   for (int i = 1; i < n; i += 2) torchalloc_free(blocks[i], 6 * MiB, 0, S0);
 
   /* Followed: the same requests with expandable:1 serve the 16 MiB. */
-  REQUIRE(sim_reset("sim_capacity:120MiB,expandable:1") == 0);
+  REQUIRE(sim_reset("handle:2MiB,sim_capacity:120MiB,expandable:1") == 0);
   n = fill_and_free_alternate(blocks, 64);
   REQUIRE(n >= 15);
   void *big = torchalloc_try_malloc(16 * MiB, 0, S0);
@@ -251,7 +251,7 @@ static int pinned_by(const char *pin_phase, void **blocks, int *served) {
 TEST(phase_arena_advice_only_when_another_phase_pins_the_segments) {
   void *blocks[64];
   int served = 0;
-  REQUIRE(sim_reset("sim_capacity:120MiB") == 0);
+  REQUIRE(sim_reset("handle:2MiB,sim_capacity:120MiB") == 0);
   int n = pinned_by("forward", blocks, &served); /* the pinning blocks come from the request's phase */
   CHECK(!served);
   torchalloc_oom_detail d = {.struct_size = sizeof d};
@@ -260,7 +260,7 @@ TEST(phase_arena_advice_only_when_another_phase_pins_the_segments) {
   CHECK(strstr(summary_now(), "policy:phase_arena") == NULL);
   for (int i = 1; i < n; i += 2) torchalloc_free(blocks[i], 6 * MiB, 0, S0);
 
-  REQUIRE(sim_reset("sim_capacity:120MiB") == 0);
+  REQUIRE(sim_reset("handle:2MiB,sim_capacity:120MiB") == 0);
   n = pinned_by("cache", blocks, &served); /* now from another phase */
   CHECK(!served);
   CHECK_EQ(torchalloc_last_oom_detail(0, &d), 0);
@@ -276,7 +276,7 @@ TEST(phase_arena_advice_only_when_another_phase_pins_the_segments) {
   for (int i = 1; i < n; i += 2) torchalloc_free(blocks[i], 6 * MiB, 0, S0);
 
   /* Followed: phase_arena keeps 'cache' out of the forward's segments, and the request is served. */
-  REQUIRE(sim_reset("sim_capacity:120MiB,policy:phase_arena") == 0);
+  REQUIRE(sim_reset("handle:2MiB,sim_capacity:120MiB,policy:phase_arena") == 0);
   n = pinned_by("cache", blocks, &served);
   CHECK(served);
   for (int i = 1; i < n; i += 2) torchalloc_free(blocks[i], 6 * MiB, 0, S0);
@@ -284,7 +284,7 @@ TEST(phase_arena_advice_only_when_another_phase_pins_the_segments) {
 }
 
 TEST(capacity_and_held_elsewhere_advice_name_their_figures) {
-  REQUIRE(sim_reset("sim_capacity:64MiB") == 0);
+  REQUIRE(sim_reset("handle:2MiB,sim_capacity:64MiB") == 0);
   void *a = torchalloc_malloc(40 * MiB, 0, S0);
   REQUIRE(a);
   CHECK(torchalloc_try_malloc(40 * MiB, 0, S0) == NULL);
@@ -294,14 +294,14 @@ TEST(capacity_and_held_elsewhere_advice_name_their_figures) {
   CHECK(strstr(s, "expandable:1") == NULL);
   torchalloc_free(a, 40 * MiB, 0, S0);
 
-  REQUIRE(sim_reset("sim_capacity:64MiB,sim_held_elsewhere:40MiB") == 0);
+  REQUIRE(sim_reset("handle:2MiB,sim_capacity:64MiB,sim_held_elsewhere:40MiB") == 0);
   CHECK(torchalloc_try_malloc(30 * MiB, 0, S0) == NULL);
   s = summary_now(); /* others hold 40 of 64: 24 left, 6 short */
   CHECK(strstr(s, "  1. free what other processes (or allocators, or the CUDA context) hold: 40.00 MiB of the "
                   "device; this request needs 6.00 MiB more than the 24.00 MiB torchalloc could use") != NULL);
   CHECK(strstr(s, "so 40.00 MiB held by others]") != NULL);
 
-  REQUIRE(sim_reset("sim_capacity:64MiB") == 0);
+  REQUIRE(sim_reset("handle:2MiB,sim_capacity:64MiB") == 0);
   torchalloc_set_memory_fraction(0.25, 0); /* 16 MiB; 20 asked: 20/64 = 0.3125 */
   CHECK(torchalloc_try_malloc(20 * MiB, 0, S0) == NULL);
   s = summary_now();
@@ -381,7 +381,7 @@ TEST(the_advice_rule_alone) {
 }
 
 TEST(last_oom_detail_writes_no_byte_past_the_callers_size) {
-  REQUIRE(sim_reset("sim_capacity:64MiB") == 0);
+  REQUIRE(sim_reset("handle:2MiB,sim_capacity:64MiB") == 0);
   struct {
     torchalloc_oom_detail d;
     uint64_t canary;

@@ -41,8 +41,31 @@ TEST(the_default_is_reclaim_where_the_device_has_virtual_memory) {
   CHECK_EQ(torchalloc_segment_mode(0, NULL), 3);
   void *a = torchalloc_malloc(3 * MiB, 0, S0);
   REQUIRE(a);
-  CHECK_EQ(reserved(), 4 * MiB); /* granules, not caching's 20 MiB segment */
+  CHECK_EQ(reserved(), 8 * MiB); /* one 8 MiB handle (`handle`), not caching's 20 MiB segment */
+  void *b = torchalloc_malloc(40 * MiB, 0, S0);
+  REQUIRE(b);
+  CHECK_EQ(reserved(), 48 * MiB); /* its free 5 MiB end grew by 40: 5 handles, each mapped whole */
+  CHECK_EQ(stats0().num_device_alloc, 2);
+  torchalloc_free(b, 40 * MiB, 0, S0);
   torchalloc_free(a, 3 * MiB, 0, S0);
+  void *small = torchalloc_malloc(4096, 0, S0);
+  REQUIRE(small);
+  CHECK_EQ(reserved(), 50 * MiB); /* the small pool keeps 2 MiB granules */
+  torchalloc_free(small, 4096, 0, S0);
+  torchalloc_teardown();
+  REQUIRE(torchalloc_init("backend:sim,warn:0,oom_report:off,handle:2MiB") == 0);
+  a = torchalloc_malloc(3 * MiB, 0, S0);
+  REQUIRE(a);
+  CHECK_EQ(reserved(), 4 * MiB);
+  torchalloc_free(a, 3 * MiB, 0, S0);
+  torchalloc_teardown();
+  static const char *const bad[] = {"handle:0", "handle:3MiB", "handle:1MiB", "handle:2GiB", "handle:big"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char conf[64];
+    snprintf(conf, sizeof conf, "backend:sim,%s", bad[i]);
+    CHECK_EQ(torchalloc_init(conf), -1);
+    CHECK(strstr(torchalloc_last_error(), "for key 'handle' (expected a multiple of 2 MiB") != NULL);
+  }
   torchalloc_teardown();
   REQUIRE(torchalloc_init("backend:sim,warn:0,oom_report:off,sim_vmm:0") == 0); /* a driver without VMM */
   int asked = -1;
@@ -71,7 +94,7 @@ TEST(the_default_is_reclaim_where_the_device_has_virtual_memory) {
 /* Compact's case (test_expandable.c), with no synchronize: a's hole goes to
  * c at once, lent on its own stream while the device may still use it. */
 TEST(growing_past_the_peak_moves_free_granules_without_synchronizing) {
-  REQUIRE(sim_reset("expandable:reclaim,sim_lag:1000") == 0);
+  REQUIRE(sim_reset("handle:2MiB,expandable:reclaim,sim_lag:1000") == 0);
   void *a = use_malloc(30 * MiB, S0);
   void *b = use_malloc(30 * MiB, S0);
   REQUIRE(a && b);
@@ -105,7 +128,7 @@ TEST(growing_past_the_peak_moves_free_granules_without_synchronizing) {
  * first: it gets new memory meanwhile, and the first stream's once its
  * marker completes. */
 TEST(another_stream_waits_for_the_marker_and_never_the_host) {
-  REQUIRE(sim_reset("expandable:reclaim,sim_lag:100") == 0);
+  REQUIRE(sim_reset("handle:2MiB,expandable:reclaim,sim_lag:100") == 0);
   void *a = use_malloc(30 * MiB, S0);
   void *b = use_malloc(30 * MiB, S0);
   REQUIRE(a && b);
@@ -118,7 +141,7 @@ TEST(another_stream_waits_for_the_marker_and_never_the_host) {
   torchalloc_sim_advance(0, 100); /* the device catches up */
   void *d = use_malloc(20 * MiB, S1); /* past the peak again: a's granules move to S1 */
   REQUIRE(d);
-  CHECK_EQ(reserved(), 90 * MiB); /* all of a's 30 MiB were taken: the 10 not mapped went back */
+  CHECK_EQ(reserved(), 100 * MiB); /* 20 of a's 30 MiB were taken, no more: nothing new, nothing given back */
   CHECK_EQ(syncs(), 0);
   CHECK_EQ(violations(), 0);
   CHECK_INVARIANTS();
@@ -134,7 +157,7 @@ TEST(another_stream_waits_for_the_marker_and_never_the_host) {
  * TA_MARK_EVERY (256) frees of a stream: another stream finds its memory
  * past when the device got there. */
 TEST(markers_recorded_along_the_way_let_other_streams_take_memory) {
-  REQUIRE(sim_reset("expandable:reclaim,sim_lag:50") == 0);
+  REQUIRE(sim_reset("handle:2MiB,expandable:reclaim,sim_lag:50") == 0);
   void *keep = use_malloc(64 * MiB, S0);
   REQUIRE(keep);
   use_free(keep, 64 * MiB, S0);
@@ -158,7 +181,7 @@ TEST(markers_recorded_along_the_way_let_other_streams_take_memory) {
 }
 
 TEST(old_addresses_retire_when_their_marker_completes) {
-  REQUIRE(sim_reset("expandable:reclaim,sim_lag:200") == 0);
+  REQUIRE(sim_reset("handle:2MiB,expandable:reclaim,sim_lag:200") == 0);
   void *a = use_malloc(30 * MiB, S0);
   void *b = use_malloc(30 * MiB, S0);
   REQUIRE(a && b);
@@ -183,7 +206,7 @@ TEST(old_addresses_retire_when_their_marker_completes) {
 }
 
 TEST(free_granules_serve_another_block_size) {
-  REQUIRE(sim_reset("expandable:reclaim,sim_lag:1000") == 0);
+  REQUIRE(sim_reset("handle:2MiB,expandable:reclaim,sim_lag:1000") == 0);
   void *small[8];
   for (int i = 0; i < 8; i++) REQUIRE((small[i] = use_malloc(1 * MiB, S0)) != NULL); /* 4 granules, small pool */
   void *big = use_malloc(20 * MiB, S0);
@@ -199,7 +222,7 @@ TEST(free_granules_serve_another_block_size) {
 }
 
 TEST(capture_never_remaps_nor_queries) {
-  REQUIRE(sim_reset("expandable:reclaim,sim_lag:10") == 0);
+  REQUIRE(sim_reset("handle:2MiB,expandable:reclaim,sim_lag:10") == 0);
   void *a = use_malloc(30 * MiB, S0);
   void *b = use_malloc(30 * MiB, S0);
   REQUIRE(a && b);
@@ -229,7 +252,7 @@ TEST(capture_never_remaps_nor_queries) {
  * in the cache it is stamped anew, and another stream may take it only
  * after that marker too. */
 TEST(record_stream_blocks_keep_their_events) {
-  REQUIRE(sim_reset("expandable:reclaim,sim_lag:40") == 0);
+  REQUIRE(sim_reset("handle:2MiB,expandable:reclaim,sim_lag:40") == 0);
   void *a = use_malloc(30 * MiB, S0);
   void *b = use_malloc(30 * MiB, S0);
   REQUIRE(a && b);
@@ -295,7 +318,7 @@ TEST(a_mixed_run_never_synchronizes_and_reserves_as_little_as_compact) {
   CHECK(compact_syncs > 0);
   mixed_run("expandable:reclaim,sim_lag:0", &res, &alloc, &nsyncs);
   CHECK_EQ(nsyncs, 0);
-  CHECK_EQ(res, compact_res);
+  CHECK(res <= compact_res + compact_res / 64); /* compact's memory, within the slack both allow (segments_expand.c) */
   CHECK_EQ(alloc, compact_alloc);
   int64_t previous = res;
   static const char *const lags[] = {"sim_lag:8", "sim_lag:64", "sim_lag:512"};
@@ -316,7 +339,7 @@ TEST(a_mixed_run_never_synchronizes_and_reserves_as_little_as_compact) {
 /* phase_arena's arenas, one per phase, lend to each other on one stream
  * (the device never catches up here), and take what it is past, on any. */
 TEST(phase_arena_arenas_share_memory_without_synchronizing) {
-  REQUIRE(sim_reset("expandable:reclaim,policy:phase_arena,sim_lag:100000") == 0);
+  REQUIRE(sim_reset("handle:2MiB,expandable:reclaim,policy:phase_arena,sim_lag:100000") == 0);
   REQUIRE(torchalloc_phase_begin("forward") >= 0);
   void *act = use_malloc(40 * MiB, S0);
   REQUIRE(act);
@@ -342,7 +365,7 @@ TEST(phase_arena_arenas_share_memory_without_synchronizing) {
 /* The model itself: a kernel racing another stream's queued kernel on the
  * same memory is caught, and is not once the device is past it. */
 TEST(the_sim_catches_memory_used_by_two_streams_at_once) {
-  REQUIRE(sim_reset("expandable:reclaim,sim_lag:5") == 0);
+  REQUIRE(sim_reset("handle:2MiB,expandable:reclaim,sim_lag:5") == 0);
   void *a = torchalloc_malloc(4 * MiB, 0, S0);
   REQUIRE(a);
   torchalloc_sim_use(0, S0, a, 4 * MiB);
@@ -361,7 +384,7 @@ TEST(the_sim_catches_memory_used_by_two_streams_at_once) {
  * its range, when that range grows, must not merge the free end away under
  * the growth (the merged-away descriptor was still being extended). */
 TEST(a_retiring_block_before_the_growing_end_waits_for_the_growth) {
-  REQUIRE(sim_reset("expandable:reclaim,sim_lag:1000") == 0);
+  REQUIRE(sim_reset("handle:2MiB,expandable:reclaim,sim_lag:1000") == 0);
   void *a = use_malloc(10 * MiB, S0);
   void *f = use_malloc(30 * MiB, S0);
   REQUIRE(a && f);
@@ -385,7 +408,7 @@ TEST(a_retiring_block_before_the_growing_end_waits_for_the_growth) {
  * block after it); retiring that block then would leave it free and indexed
  * as unsplit while the new block makes it split (inactive_split off by one). */
 TEST(a_range_ending_in_a_retiring_block_grows_after_it) {
-  REQUIRE(sim_reset("expandable:reclaim,sim_lag:1000") == 0);
+  REQUIRE(sim_reset("handle:2MiB,expandable:reclaim,sim_lag:1000") == 0);
   void *s = use_malloc(1 * MiB, S0);     /* the small pool: one granule */
   void *big = use_malloc(30 * MiB, S0);
   REQUIRE(s && big);
@@ -411,7 +434,7 @@ TEST(a_range_ending_in_a_retiring_block_grows_after_it) {
  * own, so the segments add up to the reserved bytes; memory lent away is in
  * none of them. */
 TEST(the_snapshot_shows_mapped_stretches_that_add_up_to_reserved) {
-  REQUIRE(sim_reset("expandable:reclaim,sim_lag:1000") == 0);
+  REQUIRE(sim_reset("handle:2MiB,expandable:reclaim,sim_lag:1000") == 0);
   void *a = use_malloc(30 * MiB, S0);
   void *b = use_malloc(30 * MiB, S0);
   REQUIRE(a && b);
@@ -432,7 +455,7 @@ TEST(the_snapshot_shows_mapped_stretches_that_add_up_to_reserved) {
   }
   CHECK_EQ(total, reserved());
   CHECK_EQ(live, 2);
-  REQUIRE(sim_reset("expandable:off") == 0); /* ordinary segments: one each, whole */
+  REQUIRE(sim_reset("handle:2MiB,expandable:off") == 0); /* ordinary segments: one each, whole */
   a = torchalloc_malloc(3 * MiB, 0, S0);
   REQUIRE(a);
   REQUIRE(torchalloc_snapshot(0, segs, 16, blocks, 64, &ns, &nb) == 0);

@@ -22,6 +22,7 @@ void ta_config_defaults(ta_config *c) {
   c->stack_depth = 16;
   c->sim_vmm = 1;
   c->expandable = TA_EXPANDABLE_RECLAIM; /* ordinary segments where the device has no virtual memory */
+  c->large_handle = TA_DEFAULT_LARGE_HANDLE;
 }
 
 static const char *const expandable_names[] = {"off", "on", "compact", "reclaim"};
@@ -66,7 +67,7 @@ static int parse_int(const char *text, long lo, long hi, long *out) {
 
 #define KEYS \
   "policy backend sim_capacity sim_devices sim_fail_alloc sim_event_polls sim_held_elsewhere warn log log_max stacks " \
-  "stack_depth oom oom_report expandable sim_vmm sim_lag"
+  "stack_depth oom oom_report expandable handle sim_vmm sim_lag"
 const char *ta_config_key_list(void) { return KEYS; }
 
 /* Apply one key:value to `c`. Returns 0, or -1 with a message. */
@@ -146,6 +147,15 @@ static int apply(ta_config *c, const char *key, const char *val, char *err, size
       return -1;
     }
     c->log_max = bytes;
+  } else if (strcmp(key, "handle") == 0) {
+    size_t bytes;
+    if (ta_parse_bytes(val, &bytes) || bytes < TA_MIN_LARGE_HANDLE || bytes > TA_MAX_LARGE_HANDLE ||
+        bytes % TA_MIN_LARGE_HANDLE) {
+      snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key 'handle' (expected a multiple of 2 MiB from "
+               "2 MiB to 1 GiB, such as 16MiB)", val);
+      return -1;
+    }
+    c->large_handle = bytes;
   } else if (strcmp(key, "stacks") == 0) {
     if (parse_int(val, lo = 0, hi = 1, &n)) goto bad_int;
     c->stacks = (int)n;

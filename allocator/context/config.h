@@ -28,7 +28,20 @@ typedef struct ta_config {
                              * memory (where it has it; ordinary segments otherwise) */
   int sim_vmm;              /* the sim device has virtual memory (0: model one without, for tests) */
   uint64_t sim_lag;         /* ticks the sim device trails the host by (backend.h); 0: none */
+  size_t large_handle;      /* bytes per physical handle of large-pool expandable segments */
 } ta_config;
+
+/* `handle`: large-pool expandable segments map memory in physical handles
+ * of this size (rounded up to the device's granule). Why 8 MiB: the
+ * driver's calls cost per handle, not per byte (bench/vmm_costs.c, H100:
+ * 2 MiB handles cost ~40 ms a GiB to make and map, 8 MiB ones ~7), and
+ * reclaim moves memory a handle at a time; larger handles leave more free
+ * memory stuck inside handles partly in use (replay of the bundled traces:
+ * 1.007x allocated at 4 MiB, 1.009x at 8, 1.012x at 16). The small pool
+ * keeps the device's granule. */
+#define TA_DEFAULT_LARGE_HANDLE ((size_t)8 << 20)
+#define TA_MIN_LARGE_HANDLE ((size_t)2 << 20) /* the granule of the GPUs torchalloc runs on */
+#define TA_MAX_LARGE_HANDLE ((size_t)1 << 30)
 
 /* `expandable`: 0 ordinary segments (PyTorch's, byte for byte); 1 grow one
  * expandable segment per stream and pool; 2 compact (and before reserving

@@ -316,10 +316,13 @@ static size_t whole_free_granules(const ta_segment *s, const ta_block *b, size_t
 
 /* One pass over the default pool's segments (private pools serve no other
  * request), no allocation: the per-phase tally lives on the stack. */
-static void note_detail(ta_heap *h, const ta_policy *policy, int phase) {
+static void note_detail(ta_heap *h, const ta_policy *policy, size_t size, int phase) {
   torchalloc_oom_detail *d = &h->oom.detail;
+  /* The granule the request would be mapped in under expandable segments:
+   * the large pool's handle past the small pool's 1 MiB (size_classes.h). */
+  int pool = size > ((size_t)1 << 20) ? TA_POOL_LARGE : TA_POOL_SMALL;
   *d = (torchalloc_oom_detail){.struct_size = sizeof *d,
-                               .granule = ta_segments_granule(&h->seg),
+                               .granule = ta_segments_handle_size(&h->seg, pool),
                                .phase = (uint16_t)phase,
                                .expandable = (uint8_t)h->conf->expandable};
   int private_pool = h->policies[policy->id] != policy;
@@ -402,7 +405,7 @@ void ta_heap_note_oom(ta_heap *h, ta_policy *policy, size_t size, cudaStream_t s
       if (b->stream == stream && b->size > o->facts.largest_free) o->facts.largest_free = b->size;
     }
   o->verdict = ta_oom_verdict(&o->facts);
-  note_detail(h, policy, phase);
+  note_detail(h, policy, size, phase);
   o->report_path[0] = '\0';
   build_report(h);
 }

@@ -134,12 +134,19 @@ ta_internal size_t ta_segments_unmap(ta_segments *s, ta_segment *seg, uintptr_t 
 /* The segment ends at `new_size` now (a granule multiple > 0; the blocks past
  * it are gone): unmap what is mapped past it. Synchronize first. */
 ta_internal void ta_segments_shrink(ta_segments *s, ta_segment *seg, size_t new_size);
-/* The granule an expandable segment grows by. */
+/* The device's granule (0: no expandable segments). */
 ta_internal size_t ta_segments_granule(const ta_segments *s);
+/* The granule of an expandable segment of `pool`: one physical handle, the
+ * unit it grows, gives back and moves memory in (the device's granule in
+ * the small pool; the configuration's `handle` in the large one). */
+ta_internal size_t ta_segments_handle_size(const ta_segments *s, int pool);
+/* The granule of the expandable segment `seg`. */
+ta_internal size_t ta_segments_granule_of(const ta_segment *seg);
 /* 1 when mapping `bytes` more would take reserved memory past the most it
- * ever was, and unmapping free granules first is allowed (no capture may be
- * underway: it needs a synchronize). */
-ta_internal int ta_segments_would_raise_peak(const ta_segments *s, size_t bytes);
+ * ever was and past a slack over the most ever allocated (segments_expand.c), and
+ * unmapping free granules first is allowed (no capture may be underway: it
+ * needs a synchronize). */
+ta_internal int ta_segments_would_raise_peak(ta_segments *s, size_t bytes);
 /* Give back mapped granules lying wholly inside free blocks of any
  * expandable segment (every policy's and stream's: device memory is one
  * budget), until `want` bytes are back, sparing `keep` (a block about to be
@@ -192,10 +199,12 @@ ta_internal void ta_segments_marks_poll(ta_segments *s);
 /* A marker on every stream freed on since its last, none in flight. */
 ta_internal void ta_segments_marks_record(ta_segments *s);
 /* Donors, device-wide: mapped granules wholly inside free blocks the device
- * is past (any reclaim segment, sparing `keep`), unmapped without release,
- * a whole stretch of a block at a time, until `want` bytes are gathered.
- * Returns the bytes (what is not mapped next goes back to the device). */
-ta_internal size_t ta_segments_take_past(ta_segments *s, size_t want, const ta_block *keep);
+ * is past (any reclaim segment whose granule is `granule`, sparing `keep`),
+ * unmapped without release, until `want` bytes (rounded up to granules)
+ * are gathered: no more, since what is not mapped next goes back to the
+ * device and would be made again later (a handle made and mapped costs as
+ * much as one moved). Returns the bytes. */
+ta_internal size_t ta_segments_take_past(ta_segments *s, size_t want, size_t granule, const ta_block *keep);
 /* Donors from [addr, addr + len) of `seg` (whole granules, mapped, inside a
  * block the caller carved out as TA_BLOCK_RETIRING): mapped elsewhere next,
  * they stay mapped here until ta_segments_retire. */

@@ -176,6 +176,7 @@ void ta_segments_init(ta_segments *s, ta_backend *backend, int device, torchallo
   s->device = device;
   s->stats = stats;
   s->granule = backend->ops->granularity ? backend->ops->granularity(backend, device) : 0;
+  s->large_handle = s->granule; /* the heap sets its configuration's (config.h, `handle`) */
 }
 
 void ta_segments_destroy(ta_segments *seg) {

@@ -28,7 +28,9 @@ typedef struct ta_segment_registry {
 /* What an expandable segment adds to a segment (segments_expand.c): its
  * address range and the handle of each granule, 0 while unmapped. A
  * granule lent (reclaim) is still mapped here, but its memory is counted
- * where it was mapped since: here it counts as unmapped. */
+ * where it was mapped since: here it counts as unmapped. A segment's
+ * granule is one physical handle: the device's granule in the small pool,
+ * `large_handle` in the large one (ta_segments_handle_size). */
 typedef struct ta_expansion {
   size_t reserved;   /* bytes of addresses reserved from `addr` */
   size_t granule;
@@ -37,8 +39,10 @@ typedef struct ta_expansion {
   size_t cap_handles;
 } ta_expansion;
 
-/* Physical granules gathered to be mapped elsewhere (reclaim). */
+/* Physical granules gathered to be mapped elsewhere (reclaim), all of one
+ * segment granule (`granule`, set by the first one). */
 typedef struct ta_donors {
+  size_t granule;
   uint64_t *handles;
   uint32_t *stamps; /* each one's stamp, for where it goes (0: past) */
   size_t n, cap;
@@ -51,6 +55,8 @@ struct ta_segments {
   int phase;           /* phase of the request in flight: growth and release are charged to it */
   size_t limit;        /* reserved-bytes ceiling from set_memory_fraction; 0: none */
   size_t granule;      /* the backend's virtual-memory granule; 0: no expandable segments */
+  size_t large_handle; /* bytes per physical handle of large-pool expandable segments (a granule multiple) */
+  int64_t allocated_high; /* the most allocated bytes seen (unlike the stats' peak, never reset) */
   int64_t high_water;  /* the most reserved bytes so far (never reset, unlike the stats' peak) */
   int no_sync;         /* a capture may be underway: nothing may synchronize (the heap's routing) */
   torchalloc_stats *stats; /* the heap's: segment, reserved_bytes, inactive_split*, num_device_*, num_synchronizes */

@@ -37,7 +37,7 @@ import transformer_pattern as pattern  # noqa: E402
 MiB, GiB = 1 << 20, 1 << 30
 GRANULE = 2 * MiB
 CAP_MIB = 6560
-BASE = f"backend:sim,warn:0,oom_report:off,sim_capacity:{CAP_MIB}MiB"
+BASE = f"backend:sim,warn:0,oom_report:off,handle:2MiB,sim_capacity:{CAP_MIB}MiB"  # the 2 MiB holes case
 
 
 def c_size(n: int) -> str:

@@ -138,10 +138,10 @@ static void retire(ta_arena *a, int all, const ta_block *keep) {
  * carved out as a retiring block of its arena and its memory becomes
  * donors. Safe without waiting: the donors serve a request of the same
  * stream, whose work runs after what is queued there. Returns the bytes. */
-static size_t lend_from(ta_arena *a, cudaStream_t stream, size_t want, const ta_block *keep) {
-  size_t granule = ta_segments_granule(a->segments), got = 0;
+static size_t lend_from(ta_arena *a, cudaStream_t stream, size_t granule, size_t want, const ta_block *keep) {
+  size_t got = 0;
   for (ta_segment *seg = a->owned; seg && got < want; seg = seg->owner_next) {
-    if (!seg->expansion || !seg->marks || seg->stream != stream) continue;
+    if (!seg->expansion || !seg->marks || seg->stream != stream || ta_segments_granule_of(seg) != granule) continue;
     for (ta_block *b = seg->first; b && got < want; b = b->next) {
       uintptr_t lo, hi;
       if (b->state != TA_BLOCK_FREE || b == keep || !ta_segments_mapped_run(seg, b->addr, b->addr + b->size, &lo, &hi))
@@ -166,20 +166,22 @@ static size_t lend_from(ta_arena *a, cudaStream_t stream, size_t want, const ta_
   return got;
 }
 
-static size_t lend(ta_arena *a, cudaStream_t stream, size_t want, const ta_block *keep) {
-  size_t got = lend_from(a, stream, want, keep); /* the requester's own arena first */
-  FOR_FAMILY(f, a) if (f != a && got < want) got += lend_from(f, stream, want - got, keep);
+static size_t lend(ta_arena *a, cudaStream_t stream, size_t granule, size_t want, const ta_block *keep) {
+  size_t got = lend_from(a, stream, granule, want, keep); /* the requester's own arena first */
+  FOR_FAMILY(f, a) if (f != a && got < want) got += lend_from(f, stream, granule, want - got, keep);
   return got;
 }
 
 /* Compact and reclaim: before `bytes` are mapped past the most ever
- * reserved (or, reclaim, after the device said no: `failed`), free
+ * reserved (or after the device said no: `failed`), free
  * granules elsewhere go back to the device (compact: after a synchronize)
  * or become donors (reclaim: never waiting). Returns 1 when it found any. */
-static int make_room(ta_arena *a, cudaStream_t stream, size_t bytes, const ta_block *keep, int failed) {
+static int make_room(ta_arena *a, cudaStream_t stream, size_t granule, size_t bytes, const ta_block *keep,
+                     int failed) {
   ta_segments *s = a->segments;
-  if (!a->compact || !(failed ? a->reclaim && ta_segments_may_remap(s) : ta_segments_would_raise_peak(s, bytes)))
-    return 0;
+  /* After the device said no, free memory elsewhere is the way out (under
+   * the slack, growth maps new memory first: segments_expand.c). */
+  if (!a->compact || !(failed ? ta_segments_may_remap(s) : ta_segments_would_raise_peak(s, bytes))) return 0;
   if (!a->reclaim) return ta_segments_unmap_free(s, bytes, keep) > 0;
   /* Markers on the streams freed on since their last, then asked: a device
    * that has caught up (or nearly) says at once that all of it is past. */
@@ -187,8 +189,8 @@ static int make_room(ta_arena *a, cudaStream_t stream, size_t bytes, const ta_bl
   ta_segments_marks_record(s);
   ta_segments_marks_poll(s);
   FOR_FAMILY(f, a) retire(f, 0, keep);
-  size_t got = ta_segments_take_past(s, bytes, keep);
-  if (got < bytes) got += lend(a, stream, bytes - got, keep);
+  size_t got = ta_segments_take_past(s, bytes, granule, keep);
+  if (got < bytes) got += lend(a, stream, granule, bytes - got, keep);
   ta_segments_marks_record(s); /* what was lent gets its marker now: it retires soon */
   return got > 0;
 }
@@ -202,12 +204,12 @@ static int make_room(ta_arena *a, cudaStream_t stream, size_t bytes, const ta_bl
  * an ordinary segment). */
 static ta_block *expand(ta_arena *a, ta_stream_bins *sb, int pool, ta_bins *bins, size_t rounded, int *status) {
   ta_segment *seg = sb->expandable[pool];
-  size_t granule = ta_segments_granule(a->segments);
+  size_t granule = ta_segments_handle_size(a->segments, pool);
   if (!seg) {
     size_t bytes = ta_align_up(rounded, granule);
-    make_room(a, sb->stream, bytes, NULL, 0);
+    make_room(a, sb->stream, granule, bytes, NULL, 0);
     seg = ta_segments_alloc_expandable(a->segments, rounded, sb->stream, pool, a, a->policy, status);
-    if (!seg && *status == TA_ENOMEM && make_room(a, sb->stream, bytes, NULL, 1))
+    if (!seg && *status == TA_ENOMEM && make_room(a, sb->stream, granule, bytes, NULL, 1))
       seg = ta_segments_alloc_expandable(a->segments, rounded, sb->stream, pool, a, a->policy, status);
     if (a->reclaim) ta_segments_donors_drop(a->segments);
     if (!seg) return NULL;
@@ -223,9 +225,9 @@ static ta_block *expand(ta_arena *a, ta_stream_bins *sb, int pool, ta_bins *bins
   }
   ta_block *fresh = have ? tail : ta_segments_block_new(a->segments);
   size_t bytes = ta_align_up(rounded - have, granule);
-  if (fresh) make_room(a, sb->stream, bytes, tail, 0);
+  if (fresh) make_room(a, sb->stream, granule, bytes, tail, 0);
   *status = fresh ? ta_segments_grow(a->segments, seg, bytes) : TA_ENOMEM;
-  if (*status == TA_ENOMEM && fresh && make_room(a, sb->stream, bytes, tail, 1))
+  if (*status == TA_ENOMEM && fresh && make_room(a, sb->stream, granule, bytes, tail, 1))
     *status = ta_segments_grow(a->segments, seg, bytes);
   if (a->reclaim) ta_segments_donors_drop(a->segments);
   if (*status != TA_OK) {
@@ -261,7 +263,7 @@ static size_t shrink(ta_arena *a, ta_segment *seg) {
   size_t released = 0;
   for (ta_block *f = seg->first; f; f = f->next)
     if (f->state == TA_BLOCK_FREE) released += ta_segments_unmap(a->segments, seg, f->addr, f->size);
-  size_t keep = ta_align_up(b->addr - seg->addr, ta_segments_granule(a->segments));
+  size_t keep = ta_align_up(b->addr - seg->addr, ta_segments_granule_of(seg));
   if (b->state != TA_BLOCK_FREE || keep >= seg->size) return released;
   take_free(a, bins, b);
   if (b->addr == seg->addr + keep) { /* the free block goes entirely */
@@ -280,9 +282,10 @@ static size_t shrink(ta_arena *a, ta_segment *seg) {
 static ta_noinline int map_block(ta_arena *a, ta_block *b) {
   size_t need = a->compact ? ta_segments_unmapped_in(b->segment, b->addr, b->size) : 0; /* a walk: only when used */
   if (a->compact && !need) return 0; /* its granules are mapped: the segment's holes are elsewhere */
-  if (need) make_room(a, b->stream, need, b, 0);
+  size_t granule = ta_segments_granule_of(b->segment);
+  if (need) make_room(a, b->stream, granule, need, b, 0);
   int rc = ta_segments_map(a->segments, b->segment, b->addr, b->size);
-  if (rc != TA_OK && need && make_room(a, b->stream, need, b, 1))
+  if (rc != TA_OK && need && make_room(a, b->stream, granule, need, b, 1))
     rc = ta_segments_map(a->segments, b->segment, b->addr, b->size);
   if (a->reclaim) ta_segments_donors_drop(a->segments);
   return rc == TA_OK ? 0 : -1;
