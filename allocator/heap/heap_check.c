@@ -67,7 +67,8 @@ static int check_segment(ta_heap *h, const ta_segment *s, recount *rc, char *err
         add3(rc->inactive_split_bytes, s->pool, (int64_t)b->size);
       }
     } else if (b->state == TA_BLOCK_RETIRING) {
-      if (!s->expansion || b->addr % s->expansion->granule || b->size % s->expansion->granule)
+      /* granules count from the segment's start: its address is aligned to the device's granule only */
+      if (!s->expansion || (b->addr - s->addr) % s->expansion->granule || b->size % s->expansion->granule)
         FAIL("retiring block %p is not whole granules of an expandable segment", (void *)b->addr);
     } else {
       if (ta_ptrmap_get(&h->live, b->addr) != b) FAIL("live block %p is missing from the pointer map", (void *)b->addr);

@@ -367,7 +367,7 @@ void ta_segments_lend(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t le
   ta_expansion *x = seg->expansion;
   size_t first, end;
   granules_of(seg, addr, len, 1, &first, &end);
-  ta_assert(addr % x->granule == 0 && len % x->granule == 0 && end > first);
+  ta_assert((addr - seg->addr) % x->granule == 0 && len % x->granule == 0 && end > first);
   if (reserve_donors(&s->donors, s->donors.n + (end - first))) return; /* then lent to none: it retires as it is */
   for (size_t g = first; g < end; g++) {
     ta_assert(granule_state(x, g) == OWNED);
