@@ -100,8 +100,6 @@ static inline int ta_sim_grow(void **items, size_t *cap, size_t need, size_t siz
 
 /* --- between the sim's files --- */
 
-ta_internal void ta_sim_violation(sim_device *d, const char *what);
-
 /* A call that would invalidate a capture (global mode) while one runs: a violation. */
 static inline void ta_sim_check_not_capturing(sim_device *d, const char *call) {
   if (!d->capturing) return;

@@ -11,7 +11,7 @@
 
 #include "device/backend_sim_model.h"
 
-void ta_sim_violation(sim_device *d, const char *what) {
+static void violation(sim_device *d, const char *what) {
   atomic_fetch_add(&d->violations, 1);
   snprintf(d->last_violation, sizeof d->last_violation, "%s", what);
 }
@@ -79,10 +79,10 @@ void ta_sim_unreserve(ta_backend *b, int device, uintptr_t addr, size_t size) {
   sim_device *d = &((sim_backend *)b)->dev[device];
   sim_reservation *r = ta_sim_reservation_of(d, addr);
   if (!r || r->base != addr || r->size != size) {
-    ta_sim_violation(d, "unreserve of a range that was not reserved");
+    violation(d, "unreserve of a range that was not reserved");
     return;
   }
-  if (r->nmapped) ta_sim_violation(d, "unreserve of a range still mapped");
+  if (r->nmapped) violation(d, "unreserve of a range still mapped");
   free(r->handle);
   free(r->sub);
   size_t at = (size_t)(r - d->reservations);
@@ -99,7 +99,7 @@ static sim_reservation *range_of(sim_device *d, uintptr_t addr, size_t size, con
   sim_reservation *r = ta_sim_reservation_of(d, addr);
   if (!r || size == 0 || size % TA_SIM_GRANULE || (addr - r->base) % TA_SIM_GRANULE ||
       size > r->size - (addr - r->base)) {
-    ta_sim_violation(d, call);
+    violation(d, call);
     return NULL;
   }
   size_t end = (addr - r->base + size) / TA_SIM_GRANULE, old = r->cap;
@@ -149,7 +149,7 @@ static void handle_settle(sim_device *d, uint64_t token) {
 static uint32_t handle_granules(sim_device *d, size_t size, size_t handle, const char *call) {
   if (handle == 0 || handle % TA_SIM_GRANULE || handle / TA_SIM_GRANULE > SIM_MAX_HANDLE_GRANULES ||
       size % handle) {
-    ta_sim_violation(d, call);
+    violation(d, call);
     return 0;
   }
   return (uint32_t)(handle / TA_SIM_GRANULE);
@@ -178,7 +178,7 @@ int ta_sim_map(ta_backend *b, int device, uintptr_t addr, size_t size, size_t ha
   size_t first = (addr - r->base) / TA_SIM_GRANULE, n = size / handle;
   for (size_t g = first; g < first + n * k; g++) {
     if (r->handle[g]) {
-      ta_sim_violation(d, "map of a granule already mapped");
+      violation(d, "map of a granule already mapped");
       return TA_ENOMEM;
     }
   }
@@ -217,7 +217,7 @@ int ta_sim_remap(ta_backend *b, int device, uintptr_t addr, size_t size, size_t 
     int taken = 0;
     for (uint32_t j = 0; j < k; j++) taken |= r->handle[first + i * k + j] != 0;
     if (taken || !h || h->released || h->granules != k) {
-      ta_sim_violation(d, "remap onto a mapped granule, or of a handle that is gone, released or of another size");
+      violation(d, "remap onto a mapped granule, or of a handle that is gone, released or of another size");
       return TA_ENOMEM;
     }
   }
@@ -240,7 +240,7 @@ void ta_sim_unmap(ta_backend *b, int device, uintptr_t addr, size_t size, size_t
   size_t first = (addr - r->base) / TA_SIM_GRANULE, n = size / handle;
   for (size_t i = 0; i < n; i++) {
     if (!handles[i] || !holds_handle(r, first + i * k, k, handles[i]) || d->handles[handles[i] - 1].granules != k) {
-      ta_sim_violation(d, "unmap of a granule not mapped, of part of a handle, or with another granule's handle");
+      violation(d, "unmap of a granule not mapped, of part of a handle, or with another granule's handle");
       return;
     }
   }
@@ -272,7 +272,7 @@ void ta_sim_release(ta_backend *b, int device, const uint64_t *handles, size_t n
   for (size_t i = 0; i < n; i++) {
     sim_handle *h = handle_of(d, handles[i]);
     if (!h || h->released) {
-      ta_sim_violation(d, "release of a handle that is gone or released");
+      violation(d, "release of a handle that is gone or released");
       continue;
     }
     h->released = 1;

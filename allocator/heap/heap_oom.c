@@ -20,6 +20,7 @@
 #include "log/log_intern.h"
 #include "accounting/oom_advice.h"
 #include "accounting/oom_verdict.h"
+#include "policies/parts/size_classes.h"
 #include "base/text.h"
 
 #define MAP_WIDTH 48          /* characters of a segment's occupancy bar */
@@ -319,10 +320,9 @@ static size_t whole_free_granules(const ta_segment *s, const ta_block *b, size_t
 static void note_detail(ta_heap *h, const ta_policy *policy, size_t size, int phase) {
   torchalloc_oom_detail *d = &h->oom.detail;
   /* The granule the request would be mapped in under expandable segments:
-   * the large pool's handle past the small pool's 1 MiB (size_classes.h). */
-  int pool = size > ((size_t)1 << 20) ? TA_POOL_LARGE : TA_POOL_SMALL;
+   * its pool's handle. */
   *d = (torchalloc_oom_detail){.struct_size = sizeof *d,
-                               .granule = ta_segments_handle_size(&h->seg, pool),
+                               .granule = ta_segments_handle_size(&h->seg, ta_pool_for(ta_round_size(size))),
                                .phase = (uint16_t)phase,
                                .expandable = (uint8_t)h->conf->expandable};
   int private_pool = h->policies[policy->id] != policy;

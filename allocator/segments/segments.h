@@ -69,7 +69,10 @@ struct ta_segments {
   int64_t phase_released[TORCHALLOC_MAX_PHASES]; /* device bytes released while each phase was current */
 };
 
-ta_internal void ta_segments_init(ta_segments *s, ta_backend *backend, int device, torchalloc_stats *stats);
+/* `large_handle`: bytes per physical handle of large-pool expandable
+ * segments (config.h, `handle`), rounded up to the device's granule. */
+ta_internal void ta_segments_init(ta_segments *s, ta_backend *backend, int device, torchalloc_stats *stats,
+                                  size_t large_handle);
 /* Return every segment to the device, live blocks included, and free the
  * descriptors (teardown: the caller holds none of these pointers). */
 ta_internal void ta_segments_destroy(ta_segments *s);
