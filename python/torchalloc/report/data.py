@@ -45,7 +45,7 @@ from .._records import MARKER
 from ..analysis import CATEGORIES, NEVER, REASONS, Analysis, is_library_frame, time_base_ns
 from ..analysis.lifetimes import lifetime_rows
 from ..analysis.modules import WHAT as MODULE_WHAT
-from .svg import BOTTOM, H, LEFT, MAX_MARKERS, MAX_SPANS, RIGHT, STRIP, TOP, W, phase_colors
+from .svg import BOTTOM, H, LEFT, MAX_MARKERS, MAX_SPANS, RIGHT, STRIP, TOP, W, phase_colors, plot_extent
 
 __all__ = ["page_data", "embed_json", "lifetime_examples", "module_blocks", "PER_MOMENT", "PER_MODULE", "TOTAL_BLOCKS"]
 
@@ -213,7 +213,6 @@ def page_data(a: Analysis, *, lifetimes_shown: int = 60, modules_shown: int = 60
     """Everything the page's script needs (module docstring), as plain lists and numbers."""
     t, tl, b = a.table, a.timeline, a.blocks
     shared = _Shared(a)
-    colors = phase_colors(list(tl.by_phase))
     timeline = {
         "t": [_r(x) for x in tl.t_s], "i": tl.index.tolist(), "allocated": tl.allocated.tolist(),
         "reserved": tl.reserved.tolist(), "live": live_counts(a, tl.index).tolist(),
@@ -252,21 +251,36 @@ def page_data(a: Analysis, *, lifetimes_shown: int = 60, modules_shown: int = 60
     modules = [{"module": row.module, "at_peak": row.at_peak, "count": row.blocks_at_peak,
                 "blocks": [row_of[k] for k in ks]} for row, (_, ks) in zip(mods.rows, per_module)]
     return {
-        "log": t.path, "device": a.device, "has_stacks": a.has_stacks,
-        "layout": {"w": W, "h": H, "left": LEFT, "right": RIGHT, "top": TOP, "bottom": BOTTOM, "strip": STRIP},
-        "xmax": max(tl.duration_s, float(tl.t_s[-1]) if len(tl.t_s) else 0.0) or 1.0,
-        "ymax": max(tl.peak_reserved, tl.peak_allocated, 1) * 1.08,
-        "colors": [colors[n] for n in tl.by_phase],
+        **page_frame(t.path, a, tl),
         "timeline": timeline, "spans": spans, "spans_total": len(tl.phase_spans),
         "markers": markers, "markers_total": len(tl.markers),
         "peak": moment(tl.peak_index) if len(t) else None, "ooms": ooms,
         "blocks": blocks, "lifetimes": lifetimes, "modules": modules, "module_names": names,
+        **shared.to_dict(),
+        "budget": page_budget(len(b), int(held.size), exact, priority),
+    }
+
+
+def page_frame(path: str, a: Any, tl: Any) -> dict[str, Any]:
+    """The page's fields that do not depend on which blocks it shows: the log, the plot's frame and scales,
+    the phases' colours and the names of reasons, categories and what a module holds. `a` and `tl` are a
+    whole-log or a streamed analysis and its timeline (streamed pages share this with page_data)."""
+    x_max, y_max = plot_extent(tl)
+    colors = phase_colors(list(tl.by_phase))
+    return {
+        "log": path, "device": a.device, "has_stacks": a.has_stacks,
+        "layout": {"w": W, "h": H, "left": LEFT, "right": RIGHT, "top": TOP, "bottom": BOTTOM, "strip": STRIP},
+        "xmax": x_max, "ymax": y_max,
+        "colors": [colors[n] for n in tl.by_phase],
         "module_what": list(MODULE_WHAT),
         "reasons": [str(r) for r in REASONS], "categories": [str(x) for x in CATEGORIES],
-        **shared.to_dict(),
-        "budget": {"blocks": len(b), "held": int(held.size), "per_moment": PER_MOMENT, "total": TOTAL_BLOCKS,
-                   "exact": exact, "cut": exact < PER_MOMENT, "priority": priority},
     }
+
+
+def page_budget(blocks: int, held: int, exact: int, priority: list[int]) -> dict[str, Any]:
+    """How many blocks the page carries, of how many, and whether the per-moment budget cut any."""
+    return {"blocks": blocks, "held": held, "per_moment": PER_MOMENT, "total": TOTAL_BLOCKS,
+            "exact": exact, "cut": exact < PER_MOMENT, "priority": priority}
 
 
 def embed_json(data: dict[str, Any]) -> str:

@@ -12,10 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from ..analysis import CATEGORIES, REASONS
 from ..analysis.streamed import StreamedAnalysis
-from .data import MODULE_WHAT, NO_STACK, PER_MOMENT, PRIORITY_OOMS, TOTAL_BLOCKS, _r, _Shared
-from .svg import BOTTOM, H, LEFT, MAX_MARKERS, MAX_SPANS, RIGHT, STRIP, TOP, W, phase_colors
+from .data import NO_STACK, PER_MOMENT, PRIORITY_OOMS, TOTAL_BLOCKS, _r, _Shared, page_budget, page_frame
+from .svg import MAX_MARKERS, MAX_SPANS
 
 __all__ = ["streamed_page_data"]
 
@@ -72,7 +71,6 @@ def streamed_page_data(a: StreamedAnalysis, *, lifetimes_shown: int = 60) -> dic
     a.ensure_page()
     t, tl, s = a.table, a.timeline, a.scan
     shared = _Shared(a)  # type: ignore[arg-type]  (it reads only what both analyses have)
-    colors = phase_colors(list(tl.by_phase))
     timeline = {
         "t": [_r(x) for x in tl.t_s], "i": tl.index.tolist(), "allocated": tl.allocated.tolist(),
         "reserved": tl.reserved.tolist(), "live": [a.passed.live_at[int(i)] for i in tl.index.tolist()],
@@ -108,17 +106,11 @@ def streamed_page_data(a: StreamedAnalysis, *, lifetimes_shown: int = 60) -> dic
     blocks["module"] = [-1] * len(held)  # memory by module is not computed from pieces (streamed.LEFT_OUT)
     blocks["module_what"] = [-1] * len(held)
     return {
-        "log": t.path, "device": a.device, "has_stacks": a.has_stacks,
-        "layout": {"w": W, "h": H, "left": LEFT, "right": RIGHT, "top": TOP, "bottom": BOTTOM, "strip": STRIP},
-        "xmax": max(tl.duration_s, float(tl.t_s[-1]) if len(tl.t_s) else 0.0) or 1.0,
-        "ymax": max(tl.peak_reserved, tl.peak_allocated, 1) * 1.08,
-        "colors": [colors[n] for n in tl.by_phase],
+        **page_frame(t.path, a, tl),
         "timeline": timeline, "spans": spans, "spans_total": len(s.occ_phase),
         "markers": markers, "markers_total": s.marker_count,
         "peak": moment(tl.peak_index) if len(t) else None, "ooms": ooms,
-        "blocks": blocks, "lifetimes": lifetimes, "modules": [], "module_names": [], "module_what": list(MODULE_WHAT),
-        "reasons": [str(r) for r in REASONS], "categories": [str(x) for x in CATEGORIES],
+        "blocks": blocks, "lifetimes": lifetimes, "modules": [], "module_names": [],
         **shared.to_dict(),
-        "budget": {"blocks": len(a.blocks), "held": len(held), "per_moment": PER_MOMENT, "total": TOTAL_BLOCKS,
-                   "exact": exact, "cut": exact < PER_MOMENT, "priority": priority},
+        "budget": page_budget(len(a.blocks), len(held), exact, priority),
     }

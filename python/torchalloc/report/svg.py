@@ -65,12 +65,18 @@ def phase_colors(names: Sequence[str]) -> dict[str, str]:
     return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}
 
 
+def plot_extent(tl: Any) -> tuple[float, float]:
+    """The plot's right end in seconds and its top in bytes (room above the highest curve), for a whole-log
+    or a streamed timeline: the SVG and the page's script draw to the same scales."""
+    x_max = max(tl.duration_s, float(tl.t_s[-1]) if len(tl.t_s) else 0.0) or 1.0
+    return x_max, max(tl.peak_reserved, tl.peak_allocated, 1) * 1.08
+
+
 def render_svg(a: Analysis) -> str:
     """The timeline as an SVG element."""
     tl = a.timeline
     plot_w, plot_h = W - LEFT - RIGHT, H - TOP - BOTTOM
-    x_max = max(tl.duration_s, float(tl.t_s[-1]) if len(tl.t_s) else 0.0) or 1.0
-    y_max = max(tl.peak_reserved, tl.peak_allocated, 1) * 1.08
+    x_max, y_max = plot_extent(tl)
 
     def X(t: float | np.ndarray) -> Any:
         return LEFT + np.asarray(t, dtype=np.float64) / x_max * plot_w
