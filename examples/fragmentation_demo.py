@@ -16,8 +16,8 @@ the middle of every forward a rolling cache keeps a 1.5 MiB entry (the last
    PyTorch's behaviour) runs out at the same step, and its report says
    *fragmentation*, names the line that allocates the cache entries as the
    blocks that pin the segments, and gives advice computed from the numbers
-   at the failure, one line each with what it rests on: expandable:1 (the
-   bytes in whole free 2 MiB granules against the request), phase_arena
+   at the failure, one line each with what it rests on: expandable:reclaim
+   (the bytes in whole free granules against the request), phase_arena
    (the cache entries' phase pins the activations' segments); `torchalloc
    report` on its log replays the run up to the failure under every policy
    and variant and marks each line confirmed or not;
@@ -25,7 +25,8 @@ the middle of every forward a rolling cache keeps a 1.5 MiB entry (the last
    the workload under the same cap; so does `phase_arena` (the activations
    and the cache in arenas of their own);
 4. torchalloc as installed with nothing set (caching, expandable:reclaim
-   where the driver has virtual memory management) completes it too: the
+   where the driver has virtual memory management: the setting the advice
+   names, made the default) completes it too: the
    free granules between the cache entries are mapped again where the
    next activation needs them.
 

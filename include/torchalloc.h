@@ -386,7 +386,7 @@ typedef struct torchalloc_oom_detail {
  * was none). 0, or -1 for a bad device or a struct_size below 8. */
 TORCHALLOC_API int torchalloc_last_oom_detail(int device, torchalloc_oom_detail *detail);
 
-/* The advice for these numbers, one line each ("expandable:1 would have
+/* The advice for these numbers, one line each ("expandable:reclaim would have
  * served this request: ... [based on ...]"), the line a user should try
  * first first: the rule behind the failure's summary and report, and what
  * `torchalloc report` calls with the numbers it reads from a log.

@@ -11,11 +11,13 @@
 #include "base/common.h"
 #include "torchalloc.h"
 
-/* The settings the advice names, spelt as TORCHALLOC_CONF takes them: the
- * one place to change when the default reclaim mode of expandable segments
- * (issue 24) replaces expandable:1 in the advice. `torchalloc report` maps
- * each to the replay variant that checks it (replay/oom_alternatives.py). */
-#define TA_ADVICE_EXPANDABLE "expandable:1"
+/* The settings the advice names, spelt as TORCHALLOC_CONF takes them.
+ * Expandable segments are advised in the reclaim mode, install()'s default
+ * where the driver has virtual memory (a run that fails without them set
+ * expandable:0 or had no VMM): it serves what expandable:1 serves and
+ * reserves less. `torchalloc report` maps each to the replay variant that
+ * checks it (replay/oom_alternatives.py). */
+#define TA_ADVICE_EXPANDABLE "expandable:reclaim"
 #define TA_ADVICE_PHASES "policy:phase_arena"
 
 /* A phase's name for the advice (NULL: "phase N"). */

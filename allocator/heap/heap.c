@@ -117,7 +117,7 @@ static ta_noinline ta_block *malloc_retry(ta_heap *h, ta_policy *policy, size_t 
   if (!b) {
     h->stats.num_ooms++;
     ta_heap_note_oom(h, policy, size, stream, phase);
-    if (LOGGING(h)) ta_log_oom(h->device, &h->oom.facts, stream, phase, h->oom.verdict);
+    if (LOGGING(h)) ta_log_oom(h->device, &h->oom.facts, stream, phase, h->oom.verdict, h->oom.detail.granule);
   }
   return b;
 }

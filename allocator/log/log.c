@@ -62,14 +62,15 @@ void ta_log_segment(uint8_t kind, int device, const ta_segment *s, uintptr_t add
   ta_log_write(&r);
 }
 
-void ta_log_oom(int device, const torchalloc_oom_facts *f, cudaStream_t stream, int phase, int verdict) {
+void ta_log_oom(int device, const torchalloc_oom_facts *f, cudaStream_t stream, int phase, int verdict,
+                size_t granule) {
   ta_log_record r = {.addr = f->device_free, .size = f->requested, .block_size = f->reserved,
                      .stream = (uintptr_t)stream, .stack = ta_log_call_stack, .phase = (uint16_t)phase,
                      .device = (int8_t)device, .kind = TA_LOG_OOM};
   ta_log_write(&r);
   ta_log_record d = {.addr = f->device_total, .size = f->limit, .block_size = f->allocated,
-                     .stream = f->largest_free, .phase = (uint16_t)phase, .device = (int8_t)device,
-                     .flags = (uint8_t)verdict, .kind = TA_LOG_OOM_DEVICE};
+                     .stream = f->largest_free, .stack = (uint32_t)granule, .phase = (uint16_t)phase,
+                     .device = (int8_t)device, .flags = (uint8_t)verdict, .kind = TA_LOG_OOM_DEVICE};
   ta_log_write(&d);
 }
 

@@ -22,9 +22,11 @@ ta_internal void ta_log_alloc(int device, ta_block *b);
 ta_internal void ta_log_free(int device, const ta_block *b, int phase, uint8_t flags);
 /* [addr, addr + size) of segment `s` became device memory or stopped being it. */
 ta_internal void ta_log_segment(uint8_t kind, int device, const ta_segment *s, uintptr_t addr, size_t size, int phase);
-/* OOM and its OOM_DEVICE record (the numbers and the verdict behind it). */
+/* OOM and its OOM_DEVICE record (the numbers and the verdict behind it,
+ * and the handle size the advice counted whole free granules in, so that
+ * `torchalloc report` gives the same advice). */
 ta_internal void ta_log_oom(int device, const torchalloc_oom_facts *facts, cudaStream_t stream, int phase,
-                            int verdict);
+                            int verdict, size_t granule);
 ta_internal void ta_log_trim(int device, size_t released, int phase, uint8_t reason);
 /* PHASE_BEGIN / PHASE_END of occurrence `epoch` of `phase` (no heap lock). */
 ta_internal void ta_log_phase(uint8_t kind, int phase, uint32_t epoch, const char *name);

@@ -34,7 +34,7 @@ MiB = 1 << 20
 
 
 def parse_conf(text: str) -> dict[str, str]:
-    """"policy:caching,expandable:1" -> {"policy": "caching", "expandable": "1"}."""
+    """"policy:caching,expandable:reclaim" -> {"policy": "caching", "expandable": "reclaim"}."""
     out = {}
     for item in filter(None, text.split(",")):
         key, sep, value = item.partition(":")

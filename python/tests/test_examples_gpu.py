@@ -113,7 +113,7 @@ def test_puzzle_7_oom_explained_by_fragmentation(library_path: Path, tmp_path: P
 
 def test_fragmentation_demo_diagnoses_and_fixes(library_path: Path, tmp_path: Path) -> None:
     """PyTorch's allocator and torchalloc caching run out with live memory far below the cap; torchalloc
-    says fragmentation, blames the cache entries and advises expandable:1 first; followed, it completes the
+    says fragmentation, blames the cache entries and advises expandable:reclaim first; followed, it completes the
     same workload, and so does phase_arena."""
     out = tmp_path / "demo.json"
     env = child_env(library_path)
@@ -133,9 +133,9 @@ def test_fragmentation_demo_diagnoses_and_fixes(library_path: Path, tmp_path: Pa
     fits = {a["policy"]: a["fits"] for a in diagnosis["alternatives"]}
     assert fits["phase_arena"] and not fits["caching"]
     assert arena["completed"]
-    # The advice in the exception: expandable:1 first, from its figures; followed, the workload completes; the
+    # The advice in the exception: expandable:reclaim first, from its figures; followed, the workload completes; the
     # replay of the log confirms it.
-    assert caching["advice"][0].startswith("1. expandable:1 would have served this request: "), caching["advice"]
+    assert caching["advice"][0].startswith("1. expandable:reclaim would have served this request: "), caching["advice"]
     assert any("policy:phase_arena" in line and "phase 'cache'" in line for line in caching["advice"])
     assert r["advised"]["completed"]
     assert diagnosis["advice"][0]["confirmed"] is True, diagnosis["advice"][0]

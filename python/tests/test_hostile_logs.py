@@ -212,5 +212,5 @@ def test_oom_detail_takes_segments_in_the_top_half_of_the_address_space() -> Non
     from torchalloc.analysis.ooms import oom_detail
 
     top = (1 << 63) + (1 << 21)
-    detail = oom_detail({top: 4 << 20}, [top + 4096], [1 << 20], [0], 0, "caching", 0)
+    detail = oom_detail({top: 4 << 20}, [top + 4096], [1 << 20], [0], 0, "caching", 0, 2 << 20)
     assert detail["pinned_segments"] == 1 and detail["pinning"] == 1 << 20

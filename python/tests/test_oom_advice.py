@@ -4,7 +4,7 @@ and `torchalloc report`'s replay of the recorded run marking each line.
 The workload is transformer_pattern.py's: a Llama-style decoder's requests
 (8 layers, AdamW, bf16 autocast) with sequence lengths drawn from 256..2048,
 driven through the C API under a 6560 MiB simulated device. `caching` runs
-out there by fragmentation; the advice's first line names expandable:1 with
+out there by fragmentation; the advice's first line names expandable:reclaim with
 the bytes in whole free granules; a fresh process with that setting runs
 all 40 steps; the report replays the log up to the failure and confirms it.
 (CAP_MIB sits in the middle of the range where that holds: a scan of the
@@ -111,8 +111,8 @@ def test_fragmentation_advice_names_expandable_and_following_it_completes(clean:
     want = -(-oom.requested // GRANULE) * GRANULE
     assert granules + d["free_segments"] + headroom >= want  # the line's claim, from the snapshot's bytes
     first = oom.advice[0]
-    assert first.setting == "expandable:1" and first.serves is True and first.conf == {"expandable": "1"}
-    assert first.text.startswith(f"expandable:1 would have served this request: {c_size(granules)} in whole free "
+    assert first.setting == "expandable:reclaim" and first.serves is True and first.conf == {"expandable": "reclaim"}
+    assert first.text.startswith(f"expandable:reclaim would have served this request: {c_size(granules)} in whole free "
                                  f"2 MiB granules")
     assert f">= {c_size(oom.requested)} requested" in first.text and "[based on the free blocks of" in first.text
     assert all(a.basis for a in oom.advice)  # every line says what it rests on
@@ -131,11 +131,34 @@ def test_fragmentation_advice_names_expandable_and_following_it_completes(clean:
     (row,) = analyze(log).ooms()
     assert row.policy == "caching" and row.expandable == 0
     assert row.advice[0].text == first.text
-    assert row.advice[0].confirmed is True and row.advice[0].replayed == "caching+expandable"
-    assert row.advice[0].check.startswith("confirmed by replay: caching+expandable fits in 6.4 GiB, peak reserved ")
+    assert row.advice[0].confirmed is True and row.advice[0].replayed == "caching+reclaim"
+    assert row.advice[0].check.startswith("confirmed by replay: caching+reclaim fits in 6.4 GiB, peak reserved ")
     by_policy = {a.policy: a for a in row.alternatives}
-    assert not by_policy["caching"].fits and by_policy["caching+expandable"].fits
+    assert not by_policy["caching"].fits and by_policy["caching+reclaim"].fits
     assert row.advice[-1].confirmed is None and "not checked by replay" in row.advice[-1].check
+
+
+@pytest.mark.parametrize("handle", [0, 4])
+def test_the_report_counts_in_the_handles_the_allocator_counted_in(clean: None, tmp_path: Path, handle: int) -> None:
+    """With the default `handle` (8 MiB for large requests), or another, the advice counts whole free granules of
+    it; the log's oom_device record carries that size, so the whole-log and the streamed report give the very same
+    line (with handle:4MiB the pool's default, 8 MiB, would give another)."""
+    from torchalloc.analysis.streamed import analyze_streamed
+
+    log = tmp_path / "handle.talog"
+    conf = f"backend:sim,warn:0,oom_report:off,sim_capacity:{CAP_MIB}MiB,policy:caching,expandable:off,log:{log}"
+    _lib.init(conf + (f",handle:{handle}MiB" if handle else ""))
+    assert not pattern.drive(_lib.lib(), phases=False)[0]
+    oom = last_oom(0)
+    granule = (handle or 8) * MiB
+    assert oom.requested > MiB and oom.detail["granule"] == granule  # a large-pool request
+    first = oom.advice[0]
+    assert first.setting == "expandable:reclaim" and f"in whole free {granule >> 20} MiB granules" in first.text
+    _lib.teardown()
+    (whole,) = analyze(log).ooms()
+    (streamed,) = analyze_streamed(log, chunk_records=4096).ooms()
+    assert whole.advice[0].text == streamed.advice[0].text == first.text
+    assert whole.advice[0].confirmed is True and whole.advice[0].replayed == "caching+reclaim"
 
 
 def test_the_report_marks_the_advice_in_text_json_and_html(clean: None, tmp_path: Path) -> None:
@@ -147,17 +170,17 @@ def test_the_report_marks_the_advice_in_text_json_and_html(clean: None, tmp_path
     cli = [sys.executable, "-m", "torchalloc.cli", "report", str(log)]
     text = subprocess.run(cli, capture_output=True, text=True, env=env, timeout=600, check=True).stdout
     assert "Advice for OOM 1, each line checked by replaying the run up to it:" in text
-    assert "1. expandable:1 would have served this request:" in text
-    assert "-> confirmed by replay: caching+expandable fits in 6.4 GiB" in text
+    assert "1. expandable:reclaim would have served this request:" in text
+    assert "-> confirmed by replay: caching+reclaim fits in 6.4 GiB" in text
     data = json.loads(subprocess.run(cli + ["--json"], capture_output=True, text=True, env=env, timeout=600,
                                      check=True).stdout)
     advice = data["ooms"][0]["advice"]
-    assert advice[0]["setting"] == "expandable:1" and advice[0]["confirmed"] is True
-    assert advice[0]["replayed"] == "caching+expandable" and advice[-1]["confirmed"] is None
+    assert advice[0]["setting"] == "expandable:reclaim" and advice[0]["confirmed"] is True
+    assert advice[0]["replayed"] == "caching+reclaim" and advice[-1]["confirmed"] is None
     html = tmp_path / "r.html"
     subprocess.run(cli + ["--html", str(html)], capture_output=True, text=True, env=env, timeout=600, check=True)
     page = html.read_text()
-    assert '<ol class="advice">' in page and 'class="check confirmed">confirmed by replay: caching+expandable' in page
+    assert '<ol class="advice">' in page and 'class="check confirmed">confirmed by replay: caching+reclaim' in page
     assert '"advice": [{"number": 1' in page or '"advice":[{"number":1' in page  # the page's data, for its OOM box
 
 
@@ -171,7 +194,7 @@ def test_phase_arena_advice_names_the_phases_that_pin(clean: None, tmp_path: Pat
     assert d["pinning_other"] > 0 and names[d["phase"]] == "forward"
     lines = {a.setting: a for a in oom.advice}
     line = lines["policy:phase_arena"]
-    assert line.number == 2  # after expandable:1, whose figures cover the request
+    assert line.number == 2  # after expandable:reclaim, whose figures cover the request
     top = [names[p] for p, b in zip(d["other_phases"], d["other_bytes"]) if b]
     assert top[0] == "optimizer"  # AdamW's states, allocated in the first step's free memory
     assert f"allocated in phase '{top[0]}' ({c_size(d['other_bytes'][0])})" in line.text
@@ -194,7 +217,7 @@ def test_phase_arena_advice_only_when_another_phase_pins(clean: None, phases: bo
     assert oom.verdict == "fragmentation"
     settings = [a.setting for a in oom.advice]
     if phases:
-        assert settings[:2] == ["expandable:1", "policy:phase_arena"]
+        assert settings[:2] == ["expandable:reclaim", "policy:phase_arena"]
         assert "allocated in phase 'cache' (" in oom.advice[1].text
         assert "the request in phase 'forward'" in oom.advice[1].text
     else:

@@ -14,7 +14,7 @@ confirm that line by replay.
 The sizes and the cap are parameters (environment variables, below), so
 the lead can fit them to a GPU: the issue's run (an 8-layer decoder, cap
 9000 MiB) ran out under caching at step 9 on an H100 and finished under
-expandable:1. `python3 python/tests/llama_oom_child.py --conf
+expandable:1 (the advice's setting then; it names expandable:reclaim now). `python3 python/tests/llama_oom_child.py --conf
 policy:caching,expandable:off --cap-mib N` runs one case by hand.
 
 Skipped without torch or a CUDA GPU.

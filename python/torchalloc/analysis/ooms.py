@@ -17,12 +17,12 @@ Takes a `Derived`; gives one `OomRow` per OOM record:
 - `advice`: the allocator's advice for the numbers the log has (the one
   rule, `_lib.oom_advice`, given the facts and the detail this module reads
   from the segments and live blocks at the failure: free bytes in whole
-  2 MiB granules, the phases of the blocks that pin the fragmented
+  granules of the request's handle size (handle_for), the phases of the blocks that pin the fragmented
   segments), each line checked by the replay that tests it;
 - `alternatives` (the last OOM of the log only: each takes a few dozen
   replays): the run up to the failure replayed under every policy and
   variant at the capacity torchalloc could use (oom_alternatives.py), and
-  from them the advice's checks ("confirmed by replay: caching+expandable
+  from them the advice's checks ("confirmed by replay: caching+reclaim
   fits, peak reserved ...");
 - `unknown`: what the log could not tell (device numbers in an old log, sites
   without stacks, the capacity without device numbers).
@@ -46,7 +46,21 @@ from .frames import user_suffix
 from .sites import NO_PYTHON, NO_STACKS
 
 BLOCKERS_SHOWN = 10
-GRANULE = 2 << 20  # what expandable segments map at a time on CUDA; a log does not record it
+# The physical handle a request would be mapped in under expandable segments (heap_oom.c note_detail), which the
+# advice counts whole free granules in: the oom_device record says (docs/LOG_FORMAT.md); an older log does not, and
+# then it is the pool's default: the small pool's (requests up to 1 MiB, size_classes.h ta_pool_for) CUDA's 2 MiB
+# granule, the large pool's the default of TORCHALLOC_CONF `handle` (config.h TA_DEFAULT_LARGE_HANDLE).
+SMALL_POOL_MAX = 1 << 20
+SMALL_HANDLE = 2 << 20
+LARGE_HANDLE = 8 << 20
+
+
+def handle_for(requested: int, logged: int = 0) -> int:
+    """The handle size the advice for a request of `requested` bytes counts in: `logged` (its oom_device
+    record's) where the log has it, else the default of the pool the request goes to."""
+    return logged or (SMALL_HANDLE if requested <= SMALL_POOL_MAX else LARGE_HANDLE)
+
+
 NOT_REPLAYED = "not checked: only the last failure of a log is replayed"
 
 
@@ -91,7 +105,7 @@ class OomRow:
     unknown: list[str]
     explanation: str
     policy: str = ""  # the failing policy, as the log's allocations before it say
-    expandable: int = 0  # 1 when the log saw expandable segments (expandable:1 or 2; it cannot tell which)
+    expandable: int = 0  # 1 when the log saw expandable segments (expandable:1, 2 or 3; it cannot tell which)
     advice: list[AdviceCheck] = dataclasses.field(default_factory=list)
 
     @property
@@ -143,11 +157,12 @@ def _row(d: Derived, i: int) -> OomRow:
     device = _device_record(d, i)
     facts = None if device is None else (int(t.addr[device]), int(t.size[device]), int(t.stream[device]),
                                          int(t.flags[device]))
+    granule = handle_for(int(t.size[i]), int(t.stack[device]) if device is not None else 0)
     policy, expandable = _policy_at(d, i)
     return oom_row(d.time_s(i), i, int(t.size[i]), int(t.stream[i]), d.phase_name(int(t.phase[i])),
                    t.stack_of(int(t.stack[i])), reserved, int(d.allocated[i]), largest, nseg, int(t.addr[i]), facts,
                    d.has_stacks, lambda fragmentation: _blockers(d, i, by_segment if fragmentation else None),
-                   policy, expandable, lambda: _detail_at(d, i, policy, expandable), t.phase_names)
+                   policy, expandable, lambda: _detail_at(d, i, policy, expandable, granule), t.phase_names)
 
 
 def oom_row(t_s: float, i: int, requested: int, stream: int, phase: str, stack: Any, reserved: int, allocated: int,
@@ -204,19 +219,19 @@ def _policy_at(d: Derived, i: int) -> tuple[str, int]:
     return policy, int(bool(np.any(segs)))
 
 
-def _detail_at(d: Derived, i: int, policy: str, expandable: int) -> dict[str, object]:
+def _detail_at(d: Derived, i: int, policy: str, expandable: int, granule: int) -> dict[str, object]:
     """torchalloc_oom_detail from the log at event i: the heap's pass (heap_oom.c note_detail) over the
     segments the log saw, the free ranges being the gaps between the live blocks."""
     live = d.live_at(i)
     return oom_detail(_live_segments(d, i), d.blocks.addr[live], d.blocks.block_size[live], d.blocks.alloc_phase[live],
-                      int(d.table.phase[i]), policy, expandable)
+                      int(d.table.phase[i]), policy, expandable, granule)
 
 
 def oom_detail(segs: dict[int, int], addr: Any, size: Any, phase: Any, request_phase: int, policy: str,
-               expandable: int) -> dict[str, object]:
+               expandable: int, granule: int) -> dict[str, object]:
     """torchalloc_oom_detail's fields from the segments (address: size) and the live blocks (their addresses,
-    sizes and allocating phases, -1 before the log) at the failure."""
-    out: dict[str, object] = {"granule": GRANULE, "phase": request_phase, "expandable": expandable,
+    sizes and allocating phases, -1 before the log) at the failure; `granule`: handle_for(the request)."""
+    out: dict[str, object] = {"granule": granule, "phase": request_phase, "expandable": expandable,
                               "flags": (_lib.OOM_PHASE_ARENAS if policy == "phase_arena" else 0)
                               | (_lib.OOM_FREES_TO_DEVICE if policy == "exact" else 0)}
     by_addr = np.argsort(addr, kind="stable")
@@ -240,14 +255,14 @@ def oom_detail(segs: dict[int, int], addr: Any, size: Any, phase: Any, request_p
         for k in mine:
             a, z = int(addr[k]), int(size[k])
             free_b += max(0, a - cursor)
-            granules += _whole_granules(cursor, a)
+            granules += _whole_granules(cursor, a, granule)
             cursor = max(cursor, a + z)
             live_b += z
             p = int(phase[k])
             if p != request_phase and p >= 0:  # blocks from before the log have no phase
                 seg_other[p] = seg_other.get(p, 0) + z
         free_b += max(0, end - cursor)
-        granules += _whole_granules(cursor, end)
+        granules += _whole_granules(cursor, end, granule)
         totals["free_granules"] += granules
         if free_b:  # a full segment pins nothing
             totals["pinned_segments"] += 1
@@ -263,9 +278,9 @@ def oom_detail(segs: dict[int, int], addr: Any, size: Any, phase: Any, request_p
     return out
 
 
-def _whole_granules(lo: int, hi: int) -> int:
-    """Bytes of the GRANULE-aligned granules lying wholly inside [lo, hi)."""
-    first, last = -(-lo // GRANULE) * GRANULE, hi // GRANULE * GRANULE
+def _whole_granules(lo: int, hi: int, granule: int) -> int:
+    """Bytes of the granule-aligned granules lying wholly inside [lo, hi) (heap_oom.c whole_free_granules)."""
+    first, last = -(-lo // granule) * granule, hi // granule * granule
     return max(0, last - first)
 
 

@@ -459,7 +459,7 @@ class _Scanner:
             while left and k < len(t):
                 if t.kind[k] == OOM_DEVICE:
                     row["device"] = {"addr": int(t.addr[k]), "size": int(t.size[k]), "stream": int(t.stream[k]),
-                                     "flags": int(t.flags[k])}
+                                     "flags": int(t.flags[k]), "handle": int(t.stack[k])}
                     left = 0
                     break
                 if t.kind[k] == OOM:

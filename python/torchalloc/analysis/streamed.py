@@ -40,7 +40,7 @@ from .estimate import Estimate
 from .frames import Frame
 from .lifetimes import LifetimeRow
 from .modules import Modules
-from .ooms import Blocker, OomRow, _note_unreproduced, blockers_of, oom_detail, oom_row, segment_gaps
+from .ooms import Blocker, OomRow, _note_unreproduced, blockers_of, handle_for, oom_detail, oom_row, segment_gaps
 from .reserve import Reserve
 from .sections import report_dict
 from .phase_summary import PhaseRow
@@ -420,7 +420,8 @@ class StreamedAnalysis:
         policy, expandable = o["policy"], o["expandable"]
 
         def detail() -> dict[str, object]:
-            return oom_detail(segs, snap["addr"], snap["block_size"], snap["phase"], o["phase"], policy, expandable)
+            return oom_detail(segs, snap["addr"], snap["block_size"], snap["phase"], o["phase"], policy, expandable,
+                              handle_for(o["size"], dev["handle"] if dev is not None else 0))
 
         return oom_row(self._t(now), i, o["size"], o["stream"], self.phase_name(o["phase"]),
                        self.table.stack_of(o["stack"]), reserved, self.allocated_at(i), largest, nseg, o["addr"], facts,

@@ -219,7 +219,7 @@ def alternatives_sentence(o: OomRow) -> str:
 def setting_of(policy: str) -> str:
     """The TORCHALLOC_CONF entries that make a replay policy: "caching+compact" -> "policy:caching,expandable:2"."""
     name, _, variant = policy.partition("+")
-    extra = {"expandable": ",expandable:1", "compact": ",expandable:2"}.get(variant, "")
+    extra = {"expandable": ",expandable:1", "compact": ",expandable:2", "reclaim": ",expandable:3"}.get(variant, "")
     return f"policy:{name}{extra}"
 
 

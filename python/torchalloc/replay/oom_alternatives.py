@@ -12,14 +12,14 @@ the simulated device (engine.py, the very C code that serves the GPU):
 - `fits`: whether it completes at the capacity the failing run had.
 
 The policies are every policy and variant `torchalloc replay` knows
-(engine.DEFAULT_POLICIES: caching+expandable is expandable:1). This is the
+(engine.DEFAULT_POLICIES: caching+reclaim is expandable:reclaim). This is the
 check behind the OOM's advice (`check_advice`): each line the allocator's
 rule gives (allocator/accounting/oom_advice.c) is matched with the replay
 that tests it -- a setting with the policy or variant it makes, "shrink
 live tensors" with whether anything fits, "raise the memory fraction" or
 "free what others hold" with a replay at the capacity that would give --
 and marked confirmed, or said not to have helped: "confirmed by replay:
-caching+expandable fits in 150.00 MiB, peak reserved 128.00 MiB".
+caching+reclaim fits in 150.00 MiB, peak reserved 128.00 MiB".
 """
 from __future__ import annotations
 
@@ -121,10 +121,11 @@ def default_policies() -> list[str]:
 # The advice, checked
 # ---------------------------------------------------------------------------
 
-# The TORCHALLOC_CONF settings the advice names for expandable segments (TA_ADVICE_EXPANDABLE in
-# allocator/accounting/oom_advice.h), as the suffix of the replay variant that runs a policy with them.
-# When the advice names another mode (issue 24's default), add it here: the one place on this side.
-SETTING_VARIANTS = {"expandable:1": "+expandable", "expandable:2": "+compact"}
+# The TORCHALLOC_CONF settings for expandable segments, by name and by number, as the suffix of the replay
+# variant that runs a policy with them; the advice names expandable:reclaim (TA_ADVICE_EXPANDABLE in
+# allocator/accounting/oom_advice.h), a failing run's mode is known by number.
+SETTING_VARIANTS = {"expandable:1": "+expandable", "expandable:on": "+expandable", "expandable:2": "+compact",
+                    "expandable:compact": "+compact", "expandable:3": "+reclaim", "expandable:reclaim": "+reclaim"}
 NOT_A_SETTING = "not checked by replay: it asks for a change to the program, not a setting"
 
 
@@ -138,7 +139,7 @@ class AdviceCheck:
     serves: bool | None  # what the line's own figures say (None: it does not say)
     replayed: str | None  # the policy or variant replayed for it, None when no replay checks it
     confirmed: bool | None  # True: the replay agrees; False: it would not have helped; None: not checked
-    check: str  # the sentence: "confirmed by replay: caching+expandable fits in ..., peak reserved ..."
+    check: str  # the sentence: "confirmed by replay: caching+reclaim fits in ..., peak reserved ..."
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
