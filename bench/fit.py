@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -69,16 +68,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="stop when the cap is known to this fraction of the peak allocated (default: %(default)s)")
     p.add_argument("--steps", type=int, default=None, help="timed steps per run (default: the workload's)")
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--batch", action="append", default=[], metavar="NAME=N", help="a workload's batch size")
-    p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--extra-conf", default="", help="appended to every torchalloc variant's TORCHALLOC_CONF")
-    p.add_argument("--lib", default=os.environ.get("TORCHALLOC_LIB", str(REPO / "build" / "libtorchalloc.so")))
-    p.add_argument("--timeout", type=float, default=240, help="seconds allowed per run (default: %(default)s)")
-    p.add_argument("--budget", type=float, default=510,
-                   help="start no run that would end more than this many seconds after the start (default: "
-                   "%(default)s)")
-    p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
-    p.add_argument("--markdown", type=Path, default=None, help="write the Markdown table here")
+    runner.add_run_options(p, REPO / "build" / "libtorchalloc.so", "the start")
     p.add_argument("--dry-run", action="store_true", help="print the plan; run nothing")
     args = p.parse_args(argv)
     if not 0.001 <= args.precision <= 0.5:

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -80,17 +79,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 3)")
     p.add_argument("--steps", type=int, default=None, help="timed steps per run (default: per workload, 15-40)")
     p.add_argument("--warmup", type=int, default=None, help="warm-up steps before timing (default 3)")
-    p.add_argument("--batch", action="append", default=[], metavar="NAME=N", help="a workload's batch size")
-    p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--extra-conf", default="", help="appended to every torchalloc variant's TORCHALLOC_CONF")
-    p.add_argument("--lib", default=os.environ.get("TORCHALLOC_LIB", str(REPO / "build" / "libtorchalloc.so")),
-                   help="libtorchalloc.so (default: $TORCHALLOC_LIB, else build/libtorchalloc.so)")
-    p.add_argument("--timeout", type=float, default=240, help="seconds allowed per run (default: %(default)s)")
-    p.add_argument("--budget", type=float, default=510,
-                   help="start no run that would end more than this many seconds after the suite started "
-                   "(default: %(default)s)")
-    p.add_argument("--out", type=Path, default=None, help="write the records and rows as JSON here")
-    p.add_argument("--markdown", type=Path, default=None, help="write the Markdown table here")
+    runner.add_run_options(p, REPO / "build" / "libtorchalloc.so", "the suite started")
     p.add_argument("--quick", action="store_true", help=f"1 round of {QUICK_STEPS} steps: a check, not a figure")
     p.add_argument("--dry-run", action="store_true", help="print the plan and estimated time; run nothing")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help=argparse.SUPPRESS)

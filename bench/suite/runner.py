@@ -13,6 +13,7 @@ written to --out after every run.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -52,6 +53,22 @@ class Run:
     def estimate_s(self, warmup: int) -> float:
         factor = max([SLOWER.get(self.variant.policy, 1.0)] + [SLOWER.get(m, 1.0) for m in self.variant.modifiers])
         return self.spec.startup_s + (warmup + self.steps) * self.spec.step_ms * factor / 1e3
+
+
+def add_run_options(p: argparse.ArgumentParser, default_lib: Path, budget_of: str) -> None:
+    """The options bench/models.py and bench/fit.py share: how each run is made, where the results go.
+    `budget_of`: what --budget counts from ("the suite started")."""
+    p.add_argument("--batch", action="append", default=[], metavar="NAME=N", help="a workload's batch size")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--extra-conf", default="", help="appended to every torchalloc variant's TORCHALLOC_CONF")
+    p.add_argument("--lib", default=os.environ.get("TORCHALLOC_LIB", str(default_lib)),
+                   help=f"libtorchalloc.so (default: $TORCHALLOC_LIB, else {default_lib})")
+    p.add_argument("--timeout", type=float, default=240, help="seconds allowed per run (default: %(default)s)")
+    p.add_argument("--budget", type=float, default=510,
+                   help=f"start no run that would end more than this many seconds after {budget_of} "
+                   "(default: %(default)s)")
+    p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    p.add_argument("--markdown", type=Path, default=None, help="write the Markdown table here")
 
 
 def make_plan(specs: list[Spec], variants: list[Variant], rounds: int, steps: int | None,

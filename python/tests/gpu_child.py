@@ -46,6 +46,17 @@ def child_env(library_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def run_logged_script(script: str, library_path: Path, folder: Path, timeout: float = 300) -> Path:
+    """Write `script` (it takes its log's path as argv[1]) into `folder`, run it with this checkout's package
+    and library, check that it succeeded, and return the path of the log it wrote."""
+    path, log = folder / "script.py", folder / "run.talog"
+    path.write_text(script)
+    done = subprocess.run([sys.executable, str(path), str(log)], capture_output=True, text=True,
+                          env=child_env(library_path), timeout=timeout, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return log
+
+
 def run_python(code: str, library_path: Path, timeout: float = 300, env: dict[str, str] | None = None) -> Finished:
     """Run `code` (dedented) in a fresh interpreter with this checkout's package and library."""
     full_env = child_env(library_path, **(env or {}))

@@ -14,9 +14,6 @@ install() must precede CUDA initialisation. Command:
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -26,9 +23,10 @@ torch = pytest.importorskip("torch", reason="torch is not installed")
 if not torch.cuda.is_available():
     pytest.skip("no CUDA GPU visible to torch", allow_module_level=True)
 
+from gpu_child import run_logged_script  # noqa: E402
+
 from torchalloc import analysis as A  # noqa: E402
 
-PYTHON_DIR = Path(__file__).resolve().parents[1]
 BATCH, WIDTH = 256, 4096
 ACTIVATION = BATCH * WIDTH * 4
 PARAM = WIDTH * 4
@@ -61,14 +59,7 @@ SCRIPT = textwrap.dedent(
 
 
 def test_bytes_per_layer(library_path: Path, tmp_path: Path) -> None:
-    script = tmp_path / "modules.py"
-    script.write_text(SCRIPT)
-    log_path = tmp_path / "run.talog"
-    env = dict(os.environ, TORCHALLOC_LIB=str(library_path), PYTHONPATH=str(PYTHON_DIR))
-    env.pop("TORCHALLOC_CONF", None)
-    done = subprocess.run([sys.executable, str(script), str(log_path)], capture_output=True, text=True, env=env,
-                          timeout=300, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
+    log_path = run_logged_script(SCRIPT, library_path, tmp_path)
 
     a = A.analyze(log_path)
     m, _ = a.modules()

@@ -8,9 +8,6 @@ because install() must precede CUDA initialisation.
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -22,7 +19,8 @@ torch = pytest.importorskip("torch", reason="torch is not installed")
 if not torch.cuda.is_available():
     pytest.skip("no CUDA GPU visible to torch", allow_module_level=True)
 
-PYTHON_DIR = Path(__file__).resolve().parents[1]
+from gpu_child import run_logged_script  # noqa: E402
+
 
 SCRIPT = textwrap.dedent(
     """\
@@ -54,14 +52,7 @@ CALL_LINE = line_of("y = f(x)")
 
 
 def test_free_of_a_local_is_attributed_to_the_callers_line(library_path: Path, tmp_path: Path) -> None:
-    script = tmp_path / "local_free.py"
-    script.write_text(SCRIPT)
-    log_path = tmp_path / "run.talog"
-    env = dict(os.environ, TORCHALLOC_LIB=str(library_path), PYTHONPATH=str(PYTHON_DIR))
-    env.pop("TORCHALLOC_CONF", None)
-    done = subprocess.run([sys.executable, str(script), str(log_path)], capture_output=True, text=True, env=env,
-                          timeout=300, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
+    log_path = run_logged_script(SCRIPT, library_path, tmp_path)
 
     log = read_log(log_path)
     markers = log.of_kind("marker")
@@ -85,5 +76,5 @@ def test_free_of_a_local_is_attributed_to_the_callers_line(library_path: Path, t
         inner = frames[0]
         return Path(inner.filename).name, inner.line, inner.function
 
-    assert where(int(block["stack"])) == (script.name, ALLOC_LINE, "f")
-    assert where(int(freed[0]["stack"])) == (script.name, CALL_LINE, "<module>")
+    assert where(int(block["stack"])) == ("script.py", ALLOC_LINE, "f")
+    assert where(int(freed[0]["stack"])) == ("script.py", CALL_LINE, "<module>")
