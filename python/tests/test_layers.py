@@ -56,7 +56,7 @@ ANALYSIS_STAGES: list[tuple[str, ...]] = [
     ("sections",),  # the report's sections after the anatomy, in order
     ("stream_table", "stream_running", "stream_groups"),  # the same sections for a log read in pieces: two passes
     ("stream_scan",),
-    ("stream_notes", "stream_blocks"),
+    ("stream_notes", "stream_blocks", "stream_ooms"),
     ("stream_pass",),
     ("streamed",),
     ("result",),  # Analysis, analyze

@@ -40,13 +40,14 @@ from .estimate import Estimate
 from .frames import Frame
 from .lifetimes import LifetimeRow
 from .modules import Modules
-from .ooms import Blocker, OomRow, _note_unreproduced, blockers_of, handle_for, oom_detail, oom_row, segment_gaps
+from .ooms import Blocker, OomRow, blockers_of, handle_for, oom_detail, oom_row, segment_gaps
 from .reserve import Reserve
 from .sections import report_dict
 from .phase_summary import PhaseRow
 from .roles import phase_role
 from .sites import BEFORE_LOG, Site
 from .stream_pass import Passed, Wanted, run_pass
+from .stream_ooms import check_last
 from .stream_notes import SPANS_KEPT, backward_from, derive_notes, table_notes
 from .stream_scan import Scan, scan
 from .timeline import Timeline
@@ -389,7 +390,7 @@ class StreamedAnalysis:
             for row in self._ooms:
                 row.explanation = oom_explanation(row)
             if self._ooms:
-                self._check_last(self._ooms[-1])
+                check_last(self.log, self.scan, self.table.path, self._ooms[-1])
                 self._ooms[-1].explanation = oom_explanation(self._ooms[-1])
         return self._ooms
 
@@ -426,68 +427,6 @@ class StreamedAnalysis:
         return oom_row(self._t(now), i, o["size"], o["stream"], self.phase_name(o["phase"]),
                        self.table.stack_of(o["stack"]), reserved, self.allocated_at(i), largest, nseg, o["addr"], facts,
                        self.has_stacks, pick, policy, expandable, detail, self.table.phase_names)
-
-    def _check_last(self, last: OomRow) -> None:
-        """ooms.oom_rows' replays of the run up to the last OOM under every policy, fed in pieces."""
-        if last.usable is None:
-            last.unknown.append("whether another policy would have fit (the log has no device numbers)")
-            return
-        from .. import _lib
-        from ..replay.oom_alternatives import alternatives, check_advice, default_policies
-
-        try:
-            trace = self._trace_until(last.index)
-            try:
-                last.alternatives = alternatives(trace, last.usable, default_policies())
-                last.advice = check_advice(last.advice, last.alternatives, trace, policy=last.policy,
-                                           expandable=last.expandable, capacity=last.usable,
-                                           device_total=last.device_total or 0, limit=last.limit or 0)
-                _note_unreproduced(last)
-            finally:
-                trace.chunks.close()
-        except _lib.LibraryError as e:
-            last.unknown.append(f"whether another policy would have fit (the replay needs the library: {e})")
-
-    def _trace_until(self, index: int) -> Any:
-        """oom_alternatives.events_until as a Trace in pieces: the blocks from before the log, the device's events
-        up to OOM record `index`, then the failed request."""
-        from ..log.trace_events import ALLOC as EV_ALLOC
-        from ..log.trace_events import EVENT_DTYPE, Trace
-        from ..log.trace_stream import SpilledEvents, _Live, log_events
-        from ..replay.oom_alternatives import _unused_address
-
-        o = self.scan.orphans
-        pre = np.flatnonzero(o["size"] > 0)
-        head = np.zeros(pre.size, dtype=EVENT_DTYPE)
-        head["kind"] = EV_ALLOC
-        head["addr"], head["size"], head["stream"] = o["addr"][pre], o["size"][pre], o["stream"][pre]
-        ends = [int(head["addr"].min()), int(head["addr"].max())] if head.size else []
-
-        def pieces() -> Any:
-            for events in log_events(self.log, self.scan.device, upto=index + 1, what=self.table.path):
-                if len(events):
-                    ends.extend((int(events["addr"].min()), int(events["addr"].max())))
-                yield events
-
-        spilled = SpilledEvents(pieces(), head=head)
-        oom = next(r for r in self.scan.ooms if int(r["index"]) == index)
-        tail = np.zeros(1, dtype=EVENT_DTYPE)
-        # oom_alternatives._unused_address: past the highest address or below the lowest needs only those two;
-        # a log using both ends of the 64-bit space has its addresses gathered to find a gap
-        used = np.array([min(ends, default=0), max(ends, default=0)], dtype=np.uint64)
-        if not (int(used[1]) < (1 << 64) - (2 << 20) or int(used[0]) >= 2 << 20):
-            used = np.concatenate([head["addr"]] + [p["addr"] for p in spilled.pieces()])
-        tail["kind"], tail["addr"], tail["size"] = EV_ALLOC, _unused_address(used), oom["size"]
-        tail["stream"], tail["phase"] = oom["stream"], oom["phase"]
-        spilled.tail = tail
-        spilled.allocs += 1
-        peaks = _Live()
-        for piece in spilled.pieces():
-            peaks.piece(piece)
-        trace = Trace(events=np.zeros(0, dtype=EVENT_DTYPE), source="torchalloc-log",
-                      peak_requested=int(peaks.peak[0]), peak_rounded=int(peaks.peak[1]))
-        trace.chunks = spilled
-        return trace
 
     # -- what a log read in pieces leaves out ---------------------------------------------------
     # The reserved-memory sections (fragmentation and cache at the peaks, the pinned segments, the run replayed
