@@ -16,7 +16,10 @@ installed in every rank -- as
         --allocator torchalloc --out ddp-out/ddp
 
 and then compares, per rank: the losses (bit for bit: an allocator must not change a number), peak
-allocated (must be equal) and peak reserved (reported side by side). With torchalloc every rank writes
+allocated (must be equal) and peak reserved (reported side by side). torchalloc runs as install() leaves it
+(expandable:reclaim where the driver has virtual memory; --expandable picks another mode), and PyTorch's
+allocator with expandable_segments:True unless --expandable off: expandable segments split a block
+exactly where ordinary ones keep up to 1 MiB more, so peak allocated is compared like with like. With torchalloc every rank writes
 its own log, ddp-out/MODE/run.%r.talog (%r: the rank torchrun exports), and the end prints the job's
 report: `torchalloc report 'ddp-out/ddp/run.*.talog'`.
 
@@ -98,7 +101,8 @@ def worker_main(args: argparse.Namespace) -> int:
         os.environ["TORCHALLOC_LIB"] = str(Path(args.lib).resolve())
         import torchalloc  # before CUDA starts: PyTorch picks its allocator once
 
-        inst = torchalloc.install(policy=args.policy, log=str(Path(args.out) / "run.%r.talog"), stacks=True,
+        inst = torchalloc.install(policy=args.policy, expandable=args.expandable,
+                                  log=str(Path(args.out) / "run.%r.talog"), stacks=True,
                                   bridge={"auto": None, "bridge": True, "plain": False}[args.route])
         route = inst.route
     device = torch.device("cuda", 0 if args.same_device else local_rank)
@@ -166,9 +170,12 @@ def launch(args: argparse.Namespace, mode: str, allocator: str, out: Path) -> st
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(args.nproc),
            __file__, "--worker", "--mode", mode, "--backend", args.backend, "--allocator", allocator,
            "--out", str(out), "--steps", str(args.steps), "--lib", str(args.lib), "--policy", args.policy,
-           "--route", args.route] + (["--same-device"] if args.same_device else [])
+           "--route", args.route, "--expandable", args.expandable] + (["--same-device"] if args.same_device else [])
     env = dict(os.environ, CUBLAS_WORKSPACE_CONFIG=":4096:8")
     env.pop("TORCHALLOC_CONF", None)
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    if allocator == "native" and args.expandable != "off":  # the same kind of segments as torchalloc's
+        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
     print("$ " + " ".join(cmd[1:]), flush=True)
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
     if done.returncode != 0:
@@ -222,7 +229,9 @@ def driver_main(args: argparse.Namespace) -> int:
         for old in out.glob("*"):
             old.unlink()
         layout = "one GPU shared" if args.same_device else f"{args.nproc} GPUs"
-        print(f"== {mode}: {args.nproc} ranks, {args.backend}, {layout}, torchalloc policy {args.policy}")
+        native_kind = "ordinary segments" if args.expandable == "off" else "expandable_segments:True"
+        print(f"== {mode}: {args.nproc} ranks, {args.backend}, {layout}, torchalloc policy {args.policy} "
+              f"expandable:{args.expandable}, native with {native_kind}")
         failed = launch(args, mode, "native", out) or launch(args, mode, "torchalloc", out)
         if failed:
             print(f"FAILED {mode}: {failed}")
@@ -245,6 +254,9 @@ def main() -> int:
     ap.add_argument("--same-device", action="store_true", help="every rank on cuda:0 (one GPU; use gloo)")
     ap.add_argument("--policy", default="caching")
     ap.add_argument("--route", choices=("auto", "bridge", "plain"), default="auto")
+    ap.add_argument("--expandable", choices=("off", "on", "compact", "reclaim"), default="reclaim",
+                    help="torchalloc's segments (default: reclaim, install()'s); native runs with "
+                    "expandable_segments:True unless off")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--lib", default=str(DEFAULT_LIB))
     ap.add_argument("--out", default="ddp-out")

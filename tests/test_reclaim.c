@@ -35,6 +35,36 @@ static int overlaps(const void *a, size_t an, const void *b, size_t bn) {
   return (const char *)a < (const char *)b + bn && (const char *)b < (const char *)a + an;
 }
 
+/* Under a memory fraction every MiB counts: segments made from then on map
+ * the large pool in the device's 2 MiB granules, unless `handle` was set;
+ * a segment made before keeps its 8 MiB handles as it grows. */
+TEST(a_memory_fraction_makes_new_large_handles_fine_unless_handle_is_set) {
+  torchalloc_teardown();
+  REQUIRE(torchalloc_init("backend:sim,warn:0,oom_report:off,sim_capacity:1GiB") == 0);
+  void *before = torchalloc_malloc(3 * MiB, 0, S0);
+  REQUIRE(before);
+  CHECK_EQ(reserved(), 8 * MiB);
+  torchalloc_set_memory_fraction(0.5, 0);
+  void *grown = torchalloc_malloc(6 * MiB, 0, S0); /* the same segment: 5 MiB free end + one more 8 MiB handle */
+  REQUIRE(grown);
+  CHECK_EQ(reserved(), 16 * MiB);
+  void *side = torchalloc_malloc(3 * MiB, 0, S1); /* a new segment (another stream): 2 MiB handles */
+  REQUIRE(side);
+  CHECK_EQ(reserved(), 20 * MiB);
+  torchalloc_free(side, 3 * MiB, 0, S1);
+  torchalloc_free(grown, 6 * MiB, 0, S0);
+  torchalloc_free(before, 3 * MiB, 0, S0);
+  CHECK_INVARIANTS();
+  torchalloc_teardown();
+  REQUIRE(torchalloc_init("backend:sim,warn:0,oom_report:off,sim_capacity:1GiB,handle:8MiB") == 0);
+  torchalloc_set_memory_fraction(0.5, 0);
+  side = torchalloc_malloc(3 * MiB, 0, S1);
+  REQUIRE(side);
+  CHECK_EQ(reserved(), 8 * MiB); /* set: it holds under the fraction */
+  torchalloc_free(side, 3 * MiB, 0, S1);
+  torchalloc_teardown();
+}
+
 TEST(the_default_is_reclaim_where_the_device_has_virtual_memory) {
   torchalloc_teardown();
   REQUIRE(torchalloc_init("backend:sim,warn:0,oom_report:off") == 0); /* no `expandable`: the default */

@@ -156,6 +156,7 @@ static int apply(ta_config *c, const char *key, const char *val, char *err, size
       return -1;
     }
     c->large_handle = bytes;
+    c->large_handle_set = 1;
   } else if (strcmp(key, "stacks") == 0) {
     if (parse_int(val, lo = 0, hi = 1, &n)) goto bad_int;
     c->stacks = (int)n;

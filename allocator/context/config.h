@@ -29,6 +29,7 @@ typedef struct ta_config {
   int sim_vmm;              /* the sim device has virtual memory (0: model one without, for tests) */
   uint64_t sim_lag;         /* ticks the sim device trails the host by (backend.h); 0: none */
   size_t large_handle;      /* bytes per physical handle of large-pool expandable segments */
+  int large_handle_set;     /* `handle` was given: it holds under a memory fraction too */
 } ta_config;
 
 /* `handle`: large-pool expandable segments map memory in physical handles
@@ -38,7 +39,11 @@ typedef struct ta_config {
  * reclaim moves memory a handle at a time; larger handles leave more free
  * memory stuck inside handles partly in use (replay of the bundled traces:
  * 1.007x allocated at 4 MiB, 1.009x at 8, 1.012x at 16). The small pool
- * keeps the device's granule. */
+ * keeps the device's granule. Under a memory fraction, unless `handle` is
+ * set, segments made from then on use the device's granule too: under a
+ * cap every MiB counts, and free memory stuck in 8 MiB handles partly in
+ * use is what made a run that fits in 2 MiB handles run out (H100, the
+ * Llama decoder of python/tests/test_oom_advice_gpu.py under 9000 MiB). */
 #define TA_DEFAULT_LARGE_HANDLE ((size_t)8 << 20)
 #define TA_MIN_LARGE_HANDLE ((size_t)2 << 20) /* the granule of the GPUs torchalloc runs on */
 #define TA_MAX_LARGE_HANDLE ((size_t)1 << 30)

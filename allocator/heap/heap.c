@@ -47,7 +47,7 @@ ta_heap *ta_heap_create(ta_backend *backend, int device, const ta_config *conf, 
   h->device = device;
   h->conf = conf;
   h->stats.version = TORCHALLOC_STATS_VERSION;
-  ta_segments_init(&h->seg, backend, device, &h->stats, conf->large_handle);
+  ta_segments_init(&h->seg, backend, device, &h->stats, conf->large_handle, conf->large_handle_set);
   h->seg.logged = logged;
   h->current = policy_get(h, id);
   if (!h->current) {

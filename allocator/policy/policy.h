@@ -136,9 +136,11 @@ ta_internal size_t ta_segments_unmap(ta_segments *s, ta_segment *seg, uintptr_t 
 ta_internal void ta_segments_shrink(ta_segments *s, ta_segment *seg, size_t new_size);
 /* The device's granule (0: no expandable segments). */
 ta_internal size_t ta_segments_granule(const ta_segments *s);
-/* The granule of an expandable segment of `pool`: one physical handle, the
- * unit it grows, gives back and moves memory in (the device's granule in
- * the small pool; the configuration's `handle` in the large one). */
+/* The granule of an expandable segment of `pool` made now: one physical
+ * handle, the unit it grows, gives back and moves memory in (the device's
+ * granule in the small pool; the configuration's `handle` in the large one,
+ * but the device's granule under a memory fraction unless `handle` was
+ * set). A segment keeps its own: ta_segments_granule_of. */
 ta_internal size_t ta_segments_handle_size(const ta_segments *s, int pool);
 /* The granule of the expandable segment `seg`. */
 ta_internal size_t ta_segments_granule_of(const ta_segment *seg);

@@ -171,13 +171,14 @@ void ta_segments_note_inactive_split(ta_segments *seg, const ta_block *b, int si
  * ---------------------------------------------------------------------- */
 
 void ta_segments_init(ta_segments *s, ta_backend *backend, int device, torchalloc_stats *stats,
-                      size_t large_handle) {
+                      size_t large_handle, int handle_fixed) {
   memset(s, 0, sizeof *s);
   s->backend = backend;
   s->device = device;
   s->stats = stats;
   s->granule = backend->ops->granularity ? backend->ops->granularity(backend, device) : 0;
   s->large_handle = s->granule ? ta_align_up(large_handle, s->granule) : 0;
+  s->handle_fixed = handle_fixed;
 }
 
 void ta_segments_destroy(ta_segments *seg) {

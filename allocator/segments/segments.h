@@ -56,6 +56,7 @@ struct ta_segments {
   size_t limit;        /* reserved-bytes ceiling from set_memory_fraction; 0: none */
   size_t granule;      /* the backend's virtual-memory granule; 0: no expandable segments */
   size_t large_handle; /* bytes per physical handle of large-pool expandable segments (a granule multiple) */
+  int handle_fixed;    /* large_handle was set (`handle`): it holds under a memory fraction too */
   int64_t allocated_high; /* the most allocated bytes seen (unlike the stats' peak, never reset) */
   int64_t high_water;  /* the most reserved bytes so far (never reset, unlike the stats' peak) */
   int no_sync;         /* a capture may be underway: nothing may synchronize (the heap's routing) */
@@ -72,7 +73,7 @@ struct ta_segments {
 /* `large_handle`: bytes per physical handle of large-pool expandable
  * segments (config.h, `handle`), rounded up to the device's granule. */
 ta_internal void ta_segments_init(ta_segments *s, ta_backend *backend, int device, torchalloc_stats *stats,
-                                  size_t large_handle);
+                                  size_t large_handle, int handle_fixed);
 /* Return every segment to the device, live blocks included, and free the
  * descriptors (teardown: the caller holds none of these pointers). */
 ta_internal void ta_segments_destroy(ta_segments *s);

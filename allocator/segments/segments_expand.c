@@ -35,7 +35,9 @@ size_t ta_segments_granule(const ta_segments *s) { return s->granule; }
 size_t ta_segments_granule_of(const ta_segment *seg) { return seg->expansion->granule; }
 
 size_t ta_segments_handle_size(const ta_segments *s, int pool) {
-  return pool == TA_POOL_LARGE ? s->large_handle : s->granule; /* both 0 without virtual memory */
+  /* Both 0 without virtual memory. Under a memory fraction, the device's
+   * granule unless `handle` was set (config.h, TA_DEFAULT_LARGE_HANDLE). */
+  return pool == TA_POOL_LARGE && (!s->limit || s->handle_fixed) ? s->large_handle : s->granule;
 }
 
 /* Why the slack: reclaiming exactly to the high-water mark moves memory

@@ -181,5 +181,8 @@ def test_compare_gpu(tmp_path: Path, library_path: Path) -> None:
         assert doc[name]["status"] == "ok", (name, doc[name])
         assert doc[name]["peak_allocated"] == 32 << 20, (name, doc[name])  # 4 x 8 MiB, before the del
     assert doc["exact"]["peak_reserved"] == 32 << 20
-    # Two 20 MiB segments (8 + 8 + 4 left, then 8 + 8 + 4); y takes a 4 MiB tail: no growth.
-    assert doc["caching"]["peak_reserved"] == doc["native"]["peak_reserved"] == 40 << 20
+    # Native: two 20 MiB segments (8 + 8 + 4 left, then 8 + 8 + 4); y takes a 4 MiB tail: no growth. caching
+    # runs as install() leaves it (expandable:reclaim): four 8 MiB handles, exactly the tensors; y takes x[1]'s
+    # free 8 MiB: no growth either.
+    assert doc["native"]["peak_reserved"] == 40 << 20
+    assert doc["caching"]["peak_reserved"] == 32 << 20

@@ -16,7 +16,7 @@ MiB = 1 << 20
 
 HOLES = """
 import torch, torchalloc
-torchalloc.install(policy=POLICY, expandable=2, bridge=BRIDGE)
+torchalloc.install(policy=POLICY, expandable=2, bridge=BRIDGE, handle="2MiB")  # 2 MiB handles: the sums are exact
 M = 1 << 20
 def full(mib, v):
     return torch.full((mib * M // 4,), v, device="cuda")

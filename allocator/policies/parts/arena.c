@@ -204,7 +204,8 @@ static int make_room(ta_arena *a, cudaStream_t stream, size_t granule, size_t by
  * an ordinary segment). */
 static ta_block *expand(ta_arena *a, ta_stream_bins *sb, int pool, ta_bins *bins, size_t rounded, int *status) {
   ta_segment *seg = sb->expandable[pool];
-  size_t granule = ta_segments_handle_size(a->segments, pool);
+  /* The segment's own handles (the size for new ones may have changed since: a memory fraction). */
+  size_t granule = seg ? ta_segments_granule_of(seg) : ta_segments_handle_size(a->segments, pool);
   if (!seg) {
     size_t bytes = ta_align_up(rounded, granule);
     make_room(a, sb->stream, granule, bytes, NULL, 0);
