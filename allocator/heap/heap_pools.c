@@ -17,7 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "heap/heap.h"
+#include "heap/heap_pools.h"
+#include "heap/heap_streams.h"
 #include "log/log.h"
 
 static ta_private_pool *find(ta_heap *h, const uint64_t id[2]) {

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "heap/heap.h"
+#include "heap/heap_streams.h"
 #include "accounting/misuse.h"
 
 int ta_heap_record_stream(ta_heap *h, void *ptr, cudaStream_t stream) {

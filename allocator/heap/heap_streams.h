@@ -1,0 +1,23 @@
+/* record_stream and the frees it defers (heap_streams.c): a block freed
+ * while other streams may still use it waits for their events. */
+#ifndef TA_HEAP_STREAMS_H
+#define TA_HEAP_STREAMS_H
+
+#include "heap/heap_state.h"
+
+/* 1 when `ptr` is a live block of this heap (and the use was recorded). */
+ta_internal int ta_heap_record_stream(ta_heap *h, void *ptr, cudaStream_t stream);
+ta_internal void ta_heap_report_bad_record_stream(ta_heap *h, void *ptr);
+
+/* --- between the heap's files (caller holds h->lock) --- */
+
+/* Record events on the streams that used `b` (record_stream); it is reused
+ * when they complete. */
+ta_internal void ta_heap_defer_free(ta_heap *h, ta_block *b);
+/* Hand back every pending block whose events have all completed. Not while
+ * routing: querying events during a capture would invalidate it. */
+ta_internal void ta_heap_process_pending(ta_heap *h);
+/* Routing ended: record the events of the frees that had to wait for it. */
+ta_internal void ta_heap_record_deferred_events(ta_heap *h);
+
+#endif
