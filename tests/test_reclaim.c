@@ -210,6 +210,47 @@ TEST(markers_recorded_along_the_way_let_other_streams_take_memory) {
   use_free(c, 64 * MiB, S1);
 }
 
+/* Free `*l` and take it back `times` times: S0's frees record a marker
+ * every 256, so memory freed before and after this has different ages. */
+static void churn(void **l, int times) {
+  for (int i = 0; i < times; i++) {
+    use_free(*l, 6 * MiB, S0);
+    *l = use_malloc(6 * MiB, S0); /* the same hole: no other free block is that large */
+  }
+}
+
+/* Donors are taken the longest freed first: memory freed long ago is the
+ * least likely to be asked for again soon (address order took b, the
+ * newest, first). */
+TEST(the_longest_freed_memory_moves_first) {
+  REQUIRE(sim_reset("handle:2MiB,expandable:reclaim,sim_lag:10") == 0);
+  void *b = use_malloc(2 * MiB, S0), *s1 = use_malloc(2 * MiB, S0), *a1 = use_malloc(4 * MiB, S0);
+  void *s2 = use_malloc(2 * MiB, S0), *a2 = use_malloc(4 * MiB, S0), *s3 = use_malloc(2 * MiB, S0);
+  void *l = use_malloc(6 * MiB, S0);
+  REQUIRE(b && s1 && a1 && s2 && a2 && s3 && l);
+  use_free(a1, 4 * MiB, S0);
+  use_free(a2, 4 * MiB, S0);
+  churn(&l, 300);
+  use_free(b, 2 * MiB, S0); /* the newest free memory, at the lowest address */
+  churn(&l, 300);
+  torchalloc_sim_advance(0, 1000); /* the device is past all of it */
+  uint64_t b_memory = phys(b);
+  REQUIRE(b_memory != 0);
+  int64_t before = reserved();
+  void *c = use_malloc(6 * MiB, S0); /* no free block fits: 3 granules move */
+  REQUIRE(c);
+  CHECK_EQ(reserved(), before);
+  for (int g = 0; g < 3; g++) /* c's memory is a1's and a2's: b's stays where it is */
+    CHECK(phys((char *)c + g * GRANULE) != b_memory);
+  CHECK_EQ(phys(b), b_memory);
+  CHECK_EQ(syncs(), 0);
+  CHECK_EQ(violations(), 0);
+  CHECK_INVARIANTS();
+  void *frees[] = {c, s1, s2, s3, l};
+  size_t sizes[] = {6 * MiB, 2 * MiB, 2 * MiB, 2 * MiB, 6 * MiB};
+  for (int i = 0; i < 5; i++) use_free(frees[i], sizes[i], S0);
+}
+
 TEST(old_addresses_retire_when_their_marker_completes) {
   REQUIRE(sim_reset("handle:2MiB,expandable:reclaim,sim_lag:200") == 0);
   void *a = use_malloc(30 * MiB, S0);

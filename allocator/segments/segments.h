@@ -39,6 +39,8 @@ typedef struct ta_expansion {
   size_t cap_handles;
 } ta_expansion;
 
+typedef struct ta_past_granule ta_past_granule; /* segments_expand.c */
+
 /* Physical granules gathered to be mapped elsewhere (reclaim), all of one
  * segment granule (`granule`, set by the first one). */
 typedef struct ta_donors {
@@ -64,6 +66,8 @@ struct ta_segments {
   ta_stream_marks **marks; /* reclaim: one per stream its segments serve (segments_marks.c) */
   size_t nmarks, cap_marks;
   ta_donors donors;
+  ta_past_granule *past; /* take_past's scratch: the donor candidates */
+  size_t cap_past;
   ta_segment_registry registry;
   ta_block_slab slab;
   int64_t phase_growth[TORCHALLOC_MAX_PHASES];   /* device bytes allocated for each phase's requests */
