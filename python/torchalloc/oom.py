@@ -6,8 +6,8 @@
         oom = torchalloc.last_oom()
         print(oom.verdict, oom.summary)   # "fragmentation", "CUDA out of memory. Tried to ..."
         print(oom.report)                 # the full report: segment map, blocks that pin them, sites, ages
-        first = oom.advice[0]             # "expandable:1 would have served this request: ... [based on ...]"
-        print(first.setting, first.conf)  # "expandable:1", {"expandable": "1"}: torchalloc.install(**first.conf)
+        first = oom.advice[0]             # "expandable:reclaim would have served this request: ... [based on ...]"
+        print(first.setting, first.conf)  # "expandable:reclaim", {"expandable": "reclaim"}: install(**first.conf)
 
 The numbers, the verdict and both texts come from the C core, which built
 them at the failure while the heap still looked as it did (the report is
@@ -73,9 +73,9 @@ def last_oom(device: DeviceLike = None) -> OomReport | None:
 # Advice lines
 # ---------------------------------------------------------------------------
 
-# "2. expandable:1 would have served this request: ... [based on ...]"
+# "2. expandable:reclaim would have served this request: ... [based on ...]"
 _LINE = re.compile(r"^\s*(\d+)\. (.*\[based on (.*)\])\s*$")
-# A TORCHALLOC_CONF entry at the start of a line: "expandable:1", "policy:phase_arena".
+# A TORCHALLOC_CONF entry at the start of a line: "expandable:reclaim", "policy:phase_arena".
 _SETTING = re.compile(r"^([a-z_]+):([A-Za-z0-9_.]+)\b")
 
 
@@ -86,7 +86,7 @@ class Advice:
     number: int
     text: str  # the line without its number
     basis: str  # what its figures rest on (the "[based on ...]" part)
-    setting: str | None  # the TORCHALLOC_CONF entry it says to try ("expandable:1"); None: not a setting
+    setting: str | None  # the TORCHALLOC_CONF entry it says to try ("expandable:reclaim"); None: not a setting
 
     @property
     def serves(self) -> bool | None:
@@ -97,7 +97,7 @@ class Advice:
 
     @property
     def conf(self) -> dict[str, str]:
-        """The setting as TORCHALLOC_CONF keys ({"expandable": "1"}), for torchalloc.install(**conf)."""
+        """The setting as TORCHALLOC_CONF keys ({"expandable": "reclaim"}), for torchalloc.install(**conf)."""
         if not self.setting:
             return {}
         key, value = self.setting.split(":", 1)
