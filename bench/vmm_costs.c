@@ -47,6 +47,13 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* Map the n handles one call each, back to back from `va`. */
+static int map_each(CUdeviceptr va, const CUmemGenericAllocationHandle *h, size_t n, size_t handle, const char *what) {
+  for (size_t i = 0; i < n; i++)
+    if (check(cuMemMap(va + i * handle, handle, 0, h[i], 0), what)) return -1;
+  return 0;
+}
+
 /* One round for handles of `handle` bytes: the time of each step, in us. */
 static int one_round(CUdevice dev, size_t handle, double out[NSTEPS]) {
   size_t n = TOTAL / handle;
@@ -63,8 +70,7 @@ static int one_round(CUdevice dev, size_t handle, double out[NSTEPS]) {
     if (check(cuMemCreate(&h[i], handle, &prop, 0), "cuMemCreate")) return -1;
   out[CREATE] = now_us() - t;
   t = now_us();
-  for (size_t i = 0; i < n; i++)
-    if (check(cuMemMap(va + i * handle, handle, 0, h[i], 0), "cuMemMap")) return -1;
+  if (map_each(va, h, n, handle, "cuMemMap")) return -1;
   out[MAP] = now_us() - t;
   t = now_us();
   if (check(cuMemSetAccess(va, TOTAL, &access, 1), "cuMemSetAccess (range)")) return -1;
@@ -75,8 +81,7 @@ static int one_round(CUdevice dev, size_t handle, double out[NSTEPS]) {
     if (check(cuMemUnmap(va + i * handle, handle), "cuMemUnmap (each)")) return -1;
   out[UNMAP_EACH] = now_us() - t;
   t = now_us();
-  for (size_t i = 0; i < n; i++)
-    if (check(cuMemMap(va + i * handle, handle, 0, h[i], 0), "cuMemMap (again)")) return -1;
+  if (map_each(va, h, n, handle, "cuMemMap (again)")) return -1;
   out[MAP2] = now_us() - t;
   t = now_us();
   for (size_t i = 0; i < n; i++)

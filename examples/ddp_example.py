@@ -19,9 +19,9 @@ and then compares, per rank: the losses (bit for bit: an allocator must not chan
 allocated (must be equal) and peak reserved (reported side by side). torchalloc runs as install() leaves it
 (expandable:reclaim where the driver has virtual memory; --expandable picks another mode), and PyTorch's
 allocator with expandable_segments:True unless --expandable off: expandable segments split a block
-exactly where ordinary ones keep up to 1 MiB more, so peak allocated is compared like with like. With torchalloc every rank writes
-its own log, ddp-out/MODE/run.%r.talog (%r: the rank torchrun exports), and the end prints the job's
-report: `torchalloc report 'ddp-out/ddp/run.*.talog'`.
+exactly where ordinary ones keep up to 1 MiB more, so peak allocated is compared like with like. With
+torchalloc every rank writes its own log, ddp-out/MODE/run.%r.talog (%r: the rank torchrun exports), and
+the end prints the job's report: `torchalloc report 'ddp-out/ddp/run.*.talog'`.
 
 The model is a small MLP (FSDP shards each Linear, then the whole), AdamW, deterministic, on random data
 drawn per rank from a seeded generator. Without torch, a CUDA GPU, torch.distributed, or enough GPUs for

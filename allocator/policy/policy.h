@@ -203,9 +203,9 @@ ta_internal void ta_segments_marks_record(ta_segments *s);
 /* Donors, device-wide: mapped granules wholly inside free blocks the device
  * is past (any reclaim segment whose granule is `granule`, sparing `keep`),
  * the longest freed first, unmapped without release, until `want` bytes
- * (rounded up to granules) are gathered: no more, since what is not mapped next goes back to the
- * device and would be made again later (a handle made and mapped costs as
- * much as one moved). Returns the bytes. */
+ * (rounded up to granules) are gathered: no more, since what is not mapped
+ * next goes back to the device and would be made again later (a handle
+ * made and mapped costs as much as one moved). Returns the bytes. */
 ta_internal size_t ta_segments_take_past(ta_segments *s, size_t want, size_t granule, const ta_block *keep);
 /* Donors from [addr, addr + len) of `seg` (whole granules, mapped, inside a
  * block the caller carved out as TA_BLOCK_RETIRING): mapped elsewhere next,

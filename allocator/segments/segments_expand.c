@@ -52,7 +52,8 @@ int ta_segments_would_raise_peak(ta_segments *s, size_t bytes) {
   int64_t after = ta_stat_total(s->stats->reserved_bytes) + (int64_t)bytes;
   int64_t allocated = s->stats->allocated_bytes[TORCHALLOC_POOL_ALL].peak; /* reset by the user at times: */
   if (allocated > s->allocated_high) s->allocated_high = allocated;    /* the most seen is kept here */
-  return !s->no_sync && after > s->high_water && after > s->allocated_high + (s->allocated_high >> TA_RESERVE_SLACK_SHIFT);
+  return !s->no_sync && after > s->high_water &&
+         after > s->allocated_high + (s->allocated_high >> TA_RESERVE_SLACK_SHIFT);
 }
 
 
@@ -344,17 +345,15 @@ struct ta_past_granule {
   size_t g;
 };
 
-static int by_age(const void *pa, const void *pb) {
-  const ta_past_granule *a = pa, *b = pb;
-  if (a->stamp != b->stamp) return a->stamp < b->stamp ? -1 : 1;
-  if (a->segment != b->segment) return a->segment < b->segment ? -1 : 1;
-  return a->g < b->g ? -1 : a->g > b->g;
-}
-
 static int by_place(const void *pa, const void *pb) {
   const ta_past_granule *a = pa, *b = pb;
   if (a->segment != b->segment) return a->segment < b->segment ? -1 : 1;
   return a->g < b->g ? -1 : a->g > b->g;
+}
+
+static int by_age(const void *pa, const void *pb) { /* ties in place order: the choice is the same every run */
+  const ta_past_granule *a = pa, *b = pb;
+  return a->stamp != b->stamp ? (a->stamp < b->stamp ? -1 : 1) : by_place(pa, pb);
 }
 
 /* Every mapped granule of `granule` size that a free block (not `keep`)
@@ -409,7 +408,8 @@ size_t ta_segments_take_past(ta_segments *s, size_t want, size_t granule, const 
       run_end++;
     ta_segment *seg = s->registry.items[s->past[k].segment];
     size_t first = s->past[k].g, len = run_end - k;
-    for (size_t j = 0; j < len; j++) donate(&s->donors, granule, seg->expansion->handles[first + j], 0); /* past: old everywhere */
+    for (size_t j = 0; j < len; j++) /* stamp 0: past, old everywhere */
+      donate(&s->donors, granule, seg->expansion->handles[first + j], 0);
     unmap_run(s, seg, first, len, 1, 0);
     seg->unmapped += len * granule;
     got += len * granule;

@@ -95,9 +95,9 @@ void ta_segments_marks_destroy(ta_segments *s) {
   s->marks = NULL;
   s->nmarks = s->cap_marks = 0;
   free(s->donors.handles);
-  free(s->past);
-  s->past = NULL;
-  s->cap_past = 0;
   free(s->donors.stamps);
   s->donors = (ta_donors){0};
+  free(s->past); /* take_past's scratch */
+  s->past = NULL;
+  s->cap_past = 0;
 }

@@ -17,8 +17,9 @@ Takes a `Derived`; gives one `OomRow` per OOM record:
 - `advice`: the allocator's advice for the numbers the log has (the one
   rule, `_lib.oom_advice`, given the facts and the detail this module reads
   from the segments and live blocks at the failure: free bytes in whole
-  granules of the request's handle size (handle_for), the phases of the blocks that pin the fragmented
-  segments), each line checked by the replay that tests it;
+  granules of the request's handle size (handle_for), the phases of the
+  blocks that pin the fragmented segments), each line checked by the
+  replay that tests it;
 - `alternatives` (the last OOM of the log only: each takes a few dozen
   replays): the run up to the failure replayed under every policy and
   variant at the capacity torchalloc could use (oom_alternatives.py), and
@@ -32,7 +33,7 @@ The explanation is left empty: wording.oom_explanation writes it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -125,19 +126,30 @@ def oom_rows(d: Derived, *, check_alternatives: bool = True) -> list[OomRow]:
     rows = [_row(d, i) for i in indices]
     if rows and check_alternatives:
         last = rows[-1]
-        if last.usable is None:
-            last.unknown.append("whether another policy would have fit (the log has no device numbers)")
-        else:
-            try:
-                events = events_until(t, last.index, _before_log(d))
-                last.alternatives = alternatives(events, last.usable, default_policies())
-                last.advice = check_advice(last.advice, last.alternatives, events, policy=last.policy,
-                                           expandable=last.expandable, capacity=last.usable,
-                                           device_total=last.device_total or 0, limit=last.limit or 0)
-                _note_unreproduced(last)
-            except _lib.LibraryError as e:
-                last.unknown.append(f"whether another policy would have fit (the replay needs the library: {e})")
+        replay_last(last, lambda: events_until(t, last.index, _before_log(d)))
     return rows
+
+
+def replay_last(last: OomRow, run_until: Callable[[], Any]) -> None:
+    """The last OOM's alternatives and its advice checked: `run_until()` gives the run up to the failure, as
+    replay events or a Trace read in pieces (streamed.py; its pieces are closed after)."""
+    if last.usable is None:
+        last.unknown.append("whether another policy would have fit (the log has no device numbers)")
+        return
+    try:
+        events = run_until()
+        try:
+            last.alternatives = alternatives(events, last.usable, default_policies())
+            last.advice = check_advice(last.advice, last.alternatives, events, policy=last.policy,
+                                       expandable=last.expandable, capacity=last.usable,
+                                       device_total=last.device_total or 0, limit=last.limit or 0)
+            _note_unreproduced(last)
+        finally:
+            chunks = getattr(events, "chunks", None)
+            if chunks is not None:
+                chunks.close()
+    except _lib.LibraryError as e:
+        last.unknown.append(f"whether another policy would have fit (the replay needs the library: {e})")
 
 
 def _note_unreproduced(row: OomRow) -> None:

@@ -1,5 +1,5 @@
-"""The last OOM of a log read in pieces, replayed (streamed.py): the run up to it as a trace fed piece by piece,
-under every policy, and the advice's lines checked against those replays (as ooms.oom_rows does for a whole log)."""
+"""The run up to the last OOM of a log read in pieces (streamed.py), as a trace fed piece by piece to
+ooms.replay_last, which replays it under every policy and checks the advice's lines (as for a whole log)."""
 from __future__ import annotations
 
 from typing import Any
@@ -7,30 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..log.chunks import ChunkedLog
-from .ooms import OomRow, _note_unreproduced
 from .stream_scan import Scan
-
-
-def check_last(log: ChunkedLog, scan: Scan, path: Any, last: OomRow) -> None:
-    """ooms.oom_rows' replays of the run up to the last OOM under every policy, fed in pieces."""
-    if last.usable is None:
-        last.unknown.append("whether another policy would have fit (the log has no device numbers)")
-        return
-    from .. import _lib
-    from ..replay.oom_alternatives import alternatives, check_advice, default_policies
-
-    try:
-        trace = trace_until(log, scan, path, last.index)
-        try:
-            last.alternatives = alternatives(trace, last.usable, default_policies())
-            last.advice = check_advice(last.advice, last.alternatives, trace, policy=last.policy,
-                                       expandable=last.expandable, capacity=last.usable,
-                                       device_total=last.device_total or 0, limit=last.limit or 0)
-            _note_unreproduced(last)
-        finally:
-            trace.chunks.close()
-    except _lib.LibraryError as e:
-        last.unknown.append(f"whether another policy would have fit (the replay needs the library: {e})")
 
 
 def trace_until(log: ChunkedLog, scan: Scan, path: Any, index: int) -> Any:

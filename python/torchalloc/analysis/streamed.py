@@ -40,14 +40,14 @@ from .estimate import Estimate
 from .frames import Frame
 from .lifetimes import LifetimeRow
 from .modules import Modules
-from .ooms import Blocker, OomRow, blockers_of, handle_for, oom_detail, oom_row, segment_gaps
+from .ooms import Blocker, OomRow, blockers_of, handle_for, oom_detail, oom_row, replay_last, segment_gaps
 from .reserve import Reserve
 from .sections import report_dict
 from .phase_summary import PhaseRow
 from .roles import phase_role
 from .sites import BEFORE_LOG, Site
 from .stream_pass import Passed, Wanted, run_pass
-from .stream_ooms import check_last
+from .stream_ooms import trace_until
 from .stream_notes import SPANS_KEPT, backward_from, derive_notes, table_notes
 from .stream_scan import Scan, scan
 from .timeline import Timeline
@@ -390,8 +390,9 @@ class StreamedAnalysis:
             for row in self._ooms:
                 row.explanation = oom_explanation(row)
             if self._ooms:
-                check_last(self.log, self.scan, self.table.path, self._ooms[-1])
-                self._ooms[-1].explanation = oom_explanation(self._ooms[-1])
+                last = self._ooms[-1]
+                replay_last(last, lambda: trace_until(self.log, self.scan, self.table.path, last.index))
+                last.explanation = oom_explanation(last)
         return self._ooms
 
     def _oom(self, o: dict[str, Any]) -> OomRow:
