@@ -439,6 +439,48 @@ TORCHALLOC_API int torchalloc_sim_advance(int device, uint64_t ticks);
  * when it is not mapped or the backend is not sim. */
 TORCHALLOC_API int torchalloc_sim_physical(int device, const void *ptr, uint64_t *phys);
 
+/* ---------------------------------------------------------------------------
+ * Memory shared beyond one device. Mapped memory (expandable segments) is
+ * reachable only from the devices its mapping names: under TORCHALLOC_CONF
+ * peers:all (the default) that is every device with a peer-to-peer path
+ * to it, from the first mapping; under peers:asked (install() on the
+ * bridge route) only the devices named here, which PyTorch's
+ * enablePeerAccess does before the first copy between two GPUs.
+ * ------------------------------------------------------------------------- */
+
+/* Device `peer` may read and write `device`'s memory, mapped before and
+ * after. 0, or -1 (torchalloc_last_error says why: no such device, no
+ * peer-to-peer path). */
+TORCHALLOC_API int torchalloc_enable_peer_access(int device, int peer);
+/* 1 when `peer` may reach `device`'s mapped memory now, 0 when not, -1 for a bad device. */
+TORCHALLOC_API int torchalloc_peer_access(int device, int peer);
+
+/* CUDA IPC, in PyTorch's allocator's own format (its shareIpcHandle and
+ * getIpcDevPtr), so a torchalloc process and a PyTorch one can exchange
+ * CUDA tensors either way. torchalloc_ipc_share describes the live block
+ * holding `ptr`: the bytes go to buf (at most cap; *len is the length
+ * needed, so a first call with cap 0 asks the size), *offset is where `ptr`
+ * lies in what the receiver maps. Mapped memory travels as its physical
+ * handles' file descriptors, which the receiver copies out of this
+ * process with pidfd_getfd (Linux 5.6; the same user, and a Yama
+ * ptrace_scope that allows it). 0 or -1. */
+TORCHALLOC_API int torchalloc_ipc_share(const void *ptr, void *buf, size_t cap, size_t *len, size_t *offset);
+/* Map on `device` the memory another process described (`len` bytes of
+ * `handle`): *ptr is its start. Opening the same bytes again gives the
+ * same address and counts one more user. 0 or -1. */
+TORCHALLOC_API int torchalloc_ipc_open(int device, const void *handle, size_t len, void **ptr);
+/* One user of memory opened at `ptr` is done; it is unmapped when the last
+ * one is (after the device is done with it). 0, or -1 when `ptr` was not
+ * opened. */
+TORCHALLOC_API int torchalloc_ipc_close(void *ptr);
+/* Memory of other processes still mapped on `device`; -1 for a bad device. */
+TORCHALLOC_API int64_t torchalloc_ipc_open_count(int device);
+/* The simulated device's peer access: a copy or kernel of device `peer`
+ * touches [ptr, ptr + size) of sim device `device`. 0 when allowed, 1 (a
+ * counted violation, see torchalloc_sim_capture_violations) when that
+ * memory grants `peer` no access, -1 when the backend is not sim. */
+TORCHALLOC_API int torchalloc_sim_peer_use(int device, int peer, const void *ptr, size_t size);
+
 /* How the caching and phase_arena policies use `device`'s memory:
  * 0 ordinary segments, 1 expandable, 2 compact, 3 reclaim (the
  * TORCHALLOC_CONF key `expandable`, after the device had its say: 0

@@ -401,3 +401,23 @@ TEST(last_oom_detail_writes_no_byte_past_the_callers_size) {
   CHECK_EQ(torchalloc_last_oom_detail(0, NULL), -1);
   CHECK(in.canary == 0x5eed);
 }
+
+/* Under a launcher ($RANK, $WORLD_SIZE) the summary and the report say
+ * which rank failed: a job's output interleaves every rank's. */
+TEST(the_summary_and_report_name_the_rank) {
+  setenv("RANK", "1", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  REQUIRE(sim_reset("sim_capacity:64MiB") == 0);
+  CHECK(torchalloc_malloc(200 * MiB, 0, S0) == NULL);
+  char summary[8192], report[1 << 16];
+  CHECK(torchalloc_oom_summary(0, summary, sizeof summary) > 0);
+  CHECK(strstr(summary, "on device 0 (rank 1 of 2, stream") != NULL);
+  CHECK(torchalloc_oom_report(0, report, sizeof report) > 0);
+  CHECK(strstr(report, "torchalloc out-of-memory report: device 0, rank 1 of 2, pid") == report);
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
+  REQUIRE(sim_reset("sim_capacity:64MiB") == 0);
+  CHECK(torchalloc_malloc(200 * MiB, 0, S0) == NULL);
+  CHECK(torchalloc_oom_report(0, report, sizeof report) > 0);
+  CHECK(strstr(report, "rank") == NULL || strstr(report, "rank") > strchr(report, '\n')); /* no rank in the header */
+}

@@ -441,3 +441,27 @@ TEST(a_pool_goes_back_to_a_checkpoint) {
   CHECK_EQ(torchalloc_pool_live_blocks(0, POOL, now, 8), 0); /* the refused restore freed them, then failed */
   CHECK_EQ(stats0().allocated_bytes[ALL].current, 0);
 }
+
+/* CUDA's global capture mode is process-wide: a cudaFree of device 0's
+ * memory while device 1 captures invalidates device 1's graph. So exact's
+ * frees on device 0 wait too, and go back once no capture is underway. */
+TEST(exact_frees_wait_for_a_capture_on_another_device) {
+  REQUIRE(sim_reset("policy:exact,sim_devices:2") == 0);
+  void *a = torchalloc_malloc(4 * MiB, 0, S0);
+  REQUIRE(a);
+  REQUIRE(torchalloc_routing_begin(1) == 0);
+  torchalloc_free(a, 4 * MiB, 0, S0);
+  CHECK_EQ(stats0().allocated_bytes[ALL].current, 0);
+  CHECK_EQ(stats0().reserved_bytes[ALL].current, 4 * MiB); /* not yet back to the device */
+  CHECK_EQ(torchalloc_empty_cache(0), 0);                   /* nor by empty_cache while device 1 captures */
+  void *b = torchalloc_malloc(2 * MiB, 0, S0);              /* device 0 keeps working meanwhile */
+  REQUIRE(b);
+  CHECK_EQ(stats0().reserved_bytes[ALL].current, 6 * MiB);
+  REQUIRE(torchalloc_routing_end(1) == 0);
+  torchalloc_free(b, 2 * MiB, 0, S0);
+  void *c = torchalloc_malloc(512, 0, S0); /* device 0's next request hands back what waited */
+  REQUIRE(c);
+  CHECK_EQ(stats0().reserved_bytes[ALL].current, 512);
+  torchalloc_free(c, 512, 0, S0);
+  CHECK_INVARIANTS();
+}

@@ -42,6 +42,7 @@ static inline void *try_malloc(size_t size, int device, cudaStream_t stream) {
   void *p = ta_unlikely(ta_log_on()) && ta_rt.conf.stacks ? malloc_with_stack(h, size, stream)
                                                            : ta_heap_malloc(h, size, stream);
   if (ta_unlikely(!p)) ta_runtime_after_oom(h);
+  else ta_runtime_device_in_use(device);
   return p;
 }
 

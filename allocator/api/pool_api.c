@@ -42,6 +42,7 @@ TORCHALLOC_API void *torchalloc_pool_malloc(size_t size, int device, cudaStream_
   const uint64_t id[2] = {id0, id1};
   void *p = ta_heap_pool_malloc(h, size, stream, id);
   if (!p) ta_runtime_after_oom(h);
+  else ta_runtime_device_in_use(device);
   return p;
 }
 
@@ -76,6 +77,7 @@ TORCHALLOC_API int torchalloc_pool_restore(int device, uint64_t id0, uint64_t id
 TORCHALLOC_API int torchalloc_routing_begin(int device) {
   ta_heap *h = ta_runtime_heap_for_control(device);
   if (!h) return -1;
+  atomic_fetch_add(&ta_rt.routing, 1); /* before the heap's: no device free slips in between */
   ta_heap_routing_begin(h);
   return 0;
 }
@@ -83,7 +85,9 @@ TORCHALLOC_API int torchalloc_routing_begin(int device) {
 TORCHALLOC_API int torchalloc_routing_end(int device) {
   ta_heap *h = ta_runtime_heap_for_control(device);
   if (!h) return -1;
+  atomic_fetch_sub(&ta_rt.routing, 1); /* first: the heap hands back what waited for the last capture to end */
   if (ta_heap_routing_end(h)) {
+    atomic_fetch_add(&ta_rt.routing, 1);
     ta_set_error("torchalloc_routing_end(%d) without a matching torchalloc_routing_begin", device);
     return -1;
   }

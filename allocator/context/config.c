@@ -67,7 +67,7 @@ static int parse_int(const char *text, long lo, long hi, long *out) {
 
 #define KEYS \
   "policy backend sim_capacity sim_devices sim_fail_alloc sim_event_polls sim_held_elsewhere warn log log_max stacks " \
-  "stack_depth oom oom_report expandable handle sim_vmm sim_lag"
+  "stack_depth oom oom_report expandable handle peers sim_vmm sim_lag"
 const char *ta_config_key_list(void) { return KEYS; }
 
 /* Apply one key:value to `c`. Returns 0, or -1 with a message. */
@@ -174,6 +174,13 @@ static int apply(ta_config *c, const char *key, const char *val, char *err, size
       return -1;
     }
     c->expandable = mode;
+  } else if (strcmp(key, "peers") == 0) {
+    if (strcmp(val, "all") == 0) c->peers = TA_PEERS_ALL;
+    else if (strcmp(val, "asked") == 0) c->peers = TA_PEERS_ASKED;
+    else {
+      snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key 'peers' (expected all or asked)", val);
+      return -1;
+    }
   } else if (strcmp(key, "sim_vmm") == 0) {
     if (parse_int(val, lo = 0, hi = 1, &n)) goto bad_int;
     c->sim_vmm = (int)n;

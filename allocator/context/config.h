@@ -30,7 +30,21 @@ typedef struct ta_config {
   uint64_t sim_lag;         /* ticks the sim device trails the host by (backend.h); 0: none */
   size_t large_handle;      /* bytes per physical handle of large-pool expandable segments */
   int large_handle_set;     /* `handle` was given: it holds under a memory fraction too */
+  int peers;                /* enum ta_peers_mode: which other devices may touch mapped memory */
 } ta_config;
+
+/* `peers`: memory mapped with the driver's virtual memory calls is
+ * reachable only from the devices its mapping names, so a copy from
+ * another GPU fails ("invalid argument") unless access was granted.
+ * `all` (the default) grants it to every device with a peer-to-peer path
+ * that the process allocates on, from its first allocation (runtime.h,
+ * devices_in_use): the plain pluggable route never hears PyTorch ask for
+ * peer access, so it must grant it up front; a torchrun rank that uses one
+ * GPU of the node grants nothing. `asked` grants a device only when
+ * torchalloc_enable_peer_access is called, as PyTorch's enablePeerAccess
+ * calls it on the bridge route (before the first copy between two
+ * devices); install() picks it on the bridge route. */
+enum ta_peers_mode { TA_PEERS_ALL = 0, TA_PEERS_ASKED = 1 };
 
 /* `handle`: large-pool expandable segments map memory in physical handles
  * of this size (rounded up to the device's granule). Why 8 MiB: the

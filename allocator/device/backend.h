@@ -11,6 +11,9 @@
 
 typedef struct ta_backend ta_backend;
 
+/* cudaIpcMemHandle_t's size (CUDA_IPC_HANDLE_SIZE). */
+#define TA_IPC_BASE_HANDLE_BYTES 64
+
 typedef struct ta_backend_ops {
   const char *name;
   int (*device_count)(ta_backend *);
@@ -40,18 +43,22 @@ typedef struct ta_backend_ops {
   int (*reserve)(ta_backend *, int device, size_t size, uintptr_t *out);
   void (*unreserve)(ta_backend *, int device, uintptr_t addr, size_t size);
   /* Back [addr, addr + size) with new device memory, readable and writable
-   * by `device`: one physical allocation of `handle` bytes (a multiple of
+   * by `device` and by every device of `peers` (bit d: device d; see
+   * grant): one physical allocation of `handle` bytes (a multiple of
    * the granularity) per handle-sized piece, its handle stored in
    * handles[i] for piece i, so any piece can be unmapped later. Fewer,
    * larger handles cost less: the driver's calls cost per handle, not per
    * byte (bench/vmm_costs.c). TA_ENOMEM when the device is full (nothing
    * stays mapped then). */
-  int (*map)(ta_backend *, int device, uintptr_t addr, size_t size, size_t handle, uint64_t *handles);
+  int (*map)(ta_backend *, int device, uintptr_t addr, size_t size, size_t handle, uint64_t *handles,
+             uint64_t peers);
   /* Map the existing physical handles handles[i], each of `handle` bytes
-   * (made by map, mapped elsewhere now or unmapped without release), at
-   * [addr, addr + size): no new memory; one handle may be mapped at
-   * several addresses at once. */
-  int (*remap)(ta_backend *, int device, uintptr_t addr, size_t size, size_t handle, const uint64_t *handles);
+   * (made by map, mapped elsewhere now or unmapped without release, or
+   * imported from another process by ipc_import), at [addr, addr + size),
+   * with access for `device` and `peers`: no new memory; one handle may be
+   * mapped at several addresses at once. */
+  int (*remap)(ta_backend *, int device, uintptr_t addr, size_t size, size_t handle, const uint64_t *handles,
+               uint64_t peers);
   /* Unmap [addr, addr + size), made of whole handles of `handle` bytes;
    * with `release` give its handles back too (their memory is freed once
    * no mapping of them remains). Queued work must no longer use these
@@ -61,6 +68,36 @@ typedef struct ta_backend_ops {
                 int release);
   /* Give back `n` handles mapped nowhere now (unmapped without release). */
   void (*release)(ta_backend *, int device, const uint64_t *handles, size_t n);
+
+  /* Peer access. Memory mapped with cuMemMap is reachable only from the
+   * devices its mapping names (cuMemSetAccess): a copy or kernel of
+   * another device faults ("invalid argument") until access is granted.
+   * 1 when `peer` can reach `device`'s memory at all (a peer-to-peer path,
+   * cudaDeviceCanAccessPeer); then grant gives the devices of `peers`
+   * read and write access to the mapped range [addr, addr + size) of
+   * `device` (map and remap give it to what they map). TA_OK, or
+   * TA_EDEVICE when the driver refuses. */
+  int (*peer_capable)(ta_backend *, int device, int peer);
+  int (*grant)(ta_backend *, int device, uintptr_t addr, size_t size, uint64_t peers);
+
+  /* CUDA IPC: memory of this process opened in another (segments_ipc.c).
+   * Mapped memory travels as its physical handles: ipc_export gives a
+   * POSIX file descriptor of `handle` (made once, kept open while the
+   * handle lives: the receiver copies it out of this process with
+   * pidfd_getfd) and ipc_import turns the descriptors `fds` of process
+   * `pid` into handles of this process, each of `handle` bytes, mapped
+   * with remap and given back with unmap(release). An ordinary
+   * allocation travels as cudaIpcGetMemHandle's 64 bytes: ipc_open_base
+   * maps another process's allocation here, ipc_close_base unmaps it.
+   * Each returns TA_OK, or TA_EDEVICE with the reason in `why`. */
+  int (*ipc_export)(ta_backend *, int device, uint64_t handle, int *fd, char *why, size_t whylen);
+  int (*ipc_import)(ta_backend *, int device, int pid, const int *fds, size_t n, size_t handle, uint64_t *handles,
+                    char *why, size_t whylen);
+  int (*ipc_base_handle)(ta_backend *, int device, uintptr_t base, unsigned char out[TA_IPC_BASE_HANDLE_BYTES],
+                         char *why, size_t whylen);
+  int (*ipc_open_base)(ta_backend *, int device, const unsigned char handle[TA_IPC_BASE_HANDLE_BYTES],
+                       uintptr_t *out, char *why, size_t whylen);
+  void (*ipc_close_base)(ta_backend *, int device, uintptr_t addr);
 } ta_backend_ops;
 
 struct ta_backend {
@@ -100,6 +137,13 @@ ta_internal int ta_backend_sim_advance(ta_backend *b, int device, uint64_t ticks
 /* The physical memory behind `addr` (a token unique among the device's
  * memory now); -1 when it is not mapped or `b` is not sim. */
 ta_internal int ta_backend_sim_physical(ta_backend *b, int device, uintptr_t addr, uint64_t *phys);
+/* A copy or kernel of device `peer` touches [addr, addr + size) of device
+ * `device` (sim devices reach each other: every pair is peer-capable):
+ * 0 when every mapped granule of it grants `peer` access, 1 (and a
+ * violation counted on `device`) when one does not, as CUDA's "invalid
+ * argument" would say; ordinary allocations are reachable (their access
+ * is the context's, cudaDeviceEnablePeerAccess). -1 when `b` is not sim. */
+ta_internal int ta_backend_sim_peer_use(ta_backend *b, int device, int peer, uintptr_t addr, size_t size);
 /* NULL with a message in `err` when cudart cannot be loaded. */
 ta_internal ta_backend *ta_backend_cuda_create(char *err, size_t errlen);
 

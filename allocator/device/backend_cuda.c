@@ -7,95 +7,9 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-#include "device/backend.h"
-
-typedef int cudaError_t; /* enum in CUDA; 0 = cudaSuccess, 2 = cudaErrorMemoryAllocation */
-typedef struct CUevent_st *cudaEvent_t;
-enum { CUDA_SUCCESS = 0, CUDA_ERROR_NOT_READY = 600, CUDA_EVENT_DISABLE_TIMING = 2 };
-enum { CUDA_CAPTURE_MODE_RELAXED = 2 }; /* cudaStreamCaptureModeRelaxed */
-
-typedef struct cudart_fns {
-  cudaError_t (*Malloc)(void **, size_t);
-  cudaError_t (*Free)(void *);
-  cudaError_t (*MemGetInfo)(size_t *, size_t *);
-  cudaError_t (*GetDeviceCount)(int *);
-  cudaError_t (*GetDevice)(int *);
-  cudaError_t (*SetDevice)(int);
-  cudaError_t (*DeviceSynchronize)(void);
-  cudaError_t (*GetLastError)(void);
-  const char *(*GetErrorString)(cudaError_t);
-  cudaError_t (*EventCreateWithFlags)(cudaEvent_t *, unsigned);
-  cudaError_t (*EventRecord)(cudaEvent_t, cudaStream_t);
-  cudaError_t (*EventQuery)(cudaEvent_t);
-  cudaError_t (*EventDestroy)(cudaEvent_t);
-  cudaError_t (*ThreadExchangeStreamCaptureMode)(int *); /* optional: NULL on a cudart without it */
-  cudaError_t (*StreamIsCapturing)(cudaStream_t, int *);  /* optional likewise */
-  /* The driver's entry points: cudart >= 12.5 has the ByVersion form, older
-   * ones only the other (deprecated since). Either may be NULL. */
-  cudaError_t (*GetDriverEntryPointByVersion)(const char *, void **, unsigned, unsigned long long, int *);
-  cudaError_t (*GetDriverEntryPoint)(const char *, void **, unsigned long long, int *);
-} cudart_fns;
-
-/* The CUDA driver's virtual memory API (cuda.h), reached through cudart's
- * driver entry points, so the library still has no link-time dependency on
- * libcuda. The structs mirror cuda.h's layouts. */
-typedef int CUresult; /* 0 = CUDA_SUCCESS, 2 = CUDA_ERROR_OUT_OF_MEMORY */
-typedef unsigned long long CUdeviceptr;
-typedef unsigned long long CUmemGenericAllocationHandle;
-typedef struct { int type, id; } CUmemLocation; /* type 1: a device, id its ordinal */
-typedef struct {
-  int type;                  /* 1: CU_MEM_ALLOCATION_TYPE_PINNED */
-  int requestedHandleTypes;  /* 0: none (not shared between processes) */
-  CUmemLocation location;
-  void *win32HandleMetaData;
-  struct { unsigned char compressionType, gpuDirectRDMACapable; unsigned short usage; unsigned char reserved[4]; } allocFlags;
-} CUmemAllocationProp;
-typedef struct { CUmemLocation location; int flags; /* 3: read and write */ } CUmemAccessDesc;
-enum { CU_MEM_LOCATION_TYPE_DEVICE = 1, CU_MEM_ALLOCATION_TYPE_PINNED = 1, CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3,
-       CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0 };
-
-typedef struct cuvmm_fns {
-  CUresult (*AddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
-  CUresult (*AddressFree)(CUdeviceptr, size_t);
-  CUresult (*Create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
-  CUresult (*Release)(CUmemGenericAllocationHandle);
-  CUresult (*Map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
-  CUresult (*Unmap)(CUdeviceptr, size_t);
-  CUresult (*SetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
-  CUresult (*GetAllocationGranularity)(size_t *, const CUmemAllocationProp *, int);
-} cuvmm_fns;
-
-/* Expandable segments map in granules of at least 2 MiB: the driver's
- * minimum on current GPUs, and few enough mappings for an 80 GiB device. */
-#define VMM_GRANULE_MIN ((size_t)2 << 20)
-#define VMM_MAX_DEVICES 64
-
-typedef struct cuda_backend {
-  ta_backend base;
-  void *lib;
-  cudart_fns fn;
-  int devices;
-  int vmm_loaded; /* 1: vmm has every function */
-  cuvmm_fns vmm;
-  size_t granule[VMM_MAX_DEVICES]; /* 0: not asked yet; SIZE_MAX: the device cannot */
-} cuda_backend;
-
-/* Switch to `device` for the duration of one call; PyTorch may free a block
- * of device 1 while device 0 is current. */
-typedef struct device_guard {
-  int previous;
-} device_guard;
-
-static device_guard guard_enter(cuda_backend *c, int device) {
-  device_guard g = {device};
-  if (c->fn.GetDevice(&g.previous) != CUDA_SUCCESS) g.previous = device;
-  if (g.previous != device) c->fn.SetDevice(device);
-  return g;
-}
-static void guard_exit(cuda_backend *c, device_guard g, int device) {
-  if (g.previous != device) c->fn.SetDevice(g.previous);
-}
+#include "device/backend_cuda_model.h"
 
 static int cuda_device_count(ta_backend *b) { return ((cuda_backend *)b)->devices; }
 
@@ -217,14 +131,10 @@ static void load_vmm(cuda_backend *c) {
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if ((*slots[i] = driver_entry(c, names[i])) == NULL) return;
   c->vmm_loaded = 1;
-}
-
-static CUmemAllocationProp device_prop(int device) {
-  CUmemAllocationProp prop = {0};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = device;
-  return prop;
+  /* Optional: without them mapped memory is not shared with other processes (backend_cuda_ipc.c). */
+  *(void **)&c->vmm.ExportToShareableHandle = driver_entry(c, "cuMemExportToShareableHandle");
+  *(void **)&c->vmm.ImportFromShareableHandle = driver_entry(c, "cuMemImportFromShareableHandle");
+  *(void **)&c->vmm.DeviceGetAttribute = driver_entry(c, "cuDeviceGetAttribute");
 }
 
 /* Asked once per device (under that device's heap lock). */
@@ -234,9 +144,15 @@ static size_t cuda_granularity(ta_backend *b, int device) {
   if (c->granule[device] == 0) {
     CUmemAllocationProp prop = device_prop(device);
     size_t g = 0;
-    device_guard guard = guard_enter(c, device);
-    if (c->vmm.GetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != 0 || g == 0) g = SIZE_MAX;
-    guard_exit(c, guard, device);
+    /* The property names the device, so no device is made current: making
+     * one current starts its context (CUDA 12+), and a torchrun rank that
+     * sees every GPU of the node would hold a context on each. Only a
+     * driver that wants a context for the query gets the device's. */
+    if (c->vmm.GetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != 0 || g == 0) {
+      device_guard guard = guard_enter(c, device);
+      if (c->vmm.GetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != 0 || g == 0) g = SIZE_MAX;
+      guard_exit(c, guard, device);
+    }
     c->granule[device] = g == SIZE_MAX ? SIZE_MAX : ta_align_up(VMM_GRANULE_MIN, g);
   }
   return c->granule[device] == SIZE_MAX ? 0 : c->granule[device];
@@ -261,6 +177,11 @@ static void cuda_unreserve(ta_backend *b, int device, uintptr_t addr, size_t siz
   if (e != 0) fprintf(stderr, "torchalloc: cuMemAddressFree(%p) on device %d failed: error %d\n", (void *)addr, device, e);
 }
 
+static CUresult release_handle(cuda_backend *c, uint64_t handle) {
+  ta_cuda_forget_exported(c, handle);
+  return c->vmm.Release((CUmemGenericAllocationHandle)handle);
+}
+
 /* Unmap `n` handles of `handle` bytes mapped one after the other from
  * `addr`. One cuMemUnmap over the whole range costs the same as one a
  * handle (bench/vmm_costs.c), and a failure here names the handle. */
@@ -268,56 +189,91 @@ static void unmap_handles(cuda_backend *c, uintptr_t addr, size_t n, size_t hand
                           int release) {
   for (size_t i = 0; i < n; i++) {
     CUresult e = c->vmm.Unmap((CUdeviceptr)(addr + i * handle), handle);
-    CUresult r = release ? c->vmm.Release((CUmemGenericAllocationHandle)handles[i]) : 0;
+    CUresult r = release ? release_handle(c, handles[i]) : 0;
     if (e != 0 || r != 0)
       fprintf(stderr, "torchalloc: unmapping %p failed: cuMemUnmap error %d, cuMemRelease error %d\n",
               (void *)(addr + i * handle), e, r);
   }
 }
 
-/* Read and write access for `device` to [addr, addr + size): one call for
- * the run (its cost follows the number of mappings it covers). */
-static CUresult set_access(cuda_backend *c, int device, uintptr_t addr, size_t size) {
-  CUmemAccessDesc access = {.location = device_prop(device).location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-  return c->vmm.SetAccess((CUdeviceptr)addr, size, &access, 1);
+/* Read and write access to [addr, addr + size) for `device` (when `self`)
+ * and every device of `peers`: one call for the run and all of them (its
+ * cost follows the number of mappings it covers and of devices named;
+ * bench/vmm_costs.c --peers). */
+static CUresult set_access(cuda_backend *c, int device, int self, uintptr_t addr, size_t size, uint64_t peers) {
+  CUmemAccessDesc access[VMM_MAX_DEVICES];
+  size_t n = 0;
+  for (int d = 0; d < VMM_MAX_DEVICES && d < c->devices; d++)
+    if ((d == device && self) || (d != device && (peers >> d & 1)))
+      access[n++] = (CUmemAccessDesc){.location = device_prop(d).location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  return n ? c->vmm.SetAccess((CUdeviceptr)addr, size, access, n) : 0;
+}
+
+/* The properties of new physical memory on `device`: exportable to a file
+ * descriptor (CUDA IPC, as PyTorch's expandable segments ask) where the
+ * device says it can be; asked once. */
+static CUmemAllocationProp create_prop(cuda_backend *c, int device) {
+  CUmemAllocationProp prop = device_prop(device);
+  if (c->exportable[device] == 0) {
+    int yes = 0;
+    c->exportable[device] = c->vmm.ExportToShareableHandle && c->vmm.DeviceGetAttribute &&
+                                    c->vmm.DeviceGetAttribute(&yes, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                                                              device) == 0 && yes
+                                ? 1
+                                : -1;
+  }
+  if (c->exportable[device] > 0) prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  return prop;
+}
+
+static CUresult create_handle(cuda_backend *c, int device, size_t size, CUmemGenericAllocationHandle *h) {
+  CUmemAllocationProp prop = create_prop(c, device);
+  CUresult e = c->vmm.Create(h, size, &prop, 0);
+  if (e != 0 && e != CUDA_ERROR_OUT_OF_MEMORY && prop.requestedHandleTypes) {
+    c->exportable[device] = -1; /* the driver refuses exportable memory here: make it plain from now on */
+    prop.requestedHandleTypes = 0;
+    e = c->vmm.Create(h, size, &prop, 0);
+  }
+  return e;
 }
 
 /* One physical allocation per handle-sized piece (PyTorch's expandable
  * segments make 2 MiB or 20 MiB ones): cuMemUnmap must unmap whole
  * mappings, so the piece is the unit memory can be given back or moved in.
  * Made in relaxed capture mode, as cudaMalloc is above. */
-static int cuda_map(ta_backend *b, int device, uintptr_t addr, size_t size, size_t handle, uint64_t *handles) {
+static int cuda_map(ta_backend *b, int device, uintptr_t addr, size_t size, size_t handle, uint64_t *handles,
+                    uint64_t peers) {
   cuda_backend *c = (cuda_backend *)b;
   size_t n = size / handle, mapped = 0;
-  CUmemAllocationProp prop = device_prop(device);
   device_guard g = guard_enter(c, device);
   int mode = CUDA_CAPTURE_MODE_RELAXED;
   int swapped = c->fn.ThreadExchangeStreamCaptureMode && c->fn.ThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS;
   CUresult e = 0;
   for (; mapped < n; mapped++) {
     CUmemGenericAllocationHandle h = 0;
-    if ((e = c->vmm.Create(&h, handle, &prop, 0)) != 0) break;
+    if ((e = create_handle(c, device, handle, &h)) != 0) break;
     if ((e = c->vmm.Map((CUdeviceptr)(addr + mapped * handle), handle, 0, h, 0)) != 0) {
       c->vmm.Release(h);
       break;
     }
     handles[mapped] = (uint64_t)h;
   }
-  if (e == 0) e = set_access(c, device, addr, size);
+  if (e == 0) e = set_access(c, device, 1, addr, size, peers);
   if (e != 0) unmap_handles(c, addr, mapped, handle, handles, 1); /* all or nothing */
   if (swapped) c->fn.ThreadExchangeStreamCaptureMode(&mode);
   guard_exit(c, g, device);
-  if (e != 0 && e != 2) /* 2: out of memory, the expected failure */
+  if (e != 0 && e != CUDA_ERROR_OUT_OF_MEMORY) /* out of memory: the expected failure */
     fprintf(stderr, "torchalloc: mapping %zu bytes at %p on device %d failed: CUDA driver error %d\n", size,
             (void *)addr, device, e);
   return e == 0 ? TA_OK : TA_ENOMEM;
 }
 
 /* The same physical handles at a second address (or a new one, after the
- * first was unmapped without release): cuMemMap keeps a reference to each,
- * so the memory lives while any mapping does. */
+ * first was unmapped without release; or handles imported from another
+ * process): cuMemMap keeps a reference to each, so the memory lives while
+ * any mapping does. */
 static int cuda_remap(ta_backend *b, int device, uintptr_t addr, size_t size, size_t handle,
-                      const uint64_t *handles) {
+                      const uint64_t *handles, uint64_t peers) {
   cuda_backend *c = (cuda_backend *)b;
   size_t n = size / handle, mapped = 0;
   device_guard g = guard_enter(c, device);
@@ -326,7 +282,7 @@ static int cuda_remap(ta_backend *b, int device, uintptr_t addr, size_t size, si
     if ((e = c->vmm.Map((CUdeviceptr)(addr + mapped * handle), handle, 0,
                         (CUmemGenericAllocationHandle)handles[mapped], 0)) != 0)
       break;
-  if (e == 0) e = set_access(c, device, addr, size);
+  if (e == 0) e = set_access(c, device, 1, addr, size, peers);
   if (e != 0) unmap_handles(c, addr, mapped, handle, handles, 0); /* all or nothing; the handles stay */
   guard_exit(c, g, device);
   if (e != 0)
@@ -347,14 +303,43 @@ static void cuda_release(ta_backend *b, int device, const uint64_t *handles, siz
   cuda_backend *c = (cuda_backend *)b;
   device_guard g = guard_enter(c, device);
   for (size_t i = 0; i < n; i++) {
-    CUresult e = c->vmm.Release((CUmemGenericAllocationHandle)handles[i]);
+    CUresult e = release_handle(c, handles[i]);
     if (e != 0) fprintf(stderr, "torchalloc: cuMemRelease on device %d failed: error %d\n", device, e);
   }
   guard_exit(c, g, device);
 }
 
+/* ------------------------------------------------------------------------
+ * Peer access
+ * ---------------------------------------------------------------------- */
+
+static int cuda_peer_capable(ta_backend *b, int device, int peer) {
+  cuda_backend *c = (cuda_backend *)b;
+  int can = 0;
+  if (device == peer || !c->fn.DeviceCanAccessPeer || device < 0 || peer < 0 || device >= c->devices ||
+      peer >= c->devices || peer >= VMM_MAX_DEVICES)
+    return 0;
+  if (c->fn.DeviceCanAccessPeer(&can, peer, device) != CUDA_SUCCESS) { /* can `peer` reach `device`'s memory */
+    c->fn.GetLastError();
+    return 0;
+  }
+  return can != 0;
+}
+
+static int cuda_grant(ta_backend *b, int device, uintptr_t addr, size_t size, uint64_t peers) {
+  cuda_backend *c = (cuda_backend *)b;
+  device_guard g = guard_enter(c, device);
+  CUresult e = set_access(c, device, 0, addr, size, peers);
+  guard_exit(c, g, device);
+  if (e != 0)
+    fprintf(stderr, "torchalloc: granting peers %#llx access to %zu bytes at %p of device %d failed: CUDA driver "
+            "error %d\n", (unsigned long long)peers, size, (void *)addr, device, e);
+  return e == 0 ? TA_OK : TA_EDEVICE;
+}
+
 static void cuda_destroy(ta_backend *b) {
   /* cudart stays loaded: torch may share it, and unloading cudart is unsafe. */
+  ta_cuda_ipc_destroy((cuda_backend *)b);
   free(b);
 }
 
@@ -377,6 +362,13 @@ static const ta_backend_ops cuda_ops = {
     .remap = cuda_remap,
     .unmap = cuda_unmap,
     .release = cuda_release,
+    .peer_capable = cuda_peer_capable,
+    .grant = cuda_grant,
+    .ipc_export = ta_cuda_ipc_export,
+    .ipc_import = ta_cuda_ipc_import,
+    .ipc_base_handle = ta_cuda_ipc_base_handle,
+    .ipc_open_base = ta_cuda_ipc_open_base,
+    .ipc_close_base = ta_cuda_ipc_close_base,
 };
 
 static void *open_cudart(void) {
@@ -409,6 +401,7 @@ ta_backend *ta_backend_cuda_create(char *err, size_t errlen) {
     return NULL;
   }
   c->base.ops = &cuda_ops;
+  pthread_mutex_init(&c->exported_lock, NULL);
   c->lib = open_cudart();
   if (!c->lib) {
     snprintf(err, errlen, "cannot load libcudart (backend:cuda); use backend:sim where there is no GPU");
@@ -430,6 +423,10 @@ ta_backend *ta_backend_cuda_create(char *err, size_t errlen) {
   LOAD(EventDestroy, "cudaEventDestroy");
   *(void **)(&c->fn.ThreadExchangeStreamCaptureMode) = dlsym(c->lib, "cudaThreadExchangeStreamCaptureMode");
   *(void **)(&c->fn.StreamIsCapturing) = dlsym(c->lib, "cudaStreamIsCapturing");
+  *(void **)(&c->fn.DeviceCanAccessPeer) = dlsym(c->lib, "cudaDeviceCanAccessPeer");
+  *(void **)(&c->fn.IpcGetMemHandle) = dlsym(c->lib, "cudaIpcGetMemHandle");
+  *(void **)(&c->fn.IpcOpenMemHandle) = dlsym(c->lib, "cudaIpcOpenMemHandle");
+  *(void **)(&c->fn.IpcCloseMemHandle) = dlsym(c->lib, "cudaIpcCloseMemHandle");
   *(void **)(&c->fn.GetDriverEntryPointByVersion) = dlsym(c->lib, "cudaGetDriverEntryPointByVersion");
   *(void **)(&c->fn.GetDriverEntryPoint) = dlsym(c->lib, "cudaGetDriverEntryPoint");
   cudaError_t e = c->fn.GetDeviceCount(&c->devices);

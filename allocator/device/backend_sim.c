@@ -119,7 +119,8 @@ static void sim_destroy(ta_backend *b) {
   sim_backend *s = (sim_backend *)b;
   for (int i = 0; i < SIM_MAX_DEVICES; i++) {
     sim_device *d = &s->dev[i];
-    for (size_t r = 0; r < d->nreservations; r++) free(d->reservations[r].handle), free(d->reservations[r].sub);
+    for (size_t r = 0; r < d->nreservations; r++)
+      free(d->reservations[r].handle), free(d->reservations[r].sub), free(d->reservations[r].access);
     free(d->reservations);
     free(d->released);
     for (size_t h = 0; h < d->nhandles; h++) free(d->handles[h].uses);
@@ -148,6 +149,13 @@ static const ta_backend_ops sim_ops = {
     .remap = ta_sim_remap,
     .unmap = ta_sim_unmap,
     .release = ta_sim_release,
+    .peer_capable = ta_sim_peer_capable,
+    .grant = ta_sim_grant,
+    .ipc_export = ta_sim_ipc_export,
+    .ipc_import = ta_sim_ipc_import,
+    .ipc_base_handle = ta_sim_ipc_base_handle,
+    .ipc_open_base = ta_sim_ipc_open_base,
+    .ipc_close_base = ta_sim_ipc_close_base,
 };
 
 static int is_sim(ta_backend *b, int device) {
@@ -186,6 +194,11 @@ int ta_backend_sim_use(ta_backend *b, int device, cudaStream_t stream, uintptr_t
     lo = hi;
   }
   return 0;
+}
+
+int ta_backend_sim_peer_use(ta_backend *b, int device, int peer, uintptr_t addr, size_t size) {
+  if (!is_sim(b, device) || !is_sim(b, peer)) return -1;
+  return ta_sim_peer_touch(&((sim_backend *)b)->dev[device], device, peer, addr, size);
 }
 
 int ta_backend_sim_advance(ta_backend *b, int device, uint64_t ticks) {

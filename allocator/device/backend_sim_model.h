@@ -24,7 +24,8 @@ typedef struct sim_reservation {
   size_t size;
   uint64_t *handle; /* per granule: the handle mapped there (its token), 0: unmapped */
   uint32_t *sub;    /* per granule: which granule of that handle it is */
-  size_t cap;       /* granules `handle` and `sub` cover */
+  uint64_t *access; /* per granule: the devices that may touch it (bit d: device d), set by map, remap, grant */
+  size_t cap;       /* granules `handle`, `sub` and `access` cover */
   size_t nmapped;   /* granules mapped now */
 } sim_reservation;
 
@@ -54,6 +55,13 @@ typedef struct sim_handle {
   uint32_t maps;    /* mappings now */
   uint8_t released; /* given back by its owner: its memory goes when `maps` reaches 0 */
   uint8_t alive;
+  /* CUDA IPC in one process (ipc_import of a descriptor ipc_export gave):
+   * an imported handle is a handle of its own over another's memory, as
+   * cuMemImportFromShareableHandle's is. `alias_of`: the token whose
+   * memory it is (0: its own); `aliases`: imported handles alive over this
+   * one's memory, which stays until they are gone too. */
+  uint64_t alias_of;
+  uint32_t aliases;
   uint32_t nuses, cap_uses;
   sim_use *uses;
 } sim_handle;
@@ -132,11 +140,24 @@ ta_internal void ta_sim_use_granule(sim_backend *s, sim_device *d, const sim_res
 ta_internal size_t ta_sim_granularity(ta_backend *b, int device);
 ta_internal int ta_sim_reserve(ta_backend *b, int device, size_t size, uintptr_t *out);
 ta_internal void ta_sim_unreserve(ta_backend *b, int device, uintptr_t addr, size_t size);
-ta_internal int ta_sim_map(ta_backend *b, int device, uintptr_t addr, size_t size, size_t handle, uint64_t *handles);
+ta_internal int ta_sim_map(ta_backend *b, int device, uintptr_t addr, size_t size, size_t handle, uint64_t *handles,
+                           uint64_t peers);
 ta_internal int ta_sim_remap(ta_backend *b, int device, uintptr_t addr, size_t size, size_t handle,
-                             const uint64_t *handles);
+                             const uint64_t *handles, uint64_t peers);
 ta_internal void ta_sim_unmap(ta_backend *b, int device, uintptr_t addr, size_t size, size_t handle,
                               const uint64_t *handles, int release);
 ta_internal void ta_sim_release(ta_backend *b, int device, const uint64_t *handles, size_t n);
+ta_internal int ta_sim_peer_capable(ta_backend *b, int device, int peer);
+ta_internal int ta_sim_grant(ta_backend *b, int device, uintptr_t addr, size_t size, uint64_t peers);
+/* 1 (and a violation) when a copy or kernel of `peer` may not touch [addr, addr + size) of device `device`. */
+ta_internal int ta_sim_peer_touch(sim_device *d, int device, int peer, uintptr_t addr, size_t size);
+ta_internal int ta_sim_ipc_export(ta_backend *b, int device, uint64_t handle, int *fd, char *why, size_t whylen);
+ta_internal int ta_sim_ipc_import(ta_backend *b, int device, int pid, const int *fds, size_t n, size_t handle,
+                                  uint64_t *handles, char *why, size_t whylen);
+ta_internal int ta_sim_ipc_base_handle(ta_backend *b, int device, uintptr_t base,
+                                       unsigned char out[TA_IPC_BASE_HANDLE_BYTES], char *why, size_t whylen);
+ta_internal int ta_sim_ipc_open_base(ta_backend *b, int device, const unsigned char handle[TA_IPC_BASE_HANDLE_BYTES],
+                                     uintptr_t *out, char *why, size_t whylen);
+ta_internal void ta_sim_ipc_close_base(ta_backend *b, int device, uintptr_t addr);
 
 #endif

@@ -8,6 +8,7 @@
  * covers part of a handle, or a handle of another size, is a violation. */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "device/backend_sim_model.h"
 
@@ -85,6 +86,7 @@ void ta_sim_unreserve(ta_backend *b, int device, uintptr_t addr, size_t size) {
   if (r->nmapped) violation(d, "unreserve of a range still mapped");
   free(r->handle);
   free(r->sub);
+  free(r->access);
   size_t at = (size_t)(r - d->reservations);
   memmove(r, r + 1, (d->nreservations - at - 1) * sizeof *r);
   d->nreservations--;
@@ -107,7 +109,11 @@ static sim_reservation *range_of(sim_device *d, uintptr_t addr, size_t size, con
     size_t cap = old;
     uint32_t *sub = r->sub;
     if (ta_sim_grow((void **)&sub, &cap, end, sizeof *sub)) return NULL;
-    r->sub = sub; /* grown first: `cap` counts the smaller of the two */
+    r->sub = sub; /* grown first: `cap` counts the smallest of the three */
+    cap = old;
+    uint64_t *access = r->access;
+    if (ta_sim_grow((void **)&access, &cap, end, sizeof *access)) return NULL;
+    r->access = access;
     if (ta_sim_grow((void **)&r->handle, &r->cap, end, sizeof *r->handle)) return NULL;
     memset(r->handle + old, 0, (r->cap - old) * sizeof *r->handle);
   }
@@ -133,14 +139,28 @@ static uint64_t handle_new(sim_device *d, uint32_t granules) {
   return token;
 }
 
-/* A handle with no mapping left and released: its memory goes back. */
+/* The token whose memory `token` is (itself, unless imported). */
+static uint64_t root_of(const sim_device *d, uint64_t token) {
+  uint64_t root = d->handles[token - 1].alias_of;
+  return root ? root : token;
+}
+
+/* A handle with no mapping left and released (and, for memory of its
+ * own, no imported handle over it left): its memory goes back. */
 static void handle_settle(sim_device *d, uint64_t token) {
   sim_handle *h = &d->handles[token - 1];
-  if (h->maps || !h->released) return;
+  if (h->maps || !h->released || h->aliases) return;
+  uint64_t root = h->alias_of;
   if (ta_sim_grow((void **)&d->free_tokens, &d->cap_free_tokens, d->nfree_tokens + 1, sizeof *d->free_tokens) == 0)
     d->free_tokens[d->nfree_tokens++] = (uint32_t)token; /* else the token is never reused: harmless */
   h->alive = 0;
   h->nuses = 0; /* its memory is gone: unmapping it checked that no queued use remained */
+  h->alias_of = 0;
+  if (root) { /* an imported handle: the memory is its owner's, which may go now */
+    d->handles[root - 1].aliases--;
+    handle_settle(d, root);
+    return;
+  }
   d->used -= h->granules * TA_SIM_GRANULE;
 }
 
@@ -162,14 +182,18 @@ static int holds_handle(const sim_reservation *r, size_t g, uint32_t k, uint64_t
   return 1;
 }
 
-static void place(sim_reservation *r, size_t g, uint32_t k, uint64_t token) {
+static void place(sim_reservation *r, size_t g, uint32_t k, uint64_t token, uint64_t access) {
   for (uint32_t j = 0; j < k; j++) {
     r->handle[g + j] = token;
     r->sub[g + j] = j;
+    r->access[g + j] = access;
   }
 }
 
-int ta_sim_map(ta_backend *b, int device, uintptr_t addr, size_t size, size_t handle, uint64_t *handles) {
+static uint64_t device_bit(int device) { return (uint64_t)1 << device; }
+
+int ta_sim_map(ta_backend *b, int device, uintptr_t addr, size_t size, size_t handle, uint64_t *handles,
+               uint64_t peers) {
   sim_backend *s = (sim_backend *)b;
   sim_device *d = &s->dev[device];
   sim_reservation *r = range_of(d, addr, size, "map outside a reserved range or not granule-aligned");
@@ -191,13 +215,13 @@ int ta_sim_map(ta_backend *b, int device, uintptr_t addr, size_t size, size_t ha
       for (size_t j = 0; j < i; j++) {
         d->handles[handles[j] - 1].maps = 0;
         d->handles[handles[j] - 1].released = 1;
-        place(r, first + j * k, k, 0);
+        place(r, first + j * k, k, 0, 0);
         handle_settle(d, handles[j]);
       }
       return TA_ENOMEM;
     }
     d->handles[token - 1].maps = 1;
-    place(r, first + i * k, k, token);
+    place(r, first + i * k, k, token, peers | device_bit(device));
     handles[i] = token;
     d->used += handle;
   }
@@ -205,7 +229,8 @@ int ta_sim_map(ta_backend *b, int device, uintptr_t addr, size_t size, size_t ha
   return TA_OK;
 }
 
-int ta_sim_remap(ta_backend *b, int device, uintptr_t addr, size_t size, size_t handle, const uint64_t *handles) {
+int ta_sim_remap(ta_backend *b, int device, uintptr_t addr, size_t size, size_t handle, const uint64_t *handles,
+                 uint64_t peers) {
   sim_device *d = &((sim_backend *)b)->dev[device];
   ta_sim_check_not_capturing(d, "cuMemMap of memory already made (a remap)");
   sim_reservation *r = range_of(d, addr, size, "remap outside a reserved range or not granule-aligned");
@@ -223,7 +248,7 @@ int ta_sim_remap(ta_backend *b, int device, uintptr_t addr, size_t size, size_t 
   }
   for (size_t i = 0; i < n; i++) {
     d->handles[handles[i] - 1].maps++;
-    place(r, first + i * k, k, handles[i]);
+    place(r, first + i * k, k, handles[i], peers | device_bit(device));
   }
   r->nmapped += n * k;
   return TA_OK;
@@ -245,7 +270,7 @@ void ta_sim_unmap(ta_backend *b, int device, uintptr_t addr, size_t size, size_t
     }
   }
   for (size_t g = 0; g < n * k; g++) {
-    const sim_handle *h = &d->handles[handles[g / k] - 1];
+    const sim_handle *h = &d->handles[root_of(d, handles[g / k]) - 1]; /* uses are kept with the memory's owner */
     uintptr_t va = addr + g * TA_SIM_GRANULE;
     for (uint32_t u = 0; u < h->nuses; u++) {
       if (h->uses[u].va == va && ta_sim_pending(s, d, h->uses[u].tick)) {
@@ -259,7 +284,7 @@ void ta_sim_unmap(ta_backend *b, int device, uintptr_t addr, size_t size, size_t
     }
   }
   for (size_t i = 0; i < n; i++) {
-    place(r, first + i * k, k, 0);
+    place(r, first + i * k, k, 0, 0);
     d->handles[handles[i] - 1].maps--;
     if (release) d->handles[handles[i] - 1].released = 1;
     handle_settle(d, handles[i]);
@@ -295,7 +320,7 @@ int ta_sim_translate(sim_device *d, uintptr_t addr, uint64_t *phys) {
   size_t g = (addr - r->base) / TA_SIM_GRANULE;
   uint64_t token = g < r->cap ? r->handle[g] : 0;
   if (!token) return 0;
-  *phys = SIM_PHYS_BASE | ((token * SIM_MAX_HANDLE_GRANULES + r->sub[g]) * TA_SIM_GRANULE) |
+  *phys = SIM_PHYS_BASE | ((root_of(d, token) * SIM_MAX_HANDLE_GRANULES + r->sub[g]) * TA_SIM_GRANULE) |
           ((addr - r->base) % TA_SIM_GRANULE);
   return 1;
 }
@@ -311,7 +336,7 @@ void ta_sim_use_granule(sim_backend *s, sim_device *d, const sim_reservation *r,
     atomic_fetch_add(&d->violations, 1);
     return;
   }
-  sim_handle *h = &d->handles[token - 1];
+  sim_handle *h = &d->handles[root_of(d, token) - 1];
   uint32_t sub = r->sub[g], k = 0;
   for (uint32_t u = 0; u < h->nuses; u++) {
     const sim_use *o = &h->uses[u];
@@ -331,3 +356,120 @@ void ta_sim_use_granule(sim_backend *s, sim_device *d, const sim_reservation *r,
   h->cap_uses = (uint32_t)cap;
   h->uses[h->nuses++] = (sim_use){va, lo, hi, sub, stream, d->clock};
 }
+/* ------------------------------------------------------------------------
+ * Peer access: what each granule's mapping lets other devices touch
+ * ---------------------------------------------------------------------- */
+
+int ta_sim_peer_capable(ta_backend *b, int device, int peer) {
+  int n = ((sim_backend *)b)->opts.devices;
+  return device != peer && device >= 0 && peer >= 0 && device < n && peer < n; /* every pair has a path */
+}
+
+int ta_sim_grant(ta_backend *b, int device, uintptr_t addr, size_t size, uint64_t peers) {
+  sim_device *d = &((sim_backend *)b)->dev[device];
+  sim_reservation *r = range_of(d, addr, size, "cuMemSetAccess outside a reserved range or not granule-aligned");
+  if (!r) return TA_EDEVICE;
+  size_t first = (addr - r->base) / TA_SIM_GRANULE, end = first + size / TA_SIM_GRANULE;
+  for (size_t g = first; g < end; g++) {
+    if (!r->handle[g]) { /* CUDA refuses access to a range with holes */
+      violation(d, "cuMemSetAccess over a granule that is not mapped");
+      return TA_EDEVICE;
+    }
+  }
+  for (size_t g = first; g < end; g++) r->access[g] |= peers;
+  return TA_OK;
+}
+
+int ta_sim_peer_touch(sim_device *d, int device, int peer, uintptr_t addr, size_t size) {
+  sim_reservation *r = ta_sim_reservation_of(d, addr);
+  if (!r) return 0; /* an ordinary allocation: reached through the context's peer access */
+  uintptr_t end = addr + (size ? size : 1);
+  if (end > r->base + r->size) end = r->base + r->size;
+  for (uintptr_t va = addr; va < end; va = (va - r->base) / TA_SIM_GRANULE * TA_SIM_GRANULE + r->base + TA_SIM_GRANULE) {
+    size_t g = (va - r->base) / TA_SIM_GRANULE;
+    if (g < r->cap && r->handle[g] && (r->access[g] & device_bit(peer))) continue;
+    snprintf(d->last_violation, sizeof d->last_violation,
+             "a copy or kernel on device %d touches %#lx of device %d, %s (CUDA: invalid argument)", peer,
+             (unsigned long)va, device, g < r->cap && r->handle[g] ? "which grants it no access" : "which is not mapped");
+    atomic_fetch_add(&d->violations, 1);
+    return 1;
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * CUDA IPC within the one process the sim lives in: a descriptor is a
+ * handle's token; importing it makes a handle of its own over that memory
+ * ---------------------------------------------------------------------- */
+
+int ta_sim_ipc_export(ta_backend *b, int device, uint64_t handle, int *fd, char *why, size_t whylen) {
+  sim_device *d = &((sim_backend *)b)->dev[device];
+  if (!handle_of(d, handle) || handle > 0x7fffffff) {
+    snprintf(why, whylen, "handle %llu of sim device %d is not alive", (unsigned long long)handle, device);
+    return TA_EDEVICE;
+  }
+  *fd = (int)handle;
+  return TA_OK;
+}
+
+int ta_sim_ipc_import(ta_backend *b, int device, int pid, const int *fds, size_t n, size_t handle, uint64_t *handles,
+                      char *why, size_t whylen) {
+  sim_device *d = &((sim_backend *)b)->dev[device];
+  if (pid != (int)getpid()) {
+    snprintf(why, whylen, "the simulated device lives in one process: memory of process %d cannot be opened", pid);
+    return TA_EDEVICE;
+  }
+  uint32_t k = (uint32_t)(handle / TA_SIM_GRANULE);
+  for (size_t i = 0; i < n; i++) {
+    const sim_handle *h = fds[i] > 0 ? handle_of(d, (uint64_t)fds[i]) : NULL;
+    if (!h || h->granules != k || handle % TA_SIM_GRANULE) {
+      snprintf(why, whylen, "descriptor %d is no handle of %zu bytes on sim device %d", fds[i], handle, device);
+      return TA_EDEVICE;
+    }
+  }
+  for (size_t i = 0; i < n; i++) {
+    uint64_t root = root_of(d, (uint64_t)fds[i]);
+    uint64_t token = handle_new(d, k); /* may move d->handles */
+    if (!token) {
+      snprintf(why, whylen, "out of host memory");
+      ta_sim_release(b, device, handles, i);
+      return TA_EDEVICE;
+    }
+    d->handles[token - 1].alias_of = root;
+    d->handles[root - 1].aliases++;
+    handles[i] = token;
+  }
+  return TA_OK;
+}
+
+/* An ordinary allocation's "IPC handle": its device and address. */
+static const char SIM_BASE_MAGIC[8] = "tasimipc";
+
+int ta_sim_ipc_base_handle(ta_backend *b, int device, uintptr_t base, unsigned char out[TA_IPC_BASE_HANDLE_BYTES],
+                           char *why, size_t whylen) {
+  (void)b, (void)why, (void)whylen;
+  uint64_t addr = base;
+  int32_t dev = device;
+  memset(out, 0, TA_IPC_BASE_HANDLE_BYTES);
+  memcpy(out, SIM_BASE_MAGIC, sizeof SIM_BASE_MAGIC);
+  memcpy(out + 8, &dev, sizeof dev);
+  memcpy(out + 16, &addr, sizeof addr);
+  return TA_OK;
+}
+
+int ta_sim_ipc_open_base(ta_backend *b, int device, const unsigned char handle[TA_IPC_BASE_HANDLE_BYTES],
+                         uintptr_t *out, char *why, size_t whylen) {
+  sim_backend *s = (sim_backend *)b;
+  int32_t dev;
+  uint64_t addr;
+  memcpy(&dev, handle + 8, sizeof dev);
+  memcpy(&addr, handle + 16, sizeof addr);
+  if (memcmp(handle, SIM_BASE_MAGIC, sizeof SIM_BASE_MAGIC) || dev < 0 || dev >= s->opts.devices) {
+    snprintf(why, whylen, "not a memory handle of this simulated device (opening it on device %d)", device);
+    return TA_EDEVICE;
+  }
+  *out = (uintptr_t)addr; /* the same memory: one process holds both ends */
+  return TA_OK;
+}
+
+void ta_sim_ipc_close_base(ta_backend *b, int device, uintptr_t addr) { (void)b, (void)device, (void)addr; }

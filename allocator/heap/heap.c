@@ -72,6 +72,7 @@ void ta_heap_destroy(ta_heap *h) {
     free(h->pending[i].events);
   }
   free(h->pending);
+  ta_segments_ipc_teardown(&h->seg);
   ta_segments_expandable_teardown(&h->seg);
   ta_segments_destroy(&h->seg);
   ta_ptrmap_destroy(&h->live);
@@ -87,7 +88,7 @@ void ta_heap_destroy(ta_heap *h) {
  * release a segment too (exact frees straight to the device). Nothing while
  * routing: a capture may be underway, and synchronizing would break it. */
 static size_t release_cached_locked(ta_heap *h) {
-  if (h->routing) return 0;
+  if (ta_heap_capture_anywhere(h)) return 0; /* device frees and synchronizes would break a capture */
   int64_t before = ta_stat_total(h->stats.reserved_bytes);
   ta_segments_synchronize(&h->seg); /* queued kernels may still use cached blocks */
   if (h->npending) ta_heap_process_pending(h);    /* after the synchronize, every event is done */
@@ -234,14 +235,16 @@ static ta_noinline void report_bad_free(ta_heap *h, uintptr_t addr) {
   }
 }
 
-/* The caller's free of live block `b` (lock held). While routing, a block
- * whose policy would hand its memory straight back to the device waits
- * (a device free during a capture invalidates it). */
+/* The caller's free of live block `b` (lock held). While routing here or
+ * on another device, a block whose policy would hand its memory straight
+ * back to the device waits (a device free during a capture invalidates
+ * it, whichever device captures). */
 static inline void free_locked(ta_heap *h, ta_block *b, int phase) {
   if (LOGGING(h)) ta_log_free(h->device, b, phase, b->uses ? TA_LOG_FREE_DEFERRED : 0);
   count_free(h, b, phase);
   h->recent_frees[h->recent_pos++ % TA_RECENT_FREES] = b->addr;
-  if (ta_unlikely(b->uses != NULL) || (ta_unlikely(h->routing) && b->segment->policy_instance->ops->frees_to_device))
+  if (ta_unlikely(b->uses != NULL) ||
+      (b->segment->policy_instance->ops->frees_to_device && ta_unlikely(ta_heap_capture_anywhere(h))))
     ta_heap_defer_free(h, b);
   else ta_heap_release_block(h, b);
 }

@@ -9,8 +9,8 @@
  * control), heap_streams.c (record_stream and the frees it defers),
  * heap_pools.c (private pools: CUDA graphs, MemPool), heap_oom.c (the
  * out-of-memory account and its verdict), heap_inspect.c (snapshots of
- * segments and blocks for stats and the bridge) and heap_check.c (the
- * invariant checker). The state they share is heap_state.h; heap_pools.h
+ * segments and blocks for stats and the bridge), heap_share.c (peer access
+ * and CUDA IPC) and heap_check.c (the invariant checker). The state they share is heap_state.h; heap_pools.h
  * and heap_streams.h declare what those two files give. */
 #ifndef TA_HEAP_H
 #define TA_HEAP_H
@@ -18,6 +18,7 @@
 #include "heap/heap_state.h"
 #include "heap/heap_pools.h"
 #include "heap/heap_streams.h"
+#include "heap/heap_share.h"
 
 /* A heap for `device` of `backend`, its current policy named by the config.
  * NULL with a message in err when it cannot be made. `logged`: write the

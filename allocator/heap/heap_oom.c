@@ -18,6 +18,7 @@
 
 #include "heap/heap.h"
 #include "log/log_intern.h"
+#include "log/log_path.h"
 #include "accounting/oom_advice.h"
 #include "accounting/oom_verdict.h"
 #include "policies/parts/size_classes.h"
@@ -257,6 +258,20 @@ static void report_basis(ta_text *t, const ta_oom_info *o) {
                       "allocated in the request's phase)\n");
 }
 
+/* ", rank R of W" under a distributed launcher ($RANK, $WORLD_SIZE): in a
+ * job's interleaved output and its many report files, which rank failed. */
+typedef struct rank_words {
+  char text[48];
+} rank_words;
+
+static rank_words rank_text(void) {
+  rank_words w = {""};
+  int rank = ta_log_rank(), world = ta_log_world_size();
+  if (rank >= 0 && world > 0) snprintf(w.text, sizeof w.text, ", rank %d of %d", rank, world);
+  else if (rank >= 0) snprintf(w.text, sizeof w.text, ", rank %d", rank);
+  return w;
+}
+
 static void build_report(ta_heap *h) {
   const ta_oom_info *o = &h->oom;
   const torchalloc_oom_facts *f = &o->facts;
@@ -267,8 +282,8 @@ static void build_report(ta_heap *h) {
   char when[64] = "";
   struct tm tm;
   if (localtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
-  ta_text_printf(&t, "torchalloc out-of-memory report: device %d, pid %ld, %s, failure #%" PRId64 "\n\n%s\n",
-                 h->device, (long)getpid(), when, o->count, summary);
+  ta_text_printf(&t, "torchalloc out-of-memory report: device %d%s, pid %ld, %s, failure #%" PRId64 "\n\n%s\n",
+                 h->device, rank_text().text, (long)getpid(), when, o->count, summary);
   uint64_t free_in_reserved = f->reserved > f->allocated + (uint64_t)o->pending
                                   ? f->reserved - f->allocated - (uint64_t)o->pending
                                   : 0;
@@ -410,6 +425,13 @@ void ta_heap_note_oom(ta_heap *h, ta_policy *policy, size_t size, cudaStream_t s
   build_report(h);
 }
 
+/* "rank R of W, " for the summary's parenthesis. */
+static rank_words rank_prefix(rank_words w) {
+  rank_words p = {""};
+  if (w.text[0]) snprintf(p.text, sizeof p.text, "%s, ", w.text + 2);
+  return p;
+}
+
 int ta_heap_format_oom(const ta_oom_info *o, int device, char *buf, size_t len) {
   const torchalloc_oom_facts *f = &o->facts;
   int64_t cached = (int64_t)f->reserved - (int64_t)f->allocated;
@@ -423,12 +445,13 @@ int ta_heap_format_oom(const ta_oom_info *o, int device, char *buf, size_t len) 
   char where[1100] = "";
   if (o->report_path[0]) snprintf(where, sizeof where, "Full report: %s", o->report_path);
   return snprintf(buf, len,
-                  "CUDA out of memory. Tried to allocate %s on device %d (stream %#" PRIxPTR
+                  "CUDA out of memory. Tried to allocate %s on device %d (%sstream %#" PRIxPTR
                   ", torchalloc policy %s). The device has %s in total, of which %s is free.%s torchalloc "
                   "reserves %s: %s allocated to tensors and %s cached but free; the largest free cached block is "
                   "%s (%s on this stream).%s Verdict: %s: %s. Advice, from the numbers at this failure (try the "
                   "first line first):\n%s%s",
-                  SZ(f->requested), device, o->stream, ta_policy_by_id(o->policy)->name, SZ(f->device_total),
+                  SZ(f->requested), device, rank_prefix(rank_text()).text, o->stream, ta_policy_by_id(o->policy)->name,
+                  SZ(f->device_total),
                   SZ(f->device_free), limit, SZ(f->reserved), SZ(f->allocated), SZ(cached > 0 ? cached : 0),
                   SZ(o->largest_free), SZ(f->largest_free),
                   o->routing ? " A CUDA graph capture or MemPool context was open, so cached memory could not be "

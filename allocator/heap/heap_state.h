@@ -81,6 +81,12 @@ typedef struct ta_heap {
    * (illegal during stream capture), so cached memory is not released and
    * record_stream frees wait (PyTorch's allocator does the same). */
   int routing;
+  /* Routing contexts open on every heap of the process (the runtime's
+   * count; NULL for replay's private heaps). CUDA's global capture mode is
+   * process-wide: a cudaFree while a stream of any device captures
+   * invalidates that capture, so memory this heap would hand back to the
+   * device waits while another device's capture may be underway too. */
+  const atomic_int *routing_anywhere;
   uint32_t alloc_seq; /* allocations made so far (wraps): blocks keep theirs as their age */
   ta_oom_info oom;
   char *oom_report;   /* the full text of the last failure's report (heap_oom.c) */
@@ -91,6 +97,11 @@ typedef struct ta_heap {
   unsigned recent_pos;
   ta_phase_acct phases[TA_MAX_PHASES];
 } ta_heap;
+
+/* A capture may be underway on this device or another (routing_anywhere). */
+static inline int ta_heap_capture_anywhere(const ta_heap *h) {
+  return h->routing || (h->routing_anywhere && atomic_load_explicit(h->routing_anywhere, memory_order_acquire) > 0);
+}
 
 /* The block leaves the pointer map and goes back to the policy object that
  * made it (a private pool's, or the heap's instance of its policy). */

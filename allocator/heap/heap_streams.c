@@ -146,7 +146,9 @@ ta_noinline void ta_heap_process_pending(ta_heap *h) {
     ta_pending_free *p = &h->pending[i];
     while (p->nevents > 0 && backend->ops->event_done(backend, h->device, p->events[p->nevents - 1]))
       backend->ops->event_release(backend, h->device, p->events[--p->nevents]);
-    if (p->nevents != 0) { /* events outstanding, or not yet recorded */
+    if (p->nevents != 0 || (p->block->segment->policy_instance->ops->frees_to_device &&
+                            ta_heap_capture_anywhere(h))) { /* events outstanding or not yet recorded; or a
+                                                              * device free while another device captures */
       i++;
       continue;
     }

@@ -192,6 +192,8 @@ static int install_locked(const ta_config *conf, ta_backend *backend, char *err,
   ta_rt.backend = backend;
   ta_rt.ndevices = n < TA_MAX_DEVICES ? n : TA_MAX_DEVICES;
   atomic_store(&ta_rt.bad_device, 0);
+  atomic_store(&ta_rt.devices_in_use, 0);
+  atomic_store(&ta_rt.routing, 0);
   ta_misuse_reset();
   atomic_store(&ta_rt.state, TA_STATE_READY);
   return 0;
@@ -234,6 +236,40 @@ ta_noinline int ta_runtime_ensure_ready_slow(void) {
   return ok;
 }
 
+/* peers:all: every device in use that can reach `h`'s memory may. */
+static void grant_in_use_locked(ta_heap *h) {
+  uint64_t in_use = atomic_load(&ta_rt.devices_in_use);
+  char why[256];
+  for (int d = 0; d < ta_rt.ndevices; d++)
+    if (d != h->device && (in_use >> d & 1) && ta_rt.backend->ops->peer_capable(ta_rt.backend, h->device, d))
+      ta_heap_grant_peer(h, d, why, sizeof why);
+}
+
+/* The first memory handed out on `device`: granted access to every other
+ * device's memory, then marked, all under the runtime's lock, so no thread
+ * sees it marked before its grants are done (a copy to another GPU may
+ * follow the allocation at once). */
+ta_noinline void ta_runtime_device_in_use_slow(int device) {
+  if (device < 0 || device >= TA_MAX_DEVICES || ta_rt.conf.peers != TA_PEERS_ALL) {
+    if (device >= 0 && device < TA_MAX_DEVICES) atomic_fetch_or(&ta_rt.devices_in_use, (unsigned long long)1 << device);
+    return;
+  }
+  pthread_mutex_lock(&ta_rt.lock);
+  if (!(atomic_load(&ta_rt.devices_in_use) >> device & 1)) {
+    char why[256];
+    for (int d = 0; d < ta_rt.ndevices; d++) {
+      ta_heap *h = ta_runtime_heap_if_any(d);
+      if (h && d != device && ta_rt.backend->ops->peer_capable(ta_rt.backend, d, device) &&
+          ta_heap_grant_peer(h, device, why, sizeof why))
+        fprintf(stderr, "torchalloc: warning: %s\n", why);
+    }
+    atomic_fetch_or(&ta_rt.devices_in_use, (unsigned long long)1 << device);
+    ta_heap *own = ta_runtime_heap_if_any(device);
+    if (own) grant_in_use_locked(own);
+  }
+  pthread_mutex_unlock(&ta_rt.lock);
+}
+
 ta_noinline ta_heap *ta_runtime_heap_slow(int device) {
   if (!ta_runtime_ready()) return NULL;
   if (device < 0 || device >= ta_rt.ndevices) return NULL;
@@ -242,6 +278,8 @@ ta_noinline ta_heap *ta_runtime_heap_slow(int device) {
   if (!h && atomic_load(&ta_rt.state) == TA_STATE_READY) {
     char err[256];
     h = ta_heap_create(ta_rt.backend, device, &ta_rt.conf, 1, err, sizeof err);
+    if (h) h->routing_anywhere = &ta_rt.routing;
+    if (h && ta_rt.conf.peers == TA_PEERS_ALL) grant_in_use_locked(h); /* no mapping yet: it only names them */
     if (h) atomic_store_explicit(&ta_rt.heaps[device], h, memory_order_release);
     else fprintf(stderr, "torchalloc: error: cannot create the heap of device %d: %s\n", device, err);
   }

@@ -25,6 +25,13 @@ typedef struct ta_runtime {
   int ndevices;
   _Atomic(ta_heap *) heaps[TA_MAX_DEVICES];
   atomic_llong bad_device; /* no heap to count it in */
+  /* Devices this process has allocated on (bit d: device d), each set once
+   * the other devices' memory grants it access (peers:all): a device
+   * that never holds memory of this process never runs its kernels or
+   * copies, and access for it would only make every map and unmap dearer
+   * (bench/vmm_costs.c --peers: twice to three times a handle). */
+  atomic_ullong devices_in_use;
+  atomic_int routing; /* routing contexts open on every heap (heap_state.h, routing_anywhere) */
   char broken_reason[512];
 } ta_runtime;
 
@@ -51,6 +58,16 @@ static inline ta_heap *ta_runtime_heap(int device) {
 
 /* The heap if it exists already (walks over devices), else NULL. */
 static inline ta_heap *ta_runtime_heap_if_any(int device) { return atomic_load(&ta_rt.heaps[device]); }
+
+ta_internal void ta_runtime_device_in_use_slow(int device);
+
+/* After memory was handed out on `device`: under peers:all, the first time,
+ * every other device's memory (its mappings, old and new) becomes
+ * reachable from it, and its own from every device in use. */
+static inline void ta_runtime_device_in_use(int device) {
+  if (ta_likely(atomic_load_explicit(&ta_rt.devices_in_use, memory_order_acquire) >> device & 1)) return;
+  ta_runtime_device_in_use_slow(device);
+}
 
 /* A heap for a control call, or NULL with ta_set_error. */
 ta_internal ta_heap *ta_runtime_heap_for_control(int device);

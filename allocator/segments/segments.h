@@ -50,9 +50,16 @@ typedef struct ta_donors {
   size_t n, cap;
 } ta_donors;
 
+typedef struct ta_ipc_opening ta_ipc_opening; /* segments_ipc.c */
+
 struct ta_segments {
   ta_backend *backend;
   int device;
+  /* Devices besides this one that may read and write its mapped memory
+   * (bit d: device d): given to every mapping made, and to those made
+   * before when a device is added (ta_segments_grant). Peers of ordinary
+   * segments are the context's business (cudaDeviceEnablePeerAccess). */
+  uint64_t peers;
   int logged;          /* tell the process log and observer (not replay's private heaps) */
   int phase;           /* phase of the request in flight: growth and release are charged to it */
   size_t limit;        /* reserved-bytes ceiling from set_memory_fraction; 0: none */
@@ -70,6 +77,8 @@ struct ta_segments {
   size_t cap_past;
   ta_segment_registry registry;
   ta_block_slab slab;
+  ta_ipc_opening *ipc_opened; /* memory of other processes mapped here (segments_ipc.c) */
+  size_t nipc_opened, cap_ipc_opened;
   int64_t phase_growth[TORCHALLOC_MAX_PHASES];   /* device bytes allocated for each phase's requests */
   int64_t phase_released[TORCHALLOC_MAX_PHASES]; /* device bytes released while each phase was current */
 };
@@ -90,6 +99,40 @@ ta_internal ta_segment *ta_segments_find(const ta_segments *s, uintptr_t addr);
 ta_internal void ta_segments_synchronize(ta_segments *s);
 /* The markers of `stream`, made on first use; NULL when host memory runs out. */
 ta_internal ta_stream_marks *ta_segments_marks_for(ta_segments *s, cudaStream_t stream);
+
+/* Give the devices of `peers` read and write access to every mapping of
+ * this device, those made from now on and those made before (granules
+ * lent or retiring, and memory opened from other processes, included).
+ * TA_OK, or TA_EDEVICE when the driver refused (what was granted stays). */
+ta_internal int ta_segments_grant(ta_segments *s, uint64_t peers);
+
+/* --- CUDA IPC (segments_ipc.c), in PyTorch's own wire format so that
+ * either end may be PyTorch's allocator --- */
+
+/* The bytes that let another process open the memory of the live block
+ * holding `ptr` (`block`, in `seg`): into buf (at most cap bytes; *len is
+ * the length needed, even when it did not fit), and the offset of `ptr`
+ * from the start of what the receiver will map. TA_OK, or TA_EDEVICE with
+ * the reason in `why`. */
+ta_internal int ta_segments_ipc_share(ta_segments *s, const ta_segment *seg, const ta_block *block, uintptr_t ptr,
+                                      unsigned char *buf, size_t cap, size_t *len, size_t *offset, char *why,
+                                      size_t whylen);
+/* Map memory another process shared (`handle`, `len` bytes: from
+ * ta_segments_ipc_share or PyTorch's allocator) on this device: *out is
+ * where it starts. Opening the same bytes again returns the same address
+ * and counts one more user. TA_OK, or TA_EDEVICE with the reason. */
+ta_internal int ta_segments_ipc_open(ta_segments *s, const unsigned char *handle, size_t len, uintptr_t *out,
+                                     char *why, size_t whylen);
+/* One user of the opened memory at `addr` is done: 1 when it was opened
+ * here (unmapped once its last user is done and the device is past it), 0
+ * when this device opened nothing there. */
+ta_internal int ta_segments_ipc_close(ta_segments *s, uintptr_t addr);
+/* Opened memory still mapped here (users or not); for tests and stats. */
+ta_internal size_t ta_segments_ipc_open_count(const ta_segments *s);
+/* Teardown: unmap everything opened, users or not. */
+ta_internal void ta_segments_ipc_teardown(ta_segments *s);
+/* Give `peers` access to the opened memory too (ta_segments_grant). */
+ta_internal int ta_segments_ipc_grant(ta_segments *s, uint64_t peers);
 
 /* --- between the segment layer's files --- */
 

@@ -111,12 +111,13 @@ static int map_run(ta_segments *s, ta_segment *seg, size_t first, size_t n) {
   uintptr_t addr = seg->addr + first * x->granule;
   if (k) {
     const uint64_t *donated = s->donors.handles + s->donors.n - k;
-    if (ops->remap(s->backend, s->device, addr, k * x->granule, x->granule, donated) != TA_OK) return TA_ENOMEM;
+    if (ops->remap(s->backend, s->device, addr, k * x->granule, x->granule, donated, s->peers) != TA_OK)
+      return TA_ENOMEM;
     memcpy(x->handles + first, donated, k * sizeof *donated);
   }
   if (n > k &&
       ops->map(s->backend, s->device, addr + k * x->granule, (n - k) * x->granule, x->granule,
-               x->handles + first + k) != TA_OK) {
+               x->handles + first + k, s->peers) != TA_OK) {
     if (k) ops->unmap(s->backend, s->device, addr, k * x->granule, x->granule, x->handles + first, 0); /* donors */
     memset(x->handles + first, 0, k * sizeof *x->handles);
     return TA_ENOMEM;
@@ -472,4 +473,38 @@ void ta_segments_donors_drop(ta_segments *s) {
   if (!s->donors.n) return;
   s->backend->ops->release(s->backend, s->device, s->donors.handles, s->donors.n);
   s->donors.n = 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Peer access
+ * ---------------------------------------------------------------------- */
+
+/* Every run of granules mapped at `seg` (owned or lent: a peer's queued
+ * copy may still read through a lent granule's old address) gets `peers`. */
+static int grant_segment(ta_segments *s, ta_segment *seg, uint64_t peers) {
+  ta_expansion *x = seg->expansion;
+  size_t end = seg->size / x->granule, g = 0;
+  int rc = TA_OK;
+  while (g < end) {
+    if (!x->handles[g]) {
+      g++;
+      continue;
+    }
+    size_t run = g;
+    while (g < end && x->handles[g]) g++;
+    if (s->backend->ops->grant(s->backend, s->device, seg->addr + run * x->granule, (g - run) * x->granule, peers))
+      rc = TA_EDEVICE;
+  }
+  return rc;
+}
+
+int ta_segments_grant(ta_segments *s, uint64_t peers) {
+  uint64_t added = peers & ~s->peers & ~((uint64_t)1 << s->device);
+  if (!added) return TA_OK;
+  s->peers |= added; /* from here every new mapping names them */
+  int rc = TA_OK;
+  for (size_t i = 0; i < s->registry.count; i++)
+    if (s->registry.items[i]->expansion && grant_segment(s, s->registry.items[i], added)) rc = TA_EDEVICE;
+  if (ta_segments_ipc_grant(s, added)) rc = TA_EDEVICE;
+  return rc;
 }

@@ -334,8 +334,47 @@ void op_memory_fraction(const uint8_t *b) {
   EXPECT(torchalloc_get_memory_fraction(device) == f, "memory fraction %g was not applied", f);
 }
 
+/* Memory shared beyond its device: a peer granted access must reach a
+ * live block (mapped before the grant), and the block shared through CUDA
+ * IPC and opened again must be the same physical memory at the offset
+ * given; opened and closed in this one operation, so nothing outlives it. */
+static void share_live(const uint8_t *b) {
+  int peer = draw_device(b[3], b[4]);
+  if (!D.nlive) return;
+  const shadow_block *l = &D.live[u32_at(b + 4) % (uint32_t)D.nlive];
+  int rc = torchalloc_enable_peer_access(l->device, peer);
+  EXPECT(rc == (device_ok(peer) ? 0 : -1), "enable_peer_access(%d, %d) returned %d: %s", l->device, peer, rc,
+         torchalloc_last_error());
+  if (rc == 0)
+    EXPECT(torchalloc_peer_access(l->device, peer) == 1 && torchalloc_sim_peer_use(l->device, peer, (void *)l->addr,
+                                                                                    l->size) == 0,
+           "device %d was granted access to device %d but cannot reach %#lx", peer, l->device, (unsigned long)l->addr);
+  unsigned char bytes[8192];
+  size_t len = 0, offset = 0;
+  EXPECT(torchalloc_ipc_share((void *)l->addr, bytes, sizeof bytes, &len, &offset) == 0, "ipc_share(%#lx): %s",
+         (unsigned long)l->addr, torchalloc_last_error());
+  if (len > sizeof bytes) return;
+  void *opened = NULL;
+  if (D.cap[l->device].state != CAP_NONE) { /* mapping during a capture: refused when the allocator was told */
+    if (D.cap[l->device].state != CAP_UNGUARDED)
+      EXPECT(torchalloc_ipc_open(l->device, bytes, len, &opened) == -1, "ipc_open during a capture succeeded");
+    return;
+  }
+  EXPECT(torchalloc_ipc_open(l->device, bytes, len, &opened) == 0, "ipc_open: %s", torchalloc_last_error());
+  uint64_t mine = 0, theirs = 1;
+  torchalloc_sim_physical(l->device, (void *)l->addr, &mine);
+  torchalloc_sim_physical(l->device, (char *)opened + offset, &theirs);
+  EXPECT(mine == theirs, "memory opened through IPC is not the block's (%#llx, %#llx)", (unsigned long long)mine,
+         (unsigned long long)theirs);
+  EXPECT(torchalloc_ipc_close(opened) == 0, "ipc_close: %s", torchalloc_last_error());
+}
+
 void op_stats(const uint8_t *b) {
   int device = b[2] % D.ndevices;
+  if (b[1] % 6 == 5) {
+    share_live(b);
+    return;
+  }
   switch (b[1] % 5) {
     case 0: EXPECT(torchalloc_reset_peak_stats(device) == 0, "reset_peak_stats"); break;
     case 1:
