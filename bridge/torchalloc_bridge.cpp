@@ -56,7 +56,8 @@ using alloc::TraceEntry;
   X(empty_cache) X(pool_empty) X(largest_cached_block) X(set_memory_fraction) X(get_memory_fraction)             \
   X(record_stream) X(init_devices) X(device_count) X(pool_retain) X(pool_release) X(pool_use_count)               \
   X(pool_live_blocks) X(pool_restore) X(routing_begin) X(routing_end) X(snapshot) X(segment_of) X(stack_frames)   \
-  X(oom_summary) X(set_segment_observer) X(last_error) X(policy_name)
+  X(oom_summary) X(set_segment_observer) X(last_error) X(policy_name) X(enable_peer_access) X(ipc_share)         \
+  X(ipc_open) X(ipc_close)
 
 struct Core {
 #define TA_FIELD(name) decltype(&torchalloc_##name) name = nullptr;
@@ -258,7 +259,29 @@ class Bridge final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAl
   }
   using CUDAPluggableAllocator::recordStream;
   void recordStream(const c10::DataPtr& ptr, c10::cuda::CUDAStream stream) override {
+    // Storages sent to or received from another process (CUDA IPC) carry
+    // PyTorch's own deleters: their memory is not a block to defer, as
+    // PyTorch's allocator skips them too.
+    if (ptr.get_deleter() != &bridge_delete) return;
     core.record_stream(ptr.get(), stream.stream());
+  }
+
+  // -- several GPUs ----------------------------------------------------------
+  // ATen calls this once per ordered pair of devices before their first
+  // copy: `dev` will read and write `dev_to_access`'s memory. The base
+  // enables the context's peer access (ordinary segments); mapped memory
+  // needs its mappings to name `dev` too, old and new: the core does that.
+  void enablePeerAccess(DeviceIndex dev, DeviceIndex dev_to_access) override {
+    CUDAPluggableAllocator::enablePeerAccess(dev, dev_to_access);
+    TORCH_CHECK(core.enable_peer_access(dev_to_access, dev) == 0, "torchalloc: ", core.last_error());
+  }
+  // As PyTorch's allocator: without a peer-to-peer path, mapped memory is
+  // copied with cudaMemcpyPeerAsync (the base would use cudaMemcpyAsync,
+  // which cannot reach another device's mapped memory then).
+  cudaError_t memcpyAsync(void* dst, int dstDevice, const void* src, int srcDevice, size_t count, cudaStream_t stream,
+                          bool p2p_enabled) override {
+    if (p2p_enabled || dstDevice == srcDevice) return cudaMemcpyAsync(dst, src, count, cudaMemcpyDeviceToDevice, stream);
+    return cudaMemcpyPeerAsync(dst, dstDevice, src, srcDevice, count, stream);
   }
 
   // -- stats ---------------------------------------------------------------
@@ -445,16 +468,25 @@ class Bridge final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAl
     trackers_.push_back(std::move(tracker));
   }
 
-  // -- what torchalloc cannot do (yet), said plainly ------------------------
-  std::shared_ptr<void> getIpcDevPtr(std::string /*handle*/) override {
-    TORCH_CHECK(false,
-                "torchalloc does not support CUDA IPC (opening a CUDA tensor shared by another process). Share "
-                "tensors through CPU memory, or run that process without torchalloc.");
+  // -- CUDA IPC (torch.multiprocessing): PyTorch's own wire format, so
+  // either end may run PyTorch's allocator instead ------------------------
+  alloc::ShareableHandle shareIpcHandle(void* ptr) override {
+    std::string bytes(256, '\0');
+    size_t len = 0, offset = 0;
+    for (int tries = 0; tries < 2; tries++) {
+      TORCH_CHECK(core.ipc_share(ptr, bytes.data(), bytes.size(), &len, &offset) == 0, "torchalloc: ",
+                  core.last_error());
+      if (len <= bytes.size()) break;
+      bytes.resize(len); // a block over many handles: one descriptor each
+    }
+    bytes.resize(len);
+    return {(ptrdiff_t)offset, std::move(bytes)};
   }
-  alloc::ShareableHandle shareIpcHandle(void* /*ptr*/) override {
-    TORCH_CHECK(false,
-                "torchalloc does not support CUDA IPC (sending a CUDA tensor to another process, e.g. through "
-                "torch.multiprocessing). Move the tensor to CPU memory first, or run without torchalloc.");
+  std::shared_ptr<void> getIpcDevPtr(std::string handle) override {
+    DeviceIndex device = c10::cuda::current_device(); // the storage's device: PyTorch's guard set it
+    void* p = nullptr;
+    TORCH_CHECK(core.ipc_open(device, handle.data(), handle.size(), &p) == 0, "torchalloc: ", core.last_error());
+    return std::shared_ptr<void>(p, [](void* q) { core.ipc_close(q); });
   }
   std::string name() override { return "torchalloc"; }
 
@@ -483,11 +515,26 @@ class Bridge final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAl
     std::shared_ptr<c10::GatheredContext> context; // gathered before the core's lock: it takes the GIL
     if (history_on_.load(std::memory_order_relaxed)) context = gather(alloc::RecordContext::STATE);
     MempoolId_t pool{0, 0};
-    void* p = routed_pool(device, stream, &pool) ? core.pool_malloc(size, device, stream, pool.first, pool.second)
-                                                 : core.try_malloc(size, device, stream);
+    bool routed = routed_pool(device, stream, &pool);
+    auto attempt = [&] {
+      return routed ? core.pool_malloc(size, device, stream, pool.first, pool.second) : core.try_malloc(size, device, stream);
+    };
+    void* p = attempt();
+    if (!p && free_memory_callbacks()) p = attempt(); // e.g. memory other processes have closed (CUDA IPC)
     if (!p) raise_oom(size, device, stream);
     if (history_on_.load(std::memory_order_relaxed)) note_alloc(p, size, device, stream, std::move(context));
     return p;
+  }
+
+  // What PyTorch's allocator runs before it gives up on a request: the
+  // registered callbacks, such as the one that frees blocks sent to other
+  // processes once they have closed them (torch.cuda.ipc_collect). Called
+  // without the core's lock. True when one of them freed something.
+  static bool free_memory_callbacks() {
+    bool freed = false;
+    for (const auto& name : c10::FreeCudaMemoryCallbacksRegistry()->Keys())
+      freed |= c10::FreeCudaMemoryCallbacksRegistry()->Create(name)->Execute();
+    return freed;
   }
 
   [[noreturn]] void raise_oom(size_t size, DeviceIndex device, cudaStream_t stream) {

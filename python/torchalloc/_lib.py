@@ -251,6 +251,15 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "torchalloc_sim_advance": (_c_int, [_c_int, _c_uint64]),
     "torchalloc_sim_physical": (_c_int, [_c_int, _c_void_p, ctypes.POINTER(_c_uint64)]),
     "torchalloc_segment_mode": (_c_int, [_c_int, ctypes.POINTER(_c_int)]),
+    # memory shared beyond one device: peers and CUDA IPC
+    "torchalloc_enable_peer_access": (_c_int, [_c_int, _c_int]),
+    "torchalloc_peer_access": (_c_int, [_c_int, _c_int]),
+    "torchalloc_ipc_share": (_c_int, [_c_void_p, _c_void_p, _c_size_t, ctypes.POINTER(_c_size_t),
+                                      ctypes.POINTER(_c_size_t)]),
+    "torchalloc_ipc_open": (_c_int, [_c_int, _c_char_p, _c_size_t, ctypes.POINTER(_c_void_p)]),
+    "torchalloc_ipc_close": (_c_int, [_c_void_p]),
+    "torchalloc_ipc_open_count": (_c_int64, [_c_int]),
+    "torchalloc_sim_peer_use": (_c_int, [_c_int, _c_int, _c_void_p, _c_size_t]),
 }
 
 # Functions that newer builds have (the event log); bound when present, so

@@ -128,6 +128,20 @@ def configure(**options: Any) -> str:
     return text
 
 
+def _for_route(text: str, route: str) -> str:
+    """The conf with what the route decides and the user left unsaid.
+
+    peers: the bridge hears PyTorch ask for peer access (enablePeerAccess,
+    before the first copy between two GPUs) and grants just that pair; the
+    plain route never hears it, so the library's default grants every GPU
+    with a peer-to-peer path when memory is mapped.
+    """
+    keys = {item.split(":", 1)[0].strip() for item in text.split(",") if ":" in item}
+    if route == "bridge" and "peers" not in keys:
+        return ",".join(p for p in (text, "peers:asked") if p)
+    return text
+
+
 def _cuda_already_initialised() -> str:
     site = _cuda_init.first_init_site()
     if site is None:
@@ -237,7 +251,7 @@ def install(
     )
     with _lock:
         if _installed is not None:
-            if _installed.conf != text or _installed.log != log_path:
+            if _installed.conf != _for_route(text, _installed.route) or _installed.log != log_path:
                 raise RuntimeError(
                     f"torchalloc is already installed with {_installed.conf!r}; "
                     "a process's CUDA allocator can be chosen only once"
@@ -250,6 +264,7 @@ def install(
         if torch.cuda.is_initialized():
             raise RuntimeError(_cuda_already_initialised())
         found, why = _choose_bridge(bridge)
+        text = _for_route(text, "bridge" if found is not None else "plain")
         _lib.init(text)
         if log_via_api:
             assert log_path is not None
