@@ -10,8 +10,13 @@
  * handles at a second range, and cuMemRelease. Figures are the median of
  * ROUNDS rounds, in microseconds per call and per GiB.
  *
+ * With --peers (two GPUs or more): the same, with every mapping made
+ * readable and writable by device 1 as well (cuMemSetAccess given two
+ * descriptors, as torchalloc's peer access does), beside the one-device
+ * figures: what granting a peer at map time costs.
+ *
  * Build and run (a GPU machine):
- *   gcc -O2 -std=c11 bench/vmm_costs.c -I/usr/local/cuda/include -lcuda -o vmm_costs && ./vmm_costs */
+ *   gcc -O2 -std=c11 bench/vmm_costs.c -I/usr/local/cuda/include -lcuda -o vmm_costs && ./vmm_costs [--peers] */
 #define _POSIX_C_SOURCE 200809L
 #include <cuda.h>
 #include <stdio.h>
@@ -54,15 +59,18 @@ static int map_each(CUdeviceptr va, const CUmemGenericAllocationHandle *h, size_
   return 0;
 }
 
-/* One round for handles of `handle` bytes: the time of each step, in us. */
-static int one_round(CUdevice dev, size_t handle, double out[NSTEPS]) {
+/* One round for handles of `handle` bytes, access for `ndevices` devices
+ * (device 0, then 1): the time of each step, in us. */
+static int one_round(CUdevice dev, size_t handle, int ndevices, double out[NSTEPS]) {
   size_t n = TOTAL / handle;
   CUmemGenericAllocationHandle h[MAX_HANDLES];
   CUmemAllocationProp prop = {0};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = (int)dev;
-  CUmemAccessDesc access = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  CUmemAccessDesc access[2] = {{.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE},
+                               {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE}};
+  access[1].location.id = 1;
   CUdeviceptr va = 0;
   if (check(cuMemAddressReserve(&va, TOTAL, handle, 0, 0), "cuMemAddressReserve")) return -1;
   double t = now_us();
@@ -73,7 +81,7 @@ static int one_round(CUdevice dev, size_t handle, double out[NSTEPS]) {
   if (map_each(va, h, n, handle, "cuMemMap")) return -1;
   out[MAP] = now_us() - t;
   t = now_us();
-  if (check(cuMemSetAccess(va, TOTAL, &access, 1), "cuMemSetAccess (range)")) return -1;
+  if (check(cuMemSetAccess(va, TOTAL, access, (size_t)ndevices), "cuMemSetAccess (range)")) return -1;
   out[ACCESS_RANGE] = now_us() - t;
   if (check(cuMemsetD8(va, 1, TOTAL), "cuMemsetD8") || check(cuCtxSynchronize(), "cuCtxSynchronize")) return -1;
   t = now_us();
@@ -85,7 +93,7 @@ static int one_round(CUdevice dev, size_t handle, double out[NSTEPS]) {
   out[MAP2] = now_us() - t;
   t = now_us();
   for (size_t i = 0; i < n; i++)
-    if (check(cuMemSetAccess(va + i * handle, handle, &access, 1), "cuMemSetAccess (each)")) return -1;
+    if (check(cuMemSetAccess(va + i * handle, handle, access, (size_t)ndevices), "cuMemSetAccess (each)")) return -1;
   out[ACCESS_EACH] = now_us() - t;
   t = now_us();
   if (check(cuMemUnmap(va, TOTAL), "cuMemUnmap (range)")) return -1;
@@ -97,7 +105,8 @@ static int one_round(CUdevice dev, size_t handle, double out[NSTEPS]) {
   return check(cuMemAddressFree(va, TOTAL), "cuMemAddressFree");
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  int peers = argc > 1 && strcmp(argv[1], "--peers") == 0;
   CUdevice dev;
   CUcontext ctx;
   if (check(cuInit(0), "cuInit") || check(cuDeviceGet(&dev, 0), "cuDeviceGet") ||
@@ -108,23 +117,32 @@ int main(void) {
   cuDeviceGetName(name, sizeof name, dev);
   int version = 0;
   cuDriverGetVersion(&version);
-  printf("%s, driver API %d; 1 GiB in handles of each size; median of %d rounds\n\n", name, version, ROUNDS);
-  printf("| handle MiB | step | us per call | ms per GiB |\n|---|---|---|---|\n");
+  int count = 0, can = 0;
+  cuDeviceGetCount(&count);
+  if (peers && (count < 2 || cuDeviceCanAccessPeer(&can, 1, dev) != CUDA_SUCCESS || !can)) {
+    fprintf(stderr, "vmm_costs: --peers needs a second GPU that can reach device 0 (found %d devices)\n", count);
+    return 2;
+  }
+  printf("%s, driver API %d; 1 GiB in handles of each size; median of %d rounds%s\n\n", name, version, ROUNDS,
+         peers ? "; access for device 0 alone, and for devices 0 and 1" : "");
+  printf("| handle MiB | devices with access | step | us per call | ms per GiB |\n|---|---|---|---|---|\n");
   static const size_t sizes[] = {2, 4, 8, 16, 32, 64};
   for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
-    size_t handle = sizes[s] * MIB, n = TOTAL / handle;
-    double rounds[ROUNDS][NSTEPS];
-    double warm[NSTEPS];
-    if (one_round(dev, handle, warm)) return 1; /* the first round pays for the driver's own warm-up */
-    for (int r = 0; r < ROUNDS; r++)
-      if (one_round(dev, handle, rounds[r])) return 1;
-    for (int k = 0; k < NSTEPS; k++) {
-      double v[ROUNDS];
-      for (int r = 0; r < ROUNDS; r++) v[r] = rounds[r][k];
-      qsort(v, ROUNDS, sizeof v[0], cmp_double);
-      double med = v[ROUNDS / 2];
-      size_t calls = (k == ACCESS_RANGE || k == UNMAP_RANGE) ? 1 : n;
-      printf("| %zu | %s | %.1f | %.2f |\n", sizes[s], STEP_NAMES[k], med / (double)calls, med / 1e3);
+    for (int ndevices = 1; ndevices <= (peers ? 2 : 1); ndevices++) {
+      size_t handle = sizes[s] * MIB, n = TOTAL / handle;
+      double rounds[ROUNDS][NSTEPS];
+      double warm[NSTEPS];
+      if (one_round(dev, handle, ndevices, warm)) return 1; /* the first round pays for the driver's own warm-up */
+      for (int r = 0; r < ROUNDS; r++)
+        if (one_round(dev, handle, ndevices, rounds[r])) return 1;
+      for (int k = 0; k < NSTEPS; k++) {
+        double v[ROUNDS];
+        for (int r = 0; r < ROUNDS; r++) v[r] = rounds[r][k];
+        qsort(v, ROUNDS, sizeof v[0], cmp_double);
+        double med = v[ROUNDS / 2];
+        size_t calls = (k == ACCESS_RANGE || k == UNMAP_RANGE) ? 1 : n;
+        printf("| %zu | %d | %s | %.1f | %.2f |\n", sizes[s], ndevices, STEP_NAMES[k], med / (double)calls, med / 1e3);
+      }
     }
   }
   cuDevicePrimaryCtxRelease(dev);

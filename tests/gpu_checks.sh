@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Every GPU check, for the device machine:
 #   bash tests/gpu_checks.sh [parity|pytest|deltas|steptime|capabilities|multigpu|all]...
+# (multigpu: test_multi_gpu.py, test_multi_rank_gpu.py, test_ipc_gpu.py and vmm_costs --peers; the
+# scenarios that need 2 or 4 GPUs skip on fewer, saying so)
 # Builds the library in build-gpu/ (Release), then runs the selected checks;
 # each writes its output to $OUT (default: build-gpu/out) as well as stdout.
 # The C++ bridge is built by the first check that installs torchalloc (into
@@ -60,17 +62,17 @@ wants pytest && run pytest python3 -m pytest -q -rs python/tests
 wants deltas && run deltas python3 examples/allocated_deltas.py
 wants capabilities && run capabilities python3 examples/capabilities.py --lib "$lib" --json "$out/capabilities.json"
 if wants multigpu; then
-  # One GPU: two ranks share it over gloo (NCCL refuses two ranks on one device), DDP and FSDP; and the
-  # side-stream reuse test under every policy and route. Two GPUs: NCCL, and one process using both.
-  run multigpu-gloo-1gpu python3 examples/ddp_example.py --nproc 2 --mode ddp,fsdp --backend gloo --same-device \
-    --lib "$lib" --out "$out/ddp-gloo"
-  run multigpu-pytest python3 -m pytest -q -rs python/tests/test_multi_gpu.py
+  # Every test of several streams, GPUs and processes (each scenario with its own timeout; the two- and
+  # four-GPU ones skip with the reason on fewer GPUs), then what granting a peer costs the driver.
+  run multigpu-one-process timeout 1200 python3 -m pytest -q -rs python/tests/test_multi_gpu.py
+  run multigpu-ranks timeout 2400 python3 -m pytest -q -rs python/tests/test_multi_rank_gpu.py
+  run multigpu-ipc timeout 1200 python3 -m pytest -q -rs python/tests/test_ipc_gpu.py
   gpus=$(python3 -c 'import torch; print(torch.cuda.device_count())')
   if ((gpus >= 2)); then
-    run multigpu-nccl-2gpu python3 examples/ddp_example.py --nproc 2 --mode ddp,fsdp --backend nccl \
-      --lib "$lib" --out "$out/ddp-nccl"
+    gcc -O2 -std=c11 bench/vmm_costs.c -I/usr/local/cuda/include -L/usr/local/cuda/lib64/stubs -lcuda \
+      -o build-gpu/vmm_costs && run vmm-costs-peers build-gpu/vmm_costs --peers
   else
-    echo "SKIP multigpu two-GPU: needs 2 GPUs, found $gpus" | tee "$out/multigpu-nccl-2gpu.txt"
+    echo "SKIP vmm_costs --peers: needs 2 GPUs, found $gpus" | tee "$out/vmm-costs-peers.txt"
   fi
 fi
 wants steptime && run steptime python3 bench/step_time.py --lib "$lib" \

@@ -20,6 +20,12 @@ RESULT = "RESULT "
 PRELUDE = f"import json\nRESULT = {RESULT!r}\ndef emit(**kw): print(RESULT + json.dumps(kw), flush=True)\n"
 
 
+def prelude(timeout: float) -> str:
+    """PRELUDE, and a child that is still running 10 s before `timeout` prints every thread's stack and
+    exits (faulthandler): a hang ends with what the child was doing instead of a bare timeout."""
+    return f"import faulthandler\nfaulthandler.dump_traceback_later({max(timeout - 10, 1)!r}, exit=True)\n" + PRELUDE
+
+
 @dataclasses.dataclass
 class Finished:
     returncode: int
@@ -60,8 +66,8 @@ def run_logged_script(script: str, library_path: Path, folder: Path, timeout: fl
 def run_python(code: str, library_path: Path, timeout: float = 300, env: dict[str, str] | None = None) -> Finished:
     """Run `code` (dedented) in a fresh interpreter with this checkout's package and library."""
     full_env = child_env(library_path, **(env or {}))
-    done = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], capture_output=True, text=True,
-                          env=full_env, timeout=timeout, check=False)
+    done = subprocess.run([sys.executable, "-c", prelude(timeout) + textwrap.dedent(code)], capture_output=True,
+                          text=True, env=full_env, timeout=timeout, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
     result = json.loads(lines[-1][len(RESULT):]) if lines else None
     return Finished(done.returncode, result, done.stdout, done.stderr)

@@ -97,3 +97,14 @@ def test_wrong_env_library_is_an_error_not_a_fallback(monkeypatch: pytest.Monkey
     monkeypatch.setenv("TORCHALLOC_LIB", str(tmp_path / "missing.so"))
     with pytest.raises(_lib.LibraryError, match="not a file"):
         _lib.find_library()
+
+
+def test_the_bridge_route_grants_peer_access_as_pytorch_asks() -> None:
+    """peers:asked on the bridge (it hears enablePeerAccess), the library's default on the plain route; a value
+    the user gave is kept on either."""
+    from torchalloc import plug
+
+    assert plug._for_route("policy:caching", "bridge") == "policy:caching,peers:asked"
+    assert plug._for_route("", "bridge") == "peers:asked"
+    assert plug._for_route("policy:caching", "plain") == "policy:caching"
+    assert plug._for_route("peers:all,warn:0", "bridge") == "peers:all,warn:0"
