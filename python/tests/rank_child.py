@@ -3,7 +3,9 @@
     RANK=1 WORLD_SIZE=2 python rank_child.py DIR [STEPS]
 
 Writes DIR/run.%r.talog as a rank under torchrun would (the library expands
-%r from $RANK and records $RANK and $WORLD_SIZE in the header). Every rank
+%r from $RANK and records $RANK and $WORLD_SIZE in the header). With
+$OOM_RANK set, that rank ends by asking for more than its device has (its
+OOM report goes beside its log, DIR/run.R.talog.oom-cuda0.txt). Every rank
 makes the same parameters; its optimizer-state shard is larger on rank 0
 (an uneven split); its forward keeps 3 + 4 * rank activations (uneven
 batches), so the highest rank peaks highest, in backward, held by forward().
@@ -48,7 +50,8 @@ def backward(lib: Any) -> int:
 def main() -> None:
     out, steps = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 2
     rank = int(os.environ.get("RANK", "0"))
-    _lib.init(f"backend:sim,sim_capacity:1GiB,warn:0,oom_report:off,log:{out}/run.%r.talog,stacks:1")
+    report = "on" if os.environ.get("OOM_RANK") == str(rank) else "off"
+    _lib.init(f"backend:sim,sim_capacity:1GiB,warn:0,oom_report:{report},log:{out}/run.%r.talog,stacks:1")
     lib = _lib.lib()
     phases.begin("setup")
     make_parameters(lib)
@@ -65,6 +68,8 @@ def main() -> None:
         phases.end("backward")
         lib.torchalloc_free(grad, 4 * MiB, 0, None)
         lib.torchalloc_mark(f"step {i}".encode())
+    if report == "on":
+        lib.torchalloc_malloc(2 << 30, 0, None)  # NULL: more than the device's 1 GiB
     del shard  # kept live to the end, as optimizer state is
 
 

@@ -186,3 +186,43 @@ def test_the_job_page_in_chromium_draws_every_rank(job_logs: list[Path], tmp_pat
     legend = [n.text() for n in drawn if n.tag == "text" and "legend" in n.classes()]
     assert legend[:3] == ["rank 0", "rank 1", "rank 2"]
     assert len(dom.all("details", "rank")) == 3
+
+
+def test_the_rank_that_ran_out_of_memory_is_named(library_path: Path, tmp_path: Path) -> None:
+    logs = write_rank_logs(tmp_path, 3, {"OOM_RANK": "2"})
+    job = talog_job.analyze_job([str(p) for p in logs])
+    said = job.oom_sentence()
+    assert said.startswith("rank 2 ran out of memory at ") and "asking for 2.0 GiB" in said, said
+    assert "capacity" in said and "ranks 0, 1 did not." in said, said
+    assert [len(r.ooms) for r in job.ranks] == [0, 0, 1]
+    assert job.to_dict()["ooms"] == said
+    text = run_cli("report", str(tmp_path / "run.*.talog")).stdout
+    assert said in text.replace("\n", " ") or "rank 2 ran out of memory" in text
+    report = (tmp_path / "run.2.talog.oom-cuda0.txt").read_text().splitlines()
+    assert report[0].startswith("torchalloc out-of-memory report: device 0, rank 2 of 3, pid ")
+    assert "(rank 2 of 3, stream" in report[2]
+    assert not (tmp_path / "run.0.talog.oom-cuda0.txt").exists()
+
+
+def test_no_oom_is_said_so(job_logs: list[Path]) -> None:
+    assert talog_job.analyze_job([str(p) for p in job_logs]).oom_sentence() == "No rank ran out of memory."
+
+
+def test_the_job_is_analysed_one_rank_at_a_time(job_logs: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Memory follows one log, not the job: no rank's table is still loaded when the next one is read."""
+    loaded: list[object] = []
+    real_load = talog_job.load
+
+    def counting_load(path: object) -> object:
+        import gc
+        gc.collect()
+        alive = [ref() for ref in loaded if ref() is not None]
+        assert not alive, f"{len(alive)} earlier tables still in memory while {path} is read"
+        table = real_load(path)
+        import weakref
+        loaded.append(weakref.ref(table))
+        return table
+
+    monkeypatch.setattr(talog_job, "load", counting_load)
+    job = talog_job.analyze_job([str(p) for p in job_logs])
+    assert len(loaded) == 3 and [r.rank for r in job.ranks] == [0, 1, 2]

@@ -16,10 +16,20 @@ busiest device. Then, at each rank's own peak of allocated bytes:
   site and block size, as many in every rank (DDP's parameters, gradients
   and optimizer state; FSDP's equal shards);
 - where they differ: the groups whose count differs between ranks, or that
-  some ranks lack (uneven shards, rank-0-only work, uneven batches).
+  some ranks lack (uneven shards, rank-0-only work, uneven batches);
+- which ranks ran out of memory, when, asking for what, and the verdict
+  (the failure's numbers as the single-log report reads them; the replay
+  of alternatives is left to that rank's own report).
 
 A rank is the writer's $RANK from the log's header; logs without one (no
 launcher) are numbered by their place on the command line, with a note.
+
+Each log is read, analysed and summed up in turn, and its analysis dropped
+before the next is read: what the job keeps of a rank is its row, the
+groups at its peak and a RankDetail (notes, a sampled timeline, peak
+anatomy, phases, and its own report as a dict when asked), so memory
+follows the largest single log, not the number of ranks
+(bench/bench_ranks.py measures it).
 """
 from __future__ import annotations
 
@@ -28,15 +38,34 @@ import os
 from collections import defaultdict
 from typing import Any, Sequence
 
+import numpy as np
+
+from .anatomy import Anatomy
 from .categorize import CATEGORIES
+from .events import load, time_base_ns
+from .ooms import oom_rows
+from .phase_summary import PhaseRow
 from .result import Analysis, analyze
-from .events import load
+from .wording import oom_explanation
 from ..units import fmt_bytes, fmt_time
 from ..log.ranks import assign_ranks
+from ..log.reader import read_header
 
-__all__ = ["RankRow", "GroupRow", "Job", "analyze_job"]
+__all__ = ["RankRow", "RankDetail", "GroupRow", "Job", "analyze_job"]
 
 Key = tuple[str, int]  # (allocation site, block size): "the same tensor" across ranks
+
+
+@dataclasses.dataclass
+class RankOom:
+    """One out-of-memory failure of a rank, as its log tells it."""
+
+    t_s: float
+    requested: int
+    phase: str
+    site: str
+    verdict: str
+    why: str  # the verdict in words, with its numbers
 
 
 @dataclasses.dataclass
@@ -55,11 +84,26 @@ class RankRow:
     phase_at_peak: str  # the phase running when allocated peaked
     top_sites: list[tuple[str, int]]  # (site, bytes live at the peak), largest first
     by_category: dict[str, int]  # bytes live at the peak
+    ooms: list[RankOom] = dataclasses.field(default_factory=list)  # its out-of-memory failures, in order
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["top_sites"] = [{"site": s, "bytes": n} for s, n in self.top_sites]
         return d
+
+
+@dataclasses.dataclass
+class RankDetail:
+    """What the job's text, page and JSON show of one rank beyond its row, kept once its analysis is gone."""
+
+    notes: list[str]
+    wall_start_ns: int  # the rank's time zero on the wall clock: its logs are aligned by it
+    t_s: np.ndarray  # the sampled timeline (at most max_points): seconds, allocated and reserved bytes
+    allocated: np.ndarray
+    reserved: np.ndarray
+    anatomy: Anatomy | None  # at its peak; None without events
+    phases: list[PhaseRow]
+    report: dict[str, Any] | None  # its whole single-log report (Analysis.to_dict), when asked for
 
 
 @dataclasses.dataclass
@@ -83,12 +127,28 @@ class GroupRow:
 @dataclasses.dataclass
 class Job:
     ranks: list[RankRow]
-    analyses: list[Analysis]
+    details: list[RankDetail]  # in the order of `ranks`
     shared: list[GroupRow]  # as many blocks in every rank, largest first
     differ: list[GroupRow]  # counts differ between ranks, largest spread first
     highest: int  # index into ranks of the rank whose allocated peaked highest
     notes: list[str]
     world_size: int  # from the headers; 0 when none says
+
+    def oom_sentence(self) -> str:
+        """Which ranks ran out of memory, the first failure of each: when, asking for what, why."""
+        failed = [r for r in self.ranks if r.ooms]
+        if not failed:
+            return "No rank ran out of memory."
+        parts = []
+        for r in failed:
+            o = r.ooms[0]
+            more = f" ({len(r.ooms)} failures; the first)" if len(r.ooms) > 1 else ""
+            parts.append(f"rank {r.rank} ran out of memory{more} at {fmt_time(o.t_s)} asking for "
+                         f"{fmt_bytes(o.requested)} in phase {o.phase} at {o.site}: {o.why}")
+        if len(failed) < len(self.ranks):
+            ok = [str(r.rank) for r in self.ranks if not r.ooms]
+            parts.append(f"rank{'s' if len(ok) > 1 else ''} {', '.join(ok)} did not.")
+        return " ".join(parts)
 
     @property
     def shared_bytes(self) -> int:
@@ -125,11 +185,12 @@ class Job:
             "world_size": self.world_size,
             "highest": self.ranks[self.highest].rank,
             "why_highest": self.why_highest(),
+            "ooms": self.oom_sentence(),
             "shared_bytes_per_rank": self.shared_bytes,
             "shared": [g.to_dict() for g in self.shared[:top]],
             "differ": [g.to_dict() for g in self.differ[:top]],
             "notes": list(self.notes),
-            "reports": [a.to_dict(top=top) for a in self.analyses],
+            "reports": [d.report for d in self.details if d.report is not None],
         }
 
 
@@ -141,8 +202,10 @@ def _rank_row(rank: int, a: Analysis, top_sites: int) -> RankRow:
         sites[row.site] += row.bytes
     phase = a.phase_name(int(t.phase[tl.peak_index])) if len(t) else "-"
     ranked = sorted(sites.items(), key=lambda kv: (-kv[1], kv[0]))[:top_sites]
+    ooms = [RankOom(o.t_s, o.requested, o.phase, o.site, o.verdict, oom_explanation(o))
+            for o in oom_rows(a, check_alternatives=False)]
     return RankRow(rank, t.path, t.pid, a.device, len(t), tl.peak_allocated, tl.peak_t, tl.peak_reserved,
-                   tl.peak_reserved_t, phase, ranked, dict(an.by_category))
+                   tl.peak_reserved_t, phase, ranked, dict(an.by_category), ooms)
 
 
 def _groups_at_peak(a: Analysis) -> tuple[dict[Key, int], dict[Key, str]]:
@@ -158,8 +221,14 @@ def _groups_at_peak(a: Analysis) -> tuple[dict[Key, int], dict[Key, str]]:
     return counts, category
 
 
-def _compare(analyses: Sequence[Analysis]) -> tuple[list[GroupRow], list[GroupRow]]:
-    per_rank = [_groups_at_peak(a) for a in analyses]
+def _detail(a: Analysis, report_top: int | None) -> RankDetail:
+    t, tl = a.table, a.timeline
+    return RankDetail(list(a.notes), time_base_ns(t) + t.wall_offset_ns if len(t) else 0, tl.t_s.copy(),
+                      tl.allocated.copy(), tl.reserved.copy(), a.anatomy("peak") if len(t) else None, a.phases(),
+                      a.to_dict(top=report_top) if report_top is not None else None)
+
+
+def _compare(per_rank: Sequence[tuple[dict[Key, int], dict[Key, str]]]) -> tuple[list[GroupRow], list[GroupRow]]:
     keys = sorted({k for counts, _ in per_rank for k in counts})
     shared, differ = [], []
     for key in keys:
@@ -178,22 +247,28 @@ def analyze_job(
     device: int | None = None,
     max_points: int = 1500,
     top_sites: int = 5,
+    reports: int | None = None,
 ) -> Job:
-    """Analyse each log (one per rank), then compare them at their peaks. `device` applies to every log
-    (default: each log's busiest device, which under torchrun is the rank's own GPU)."""
+    """Analyse each log (one per rank, one at a time), then compare them at their peaks. `device` applies to
+    every log (default: each log's busiest device, which under torchrun is the rank's own GPU). `reports`:
+    keep each rank's own report as a dict with this many rows per section (for --json); None: not kept."""
     if not logs:
         raise ValueError("no logs given")
-    tables = [load(p) for p in logs]
-    ranks, notes = assign_ranks([t.rank for t in tables])
-    order = sorted(range(len(tables)), key=lambda k: ranks[k])
-    analyses = [analyze(tables[k], device=device, max_points=max_points) for k in order]
-    rows = [_rank_row(ranks[k], a, top_sites) for k, a in zip(order, analyses)]
-    sizes = {t.world_size for t in tables if t.world_size > 0}
+    headers = [read_header(p) for p in logs]
+    ranks, notes = assign_ranks([h.rank for h in headers])
+    rows, details, groups = [], [], []
+    for k in sorted(range(len(logs)), key=lambda k: ranks[k]):
+        a = analyze(load(logs[k]), device=device, max_points=max_points)
+        rows.append(_rank_row(ranks[k], a, top_sites))
+        groups.append(_groups_at_peak(a))
+        details.append(_detail(a, reports))
+        del a  # before the next log is read: one analysis in memory at a time
+    sizes = {h.world_size for h in headers if h.world_size > 0}
     if len(sizes) > 1:
         notes.append(f"the logs disagree on the world size ({sorted(sizes)}): are they from one job?")
     world = max(sizes) if sizes else 0
-    if world and len(tables) < world:
-        notes.append(f"{len(tables)} of the job's {world} ranks' logs given: the others are left out")
-    shared, differ = _compare(analyses)
+    if world and len(logs) < world:
+        notes.append(f"{len(logs)} of the job's {world} ranks' logs given: the others are left out")
+    shared, differ = _compare(groups)
     highest = max(range(len(rows)), key=lambda k: (rows[k].peak_allocated, -k))
-    return Job(rows, analyses, shared, differ, highest, notes, world)
+    return Job(rows, details, shared, differ, highest, notes, world)

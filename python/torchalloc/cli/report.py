@@ -108,11 +108,12 @@ def _job_main(prog: str, logs: list[str], args: argparse.Namespace) -> int:
     from ..report.job_text import write_job
 
     try:
-        job = analyze_job(logs, device=args.device, max_points=args.points)
+        job = analyze_job(logs, device=args.device, max_points=args.points,
+                          reports=max(args.top, 50) if args.json else None)
     except (LogFormatError, ValueError) as e:
         fail(prog, str(e))
     if args.json or args.html:
-        for note in job.notes + [f"rank {r.rank}: {n}" for r, a in zip(job.ranks, job.analyses) for n in a.notes]:
+        for note in job.notes + [f"rank {r.rank}: {n}" for r, d in zip(job.ranks, job.details) for n in d.notes]:
             print(printable(f"torchalloc report: note: {note}"), file=sys.stderr)
     write_job(job, text=not args.html, json_out=args.json, html=args.html, top=args.top)
     return 0

@@ -87,6 +87,7 @@ __all__ = [
     "LogFormatError",
     "LogDamageWarning",
     "read_log",
+    "read_header",
     "kind_names",
     "to_csv",
     "to_jsonl",
@@ -449,6 +450,19 @@ def _stacks(raw: np.ndarray, frames: dict[int, Frame]) -> dict[int, list[Frame]]
         got.extend(chunk_frames[: nframes - len(got)])
     unknown = Frame("?", 0, "?")
     return {sid: [frames.get(f, unknown) for f in fids] for sid, fids in ids.items()}
+
+
+def read_header(path: Union[str, os.PathLike]) -> LogHeader:
+    """The header of the log at `path` alone (its rank, world size, pid, clocks): the first bytes of a plain
+    log; a compressed one is decompressed, as read_log would."""
+    name = os.fspath(path)
+    _check_regular_file(name)
+    with open(name, "rb") as f:
+        head = f.read(HEADER_SIZE)
+    if is_compressed(head[:8]):
+        _, data, _ = _load(name)
+        return _parse_header(name, data)
+    return _parse_header(name, np.frombuffer(head, dtype=np.uint8))
 
 
 def read_log(source: Union[str, os.PathLike, bytes, bytearray, memoryview], *, warn: bool = False) -> Log:

@@ -65,9 +65,19 @@ class Trace:
     rank: int = -1  # a torchalloc log's writer's $RANK (the log header's); -1: none, or a snapshot
     # A trace too large for memory: its events in pieces (trace_stream.SpilledEvents); `events` is then empty.
     chunks: Any = None
+    # The number of events of a trace whose events were let go once replayed (summary()); None: it has them.
+    replayed_events: int | None = None
 
     def __len__(self) -> int:
+        if self.replayed_events is not None:
+            return self.replayed_events
         return len(self.chunks) if self.chunks is not None else int(self.events.shape[0])
+
+    def summary(self) -> "Trace":
+        """This trace without its events, for a report printed after its replay: a job's ranks are replayed one
+        at a time, and only what their tables print is kept of each."""
+        return dataclasses.replace(self, events=self.events[:0].copy(), native_pos=None, native_delta=None,
+                                   chunks=None, replayed_events=len(self))
 
     def has_allocs(self) -> bool:
         """Whether any event is an allocation."""

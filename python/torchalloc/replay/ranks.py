@@ -4,7 +4,9 @@
     torchalloc replay 'run.*.talog'
 
 Each rank's trace is replayed as `torchalloc replay TRACE` replays one
-(replay.run: the library's own policies on a simulated device); then per
+(replay.run: the library's own policies on a simulated device), one rank
+at a time, keeping only what the tables print of it (Trace.summary), so
+memory follows the largest trace, not the number of ranks; then per
 policy the ranks' peak reserved bytes side by side, and the largest: every
 GPU of the job must hold its rank's peak, so the job needs the largest.
 """
@@ -38,10 +40,15 @@ def run_ranks(
     progress: bool | None = None,
 ) -> tuple[list[RankReplay], list[str]]:
     """Each trace replayed through every policy, ordered by rank; and notes on how ranks were assigned."""
-    traces = [load_trace(p, device=device, prelude=prelude) for p in paths]
-    ranks, notes = assign_ranks([t.rank for t in traces])
-    out = [RankReplay(rank, run(trace, policies, capacity, search=search, progress=progress))
-           for rank, trace in zip(ranks, traces)]
+    reports: list[Report] = []
+    for path in paths:  # one trace in memory at a time
+        trace = load_trace(path, device=device, prelude=prelude)
+        report = run(trace, policies, capacity, search=search, progress=progress)
+        report.trace = trace.summary()
+        reports.append(report)
+        del trace
+    ranks, notes = assign_ranks([r.trace.rank for r in reports])
+    out = [RankReplay(rank, report) for rank, report in zip(ranks, reports)]
     return sorted(out, key=lambda r: r.rank), notes
 
 

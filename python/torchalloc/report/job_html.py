@@ -14,9 +14,7 @@ import html
 import os
 from typing import Any, Sequence
 
-from ..analysis import Analysis
-from ..analysis.events import time_base_ns
-from ..analysis.job import GroupRow, Job
+from ..analysis.job import GroupRow, Job, RankDetail
 from .html import _anatomy_html, _asset, _rows_html
 from .svg import PALETTE
 from ..units import fmt_bytes, fmt_time
@@ -31,17 +29,17 @@ def _e(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
 
-def _starts_s(analyses: Sequence[Analysis]) -> list[float]:
+def _starts_s(details: Sequence[RankDetail]) -> list[float]:
     """Each rank's time zero on the job's clock: seconds after the earliest rank's (wall-clock aligned)."""
-    walls = [time_base_ns(a.table) + a.table.wall_offset_ns for a in analyses]
+    walls = [d.wall_start_ns for d in details]
     first = min(walls) if walls else 0
     return [(w - first) / 1e9 for w in walls]
 
 
 def render_job_svg(job: Job) -> str:
     """Allocated (solid) and reserved (dashed) over the job's time, one colour per rank."""
-    starts = _starts_s(job.analyses)
-    ends = [s + float(a.timeline.t_s[-1]) if len(a.timeline.t_s) else s for s, a in zip(starts, job.analyses)]
+    starts = _starts_s(job.details)
+    ends = [s + float(d.t_s[-1]) if len(d.t_s) else s for s, d in zip(starts, job.details)]
     span = max(max(ends, default=0.0), 1e-9)
     top = max([r.peak_reserved for r in job.ranks] + [r.peak_allocated for r in job.ranks] + [1])
     pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
@@ -62,11 +60,10 @@ def render_job_svg(job: Job) -> str:
         anchor = "start" if k == 0 else "end" if k == 4 else "middle"  # the ends stay inside the picture
         parts.append(f'<text class="tick" x={x(span * k / 4):.1f} y={H - BOTTOM + 16} text-anchor="{anchor}">'
                      f'{_e(fmt_time(span * k / 4))}</text>')
-    for k, (r, a, start) in enumerate(zip(job.ranks, job.analyses, starts)):
+    for k, (r, d, start) in enumerate(zip(job.ranks, job.details, starts)):
         color = PALETTE[k % len(PALETTE)]
-        tl = a.timeline
-        for values, dash in ((tl.allocated, ""), (tl.reserved, ' stroke-dasharray="5 3"')):
-            points = " ".join(f"{x(start + float(t)):.1f},{y(float(v)):.1f}" for t, v in zip(tl.t_s, values))
+        for values, dash in ((d.allocated, ""), (d.reserved, ' stroke-dasharray="5 3"')):
+            points = " ".join(f"{x(start + float(t)):.1f},{y(float(v)):.1f}" for t, v in zip(d.t_s, values))
             parts.append(f'<polyline class="rank-line" data-rank={r.rank} fill="none" stroke="{color}" '
                          f'stroke-width=1.5{dash} points="{points}"/>')
         px, py = x(start + r.peak_t_s), y(r.peak_allocated)
@@ -100,6 +97,7 @@ def render_job_html(job: Job, *, top: int = 30) -> str:
     body.append("<h2>Timeline</h2>")
     body.append(f'<div class="plot">{render_job_svg(job)}</div>')
     body.append(f'<p class="why-highest"><b>{_e(job.why_highest())}</b></p>')
+    body.append(f'<p class="ooms">{_e(job.oom_sentence())}</p>')
     body.append("<h2>Ranks side by side</h2>")
     rows = [(r.rank, r.device, r.pid, fmt_bytes(r.peak_allocated), fmt_time(r.peak_t_s), fmt_bytes(r.peak_reserved),
              r.phase_at_peak, r.top_sites[0][0] if r.top_sites else "-") for r in ranks]
@@ -117,12 +115,12 @@ def render_job_html(job: Job, *, top: int = 30) -> str:
     body.append("<h2>Where the ranks differ</h2><p class=small>Blocks of one site and size held in different numbers "
                 "(or by some ranks only), largest spread first.</p>")
     body.append(_groups_html(job, job.differ, "differ", top) if job.differ else "<p>Nowhere.</p>")
-    for r, a in zip(ranks, job.analyses):
-        notes = "".join(f'<p class="note">{_e(n)}</p>' for n in a.notes)
-        phases = a.phases()
+    for r, d in zip(ranks, job.details):
+        notes = "".join(f'<p class="note">{_e(n)}</p>' for n in d.notes)
         ptable = _rows_html(["phase", "occurrences", "allocated", "freed", "peak", "reserved growth", "persistent",
-                             "handed on", "transient"], [p.cells() for p in phases], "phases", range(1, 9)) if phases else ""
-        anatomy = _anatomy_html(a.anatomy("peak"), "anatomy", top) if len(a.table) else "<p>No events.</p>"
+                             "handed on", "transient"], [p.cells() for p in d.phases], "phases",
+                            range(1, 9)) if d.phases else ""
+        anatomy = _anatomy_html(d.anatomy, "anatomy", top) if d.anatomy is not None else "<p>No events.</p>"
         body.append(f'<details class="rank" data-rank={r.rank}><summary>Rank {r.rank}: {_e(r.path)}</summary>'
                     f"{notes}<h3>Peak anatomy</h3>{anatomy}<h3>Phases</h3>{ptable}</details>")
     return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"

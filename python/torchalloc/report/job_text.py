@@ -39,8 +39,8 @@ def render_job_text(job: Job, *, top: int = 15) -> str:
     world = f", world size {job.world_size}" if job.world_size else ""
     out = [f"torchalloc report: {len(ranks)} logs, ranks {', '.join(str(r.rank) for r in ranks)}{world}"]
     out += [f"note: {n}" for n in job.notes]
-    for r, a in zip(ranks, job.analyses):
-        out += [f"note: rank {r.rank}: {n}" for n in a.notes]
+    for r, d in zip(ranks, job.details):
+        out += [f"note: rank {r.rank}: {n}" for n in d.notes]
     out.append("")
     out.append("== Ranks side by side (each at its own peak of allocated bytes)")
     rows = [(r.rank, r.device, r.pid, fmt_bytes(r.peak_allocated), fmt_time(r.peak_t_s), fmt_bytes(r.peak_reserved),
@@ -49,6 +49,7 @@ def render_job_text(job: Job, *, top: int = 15) -> str:
                    "log"], rows, right=(0, 1, 2, 3, 4, 5))
     out.append("")
     out.append(job.why_highest())
+    out.append(job.oom_sentence())
     categories = list(dict.fromkeys(c for r in ranks for c in r.by_category))
     if categories:
         out.append("")
