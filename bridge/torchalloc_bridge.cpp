@@ -672,6 +672,10 @@ extern "C" __attribute__((visibility("default"))) int torchalloc_bridge_install(
     if (installed) return 0;
     auto bridge = std::make_shared<Bridge>();
     torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(bridge); // throws once CUDA is initialised
+    // changeCurrentAllocator swaps CUDACachingAllocator::get() only: c10::GetAllocator(kCUDA), which the
+    // device-generic API asks (torch.accelerator.memory_stats() and friends), still names PyTorch's own,
+    // never initialised. Registered over it, every CUDA allocator lookup finds the bridge.
+    c10::SetAllocator(c10::DeviceType::CUDA, bridge.get(), /*priority=*/UINT8_MAX);
     installed = bridge;
     core.set_segment_observer(&segment_observer, bridge.get());
     if (!core_unwinder) {

@@ -1,0 +1,212 @@
+"""PyTorch's own allocator tests under PyTorch's allocator and under torchalloc: which outcomes differ.
+
+    python3 bench/pytorch_tests.py PATH/TO/test_cuda.py                  # the allocator tests, both allocators
+    python3 bench/pytorch_tests.py PATH/TO/test_cuda.py --list           # only list what would run
+    python3 bench/pytorch_tests.py PATH/TO/test_cuda.py -k 'mempool|fraction' --jobs 8 --gpus 0,1 --json out.json
+
+PATH is a test file of a PyTorch checkout (test/test_cuda.py of the release of the installed torch, or the
+nearest), given by the user: it is PyTorch's code and is never copied into this repository. Its tests are
+listed by importing it in a child process (unittest's loader, after PyTorch's own parametrization), then
+those whose class is one of PyTorch's allocator test classes and whose name matches --select (memory,
+alloc, cache, snapshot, OOM, fraction, record_stream, MemPool, expandable, stats, graph by default) run one
+per process, with a timeout, once under PyTorch's allocator and once after torchalloc.install() (the bridge
+route, the default configuration): a crash (a signal), a hang (the timeout; the child prints every thread's
+stack first) and a failure are outcomes like a pass or a skip. The table lists every test whose outcome
+differs, then the counts; --json writes every outcome with its first lines of output.
+
+A test file newer than the installed torch may import names that torch does not have yet: --stub NAME
+(repeatable; "module:attribute") puts a stand-in there before the file is imported (a function that raises
+unittest.SkipTest, so a test that really uses it is skipped, not failed). The defaults cover what the stored
+copy of the file needs on torch 2.11. PyTorch's test utilities import expecttest: put its wheel's folder on
+PYTHONPATH where it is not installed. Needs torch with CUDA and a GPU (each test runs on the GPUs of --gpus,
+round robin); without them it says so and exits 2.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+CLASSES = ("TestCuda", "TestCudaMallocAsync", "TestMemPool", "TestBlockStateAbsorption")
+SELECT = r"memory|alloc|cache|snapshot|oom|fraction|record_stream|mempool|mem_pool|expandable|stats|graph"
+ALLOCATORS = ("native", "torchalloc")
+TAG = "PYTORCH_TESTS_RESULT "
+
+# What the child runs before the test file is imported: the allocator, stand-ins, then one test by unittest.
+CHILD = r"""
+import faulthandler, importlib, json, os, sys, types, unittest
+faulthandler.dump_traceback_later(float(os.environ["PT_TIMEOUT"]) - 5, exit=True)
+allocator, path, test_id, stubs = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+if allocator == "torchalloc":
+    import torchalloc
+    torchalloc.install()
+def stand_in(name):
+    def missing(*args, **kwargs):
+        raise unittest.SkipTest(f"{name} is not in this torch (a stand-in of bench/pytorch_tests.py)")
+    return missing
+for spec in stubs:
+    module_name, _, attr = spec.partition(":")
+    module = importlib.import_module(module_name)
+    if not hasattr(module, attr):
+        setattr(module, attr, stand_in(spec))
+sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+module = importlib.import_module(os.path.splitext(os.path.basename(path))[0])
+if test_id == "--list":
+    names = []
+    def walk(suite):
+        for item in suite:
+            if isinstance(item, unittest.TestSuite):
+                walk(item)
+            else:
+                names.append(item.id().split(".", 1)[1])
+    walk(unittest.defaultTestLoader.loadTestsFromModule(module))
+    print("PYTORCH_TESTS_RESULT " + json.dumps(names), flush=True)
+    sys.exit(0)
+result = unittest.TextTestRunner(stream=sys.stderr, verbosity=2).run(
+    unittest.defaultTestLoader.loadTestsFromName(test_id, module))
+outcome = ("failed" if result.failures else "error" if result.errors else
+           "skipped" if result.skipped else "passed" if result.testsRun else "not run")
+detail = (result.failures or result.errors or result.skipped or [(None, "")])[0][1]
+print("PYTORCH_TESTS_RESULT " + json.dumps({"outcome": outcome, "detail": detail[-1500:]}), flush=True)
+"""  # then a normal exit: a process that hangs or crashes at exit is an outcome too
+
+DEFAULT_STUBS: list[str] = []
+
+
+def child_env(gpu: str | None, timeout: float, lib: str | None) -> dict[str, str]:
+    env = dict(os.environ, PT_TIMEOUT=str(timeout),
+               PYTHONPATH=os.pathsep.join([str(REPO / "python"), os.environ.get("PYTHONPATH", "")]))
+    env.pop("TORCHALLOC_CONF", None)
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    if lib:
+        env["TORCHALLOC_LIB"] = lib
+    return env
+
+
+def run_one(allocator: str, path: str, test_id: str, stubs: list[str], env: dict[str, str],
+            timeout: float) -> dict[str, Any]:
+    """One test in a fresh interpreter: its outcome and the end of what it printed."""
+    cmd = [sys.executable, "-c", CHILD, allocator, path, test_id, json.dumps(stubs)]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+    seconds = round(time.perf_counter() - t0, 1)
+    lines = [line for line in out.splitlines() if line.startswith(TAG)]
+    ended = proc.returncode == 0
+    if lines:
+        result = {**json.loads(lines[-1][len(TAG):]), "seconds": seconds}
+        if not ended:  # the test ran to its end, then the process did not exit cleanly
+            how = "hung at exit" if "Timeout (" in out or proc.returncode == -signal.SIGKILL else (
+                f"crashed at exit ({signal.Signals(-proc.returncode).name})" if proc.returncode < 0
+                else f"exited {proc.returncode}")
+            result.update(outcome=f"{result['outcome']}, then {how}", detail=out[-1500:])
+        return result
+    if "Timeout (" in out or proc.returncode == -signal.SIGKILL:
+        return {"outcome": "timed out", "detail": out[-1500:], "seconds": seconds}
+    if proc.returncode < 0:
+        return {"outcome": f"crashed ({signal.Signals(-proc.returncode).name})", "detail": out[-1500:],
+                "seconds": seconds}
+    return {"outcome": f"exited {proc.returncode}", "detail": out[-1500:], "seconds": seconds}
+
+
+def list_tests(path: str, stubs: list[str], env: dict[str, str], timeout: float) -> list[str]:
+    cmd = [sys.executable, "-c", CHILD, "native", path, "--list", json.dumps(stubs)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    lines = [line for line in done.stdout.splitlines() if line.startswith(TAG)]
+    if done.returncode != 0 or not lines:
+        sys.exit(f"pytorch_tests: cannot import {path} to list its tests (a newer file may need --stub "
+                 f"module:name):\n{(done.stdout + done.stderr)[-3000:]}")
+    return json.loads(lines[-1][len(TAG):])
+
+
+def selected(names: list[str], select: str, classes: tuple[str, ...]) -> list[str]:
+    pattern = re.compile(select, re.I)
+    return [n for n in names if n.split(".")[0] in classes and pattern.search(n.split(".", 1)[-1])]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__.split("\n", 1)[1],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("path", help="PyTorch's test/test_cuda.py (of the installed release, or the nearest)")
+    ap.add_argument("-k", "--select", default=SELECT, help="regular expression on test names (default: %(default)s)")
+    ap.add_argument("--classes", default=",".join(CLASSES), help="test classes (default: %(default)s)")
+    ap.add_argument("--allocators", default=",".join(ALLOCATORS), help="default: %(default)s")
+    ap.add_argument("--timeout", type=float, default=60, help="seconds per test and allocator (default: 60)")
+    ap.add_argument("--jobs", type=int, default=4, help="tests at a time (default: 4)")
+    ap.add_argument("--gpus", default=None, help="CUDA_VISIBLE_DEVICES for the tests, round robin: 0,1,2 (default: "
+                    "as inherited)")
+    ap.add_argument("--stub", action="append", default=[], help="module:name to stand in for (repeatable)")
+    ap.add_argument("--lib", default=os.environ.get("TORCHALLOC_LIB"), help="libtorchalloc.so (default: "
+                    "$TORCHALLOC_LIB, else the package's own)")
+    ap.add_argument("--list", action="store_true", help="list the selected tests and stop")
+    ap.add_argument("--json", type=Path, help="write every outcome here")
+    args = ap.parse_args()
+    if not Path(args.path).is_file():
+        sys.exit(f"pytorch_tests: {args.path}: no such file")
+    try:
+        import torch
+    except ImportError:
+        print("pytorch_tests: torch is not installed: NOTHING RAN")
+        return 2
+    if not torch.cuda.is_available():
+        print("pytorch_tests: no CUDA GPU visible to torch: NOTHING RAN")
+        return 2
+    stubs = DEFAULT_STUBS + args.stub
+    allocators = [a for a in args.allocators.split(",") if a]
+    if any(a not in ALLOCATORS for a in allocators):
+        sys.exit(f"pytorch_tests: --allocators takes {', '.join(ALLOCATORS)}")
+    gpus = args.gpus.split(",") if args.gpus else [None]
+    names = selected(list_tests(args.path, stubs, child_env(gpus[0], 300, args.lib), 300), args.select,
+                     tuple(args.classes.split(",")))
+    print(f"{len(names)} tests selected from {args.path} (torch {torch.__version__})", flush=True)
+    if args.list:
+        print("\n".join(names))
+        return 0
+    jobs = [(name, a) for name in names for a in allocators]
+    results: dict[str, dict[str, Any]] = {name: {} for name in names}
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = {pool.submit(run_one, a, args.path, name, stubs,
+                               child_env(gpus[k % len(gpus)], args.timeout, args.lib), args.timeout): (name, a)
+                   for k, (name, a) in enumerate(jobs)}
+        for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+            name, a = futures[future]
+            results[name][a] = future.result()
+            print(f"\r{done}/{len(jobs)} runs ({time.perf_counter() - t0:.0f} s)", end="", file=sys.stderr,
+                  flush=True)
+    print(file=sys.stderr)
+    differ = [n for n in names if len({results[n][a]["outcome"] for a in allocators}) > 1]
+    width = max([len(n) for n in differ] + [4])
+    print(f"\n{len(differ)} tests whose outcome differs:")
+    print(f"{'test':<{width}}  " + "  ".join(f"{a:<16}" for a in allocators))
+    for n in differ:
+        print(f"{n:<{width}}  " + "  ".join(f"{results[n][a]['outcome']:<16}" for a in allocators))
+    for a in allocators:
+        counts: dict[str, int] = {}
+        for n in names:
+            counts[results[n][a]["outcome"]] = counts.get(results[n][a]["outcome"], 0) + 1
+        print(f"{a}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    if args.json:
+        args.json.write_text(json.dumps({"file": args.path, "torch": torch.__version__, "results": results},
+                                        indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
