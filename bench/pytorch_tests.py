@@ -14,10 +14,10 @@ route, the default configuration): a crash (a signal), a hang (the timeout; the 
 stack first) and a failure are outcomes like a pass or a skip. The table lists every test whose outcome
 differs, then the counts; --json writes every outcome with its first lines of output.
 
-A test file newer than the installed torch may import names that torch does not have yet: --stub NAME
-(repeatable; "module:attribute") puts a stand-in there before the file is imported (a function that raises
-unittest.SkipTest, so a test that really uses it is skipped, not failed). The defaults cover what the stored
-copy of the file needs on torch 2.11. PyTorch's test utilities import expecttest: put its wheel's folder on
+A test file newer than the installed torch may import names that torch does not have yet: --stub
+"module:attribute" (repeatable) puts a stand-in there before the file is imported (a function that raises
+unittest.SkipTest, so a test that really uses it is skipped, not failed), "module:attribute=VALUE" a
+constant (a Python literal). The defaults cover what the copy of the file run here needs on torch 2.11. PyTorch's test utilities import expecttest: put its wheel's folder on
 PYTHONPATH where it is not installed. Needs torch with CUDA and a GPU (each test runs on the GPUs of --gpus,
 round robin); without them it says so and exits 2.
 """
@@ -53,11 +53,13 @@ def stand_in(name):
     def missing(*args, **kwargs):
         raise unittest.SkipTest(f"{name} is not in this torch (a stand-in of bench/pytorch_tests.py)")
     return missing
+import ast
 for spec in stubs:
-    module_name, _, attr = spec.partition(":")
+    module_name, _, rest = spec.partition(":")
+    attr, _, value = rest.partition("=")
     module = importlib.import_module(module_name)
     if not hasattr(module, attr):
-        setattr(module, attr, stand_in(spec))
+        setattr(module, attr, ast.literal_eval(value) if value else stand_in(spec))
 sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
 module = importlib.import_module(os.path.splitext(os.path.basename(path))[0])
 if test_id == "--list":
@@ -79,7 +81,8 @@ detail = (result.failures or result.errors or result.skipped or [(None, "")])[0]
 print("PYTORCH_TESTS_RESULT " + json.dumps({"outcome": outcome, "detail": detail[-1500:]}), flush=True)
 """  # then a normal exit: a process that hangs or crashes at exit is an outcome too
 
-DEFAULT_STUBS: list[str] = []
+# Newer than torch 2.11: whether PyTorch's allocator backend is cudaMallocAsync, which it is not in these runs.
+DEFAULT_STUBS = ["torch.testing._internal.common_utils:TEST_CUDAMALLOCASYNC=False"]
 
 
 def child_env(gpu: str | None, timeout: float, lib: str | None) -> dict[str, str]:
@@ -151,7 +154,8 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=4, help="tests at a time (default: 4)")
     ap.add_argument("--gpus", default=None, help="CUDA_VISIBLE_DEVICES for the tests, round robin: 0,1,2 (default: "
                     "as inherited)")
-    ap.add_argument("--stub", action="append", default=[], help="module:name to stand in for (repeatable)")
+    ap.add_argument("--stub", action="append", default=[],
+                    help="module:name (a function that skips) or module:name=VALUE to stand in for (repeatable)")
     ap.add_argument("--lib", default=os.environ.get("TORCHALLOC_LIB"), help="libtorchalloc.so (default: "
                     "$TORCHALLOC_LIB, else the package's own)")
     ap.add_argument("--list", action="store_true", help="list the selected tests and stop")
