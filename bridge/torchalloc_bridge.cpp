@@ -233,7 +233,7 @@ class Bridge final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAl
   // -- cache, fraction, streams -------------------------------------------
   double getMemoryFraction(DeviceIndex device) override { return core.get_memory_fraction(device); }
   void setMemoryFraction(double fraction, DeviceIndex device) override {
-    TORCH_CHECK(fraction > 0.0 && fraction <= 1.0, "torchalloc: memory fraction ", fraction, " is outside (0, 1]");
+    TORCH_CHECK(fraction >= 0.0 && fraction <= 1.0, "torchalloc: memory fraction ", fraction, " is outside [0, 1]");
     core.set_memory_fraction(fraction, device);
   }
   void emptyCache(MempoolId_t pool) override {

@@ -71,7 +71,7 @@ TEST(memory_fraction_caps_reservations) {
   void *b = torchalloc_malloc(10 * MiB, 0, S0); /* 50 MiB: fits */
   CHECK(b != NULL);
   /* Bad fractions are refused and leave the cap as it was. */
-  torchalloc_set_memory_fraction(0.0, 0);
+  torchalloc_set_memory_fraction(-0.25, 0);
   torchalloc_set_memory_fraction(1.5, 0);
   CHECK(strstr(torchalloc_last_error(), "1.5") != NULL);
   CHECK(torchalloc_malloc(2 * MiB, 0, S0) == NULL);
@@ -161,4 +161,20 @@ TEST(no_policy_reuses_a_block_before_its_other_streams_finish) {
   static const char *const policies[] = {"caching", "exact", "phase_arena"};
   for (size_t p = 0; p < sizeof policies / sizeof policies[0]; p++)
     for (int device = 0; device < 2; device++) no_reuse_before_other_streams_finish(policies[p], device);
+}
+
+/* Fraction 0, as PyTorch takes it (its own test sets it and reads it back):
+ * nothing can be allocated, and it reads back 0 rather than "none set". */
+TEST(memory_fraction_zero_allows_nothing_and_reads_back) {
+  REQUIRE(sim_reset("sim_capacity:100MiB") == 0);
+  CHECK(torchalloc_get_memory_fraction(0) == 1.0); /* none set: the whole device */
+  torchalloc_set_memory_fraction(0.0, 0);
+  CHECK(torchalloc_get_memory_fraction(0) == 0.0);
+  CHECK(torchalloc_malloc(512, 0, S0) == NULL);
+  CHECK_EQ(stats0().reserved_bytes[ALL].current, 0);
+  torchalloc_set_memory_fraction(0.25, 0);
+  CHECK(torchalloc_get_memory_fraction(0) == 0.25);
+  void *a = torchalloc_malloc(512, 0, S0);
+  CHECK(a != NULL);
+  torchalloc_free(a, 512, 0, S0);
 }

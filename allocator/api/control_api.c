@@ -106,8 +106,8 @@ TORCHALLOC_API void torchalloc_set_memory_fraction(double fraction, int device) 
     fprintf(stderr, "torchalloc: error: set_memory_fraction: %s\n", ta_error_text());
     return;
   }
-  if (!(fraction > 0.0 && fraction <= 1.0)) {
-    ta_set_error("memory fraction %g is outside (0, 1]", fraction);
+  if (!(fraction >= 0.0 && fraction <= 1.0)) { /* 0 as PyTorch takes it: nothing may be allocated */
+    ta_set_error("memory fraction %g is outside [0, 1]", fraction);
     fprintf(stderr, "torchalloc: error: %s\n", ta_error_text());
     return;
   }
@@ -117,7 +117,8 @@ TORCHALLOC_API void torchalloc_set_memory_fraction(double fraction, int device) 
     fprintf(stderr, "torchalloc: error: %s\n", ta_error_text());
     return;
   }
-  /* A limit that rounds to 0 bytes must still be a limit (0 means none). */
+  /* A limit that rounds to 0 bytes (fraction 0 included) must still be a limit (0 means none): 1 byte
+   * holds no block. */
   size_t limit = (size_t)(fraction * (double)total);
   ta_heap_set_limit(h, limit ? limit : 1, fraction);
 }

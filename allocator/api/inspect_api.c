@@ -43,7 +43,7 @@ TORCHALLOC_API double torchalloc_get_memory_fraction(int device) {
   ta_heap *h = ta_runtime_heap_for_control(device);
   if (!h) return -1.0;
   double f = ta_heap_fraction(h);
-  return f > 0.0 ? f : 1.0;
+  return f >= 0.0 ? f : 1.0; /* none set: the whole device, as PyTorch says */
 }
 
 TORCHALLOC_API int torchalloc_stack_frames(uint32_t stack, torchalloc_frame_visitor visit, void *ctx) {

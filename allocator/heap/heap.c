@@ -416,12 +416,13 @@ void ta_heap_set_limit(ta_heap *h, size_t limit, double fraction) {
   ta_lock_acquire(&h->lock);
   h->seg.limit = limit;
   h->fraction = fraction;
+  h->fraction_set = 1;
   ta_lock_release(&h->lock);
 }
 
 double ta_heap_fraction(ta_heap *h) {
   ta_lock_acquire(&h->lock);
-  double f = h->fraction;
+  double f = h->fraction_set ? h->fraction : -1.0;
   ta_lock_release(&h->lock);
   return f;
 }

@@ -75,6 +75,7 @@ ta_internal void ta_heap_report_bad_free(ta_heap *h, uintptr_t addr);
 ta_internal int ta_heap_set_policy(ta_heap *h, const char *name);
 /* The memory fraction: `limit` bytes of reserve at most (0: none). */
 ta_internal void ta_heap_set_limit(ta_heap *h, size_t limit, double fraction);
+/* The fraction last set, or -1 when none was. */
 ta_internal double ta_heap_fraction(ta_heap *h);
 ta_internal size_t ta_heap_release_cached(ta_heap *h);
 /* Blocks the caller holds (freed blocks waiting for streams are not). */

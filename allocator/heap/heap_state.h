@@ -90,7 +90,8 @@ typedef struct ta_heap {
   uint32_t alloc_seq; /* allocations made so far (wraps): blocks keep theirs as their age */
   ta_oom_info oom;
   char *oom_report;   /* the full text of the last failure's report (heap_oom.c) */
-  double fraction; /* the memory fraction last set; 0: none */
+  double fraction; /* the memory fraction last set (0 allows nothing), when fraction_set */
+  int fraction_set;
   /* The last addresses freed: tells a double free from a wild pointer after
    * the segment is gone (error path only; one store per free). */
   uintptr_t recent_frees[TA_RECENT_FREES];

@@ -171,8 +171,9 @@ def test_one_process_two_gpus(library_path: Path, policy: str, expandable: str |
     assert ours["ours"] == ours["seen"][-1], "torchalloc's own per-device stats differ from what torch reports"
     assert ours["moved"] == native["moved"] == [(48 << 20) - 1, (5 << 20) - 1, 1]
     assert ours["graphs"] == native["graphs"]
-    if graphs:
-        assert ours["graphs"] == [[float(7 << 20), float(7 << 20)]] * 2
+    if graphs:  # the first device's replay with its input changed; both devices' results read from the other GPU
+        assert ours["graphs"][0] == [float(7 << 20), float(7 << 20)]
+        assert [a == b for a, b in ours["graphs"]] == [True, True]
     # The bridge grants what PyTorch asks for (both directions were copied); the plain route grants every peer.
     assert ours["peers"] == [1, 1]
 

@@ -323,9 +323,9 @@ void op_misuse(const uint8_t *b) {
 void op_memory_fraction(const uint8_t *b) {
   static const double fractions[] = {0.02, 0.05, 0.1, 0.3, 0.5, 0.9, 1.0};
   int device = b[1] % D.ndevices;
-  if (b[2] == 0) { /* outside (0, 1]: refused (with a message on stderr), the old one stays */
+  if (b[2] == 0) { /* outside [0, 1]: refused (with a message on stderr), the old one stays */
     double before = torchalloc_get_memory_fraction(device);
-    torchalloc_set_memory_fraction(b[3] % 2 ? 0.0 : 1.5, device);
+    torchalloc_set_memory_fraction(b[3] % 2 ? -0.5 : 1.5, device);
     EXPECT(torchalloc_get_memory_fraction(device) == before, "a bad memory fraction was applied");
     return;
   }
