@@ -36,6 +36,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "python"))  # run from a checkout without installing
+
+from torchalloc import _gpu_child as child  # noqa: E402
 CLASSES = ("TestCuda", "TestCudaMallocAsync", "TestMemPool", "TestBlockStateAbsorption")
 SELECT = r"memory|alloc|cache|snapshot|oom|fraction|record_stream|mempool|mem_pool|expandable|stats|graph"
 ALLOCATORS = ("native", "torchalloc")
@@ -163,14 +166,11 @@ def main() -> int:
     args = ap.parse_args()
     if not Path(args.path).is_file():
         sys.exit(f"pytorch_tests: {args.path}: no such file")
-    try:
-        import torch
-    except ImportError:
-        print("pytorch_tests: torch is not installed: NOTHING RAN")
+    why = child.skip_reason()
+    if why:
+        print(f"pytorch_tests: {why}: NOTHING RAN")
         return 2
-    if not torch.cuda.is_available():
-        print("pytorch_tests: no CUDA GPU visible to torch: NOTHING RAN")
-        return 2
+    import torch
     stubs = DEFAULT_STUBS + args.stub
     allocators = [a for a in args.allocators.split(",") if a]
     if any(a not in ALLOCATORS for a in allocators):

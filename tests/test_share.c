@@ -138,6 +138,13 @@ static int share(const void *p, wire *w) {
   return torchalloc_ipc_share(p, w->bytes, sizeof w->bytes, &w->len, &w->offset);
 }
 
+/* A fresh two-device sim (the default configuration) with one 8 MiB block of device 0, described in `w`. */
+static void *shared_block(wire *w) {
+  if (reset2(NULL) != 0) return NULL;
+  void *p = torchalloc_malloc(8 * MiB, 0, S0);
+  return p && share(p, w) == 0 ? p : NULL;
+}
+
 TEST(mapped_memory_travels_as_pytorchs_expandable_handles) {
   REQUIRE(reset2("peers:asked") == 0);
   void *pad = torchalloc_malloc(6 * MiB, 0, S0); /* the shared block starts inside the segment's first handle */
@@ -217,11 +224,9 @@ TEST(an_ordinary_segment_travels_as_a_cuda_ipc_memory_handle) {
 }
 
 TEST(bad_ipc_handles_are_refused_with_the_reason) {
-  REQUIRE(reset2(NULL) == 0);
-  void *p = torchalloc_malloc(8 * MiB, 0, S0);
-  REQUIRE(p);
   wire w;
-  REQUIRE(share(p, &w) == 0);
+  void *p = shared_block(&w);
+  REQUIRE(p);
   void *q = NULL;
   unsigned char bad[4096];
   memcpy(bad, w.bytes, w.len);
@@ -255,11 +260,9 @@ TEST(bad_ipc_handles_are_refused_with_the_reason) {
 
 /* What the receiver has not closed at teardown is unmapped with it. */
 TEST(teardown_unmaps_memory_still_open) {
-  REQUIRE(reset2(NULL) == 0);
-  void *p = torchalloc_malloc(8 * MiB, 0, S0);
-  REQUIRE(p);
   wire w;
-  REQUIRE(share(p, &w) == 0);
+  void *p = shared_block(&w);
+  REQUIRE(p);
   void *q = NULL;
   REQUIRE(torchalloc_ipc_open(0, w.bytes, w.len, &q) == 0);
   torchalloc_free(p, 8 * MiB, 0, S0);

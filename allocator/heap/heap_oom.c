@@ -264,11 +264,12 @@ typedef struct rank_words {
   char text[48];
 } rank_words;
 
-static rank_words rank_text(void) {
+/* "rank R of W" between `before` and `after`; "" without a launcher. */
+static rank_words rank_text(const char *before, const char *after) {
   rank_words w = {""};
   int rank = ta_log_rank(), world = ta_log_world_size();
-  if (rank >= 0 && world > 0) snprintf(w.text, sizeof w.text, ", rank %d of %d", rank, world);
-  else if (rank >= 0) snprintf(w.text, sizeof w.text, ", rank %d", rank);
+  if (rank >= 0 && world > 0) snprintf(w.text, sizeof w.text, "%srank %d of %d%s", before, rank, world, after);
+  else if (rank >= 0) snprintf(w.text, sizeof w.text, "%srank %d%s", before, rank, after);
   return w;
 }
 
@@ -283,7 +284,7 @@ static void build_report(ta_heap *h) {
   struct tm tm;
   if (localtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
   ta_text_printf(&t, "torchalloc out-of-memory report: device %d%s, pid %ld, %s, failure #%" PRId64 "\n\n%s\n",
-                 h->device, rank_text().text, (long)getpid(), when, o->count, summary);
+                 h->device, rank_text(", ", "").text, (long)getpid(), when, o->count, summary);
   uint64_t free_in_reserved = f->reserved > f->allocated + (uint64_t)o->pending
                                   ? f->reserved - f->allocated - (uint64_t)o->pending
                                   : 0;
@@ -425,13 +426,6 @@ void ta_heap_note_oom(ta_heap *h, ta_policy *policy, size_t size, cudaStream_t s
   build_report(h);
 }
 
-/* "rank R of W, " for the summary's parenthesis. */
-static rank_words rank_prefix(rank_words w) {
-  rank_words p = {""};
-  if (w.text[0]) snprintf(p.text, sizeof p.text, "%s, ", w.text + 2);
-  return p;
-}
-
 int ta_heap_format_oom(const ta_oom_info *o, int device, char *buf, size_t len) {
   const torchalloc_oom_facts *f = &o->facts;
   int64_t cached = (int64_t)f->reserved - (int64_t)f->allocated;
@@ -450,7 +444,7 @@ int ta_heap_format_oom(const ta_oom_info *o, int device, char *buf, size_t len) 
                   "reserves %s: %s allocated to tensors and %s cached but free; the largest free cached block is "
                   "%s (%s on this stream).%s Verdict: %s: %s. Advice, from the numbers at this failure (try the "
                   "first line first):\n%s%s",
-                  SZ(f->requested), device, rank_prefix(rank_text()).text, o->stream, ta_policy_by_id(o->policy)->name,
+                  SZ(f->requested), device, rank_text("", ", ").text, o->stream, ta_policy_by_id(o->policy)->name,
                   SZ(f->device_total),
                   SZ(f->device_free), limit, SZ(f->reserved), SZ(f->allocated), SZ(cached > 0 ? cached : 0),
                   SZ(o->largest_free), SZ(f->largest_free),

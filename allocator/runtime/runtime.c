@@ -236,13 +236,20 @@ ta_noinline int ta_runtime_ensure_ready_slow(void) {
   return ok;
 }
 
-/* peers:all: every device in use that can reach `h`'s memory may. */
+/* peers:all: device `peer` may reach `h`'s memory when it has a path to
+ * it at all (without one, copies go through the host: nothing to grant). */
+static void grant_if_reachable_locked(ta_heap *h, int peer) {
+  char why[256];
+  if (peer != h->device && ta_rt.backend->ops->peer_capable(ta_rt.backend, h->device, peer) &&
+      ta_heap_grant_peer(h, peer, why, sizeof why))
+    fprintf(stderr, "torchalloc: warning: %s\n", why);
+}
+
+/* peers:all: every device in use may reach `h`'s memory. */
 static void grant_in_use_locked(ta_heap *h) {
   uint64_t in_use = atomic_load(&ta_rt.devices_in_use);
-  char why[256];
   for (int d = 0; d < ta_rt.ndevices; d++)
-    if (d != h->device && (in_use >> d & 1) && ta_rt.backend->ops->peer_capable(ta_rt.backend, h->device, d))
-      ta_heap_grant_peer(h, d, why, sizeof why);
+    if (in_use >> d & 1) grant_if_reachable_locked(h, d);
 }
 
 /* The first memory handed out on `device`: granted access to every other
@@ -256,12 +263,9 @@ ta_noinline void ta_runtime_device_in_use_slow(int device) {
   }
   pthread_mutex_lock(&ta_rt.lock);
   if (!(atomic_load(&ta_rt.devices_in_use) >> device & 1)) {
-    char why[256];
     for (int d = 0; d < ta_rt.ndevices; d++) {
       ta_heap *h = ta_runtime_heap_if_any(d);
-      if (h && d != device && ta_rt.backend->ops->peer_capable(ta_rt.backend, d, device) &&
-          ta_heap_grant_peer(h, device, why, sizeof why))
-        fprintf(stderr, "torchalloc: warning: %s\n", why);
+      if (h) grant_if_reachable_locked(h, device);
     }
     atomic_fetch_or(&ta_rt.devices_in_use, (unsigned long long)1 << device);
     ta_heap *own = ta_runtime_heap_if_any(device);

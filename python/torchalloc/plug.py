@@ -133,8 +133,8 @@ def _for_route(text: str, route: str) -> str:
 
     peers: the bridge hears PyTorch ask for peer access (enablePeerAccess,
     before the first copy between two GPUs) and grants just that pair; the
-    plain route never hears it, so the library's default grants every GPU
-    with a peer-to-peer path when memory is mapped.
+    plain route never hears it, so the library's default (peers:all) grants
+    every GPU with a peer-to-peer path that the process allocates on.
     """
     keys = {item.split(":", 1)[0].strip() for item in text.split(",") if ":" in item}
     if route == "bridge" and "peers" not in keys:

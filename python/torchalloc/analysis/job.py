@@ -194,9 +194,9 @@ class Job:
         }
 
 
-def _rank_row(rank: int, a: Analysis, top_sites: int) -> RankRow:
+def _rank_row(rank: int, a: Analysis, an: Anatomy, top_sites: int) -> RankRow:
+    """`an`: the rank's anatomy at its peak."""
     t, tl = a.table, a.timeline
-    an = a.anatomy("peak")
     sites: dict[str, int] = defaultdict(int)
     for row in an.rows:
         sites[row.site] += row.bytes
@@ -221,10 +221,10 @@ def _groups_at_peak(a: Analysis) -> tuple[dict[Key, int], dict[Key, str]]:
     return counts, category
 
 
-def _detail(a: Analysis, report_top: int | None) -> RankDetail:
+def _detail(a: Analysis, an: Anatomy, report_top: int | None) -> RankDetail:
     t, tl = a.table, a.timeline
     return RankDetail(list(a.notes), time_base_ns(t) + t.wall_offset_ns if len(t) else 0, tl.t_s.copy(),
-                      tl.allocated.copy(), tl.reserved.copy(), a.anatomy("peak") if len(t) else None, a.phases(),
+                      tl.allocated.copy(), tl.reserved.copy(), an if len(t) else None, a.phases(),
                       a.to_dict(top=report_top) if report_top is not None else None)
 
 
@@ -259,9 +259,10 @@ def analyze_job(
     rows, details, groups = [], [], []
     for k in sorted(range(len(logs)), key=lambda k: ranks[k]):
         a = analyze(load(logs[k]), device=device, max_points=max_points)
-        rows.append(_rank_row(ranks[k], a, top_sites))
+        at_peak = a.anatomy("peak")  # the row and the detail both show it
+        rows.append(_rank_row(ranks[k], a, at_peak, top_sites))
         groups.append(_groups_at_peak(a))
-        details.append(_detail(a, reports))
+        details.append(_detail(a, at_peak, reports))
         del a  # before the next log is read: one analysis in memory at a time
     sizes = {h.world_size for h in headers if h.world_size > 0}
     if len(sizes) > 1:
