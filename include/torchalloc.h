@@ -54,6 +54,10 @@ TORCHALLOC_API void torchalloc_free(void *ptr, size_t size, int device, cudaStre
 
 /* For callers that handle failure themselves (the C++ bridge raises
  * torch.OutOfMemoryError): NULL on any failure, whatever `oom` says. */
+/* Larger requests are refused as bad input (num_bad_size), not as out of
+ * memory: no device has a terabyte (1 TiB less the 2 MiB a policy may round
+ * a request up by). */
+#define TORCHALLOC_MAX_REQUEST ((((size_t)1) << 40) - ((size_t)2 << 20))
 TORCHALLOC_API void *torchalloc_try_malloc(size_t size, int device, cudaStream_t stream);
 
 /* Free by pointer alone, as PyTorch's raw_delete does: the block knows its
@@ -246,6 +250,42 @@ TORCHALLOC_API int64_t torchalloc_pool_live_blocks(int device, uint64_t id0, uin
                                                    size_t cap);
 /* Release a released pool's free segments now. Bytes released, -1: no pool. */
 TORCHALLOC_API int64_t torchalloc_pool_empty(int device, uint64_t id0, uint64_t id1);
+
+/* A pool with its own allocator (torch.cuda.MemPool(allocator=...): NCCL's
+ * registered buffers, symmetric memory, managed memory). Its segments come
+ * from `alloc` and go back through `free` instead of the device; torchalloc
+ * still carves them into blocks, caches, counts and logs them, and the
+ * memory fraction caps them as any other. Both are called with torchalloc's
+ * lock held, so they must not allocate through torchalloc. `alloc` returns
+ * NULL when it cannot (the request then fails as out of memory). Once the
+ * pool is gone and its last segment freed, `release` (may be NULL) says
+ * `ctx` is no longer used. */
+typedef struct torchalloc_pool_source {
+  void *(*alloc)(void *ctx, size_t size, int device, cudaStream_t stream);
+  void (*free)(void *ctx, void *ptr, size_t size, int device, cudaStream_t stream);
+  void (*release)(void *ctx);
+  void *ctx;
+} torchalloc_pool_source;
+
+/* torchalloc_pool_retain for a pool whose segments come from `source`
+ * (copied; NULL: the device, as torchalloc_pool_retain). A pool that exists
+ * already keeps its source: -1 when `source` is not NULL then (the caller
+ * keeps ctx). The use count, or -1. */
+TORCHALLOC_API int torchalloc_pool_create(int device, uint64_t id0, uint64_t id1,
+                                          const torchalloc_pool_source *source);
+
+/* How a pool serves requests (torchalloc_pool_flags), as PyTorch's
+ * MemPool(use_on_oom=..., no_split=...):
+ *   USE_ON_OOM: a request outside any pool that the device cannot serve
+ *     takes a free cached block of this pool instead (never a new segment
+ *     of it), while the pool has users;
+ *   NO_SPLIT: each block is a whole segment of its own, never split. */
+#define TORCHALLOC_POOL_USE_ON_OOM 1u
+#define TORCHALLOC_POOL_NO_SPLIT 2u
+/* Turn the pool's flags of `set` on, then those of `clear` off (0, 0: just
+ * read them). Its flags now, or -1 when there is no such pool. */
+TORCHALLOC_API int torchalloc_pool_flags(int device, uint64_t id0, uint64_t id1, unsigned set, unsigned clear);
+
 /* A beginAllocateToPool context opens / closes on `device`. While any is
  * open, torchalloc never synchronizes, queries or records an event (each
  * would invalidate a CUDA graph capture): cached memory is not released,

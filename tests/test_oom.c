@@ -411,7 +411,7 @@ TEST(the_summary_and_report_name_the_rank) {
   CHECK(torchalloc_malloc(200 * MiB, 0, S0) == NULL);
   char summary[8192], report[1 << 16];
   CHECK(torchalloc_oom_summary(0, summary, sizeof summary) > 0);
-  CHECK(strstr(summary, "on device 0 (rank 1 of 2, stream") != NULL);
+  CHECK(strstr(summary, "torchalloc (rank 1 of 2, stream") != NULL);
   CHECK(torchalloc_oom_report(0, report, sizeof report) > 0);
   CHECK(strstr(report, "torchalloc out-of-memory report: device 0, rank 1 of 2, pid") == report);
   unsetenv("RANK");

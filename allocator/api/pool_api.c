@@ -12,6 +12,38 @@ TORCHALLOC_API int torchalloc_pool_retain(int device, uint64_t id0, uint64_t id1
   return count;
 }
 
+TORCHALLOC_API int torchalloc_pool_create(int device, uint64_t id0, uint64_t id1,
+                                          const torchalloc_pool_source *source) {
+  ta_heap *h = ta_runtime_heap_for_control(device);
+  const uint64_t id[2] = {id0, id1};
+  if (source && (!source->alloc || !source->free)) {
+    ta_set_error("torchalloc_pool_create: a pool source needs both alloc and free");
+    return -1;
+  }
+  int count = h ? ta_heap_pool_create(h, id, source) : -1;
+  if (count == -2)
+    ta_set_error("pool (%llu, %llu) exists already on device %d: its allocator cannot be replaced",
+                 (unsigned long long)id0, (unsigned long long)id1, device);
+  else if (h && count < 0)
+    ta_set_error("out of host memory while creating pool (%llu, %llu)", (unsigned long long)id0,
+                 (unsigned long long)id1);
+  return count < 0 ? -1 : count;
+}
+
+TORCHALLOC_API int torchalloc_pool_flags(int device, uint64_t id0, uint64_t id1, unsigned set, unsigned clear) {
+  ta_heap *h = ta_runtime_heap_for_control(device);
+  const uint64_t id[2] = {id0, id1};
+  unsigned known = TORCHALLOC_POOL_USE_ON_OOM | TORCHALLOC_POOL_NO_SPLIT;
+  if ((set | clear) & ~known) {
+    ta_set_error("torchalloc_pool_flags: unknown flags %#x", (set | clear) & ~known);
+    return -1;
+  }
+  int flags = h ? ta_heap_pool_flags(h, id, set, clear) : -1;
+  if (h && flags < 0)
+    ta_set_error("no pool (%llu, %llu) on device %d", (unsigned long long)id0, (unsigned long long)id1, device);
+  return flags;
+}
+
 TORCHALLOC_API int torchalloc_pool_release(int device, uint64_t id0, uint64_t id1) {
   ta_heap *h = ta_runtime_heap_for_control(device);
   const uint64_t id[2] = {id0, id1};

@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "torchalloc.h"
+
 #define ta_likely(x) __builtin_expect(!!(x), 1)
 #define ta_unlikely(x) __builtin_expect(!!(x), 0)
 #define ta_noinline __attribute__((noinline))
@@ -22,10 +24,10 @@
 #define ta_assert(x) ((void)0)
 #endif
 
-/* Larger requests are bad input: no device has a terabyte, and a policy may
- * round a request up by at most 2 MiB, so anything below this rounds without
- * overflowing (allocator/policies/parts/bins.h checks that its bins reach this far). */
-#define TA_MAX_REQUEST (((size_t)1 << 40) - 2 * TA_MiB)
+/* Larger requests are bad input (torchalloc.h): a policy may round a request
+ * up by at most 2 MiB, so anything below this rounds without overflowing
+ * (allocator/policies/parts/bins.h checks that its bins reach this far). */
+#define TA_MAX_REQUEST ((size_t)TORCHALLOC_MAX_REQUEST)
 
 static inline size_t ta_align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 

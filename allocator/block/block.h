@@ -50,6 +50,7 @@ enum { TA_POOL_SMALL = 1, TA_POOL_LARGE = 2 }; /* = TORCHALLOC_POOL_* */
 
 struct ta_expansion;
 struct ta_stream_marks;
+struct ta_segment_source;
 
 typedef struct ta_segment {
   uintptr_t addr;
@@ -65,6 +66,7 @@ typedef struct ta_segment {
   void *owner;      /* arena or policy that owns it */
   struct ta_segment *owner_prev, *owner_next; /* the owner's own list of its segments (free for its use) */
   struct ta_policy *policy_instance; /* the policy object that made it: its blocks are freed there */
+  struct ta_segment_source *source;  /* a pool's own allocator its memory came from; NULL: the device */
   uint8_t pool;     /* TA_POOL_SMALL or TA_POOL_LARGE */
   uint8_t policy;   /* that policy's registry id (the log's `policy` field) */
 } ta_segment;

@@ -439,14 +439,14 @@ int ta_heap_format_oom(const ta_oom_info *o, int device, char *buf, size_t len) 
   char where[1100] = "";
   if (o->report_path[0]) snprintf(where, sizeof where, "Full report: %s", o->report_path);
   return snprintf(buf, len,
-                  "CUDA out of memory. Tried to allocate %s on device %d (%sstream %#" PRIxPTR
-                  ", torchalloc policy %s). The device has %s in total, of which %s is free.%s torchalloc "
+                  /* PyTorch's first sentences, which its users and tests match, then torchalloc's account */
+                  "CUDA out of memory. Tried to allocate %s. GPU %d has a total capacity of %s of which %s is "
+                  "free.%s torchalloc (%sstream %#" PRIxPTR ", policy %s) "
                   "reserves %s: %s allocated to tensors and %s cached but free; the largest free cached block is "
                   "%s (%s on this stream).%s Verdict: %s: %s. Advice, from the numbers at this failure (try the "
                   "first line first):\n%s%s",
-                  SZ(f->requested), device, rank_text("", ", ").text, o->stream, ta_policy_by_id(o->policy)->name,
-                  SZ(f->device_total),
-                  SZ(f->device_free), limit, SZ(f->reserved), SZ(f->allocated), SZ(cached > 0 ? cached : 0),
+                  SZ(f->requested), device, SZ(f->device_total), SZ(f->device_free), limit,
+                  rank_text("", ", ").text, o->stream, ta_policy_by_id(o->policy)->name, SZ(f->reserved), SZ(f->allocated), SZ(cached > 0 ? cached : 0),
                   SZ(o->largest_free), SZ(f->largest_free),
                   o->routing ? " A CUDA graph capture or MemPool context was open, so cached memory could not be "
                                "released and retried."

@@ -13,7 +13,12 @@
  * adds a user, release (releasePool) takes one; at zero the pool is
  * freeable, and its free segments go back to the device at the next
  * release of cached memory (empty_cache, the OOM retry, pool_empty). A pool
- * whose segments are all gone is deleted. */
+ * whose segments are all gone is deleted.
+ *
+ * A pool may have its own allocator (MemPool(allocator=...)): its policy's
+ * segments then come from there (ta_segment_source), and a pool marked
+ * use_on_oom lends its free cached blocks to requests the device refused,
+ * as PyTorch's does. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,7 +32,7 @@ static ta_private_pool *find(ta_heap *h, const uint64_t id[2]) {
   return NULL;
 }
 
-static ta_private_pool *create(ta_heap *h, const uint64_t id[2]) {
+static ta_private_pool *create(ta_heap *h, const uint64_t id[2], const torchalloc_pool_source *source) {
   if (h->npools == h->cap_pools) {
     size_t cap = h->cap_pools ? h->cap_pools * 2 : 4;
     ta_private_pool *pools = realloc(h->pools, cap * sizeof *pools);
@@ -38,9 +43,21 @@ static ta_private_pool *create(ta_heap *h, const uint64_t id[2]) {
   uint8_t id_policy = ta_policy_for_private_pools();
   ta_policy *policy = ta_policy_by_id(id_policy)->create(&h->seg, id_policy, 0); /* never expandable: see policy.h */
   if (!policy) return NULL;
+  if (source && !(policy->source = ta_segment_source_new(source))) {
+    policy->ops->destroy(policy);
+    return NULL;
+  }
   ta_private_pool *p = &h->pools[h->npools++];
   *p = (ta_private_pool){.id = {id[0], id[1]}, .use_count = 0, .policy = policy};
   return p;
+}
+
+/* The pool's policy and its reference to its source (each of its segments
+ * still holds one). */
+static void destroy_policy(ta_policy *policy) {
+  ta_segment_source *src = policy->source;
+  policy->ops->destroy(policy);
+  ta_segment_source_drop(src);
 }
 
 /* Bytes of segments the pool's policy holds (its blocks are in them). */
@@ -57,7 +74,7 @@ static size_t drain(ta_heap *h, size_t index) {
   ta_private_pool *p = &h->pools[index];
   size_t released = p->policy->ops->release_cached(p->policy);
   if (pool_reserved(h, p) == 0) {
-    p->policy->ops->destroy(p->policy);
+    destroy_policy(p->policy);
     h->pools[index] = h->pools[--h->npools];
   }
   return released;
@@ -71,19 +88,49 @@ size_t ta_heap_release_freeable_pools(ta_heap *h) {
 }
 
 void ta_heap_pools_destroy(ta_heap *h) {
-  for (size_t i = 0; i < h->npools; i++) h->pools[i].policy->ops->destroy(h->pools[i].policy);
+  for (size_t i = 0; i < h->npools; i++) destroy_policy(h->pools[i].policy);
   free(h->pools);
   h->pools = NULL;
   h->npools = h->cap_pools = 0;
 }
 
-int ta_heap_pool_retain(ta_heap *h, const uint64_t id[2]) {
+int ta_heap_pool_create(ta_heap *h, const uint64_t id[2], const torchalloc_pool_source *source) {
   ta_lock_acquire(&h->lock);
   ta_private_pool *p = find(h, id);
-  if (!p) p = create(h, id);
-  int count = p ? ++p->use_count : -1;
+  int count = -2;
+  if (!p || !source) {
+    if (!p) p = create(h, id, source);
+    count = p ? ++p->use_count : -1;
+  }
   ta_lock_release(&h->lock);
   return count;
+}
+
+int ta_heap_pool_retain(ta_heap *h, const uint64_t id[2]) { return ta_heap_pool_create(h, id, NULL); }
+
+int ta_heap_pool_flags(ta_heap *h, const uint64_t id[2], unsigned set, unsigned clear) {
+  ta_lock_acquire(&h->lock);
+  ta_private_pool *p = find(h, id);
+  if (p) {
+    p->flags = (p->flags | set) & ~clear;
+    p->policy->flags &= ~TA_POLICY_NO_SPLIT; /* requests from now on: blocks split before stay so */
+    if (p->flags & TORCHALLOC_POOL_NO_SPLIT) p->policy->flags |= TA_POLICY_NO_SPLIT;
+  }
+  int flags = p ? (int)p->flags : -1;
+  ta_lock_release(&h->lock);
+  return flags;
+}
+
+ta_block *ta_heap_pools_serve_oom(ta_heap *h, size_t size, cudaStream_t stream, int phase) {
+  ta_block *b = NULL;
+  h->seg.no_new_segments = 1; /* PyTorch's use_on_oom takes cached blocks only */
+  for (size_t i = 0; !b && i < h->npools; i++) {
+    ta_private_pool *p = &h->pools[i];
+    if ((p->flags & TORCHALLOC_POOL_USE_ON_OOM) && p->use_count > 0)
+      b = p->policy->ops->malloc(p->policy, size, stream, phase);
+  }
+  h->seg.no_new_segments = 0;
+  return b;
 }
 
 int ta_heap_pool_release(ta_heap *h, const uint64_t id[2]) {
@@ -105,7 +152,7 @@ int ta_heap_pool_use_count(ta_heap *h, const uint64_t id[2]) {
 
 ta_policy *ta_heap_pool_policy(ta_heap *h, const uint64_t id[2]) {
   ta_private_pool *p = find(h, id);
-  if (!p && (p = create(h, id)) != NULL) p->use_count = 1; /* as beginAllocateToPool would have made it */
+  if (!p && (p = create(h, id, NULL)) != NULL) p->use_count = 1; /* as beginAllocateToPool would have made it */
   return p ? p->policy : NULL;
 }
 

@@ -7,6 +7,12 @@
 
 /* Create the pool, or add a user. The new use count, or -1 (host memory). */
 ta_internal int ta_heap_pool_retain(ta_heap *h, const uint64_t id[2]);
+/* The same for a pool whose segments come from `source` (NULL: the
+ * device); -2 when the pool exists already and `source` is not NULL. */
+ta_internal int ta_heap_pool_create(ta_heap *h, const uint64_t id[2], const torchalloc_pool_source *source);
+/* Turn TORCHALLOC_POOL_* flags of `set` on, then `clear` off: the pool's
+ * flags now, or -1 when there is no such pool. */
+ta_internal int ta_heap_pool_flags(ta_heap *h, const uint64_t id[2], unsigned set, unsigned clear);
 /* Drop a user: at 0 the pool is freeable, its cached segments go back to
  * the device at the next release of cached memory. New count, or -1 when
  * there is no such pool. */
@@ -31,6 +37,9 @@ ta_internal void ta_heap_pools_destroy(ta_heap *h);
 /* A request in flight holds pool `id` (delta +1, then -1): a freeable pool
  * is not drained while it allocates. */
 ta_internal void ta_heap_pool_hold(ta_heap *h, const uint64_t id[2], int delta);
+/* A request outside any pool that the device refused: a free cached block
+ * of a use_on_oom pool with users, or NULL. No new segment is made. */
+ta_internal ta_block *ta_heap_pools_serve_oom(ta_heap *h, size_t size, cudaStream_t stream, int phase);
 /* The policy object of pool `id`, creating the pool (use count 1) when it
  * does not exist; NULL when host memory runs out. Lock held. */
 ta_internal ta_policy *ta_heap_pool_policy(ta_heap *h, const uint64_t id[2]);

@@ -31,7 +31,8 @@ typedef struct ta_pending_free {
 typedef struct ta_private_pool {
   uint64_t id[2];     /* PyTorch's MempoolId_t */
   int use_count;      /* create/retain add one, release takes one; 0: freeable */
-  ta_policy *policy;  /* its own policy object */
+  unsigned flags;     /* TORCHALLOC_POOL_USE_ON_OOM, TORCHALLOC_POOL_NO_SPLIT */
+  ta_policy *policy;  /* its own policy object (policy->source: its own allocator, if any) */
 } ta_private_pool;
 
 /* Per-device accounting of one phase (the reserved growth and release of a

@@ -67,11 +67,18 @@ typedef struct ta_policy_ops {
  * their marker completes). */
 #define TA_POLICY_RECLAIM 4u
 
+/* Never split a block: each is a whole segment of its own (a private
+ * pool's MemPool(no_split=True); the heap may set it after create). */
+#define TA_POLICY_NO_SPLIT 8u
+
 struct ta_policy {
   const ta_policy_ops *ops;
   ta_segments *segments;
   uint8_t id;
-  unsigned flags; /* TA_POLICY_* it was created with */
+  unsigned flags; /* TA_POLICY_* */
+  /* A private pool's own allocator (torch.cuda.MemPool(allocator=...)):
+   * ta_segments_alloc takes this policy's segments from it. NULL: the device. */
+  struct ta_segment_source *source;
 };
 
 /* ---------------------------------------------------------------------------

@@ -100,20 +100,47 @@ ta_segment *ta_segments_find(const ta_segments *seg, uintptr_t addr) {
 
 #define LOGGING(seg) (ta_unlikely(ta_log_on()) && (seg)->logged)
 
+ta_segment_source *ta_segment_source_new(const torchalloc_pool_source *pub) {
+  ta_segment_source *src = malloc(sizeof *src);
+  if (src) *src = (ta_segment_source){.pub = *pub, .refs = 1};
+  return src;
+}
+
+void ta_segment_source_drop(ta_segment_source *src) {
+  if (!src || --src->refs > 0) return;
+  if (src->pub.release) src->pub.release(src->pub.ctx);
+  free(src);
+}
+
+/* Device memory for a segment: from the policy's own source, or the backend. */
+static int take_memory(ta_segments *seg, ta_segment_source *src, size_t size, cudaStream_t stream, uintptr_t *addr) {
+  if (!src) return seg->backend->ops->alloc(seg->backend, seg->device, size, addr);
+  void *p = src->pub.alloc(src->pub.ctx, size, seg->device, stream);
+  *addr = (uintptr_t)p;
+  return p ? TA_OK : TA_ENOMEM;
+}
+
+static void give_memory(ta_segments *seg, ta_segment_source *src, uintptr_t addr, size_t size, cudaStream_t stream) {
+  if (src) src->pub.free(src->pub.ctx, (void *)addr, size, seg->device, stream);
+  else seg->backend->ops->free(seg->backend, seg->device, addr, size);
+}
+
 ta_segment *ta_segments_alloc(ta_segments *seg, size_t size, cudaStream_t stream, int pool, void *owner,
                               ta_policy *policy) {
   ta_segment *s = malloc(sizeof *s);
   ta_block *b = ta_segments_block_new(seg);
   uintptr_t addr = 0;
-  if (!s || !b) goto fail;
+  ta_segment_source *src = policy->source;
+  if (!s || !b || seg->no_new_segments) goto fail;
   if (seg->limit && (size_t)ta_stat_total(seg->stats->reserved_bytes) + size > seg->limit) goto fail;
-  if (seg->backend->ops->alloc(seg->backend, seg->device, size, &addr) != TA_OK) goto fail;
+  if (take_memory(seg, src, size, stream, &addr) != TA_OK) goto fail;
   *s = (ta_segment){.addr = addr, .size = size, .stream = stream, .first = b, .owner = owner,
-                    .policy_instance = policy, .pool = (uint8_t)pool, .policy = policy->id};
+                    .policy_instance = policy, .source = src, .pool = (uint8_t)pool, .policy = policy->id};
   if (registry_insert(&seg->registry, s)) {
-    seg->backend->ops->free(seg->backend, seg->device, addr, size);
+    give_memory(seg, src, addr, size, stream);
     goto fail;
   }
+  if (src) src->refs++;
   *b = (ta_block){.addr = addr, .size = size, .segment = s, .stream = stream, .owner = owner, .policy = policy->id,
                   .state = TA_BLOCK_FREE};
   s->last = b;
@@ -147,7 +174,8 @@ void ta_segments_account(ta_segments *seg, const ta_segment *s, uintptr_t addr, 
 
 void ta_segments_release(ta_segments *seg, ta_segment *s) {
   ta_assert(s->first->state == TA_BLOCK_FREE && !s->first->next && !s->expansion);
-  seg->backend->ops->free(seg->backend, seg->device, s->addr, s->size);
+  give_memory(seg, s->source, s->addr, s->size, s->stream);
+  ta_segment_source_drop(s->source);
   ta_segments_account(seg, s, s->addr, s->size, -1);
   registry_remove(&seg->registry, s);
   ta_stats_sub(seg->stats->segment, s->pool, 1);
@@ -186,7 +214,8 @@ void ta_segments_destroy(ta_segments *seg) {
   for (size_t i = 0; i < r->count; i++) {
     ta_segment *s = r->items[i];
     ta_assert(!s->expansion); /* ta_segments_expandable_teardown went first */
-    seg->backend->ops->free(seg->backend, seg->device, s->addr, s->size);
+    give_memory(seg, s->source, s->addr, s->size, s->stream);
+    ta_segment_source_drop(s->source);
     free(s);
   }
   free(r->items);

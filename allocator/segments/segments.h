@@ -69,6 +69,7 @@ struct ta_segments {
   int64_t allocated_high; /* the most allocated bytes seen (unlike the stats' peak, never reset) */
   int64_t high_water;  /* the most reserved bytes so far (never reset, unlike the stats' peak) */
   int no_sync;         /* a capture may be underway: nothing may synchronize (the heap's routing) */
+  int no_new_segments; /* ta_segments_alloc refuses: only cached blocks may serve (a use_on_oom pool's turn) */
   torchalloc_stats *stats; /* the heap's: segment, reserved_bytes, inactive_split*, num_device_*, num_synchronizes */
   ta_stream_marks **marks; /* reclaim: one per stream its segments serve (segments_marks.c) */
   size_t nmarks, cap_marks;
@@ -82,6 +83,18 @@ struct ta_segments {
   int64_t phase_growth[TORCHALLOC_MAX_PHASES];   /* device bytes allocated for each phase's requests */
   int64_t phase_released[TORCHALLOC_MAX_PHASES]; /* device bytes released while each phase was current */
 };
+
+/* A private pool's own allocator (torchalloc_pool_source), shared by the
+ * pool and every segment it made: the last of them to go releases it. */
+typedef struct ta_segment_source {
+  torchalloc_pool_source pub;
+  int refs;
+} ta_segment_source;
+
+/* A source holding one reference (the caller's), or NULL (host memory). */
+ta_internal ta_segment_source *ta_segment_source_new(const torchalloc_pool_source *pub);
+/* Drop a reference; the last calls pub.release and frees it. NULL: nothing. */
+ta_internal void ta_segment_source_drop(ta_segment_source *src);
 
 /* `large_handle`: bytes per physical handle of large-pool expandable
  * segments (config.h, `handle`), rounded up to the device's granule. */

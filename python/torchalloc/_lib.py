@@ -240,6 +240,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "torchalloc_pool_retain": (_c_int, [_c_int, _c_uint64, _c_uint64]),
     "torchalloc_pool_release": (_c_int, [_c_int, _c_uint64, _c_uint64]),
     "torchalloc_pool_use_count": (_c_int, [_c_int, _c_uint64, _c_uint64]),
+    "torchalloc_pool_flags": (_c_int, [_c_int, _c_uint64, _c_uint64, ctypes.c_uint, ctypes.c_uint]),
     "torchalloc_pool_malloc": (_c_void_p, [_c_size_t, _c_int, _c_void_p, _c_uint64, _c_uint64]),
     "torchalloc_pool_live_blocks": (_c_int64, [_c_int, _c_uint64, _c_uint64, _c_void_p, _c_size_t]),
     "torchalloc_pool_empty": (_c_int64, [_c_int, _c_uint64, _c_uint64]),

@@ -299,7 +299,10 @@ static ta_noinline ta_block *fresh_block(ta_arena *a, cudaStream_t stream, int p
     ta_block *b = expand(a, &a->streams[a->last], pool, bins, rounded, &status);
     if (b || status != TA_ENOSPACE) return b;
   }
-  ta_segment *seg = ta_segments_alloc(a->segments, ta_segment_size_for(rounded), stream, pool, a, a->policy);
+  /* Unsplit, a block is its segment: no bigger than the granule-rounded request. */
+  size_t size =
+      a->policy->flags & TA_POLICY_NO_SPLIT ? ta_align_up(rounded, TA_ROUND_LARGE) : ta_segment_size_for(rounded);
+  ta_segment *seg = ta_segments_alloc(a->segments, size, stream, pool, a, a->policy);
   if (!seg) return NULL;
   own(a, seg);
   return seg->first;
@@ -317,7 +320,8 @@ ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream) {
     b = fresh_block(a, stream, pool, bins, rounded);
     if (!b) return NULL;
   }
-  if (ta_should_split(b->size, rounded, pool, b->segment->expansion != NULL)) {
+  if (ta_should_split(b->size, rounded, pool, b->segment->expansion != NULL) &&
+      ta_likely(!(a->policy->flags & TA_POLICY_NO_SPLIT))) {
     ta_block *rest = ta_segments_block_new(a->segments);
     if (ta_likely(rest != NULL)) split_after(a, bins, b, rounded, rest); /* without host memory: whole */
   }
