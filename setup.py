@@ -70,7 +70,8 @@ def build_library(out_dir: Path) -> Path:
 
 def copy_bridge_source(package_dir: Path) -> None:
     """The bridge's source, laid out as in the repository, under the package's bridge_src/."""
-    for relative in ("bridge/torchalloc_bridge.cpp", "include/torchalloc.h"):
+    for relative in ("bridge/torchalloc_bridge.cpp", "bridge/bridge_core.h", "bridge/bridge_foreign.h",
+                     "bridge/bridge_history.h", "include/torchalloc.h"):
         target = package_dir / "bridge_src" / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / relative, target)

@@ -15,7 +15,10 @@
 //     through a CapturedTraceback unwinder of our own.
 //
 // The core is reached through dlsym on the copy of libtorchalloc.so the
-// Python package already loaded, so both share one state. Entry point:
+// Python package already loaded, so both share one state (bridge_core.h).
+// Beside this file, one job each: bridge_history.h (the memory history of
+// _record_memory_history), bridge_foreign.h (a MemPool's own allocator,
+// requests while caching is disabled, the profiler's blocks). Entry point:
 // torchalloc_bridge_install(), before CUDA is initialised.
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -39,6 +42,9 @@
 #include <vector>
 
 #include "../include/torchalloc.h"
+#include "bridge_core.h"
+#include "bridge_foreign.h"
+#include "bridge_history.h"
 
 namespace {
 
@@ -46,128 +52,6 @@ namespace alloc = c10::cuda::CUDACachingAllocator;
 using c10::DeviceIndex;
 using c10::cuda::MempoolId_t;
 using alloc::TraceEntry;
-
-// ---------------------------------------------------------------------------
-// The C core, found in the library the Python package loaded.
-// ---------------------------------------------------------------------------
-
-#define TA_CORE_FUNCTIONS(X)                                                                                      \
-  X(try_malloc) X(pool_malloc) X(free_ptr) X(get_stats) X(reset_peak_stats) X(reset_accumulated_stats)           \
-  X(empty_cache) X(pool_empty) X(largest_cached_block) X(set_memory_fraction) X(get_memory_fraction)             \
-  X(record_stream) X(init_devices) X(device_count) X(pool_retain) X(pool_release) X(pool_use_count)               \
-  X(pool_live_blocks) X(pool_restore) X(routing_begin) X(routing_end) X(snapshot) X(segment_of) X(stack_frames)   \
-  X(oom_summary) X(set_segment_observer) X(last_error) X(policy_name) X(enable_peer_access) X(ipc_share)         \
-  X(ipc_open) X(ipc_close)
-
-struct Core {
-#define TA_FIELD(name) decltype(&torchalloc_##name) name = nullptr;
-  TA_CORE_FUNCTIONS(TA_FIELD)
-#undef TA_FIELD
-};
-Core core;
-
-bool load_core(const char* path, std::string& why) {
-  void* lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD); // the copy already loaded: one shared state
-  if (!lib) lib = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
-  if (!lib) {
-    why = std::string("cannot load ") + path + ": " + dlerror();
-    return false;
-  }
-#define TA_LOAD(name)                                                                        \
-  core.name = reinterpret_cast<decltype(core.name)>(dlsym(lib, "torchalloc_" #name));        \
-  if (!core.name) {                                                                          \
-    why = std::string(path) + " has no torchalloc_" #name ": rebuild the library and bridge"; \
-    return false;                                                                            \
-  }
-  TA_CORE_FUNCTIONS(TA_LOAD)
-#undef TA_LOAD
-  return true;
-}
-
-uint64_t now_us() {
-  using namespace std::chrono;
-  return (uint64_t)duration_cast<microseconds>(system_clock::now().time_since_epoch()).count();
-}
-
-// ---------------------------------------------------------------------------
-// Snapshot frames from the core's stacks: a CapturedTraceback unwinder whose
-// "frames" are indices into a table of (file, function, line) we read from
-// the core. PyTorch's gather() asks the unwinders in turn; ours answers only
-// on a thread where snapshot() set the stack to report, so every other
-// gather (PyTorch's own memory history) goes to PyTorch's Python unwinder.
-// ---------------------------------------------------------------------------
-
-thread_local uint32_t stack_to_report = 0;
-
-struct FrameText {
-  std::string file, function;
-  uint32_t line;
-};
-
-class CoreStackUnwinder final : public torch::CapturedTraceback::Python {
- public:
-  bool canGather() override { return stack_to_report != 0; }
-
-  std::vector<torch::CapturedTraceback::PyFrame> gather() override {
-    std::vector<torch::CapturedTraceback::PyFrame> out;
-    if (!stack_to_report) return out;
-    struct Visit {
-      CoreStackUnwinder* self;
-      std::vector<torch::CapturedTraceback::PyFrame>* out;
-    } v{this, &out};
-    core.stack_frames(
-        stack_to_report,
-        [](void* ctx, const char* file, const char* function, uint32_t line) {
-          auto* v = static_cast<Visit*>(ctx);
-          v->out->push_back({v->self->intern(file, function, line), 0});
-        },
-        &v);
-    return out;
-  }
-
-  void release(std::vector<torch::CapturedTraceback::PyFrame>& /*frames*/) override {} // nothing is owned
-
-  void appendSymbolized(const std::vector<torch::CapturedTraceback::PyFrame>& to_symbolize,
-                        torch::SymbolizedTracebacks& result) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& f : to_symbolize) { // one fragment of one frame per PyFrame, as PyTorch's unwinder does
-      const FrameText& t = table_.at(reinterpret_cast<uintptr_t>(f.code) - 1);
-      result.tracebacks.emplace_back();
-      result.tracebacks.back().push_back(result.all_frames.size());
-      result.all_frames.push_back(torch::unwind::Frame{t.file, t.function, t.line});
-    }
-  }
-
-  int traverse(std::vector<torch::CapturedTraceback::PyFrame>&, torch::CapturedTraceback::visitproc, void*) override {
-    return 0;
-  }
-  int clear(std::vector<torch::CapturedTraceback::PyFrame>&) override { return 0; }
-
- private:
-  // The "code pointer" of a frame is its index + 1 in the table: never
-  // dereferenced by PyTorch (only by this class), never null.
-  void* intern(const char* file, const char* function, uint32_t line) {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::string key = std::string(file) + '\n' + function + '\n' + std::to_string(line);
-    auto [it, fresh] = index_.emplace(std::move(key), table_.size());
-    if (fresh) table_.push_back({file, function, line});
-    return reinterpret_cast<void*>(it->second + 1);
-  }
-
-  std::mutex mu_;
-  std::vector<FrameText> table_;
-  std::unordered_map<std::string, size_t> index_;
-};
-
-CoreStackUnwinder* core_unwinder = nullptr; // immortal once registered, as PyTorch requires
-
-std::shared_ptr<c10::GatheredContext> context_of_core_stack(uint32_t stack) {
-  if (!stack || !core_unwinder) return nullptr;
-  stack_to_report = stack;
-  auto tb = torch::CapturedTraceback::gather(/*python=*/true, /*script=*/false, /*cpp=*/false);
-  stack_to_report = 0;
-  return tb;
-}
 
 // ---------------------------------------------------------------------------
 // The allocator
@@ -180,12 +64,8 @@ struct Route {
   std::function<bool(cudaStream_t)> filter;
 };
 
-struct LiveContext { // what the memory history keeps per live block
-  std::shared_ptr<c10::GatheredContext> context;
-  size_t size;
-  cudaStream_t stream;
-  DeviceIndex device;
-};
+// PyTorch's own limit, checked before any allocator is asked.
+constexpr size_t kOneExaByte = (size_t)1 << 60;
 
 struct PoolCheckpoint final : alloc::AllocatorState {
   DeviceIndex device;
@@ -208,6 +88,11 @@ class Bridge final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAl
     void* p = alloc_on(size, device, c10::cuda::getCurrentCUDAStream(device).stream());
     return {p, p, &bridge_delete, c10::Device(c10::DeviceType::CUDA, device)};
   }
+  // torch.cuda.caching_allocator_enable(False): as PyTorch's allocator,
+  // every request is a cudaMalloc of its own, freed with cudaFree, outside
+  // the allocator's stats (torchalloc neither sees nor logs it).
+  void enable(bool value) override { caching_.store(value); }
+  bool isEnabled() const override { return caching_.load(); }
   c10::DeleterFnPtr raw_deleter() const override { return &bridge_delete; }
   void* raw_alloc(size_t nbytes) override {
     DeviceIndex device = c10::cuda::current_device();
@@ -220,7 +105,9 @@ class Bridge final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAl
 
   void free_block(void* ptr) {
     if (!ptr) return;
-    if (history_on_.load(std::memory_order_relaxed)) note_free(ptr);
+    if (uncached_.any() && uncached_.free(ptr)) return;
+    if (profiled_.any()) report_free_to_profiler(ptr);
+    if (history_.on()) history_.note_free(ptr);
     core.free_ptr(ptr); // an unknown pointer is reported and counted by the core; a deleter must not throw
   }
 
@@ -237,11 +124,12 @@ class Bridge final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAl
     core.set_memory_fraction(fraction, device);
   }
   void emptyCache(MempoolId_t pool) override {
-    if (pool.first == 0 && pool.second == 0) {
-      core.empty_cache(-1);
-      return;
-    }
-    for (int d = 0; d < core.device_count(); d++) core.pool_empty(d, pool.first, pool.second);
+    // The segments released now are the call's: their history records get its context.
+    if (history_.on()) History::segment_context = history_.gather(alloc::RecordContext::ALL);
+    if (pool.first == 0 && pool.second == 0) core.empty_cache(-1);
+    else
+      for (int d = 0; d < core.device_count(); d++) core.pool_empty(d, pool.first, pool.second);
+    History::segment_context = nullptr;
   }
   void cacheInfo(DeviceIndex device, size_t* largest) override {
     if (*largest == 0) { // as PyTorch: free device memory is the optimistic first guess
@@ -342,16 +230,21 @@ class Bridge final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAl
   }
   void createOrIncrefPool(DeviceIndex device, MempoolId_t pool,
                           std::shared_ptr<alloc::CUDAAllocator> allocator) override {
-    TORCH_CHECK(!allocator,
-                "torchalloc: torch.cuda.MemPool(allocator=...) is not supported while torchalloc is PyTorch's "
-                "allocator: its pools are served by torchalloc itself (create the MemPool without an allocator)");
-    TORCH_CHECK(core.pool_retain(device, pool.first, pool.second) > 0, "torchalloc: ", core.last_error());
+    if (!allocator) {
+      TORCH_CHECK(core.pool_retain(device, pool.first, pool.second) > 0, "torchalloc: ", core.last_error());
+      return;
+    }
+    auto* held = new PoolSource{std::move(allocator)};
+    torchalloc_pool_source source{&PoolSource::alloc, &PoolSource::free, &PoolSource::release, held};
+    if (core.pool_create(device, pool.first, pool.second, &source) > 0) return; // the core owns `held` now
+    delete held;
+    TORCH_CHECK(false, "torchalloc: ", core.last_error());
   }
-  void setUseOnOOM(DeviceIndex, MempoolId_t, bool use_on_oom) override {
-    TORCH_CHECK(!use_on_oom, "torchalloc does not support torch.cuda.MemPool(use_on_oom=True)");
+  void setUseOnOOM(DeviceIndex device, MempoolId_t pool, bool use_on_oom) override {
+    set_pool_flag(device, pool, TORCHALLOC_POOL_USE_ON_OOM, use_on_oom);
   }
-  void setNoSplit(DeviceIndex, MempoolId_t) override {
-    TORCH_CHECK(false, "torchalloc does not support torch.cuda.MemPool(no_split=True)");
+  void setNoSplit(DeviceIndex device, MempoolId_t pool) override {
+    set_pool_flag(device, pool, TORCHALLOC_POOL_NO_SPLIT, true);
   }
   bool checkPoolLiveAllocations(DeviceIndex device, MempoolId_t pool,
                                 const std::unordered_set<void*>& expected) override {
@@ -435,37 +328,31 @@ class Bridge final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAl
       });
     }
     out.device_traces.resize(ndev);
-    if (include_traces) {
-      std::lock_guard<std::mutex> lock(history_mu_);
-      for (int d = 0; d < ndev && d < kMaxDevices; d++)
-        out.device_traces[d].assign(history_[d].begin(), history_[d].end());
-    }
+    if (include_traces) history_.fill(out, ndev);
     out.config_metadata.last_allocator_settings = std::string("torchalloc policy ") + core.policy_name();
     out.config_metadata.max_split_size = SIZE_MAX;
     return out;
   }
 
   void recordHistory(bool enabled, alloc::CreateContextFn recorder, size_t max_entries,
-                     alloc::RecordContext when, bool clear, const std::vector<std::string>& /*skip_actions*/) override {
-    std::lock_guard<std::mutex> lock(history_mu_);
-    recorder_ = enabled ? recorder : nullptr;
-    when_ = enabled ? when : alloc::RecordContext::NEVER;
-    max_entries_ = std::max<size_t>(max_entries, 1);
-    if (!enabled || clear) {
-      for (auto& h : history_) h.clear();
-      live_contexts_.clear();
-    }
-    history_on_.store(enabled);
+                     alloc::RecordContext when, bool clear, const std::vector<std::string>& skip_actions) override {
+    history_.configure(enabled, recorder, max_entries, when, clear, skip_actions);
   }
-  bool isHistoryEnabled() override { return history_on_.load(); }
+  bool isHistoryEnabled() override { return history_.on(); }
+  void pushCompileContext(std::string& md) override { history_.push_compile_context(md); }
+  void popCompileContext() override { history_.pop_compile_context(); }
+  void setUserMetadata(const std::string& md) override { history_.set_user_metadata(md); }
+  std::string getUserMetadata() override { return history_.user_metadata(); }
+  void recordAnnotation(const std::vector<std::pair<std::string, std::string>>& md) override {
+    history_.annotate(md, core.device_count());
+  }
 
   void attachOutOfMemoryObserver(alloc::OutOfMemoryObserver observer) override {
     std::lock_guard<std::mutex> lock(observers_mu_);
     oom_observers_.push_back(std::move(observer));
   }
   void attachAllocatorTraceTracker(alloc::AllocatorTraceTracker tracker) override {
-    std::lock_guard<std::mutex> lock(history_mu_);
-    trackers_.push_back(std::move(tracker));
+    history_.attach(std::move(tracker));
   }
 
   // -- CUDA IPC (torch.multiprocessing): PyTorch's own wire format, so
@@ -492,12 +379,18 @@ class Bridge final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAl
 
   // Called by the core under its lock (a segment observer): no GIL here.
   void note_segment(int device, int event, uint64_t addr, uint64_t size, uint64_t stream) {
-    if (!history_on_.load(std::memory_order_relaxed)) return;
+    if (!history_.on()) return;
     auto action = event == TORCHALLOC_SEGMENT_ALLOC ? TraceEntry::SEGMENT_ALLOC : TraceEntry::SEGMENT_FREE;
-    record((DeviceIndex)device, action, addr, size, reinterpret_cast<void*>(stream), nullptr);
+    history_.record((DeviceIndex)device, action, addr, size, reinterpret_cast<void*>(stream),
+                    History::segment_context);
   }
 
  private:
+  void set_pool_flag(DeviceIndex device, MempoolId_t pool, unsigned flag, bool on) {
+    TORCH_CHECK(core.pool_flags(device, pool.first, pool.second, on ? flag : 0, on ? 0 : flag) >= 0, "torchalloc: ",
+                core.last_error());
+  }
+
   // The private pool whose filter claims this request (last begun first), if any.
   bool routed_pool(DeviceIndex device, cudaStream_t stream, MempoolId_t* pool) {
     if (device < 0 || device >= kMaxDevices || nroutes_[device].load(std::memory_order_acquire) == 0) return false;
@@ -512,8 +405,10 @@ class Bridge final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAl
 
   void* alloc_on(size_t size, DeviceIndex device, cudaStream_t stream) {
     if (size == 0) return nullptr;
+    TORCH_CHECK_WITH(OutOfMemoryError, size < kOneExaByte, "CUDA out of memory. Tried to allocate more than 1EB memory.");
+    if (!caching_.load(std::memory_order_relaxed)) return uncached_.alloc(size, device);
     std::shared_ptr<c10::GatheredContext> context; // gathered before the core's lock: it takes the GIL
-    if (history_on_.load(std::memory_order_relaxed)) context = gather(alloc::RecordContext::STATE);
+    if (history_.on()) History::segment_context = context = history_.gather(alloc::RecordContext::STATE);
     MempoolId_t pool{0, 0};
     bool routed = routed_pool(device, stream, &pool);
     auto attempt = [&] {
@@ -521,10 +416,31 @@ class Bridge final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAl
     };
     void* p = attempt();
     if (!p && free_memory_callbacks()) p = attempt(); // e.g. memory other processes have closed (CUDA IPC)
+    History::segment_context = nullptr;
     if (!p) raise_oom(size, device, stream);
-    if (history_on_.load(std::memory_order_relaxed)) note_alloc(p, size, device, stream, std::move(context));
+    if (history_.on()) history_.note_alloc(p, size, device, stream, std::move(context));
+    if (C10_UNLIKELY(c10::memoryProfilingEnabled())) {
+      profiled_.add(p, size, device);
+      report_to_profiler(p, (int64_t)size, device);
+    }
     return p;
   }
+
+  // torch.profiler(profile_memory=True): told of every block as PyTorch's allocator tells it.
+  void report_free_to_profiler(void* p) {
+    std::pair<size_t, DeviceIndex> block;
+    if (profiled_.take(p, &block) && c10::memoryProfilingEnabled())
+      report_to_profiler(p, -(int64_t)block.first, block.second);
+  }
+  static void report_to_profiler(void* p, int64_t delta, DeviceIndex device) {
+    torchalloc_stats s{};
+    core.get_stats(device, &s);
+    c10::reportMemoryUsageToProfiler(p, delta, (size_t)s.allocated_bytes[0].current,
+                                     (size_t)s.reserved_bytes[0].current, c10::Device(c10::DeviceType::CUDA, device));
+  }
+
+
+
 
   // What PyTorch's allocator runs before it gives up on a request: the
   // registered callbacks, such as the one that frees blocks sent to other
@@ -538,17 +454,22 @@ class Bridge final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAl
   }
 
   [[noreturn]] void raise_oom(size_t size, DeviceIndex device, cudaStream_t stream) {
-    char summary[8192] = ""; // the C summary with its advice lines fits in 6 KiB (TA_OOM_SUMMARY_MAX)
-    if (core.oom_summary(device, summary, sizeof summary) <= 0)
-      snprintf(summary, sizeof summary, "CUDA out of memory. torchalloc could not allocate %zu bytes on device %d: %s",
-               size, (int)device, core.last_error());
     size_t device_free = 0, device_total = 0;
     {
       c10::cuda::CUDAGuard guard(device);
       if (cudaMemGetInfo(&device_free, &device_total) != cudaSuccess) (void)cudaGetLastError();
     }
-    if (history_on_.load(std::memory_order_relaxed))
-      record(device, TraceEntry::OOM, device_free, size, stream, gather(alloc::RecordContext::STATE));
+    char summary[8192] = ""; // the C summary with its advice lines fits in 6 KiB (TA_OOM_SUMMARY_MAX)
+    std::string head = "CUDA out of memory. Tried to allocate " + format_size(size) + ". GPU " +
+                       std::to_string(device) + " has a total capacity of " + format_size(device_total) +
+                       " of which " + format_size(device_free) + " is free.";
+    if (size > TORCHALLOC_MAX_REQUEST) // refused before any policy saw it: the last summary is another failure's
+      snprintf(summary, sizeof summary, "%s torchalloc refuses requests over %s: no device has that much memory.",
+               head.c_str(), format_size(TORCHALLOC_MAX_REQUEST).c_str());
+    else if (core.oom_summary(device, summary, sizeof summary) <= 0)
+      snprintf(summary, sizeof summary, "%s torchalloc could not allocate it: %s", head.c_str(), core.last_error());
+    if (history_.on())
+      history_.record(device, TraceEntry::OOM, device_free, size, stream, history_.gather(alloc::RecordContext::STATE));
     std::vector<alloc::OutOfMemoryObserver> observers;
     {
       std::lock_guard<std::mutex> lock(observers_mu_);
@@ -558,57 +479,12 @@ class Bridge final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAl
     TORCH_CHECK_WITH(OutOfMemoryError, false, summary);
   }
 
-  std::shared_ptr<c10::GatheredContext> gather(alloc::RecordContext level) {
-    alloc::CreateContextFn recorder;
-    {
-      std::lock_guard<std::mutex> lock(history_mu_);
-      if (when_ < level) return nullptr;
-      recorder = recorder_;
-    }
-    return recorder ? recorder() : nullptr;
-  }
-
-  void record(DeviceIndex device, TraceEntry::Action action, size_t addr, size_t size, void* stream,
-              std::shared_ptr<c10::GatheredContext> context) {
-    std::lock_guard<std::mutex> lock(history_mu_);
-    if (device < 0 || device >= kMaxDevices) return;
-    TraceEntry entry(action, device, addr, size, stream, {0, 0}, 0,
-                     when_ >= alloc::RecordContext::ALLOC ? std::move(context) : nullptr);
-    entry.time_.t_ = (time_t)now_us();
-    for (const auto& tracker : trackers_) tracker(entry);
-    auto& h = history_[device];
-    h.push_back(std::move(entry));
-    while (h.size() > max_entries_) h.pop_front();
-  }
-
-  void note_alloc(void* p, size_t size, DeviceIndex device, cudaStream_t stream,
-                  std::shared_ptr<c10::GatheredContext> context) {
-    record(device, TraceEntry::ALLOC, reinterpret_cast<size_t>(p), size, stream, context);
-    std::lock_guard<std::mutex> lock(history_mu_);
-    live_contexts_[p] = {std::move(context), size, stream, device};
-  }
-
-  void note_free(void* ptr) {
-    LiveContext live;
-    {
-      std::lock_guard<std::mutex> lock(history_mu_);
-      auto it = live_contexts_.find(ptr);
-      if (it == live_contexts_.end()) return; // allocated before the history began
-      live = std::move(it->second);
-      live_contexts_.erase(it);
-    }
-    auto context = gather(alloc::RecordContext::ALL);
-    record(live.device, TraceEntry::FREE_REQUESTED, reinterpret_cast<size_t>(ptr), live.size, live.stream, context);
-    record(live.device, TraceEntry::FREE_COMPLETED, reinterpret_cast<size_t>(ptr), live.size, live.stream, context);
-  }
-
+  // A live block's context in a snapshot: what the history gathered at its
+  // allocation, else the core's own stack (stacks:1) unless the history was
+  // asked to record none (context=None).
   std::shared_ptr<c10::GatheredContext> context_for(const torchalloc_block_info& b) {
-    {
-      std::lock_guard<std::mutex> lock(history_mu_);
-      auto it = live_contexts_.find(reinterpret_cast<void*>(b.addr));
-      if (it != live_contexts_.end() && it->second.context) return it->second.context;
-    }
-    return context_of_core_stack(b.stack);
+    if (auto context = history_.live_context(reinterpret_cast<void*>(b.addr))) return context;
+    return history_.contexts_off() ? nullptr : context_of_core_stack(b.stack);
   }
 
   template <typename F>
@@ -634,14 +510,11 @@ class Bridge final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAl
   std::mutex observers_mu_;
   std::vector<alloc::OutOfMemoryObserver> oom_observers_;
 
-  std::mutex history_mu_;
-  std::atomic<bool> history_on_{false};
-  alloc::CreateContextFn recorder_ = nullptr;
-  alloc::RecordContext when_ = alloc::RecordContext::NEVER;
-  size_t max_entries_ = 1;
-  std::deque<TraceEntry> history_[kMaxDevices];
-  std::unordered_map<void*, LiveContext> live_contexts_;
-  std::vector<alloc::AllocatorTraceTracker> trackers_;
+  History history_;
+
+  std::atomic<bool> caching_{true};
+  Uncached uncached_;
+  ProfiledBlocks profiled_;
 };
 
 std::shared_ptr<Bridge> installed;

@@ -43,6 +43,8 @@ ENV_BRIDGE = "TORCHALLOC_BRIDGE"
 ENV_CACHE = "TORCHALLOC_CACHE"
 SOURCE_RELATIVE = Path("bridge") / "torchalloc_bridge.cpp"
 HEADER_RELATIVE = Path("include") / "torchalloc.h"
+# Headers only the bridge includes (beside it in bridge/): part of its source and of the cache key.
+BRIDGE_HEADERS = tuple(Path("bridge") / name for name in ("bridge_core.h", "bridge_foreign.h", "bridge_history.h"))
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _REPO_ROOT = _PACKAGE_DIR.parent.parent
@@ -81,7 +83,7 @@ def source_root() -> Path:
 
 def source_hash(root: Path) -> str:
     digest = hashlib.sha256()
-    for relative in (SOURCE_RELATIVE, HEADER_RELATIVE):
+    for relative in (SOURCE_RELATIVE, HEADER_RELATIVE, *BRIDGE_HEADERS):
         digest.update((root / relative).read_bytes())
     return digest.hexdigest()[:16]
 
