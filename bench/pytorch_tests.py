@@ -194,6 +194,8 @@ def main() -> int:
             results[name][a] = future.result()
             print(f"\r{done}/{len(jobs)} runs ({time.perf_counter() - t0:.0f} s)", end="", file=sys.stderr,
                   flush=True)
+            if args.json:  # kept current: a run stopped from outside leaves what finished
+                write_json(args.json, args.path, torch.__version__, results, complete=done == len(jobs))
     print(file=sys.stderr)
     differ = [n for n in names if len({results[n][a]["outcome"] for a in allocators}) > 1]
     width = max([len(n) for n in differ] + [4])
@@ -206,10 +208,16 @@ def main() -> int:
         for n in names:
             counts[results[n][a]["outcome"]] = counts.get(results[n][a]["outcome"], 0) + 1
         print(f"{a}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
-    if args.json:
-        args.json.write_text(json.dumps({"file": args.path, "torch": torch.__version__, "results": results},
-                                        indent=1))
     return 0
+
+
+def write_json(path: Path, test_file: str, torch_version: str, results: dict[str, dict[str, Any]],
+               complete: bool) -> None:
+    """Every outcome so far (a test whose runs are not all done has fewer allocators), written whole then renamed."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps({"file": test_file, "torch": torch_version, "complete": complete,
+                                   "results": results}, indent=1))
+    os.replace(partial, path)
 
 
 if __name__ == "__main__":

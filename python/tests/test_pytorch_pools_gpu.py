@@ -142,16 +142,16 @@ OOM_MESSAGES = r"""
 import torch
 x = torch.zeros(1024, device="cuda")
 messages = []
-for n in (1024 ** 3 * 800000000, 1024 ** 3 * 8000000000):
+def attempt(n):
     try:
         torch.empty(n, dtype=torch.int8, device="cuda")
-    except torch.OutOfMemoryError as e:
-        messages.append(str(e).splitlines()[0][:160])
-torch.cuda.set_per_process_memory_fraction(0.01)
-try:
-    torch.empty(1 << 40 >> 10, dtype=torch.int8, device="cuda")  # 1 GiB under a 1 % cap
-except torch.OutOfMemoryError as e:
-    messages.append(str(e).splitlines()[0][:160])
+        messages.append(None)
+    except RuntimeError as e:  # torch.OutOfMemoryError is one
+        messages.append([type(e).__name__, str(e).splitlines()[0][:160]])
+attempt(1024 ** 3 * 800000000)
+attempt(1024 ** 3 * 8000000000)
+torch.cuda.set_per_process_memory_fraction(0.002)  # under 300 MiB on any GPU of 80 GiB or more
+attempt(1 << 30)
 x.fill_(1)
 emit(messages=messages, ok=bool((x == 1).all().item()))
 """
@@ -278,11 +278,12 @@ def test_a_no_split_pool_never_splits(library_path: Path) -> None:
 def test_the_oom_message_opens_as_pytorchs_for_any_size(library_path: Path) -> None:
     native, ours = both(library_path, OOM_MESSAGES)
     for result in (native, ours):
-        first, exa, capped = result["messages"]
+        (_, first), (_, exa), (_, capped) = result["messages"]
         assert first.startswith("CUDA out of memory. Tried to allocate 800000000.00 GiB. GPU 0 has a total capacity of")
-        assert exa.startswith("CUDA out of memory. Tried to allocate more than 1EB memory")
+        assert "Tried to allocate more than 1EB memory" in exa
         assert capped.startswith("CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of")
         assert result["ok"]
+    assert [m[0] for m in ours["messages"]] == [m[0] for m in native["messages"]]
 
 
 def test_the_memory_history_keeps_metadata_skips_and_free_contexts(library_path: Path) -> None:
@@ -303,7 +304,8 @@ def test_compile_contexts_in_the_history(library_path: Path) -> None:
 
 def test_the_profiler_sees_allocations_with_their_stacks(library_path: Path) -> None:
     native, ours = both(library_path, PROFILER)
-    assert native == ours == {"stack": True, "category": True}
+    for result in (native, ours):
+        assert result["stack"] and result["category"]
 
 
 def test_caching_disabled_bypasses_the_allocator(library_path: Path) -> None:
