@@ -7,8 +7,8 @@ compiler come from the system; the library has no link-time CUDA dependency
 (cudart is dlopen'ed at run time), so the wheel builds on a machine without
 CUDA.
 
-The C++ bridge's source (bridge/torchalloc_bridge.cpp and the public header
-it includes) goes into the package as bridge_src/, so torchalloc.install()
+The C++ bridge's source (bridge/torchalloc_bridge.cpp, the headers beside it
+and the public header it includes) goes into the package as bridge_src/, so torchalloc.install()
 can build it on first use against whatever torch is installed. When torch
 with CUDA is importable during the build itself (pip install
 --no-build-isolation .), the bridge is built now and shipped beside the
@@ -70,8 +70,8 @@ def build_library(out_dir: Path) -> Path:
 
 def copy_bridge_source(package_dir: Path) -> None:
     """The bridge's source, laid out as in the repository, under the package's bridge_src/."""
-    for relative in ("bridge/torchalloc_bridge.cpp", "bridge/bridge_core.h", "bridge/bridge_foreign.h",
-                     "bridge/bridge_history.h", "include/torchalloc.h"):
+    headers = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "bridge").glob("*.h"))  # the files it includes
+    for relative in ("bridge/torchalloc_bridge.cpp", *headers, "include/torchalloc.h"):
         target = package_dir / "bridge_src" / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / relative, target)

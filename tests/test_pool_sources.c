@@ -96,6 +96,9 @@ TEST(the_memory_fraction_caps_a_source_and_a_refusing_source_is_an_oom) {
   CHECK_EQ(stats0().num_ooms, 2);
   torchalloc_free(a, 40 * MiB, 0, S0);
   CHECK_INVARIANTS();
+  torchalloc_teardown(); /* the pool still has a user: its source (on this stack) is given back now */
+  CHECK_EQ(f.frees, 1);
+  CHECK_EQ(f.releases, 1);
 }
 
 TEST(a_source_is_set_once_and_given_back_at_teardown) {

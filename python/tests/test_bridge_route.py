@@ -25,6 +25,20 @@ def test_the_source_is_found_and_hashed() -> None:
     assert len(bridge.source_hash(root)) == 16
 
 
+def test_every_file_the_bridge_includes_is_part_of_its_source(tmp_path: Path) -> None:
+    root = bridge.source_root()
+    included = {line.split('"')[1] for line in (root / bridge.SOURCE_RELATIVE).read_text().splitlines()
+                if line.startswith('#include "bridge_')}
+    assert included == {h.name for h in bridge.BRIDGE_HEADERS}  # a header of its own not listed would not ship
+    for relative in (bridge.SOURCE_RELATIVE, bridge.HEADER_RELATIVE, *bridge.BRIDGE_HEADERS):
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_bytes((root / relative).read_bytes())
+    before = bridge.source_hash(tmp_path)
+    header = tmp_path / bridge.BRIDGE_HEADERS[-1]
+    header.write_text(header.read_text() + "\n")
+    assert bridge.source_hash(tmp_path) != before  # a changed header rebuilds the bridge
+
+
 def test_the_cache_key_names_every_version_and_the_source(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv(bridge.ENV_CACHE, str(tmp_path))
     path = bridge.cached_path(fake_torch())

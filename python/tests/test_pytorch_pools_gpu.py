@@ -281,7 +281,7 @@ def test_the_oom_message_opens_as_pytorchs_for_any_size(library_path: Path) -> N
         (_, first), (_, exa), (_, capped) = result["messages"]
         assert first.startswith("CUDA out of memory. Tried to allocate 800000000.00 GiB. GPU 0 has a total capacity of")
         assert "Tried to allocate more than 1EB memory" in exa
-        assert capped.startswith("CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of")
+        assert capped.startswith("CUDA out of memory. Tried to allocate 1024.00 MiB. GPU 0 has a total capacity of")
         assert result["ok"]
     assert [m[0] for m in ours["messages"]] == [m[0] for m in native["messages"]]
 
