@@ -66,7 +66,8 @@ ta_internal int ta_heap_format_oom(const ta_oom_info *o, int device, char *buf, 
 ta_internal void ta_heap_print_oom(ta_heap *h);
 /* A copy of the last report's text (malloc'ed, the caller frees), NULL when none. */
 ta_internal char *ta_heap_oom_report_copy(ta_heap *h);
-/* Write the last report to `path` (outside the lock: file I/O) and remember where. */
+/* Write the last report to a new file at `path` (outside the lock: file I/O)
+ * and remember where; a path ending in XXXXXX.txt gets a unique name. */
 ta_internal void ta_heap_write_oom_report(ta_heap *h, const char *path);
 /* Count and report a request larger than TA_MAX_REQUEST (no device has it). */
 ta_internal void ta_heap_report_bad_size(ta_heap *h, size_t size);

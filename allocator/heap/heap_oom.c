@@ -11,6 +11,7 @@
  * lock (ta_heap_write_oom_report). */
 #include <inttypes.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -467,14 +468,44 @@ char *ta_heap_oom_report_copy(ta_heap *h) {
   return copy;
 }
 
+/* `text` into a file this call creates (mkstemps: O_EXCL, so never an
+ * existing file or a link someone planted). `path` ending in XXXXXX.txt is
+ * a template: the file keeps the unique name. Else the file is made beside
+ * `path` and renamed onto it, which replaces a link rather than writing
+ * through it. The name written in `written`; 0, or -1. */
+static int write_new_file(const char *text, const char *path, char *written, size_t len) {
+  static const char unique[] = "XXXXXX.txt";
+  size_t n = strlen(path), tail = sizeof unique - 1;
+  int templated = n >= tail && strcmp(path + n - tail, unique) == 0;
+  if (snprintf(written, len, templated ? "%s" : "%s.XXXXXX", path) >= (int)len) return -1;
+  int fd = templated ? mkstemps(written, 4) : mkstemp(written);
+  if (fd < 0) return -1;
+  size_t left = strlen(text);
+  const char *at = text;
+  int ok = fchmod(fd, 0644) == 0; /* a report is no secret: the user's other tools read it */
+  while (ok && left) {
+    ssize_t w = write(fd, at, left);
+    ok = w > 0;
+    if (ok) at += w, left -= (size_t)w;
+  }
+  ok = close(fd) == 0 && ok;
+  if (ok && !templated) {
+    ok = rename(written, path) == 0;
+    if (!ok) unlink(written);
+    else snprintf(written, len, "%s", path);
+  } else if (!ok) {
+    unlink(written);
+  }
+  return ok ? 0 : -1;
+}
+
 void ta_heap_write_oom_report(ta_heap *h, const char *path) {
   char *text = ta_heap_oom_report_copy(h);
   if (!text) return;
-  FILE *f = fopen(path, "w");
-  int ok = f && fputs(text, f) >= 0;
-  if (f && fclose(f) != 0) ok = 0;
+  char written[sizeof h->oom.report_path];
+  int ok = path[0] && write_new_file(text, path, written, sizeof written) == 0;
   free(text);
   ta_lock_acquire(&h->lock);
-  snprintf(h->oom.report_path, sizeof h->oom.report_path, "%s", ok ? path : "");
+  snprintf(h->oom.report_path, sizeof h->oom.report_path, "%s", ok ? written : "");
   ta_lock_release(&h->lock);
 }

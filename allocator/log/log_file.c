@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "log/log_clock.h"
+#include "log/log_guard.h"
 #include "log/log_path.h"
 
 #define HDR TA_LOG_HEADER_SIZE
@@ -140,7 +141,7 @@ static ta_noinline int grow(uint64_t need) {
   if (!ok && !atomic_load(&L.stop_end)) {
     uint64_t target = ta_align_up(need, GROW_CHUNK);
     if (target > L.file_max) target = L.file_max;
-    int e = posix_fallocate(L.fd, (off_t)size, (off_t)(target - size));
+    int e = ta_log_guard_fallocate(L.fd, (off_t)size, (off_t)(target - size));
     if (e == 0) {
       publish_size(target);
       ok = 1;
@@ -177,7 +178,7 @@ static void *helper_main(void *arg) {
     pthread_mutex_unlock(&L.helper_mu);
     uint64_t end = populated + STEP < want ? populated + STEP : want;
     uint64_t size = atomic_load_explicit(&L.size, memory_order_acquire);
-    int ok = end <= size || posix_fallocate(L.fd, (off_t)size, (off_t)(end - size)) == 0;
+    int ok = end <= size || ta_log_guard_fallocate(L.fd, (off_t)size, (off_t)(end - size)) == 0;
     if (ok && end > size) {
       pthread_mutex_lock(&L.grow_mu);
       publish_size(end);
@@ -302,6 +303,7 @@ static char *map_reservation(int fd, uint64_t want, uint64_t *got) {
 
 static void unmap_locked(void) {
   atomic_store_explicit(&current_path, NULL, memory_order_release);
+  ta_log_guard_disarm();
   if (L.base) munmap(L.base, L.reserve);
   ta_log_path_release(L.fd); /* a forked child has closed its copy already (ta_log_fork_child) */
   L.base = NULL;
@@ -313,7 +315,10 @@ static void close_locked(void) {
   atomic_store(&ta_log_enabled, 0);
   if (!L.base) return;
   helper_stop(); /* before the file is cut: it could grow it again */
-  if (!L.inherited) {
+  if (ta_log_guard_tripped() && !L.inherited)
+    fprintf(stderr, "torchalloc: warning: the log %s was cut short by another program while open; it holds what "
+            "that program left\n", L.path);
+  else if (!L.inherited) {
     ta_log_record end = {.device = -1, .kind = TA_LOG_END};
     ta_log_write(&end); /* past the limit this becomes TRUNCATED, like any record */
     uint64_t stop = atomic_load(&L.stop_end);
@@ -380,7 +385,7 @@ static int open_locked(const char *pattern, size_t max_bytes, char *err, size_t 
   L.file_max = max_bytes && max_bytes <= L.reserve ? max_bytes : L.reserve;
   L.limit_status = max_bytes && max_bytes <= L.reserve ? TA_LOG_STATUS_CAP : TA_LOG_STATUS_NO_ADDRESS;
   uint64_t first = GROW_CHUNK < L.file_max ? GROW_CHUNK : L.file_max;
-  int e = L.base ? posix_fallocate(L.fd, 0, (off_t)first) : ENOMEM;
+  int e = L.base ? ta_log_guard_fallocate(L.fd, 0, (off_t)first) : ENOMEM;
   if (e) {
     /* Refused here, at open (install() raises it), rather than later by every allocation. */
     if (!L.base)
@@ -417,6 +422,7 @@ static int open_locked(const char *pattern, size_t max_bytes, char *err, size_t 
   h->status = TA_LOG_STATUS_OPEN;
   snprintf(h->producer, sizeof h->producer, "torchalloc");
   refresh_header_checksum();
+  ta_log_guard_arm(L.base, L.reserve, &ta_log_enabled);
   helper_start();
   publish_path(L.path);
   atomic_store_explicit(&ta_log_enabled, 1, memory_order_release);

@@ -67,15 +67,29 @@ static const char *file_kind(mode_t mode) {
   return "not a regular file";
 }
 
-/* An existing path: open it only if it is a regular file. stat() first, so
- * a device is never opened (opening some has effects: a tape rewinds, a
- * watchdog starts); fstat() after, in case it changed in between. */
+/* Why an existing file may not be trusted as this process's log, or NULL:
+ * another user's file, or one others may write, could be read, cut or
+ * swapped under the writer (a file planted in /tmp for the next pid). */
+static const char *untrusted(const struct stat *st) {
+  if (st->st_uid != geteuid()) return "is owned by another user";
+  if (st->st_mode & (S_IWGRP | S_IWOTH)) return "may be written by other users";
+  return NULL;
+}
+
+/* An existing path: open it only if it is this user's own regular file,
+ * named directly (a symbolic link is refused: another user could point it
+ * anywhere). lstat() first, so a device is never opened (opening some has
+ * effects: a tape rewinds, a watchdog starts); O_NOFOLLOW and fstat()
+ * after, in case it changed in between. */
 static int open_existing(const char *path, char *err, size_t errlen) {
   struct stat st;
-  if (stat(path, &st) != 0) {
-    if (errno == ENOENT) /* O_EXCL said it exists: a symbolic link to nothing */
-      snprintf(err, errlen, "the log path %s is a symbolic link to a missing file; give the file's own path", path);
-    else snprintf(err, errlen, "cannot use the log path %s: %s", path, strerror(errno));
+  if (lstat(path, &st) != 0) {
+    snprintf(err, errlen, "cannot use the log path %s: %s", path, strerror(errno));
+    return -1;
+  }
+  if (S_ISLNK(st.st_mode)) {
+    snprintf(err, errlen, "the log path %s is a symbolic link; refusing to follow it (give the file's own path)",
+             path);
     return -1;
   }
   if (!S_ISREG(st.st_mode)) {
@@ -83,19 +97,22 @@ static int open_existing(const char *path, char *err, size_t errlen) {
              file_kind(st.st_mode));
     return -1;
   }
-  int fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  int fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW);
   if (fd < 0) {
     snprintf(err, errlen, "cannot open the log %s: %s", path, strerror(errno));
     return -1;
   }
   struct stat now;
-  if (fstat(fd, &now) != 0 || !S_ISREG(now.st_mode)) {
+  const char *why = NULL;
+  if (fstat(fd, &now) != 0 || !S_ISREG(now.st_mode))
     snprintf(err, errlen, "the log path %s is %s, not a regular file; refusing to write a log there", path,
              file_kind(now.st_mode));
-    close(fd);
-    return -1;
-  }
-  return fd;
+  else if ((why = untrusted(&now)) != NULL)
+    snprintf(err, errlen, "the log path %s %s; refusing to use it as a log (remove it or choose another path)",
+             path, why);
+  else return fd;
+  close(fd);
+  return -1;
 }
 
 /* The header's pid when the file is a torchalloc log, else 0. */
@@ -142,7 +159,7 @@ static int check_reusable(int fd, const char *path, char *err, size_t errlen) {
 
 int ta_log_path_claim(const char *path, int *created, char *err, size_t errlen) {
   *created = 0;
-  int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0644);
+  int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW, 0644);
   if (fd >= 0) {
     *created = 1;
   } else if (errno != EEXIST) {

@@ -355,12 +355,13 @@ void ta_runtime_teardown(void) {
 
 /* The report goes into the directory oom_report names when it names one;
  * else beside the log when there is one (a user who has the log of a
- * crashed job finds it there); else into the working directory. /tmp when
- * the chosen place cannot be written. */
+ * crashed job finds it there); else into the working directory. When the
+ * chosen place cannot be written, a new file of a unique name in /tmp
+ * (never a predictable path another user could plant a link at). */
 static void oom_report_path(int device, int fallback, char *buf, size_t len) {
   const char *log = ta_log_path(), *dir = ta_rt.conf.oom_report;
   int n;
-  if (fallback) n = snprintf(buf, len, "/tmp/torchalloc-oom-%ld-cuda%d.txt", (long)getpid(), device);
+  if (fallback) n = snprintf(buf, len, "/tmp/torchalloc-oom-%ld-cuda%d-XXXXXX.txt", (long)getpid(), device);
   else if (dir[0]) n = snprintf(buf, len, "%s/torchalloc-oom-%ld-cuda%d.txt", dir, (long)getpid(), device);
   else if (log) n = snprintf(buf, len, "%s.oom-cuda%d.txt", log, device);
   else n = snprintf(buf, len, "torchalloc-oom-%ld-cuda%d.txt", (long)getpid(), device);

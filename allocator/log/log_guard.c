@@ -1,0 +1,111 @@
+/* Guards of the log against the world outside the process (log_guard.h).
+ *
+ * Truncation. The log is a shared mapping of its file; when anyone cuts
+ * the file (truncate -s 0, logrotate's copytruncate, `: > run.talog`), a
+ * store to a page past the new end raises SIGBUS, whose default kills the
+ * training process. The handler here owns only faults inside the armed
+ * range: it maps anonymous memory over the whole range (MAP_FIXED, so the
+ * faulting store and every later one land there, harmlessly), turns
+ * logging off and says so on stderr; the file is left as the other program
+ * left it. mmap and write are system calls, safe in a handler. Any other
+ * SIGBUS goes to the previous handler, or, when there was none, kills the
+ * process as it would have.
+ *
+ * File-size limits. Growing past RLIMIT_FSIZE sends the growing thread
+ * SIGXFSZ, whose default also kills (Python ignores it; C and C++ hosts do
+ * not). The signal is blocked around the log's posix_fallocate and drained
+ * after, so the call reports EFBIG and the log stops as on a full disk. */
+#include "log/log_guard.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+static _Atomic(char *) armed_base;
+static _Atomic uint64_t armed_len;
+static atomic_int tripped;
+static atomic_int *armed_enabled; /* the log's on switch, turned off when the guard trips */
+static struct sigaction previous;
+static pthread_once_t install_once = PTHREAD_ONCE_INIT;
+
+static void chain(int sig, siginfo_t *info, void *context) {
+  if (previous.sa_flags & SA_SIGINFO) {
+    if (previous.sa_sigaction) previous.sa_sigaction(sig, info, context);
+    return;
+  }
+  if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
+    previous.sa_handler(sig);
+    return;
+  }
+  /* No handler before ours: the default action, on the faulting store. */
+  signal(sig, SIG_DFL);
+}
+
+static void on_sigbus(int sig, siginfo_t *info, void *context) {
+  char *base = atomic_load(&armed_base);
+  uint64_t len = atomic_load(&armed_len);
+  char *addr = info ? (char *)info->si_addr : NULL;
+  if (!base || !addr || addr < base || addr >= base + len) {
+    chain(sig, info, context);
+    return;
+  }
+  int saved = errno;
+  atomic_store_explicit(armed_enabled, 0, memory_order_relaxed);
+  if (mmap(base, len, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) ==
+      MAP_FAILED) {
+    chain(sig, info, context);
+    errno = saved;
+    return;
+  }
+  if (!atomic_exchange(&tripped, 1)) {
+    static const char msg[] = "torchalloc: warning: the log file was cut short by another program while it was "
+                              "being written; logging stopped (training goes on)\n";
+    ssize_t ignored = write(2, msg, sizeof msg - 1);
+    (void)ignored;
+  }
+  errno = saved;
+}
+
+static void install(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_sigbus;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGBUS, &sa, &previous);
+}
+
+void ta_log_guard_arm(char *base, uint64_t len, atomic_int *enabled) {
+  pthread_once(&install_once, install);
+  armed_enabled = enabled;
+  atomic_store(&tripped, 0);
+  atomic_store(&armed_len, len);
+  atomic_store(&armed_base, base);
+}
+
+void ta_log_guard_disarm(void) {
+  atomic_store(&armed_base, NULL);
+  atomic_store(&armed_len, 0);
+}
+
+int ta_log_guard_tripped(void) { return atomic_load(&tripped); }
+
+int ta_log_guard_fallocate(int fd, off_t offset, off_t len) {
+  sigset_t xfsz, old;
+  sigemptyset(&xfsz);
+  sigaddset(&xfsz, SIGXFSZ);
+  pthread_sigmask(SIG_BLOCK, &xfsz, &old);
+  int e = posix_fallocate(fd, offset, len);
+  if (e == EFBIG && !sigismember(&old, SIGXFSZ)) {
+    const struct timespec now = {0, 0};
+    while (sigtimedwait(&xfsz, NULL, &now) == SIGXFSZ) {} /* the limit's signal, answered by EFBIG already */
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  return e;
+}

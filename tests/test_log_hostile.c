@@ -1,0 +1,181 @@
+/* The log against other users and programs: a file another user planted,
+ * or that others may write, is never taken as a log; a live log cut short
+ * by another program, or a file-size limit (ulimit -f), stops logging and
+ * never kills the process that trains. Each case runs in a child, whose
+ * exit status says whether it survived. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "log_reader.h"
+
+/* Runs `body(path)` in a child with stderr captured; its wait status. */
+static int in_child(void (*body)(const char *), const char *path, char *out, size_t len) {
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    dup2(fds[1], 2);
+    close(fds[0]);
+    body(path);
+    _exit(0);
+  }
+  close(fds[1]);
+  size_t got = 0;
+  ssize_t r;
+  while (got < len - 1 && (r = read(fds[0], out + got, len - 1 - got)) > 0) got += (size_t)r;
+  out[got] = '\0';
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return status;
+}
+
+static void churn(int n) {
+  for (int i = 0; i < n; i++) {
+    void *p = torchalloc_malloc(4096, 0, S0);
+    if (!p) _exit(3);
+    torchalloc_free(p, 4096, 0, S0);
+  }
+}
+
+static void truncate_while_logging(const char *path) {
+  if (log_reset(path, "") != 0) _exit(1);
+  churn(1000);
+  if (truncate(path, 0) != 0) _exit(2); /* logrotate's copytruncate, `: > run.talog` */
+  churn(100000);
+  torchalloc_log_close();
+  struct stat st;
+  _exit(stat(path, &st) == 0 && st.st_size == 0 ? 0 : 4); /* the other program's cut is left as it is */
+}
+
+TEST(a_log_cut_short_by_another_program_stops_logging_and_training_goes_on) {
+  char path[256], out[4096];
+  temp_path(path, sizeof path, "truncated");
+  int status = in_child(truncate_while_logging, path, out, sizeof out);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  if (!WIFEXITED(status)) fprintf(stderr, "  the child died of signal %d\n", WTERMSIG(status));
+  CHECK(strstr(out, "cut short by another program") != NULL);
+  unlink(path);
+}
+
+static void log_past_a_file_size_limit(const char *path) {
+  struct rlimit limit = {20 << 20, 20 << 20};
+  if (setrlimit(RLIMIT_FSIZE, &limit) != 0) _exit(1);
+  if (log_reset(path, "") != 0) _exit(2);
+  churn(250000); /* 500,000 records of 64 bytes: past 20 MiB */
+  torchalloc_log_close();
+  _exit(0);
+}
+
+TEST(a_file_size_limit_stops_the_log_as_a_full_disk_does) {
+  char path[256], out[4096];
+  temp_path(path, sizeof path, "fsize");
+  int status = in_child(log_past_a_file_size_limit, path, out, sizeof out);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0); /* SIGXFSZ's default would end it with signal 25 */
+  if (!WIFEXITED(status)) fprintf(stderr, "  the child died of signal %d\n", WTERMSIG(status));
+  CHECK(strstr(out, "cannot grow") != NULL);
+  parsed p;
+  REQUIRE(parse(path, &p) == 0);
+  CHECK_EQ(p.status, TA_LOG_STATUS_NO_SPACE);
+  CHECK(p.len <= (20 << 20));
+  free(p.data);
+  unlink(path);
+}
+
+static void open_under_a_tiny_limit(const char *path) {
+  struct rlimit limit = {10 << 20, 10 << 20};
+  if (setrlimit(RLIMIT_FSIZE, &limit) != 0) _exit(1);
+  if (sim_reset("") != 0) _exit(2);
+  int rc = torchalloc_log_open(path);
+  fprintf(stderr, "%s\n", torchalloc_last_error());
+  churn(10);
+  _exit(rc != 0 ? 0 : 3);
+}
+
+TEST(a_log_that_cannot_start_under_a_limit_is_refused_with_the_reason) {
+  char path[256], out[4096];
+  temp_path(path, sizeof path, "tiny-limit");
+  int status = in_child(open_under_a_tiny_limit, path, out, sizeof out);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK(strstr(out, "file size limit") != NULL);
+  struct stat st;
+  CHECK(stat(path, &st) != 0); /* the file it created is gone again */
+}
+
+TEST(a_file_others_may_write_is_not_taken_as_a_log) {
+  char path[256];
+  temp_path(path, sizeof path, "planted");
+  int fd = open(path, O_CREAT | O_EXCL | O_WRONLY, 0600);
+  REQUIRE(fd >= 0);
+  close(fd);
+  REQUIRE(chmod(path, 0666) == 0); /* as another user would leave it for the next pid */
+  REQUIRE(sim_reset("") == 0);
+  CHECK(torchalloc_log_open(path) != 0);
+  CHECK(strstr(torchalloc_last_error(), "may be written by other users") != NULL);
+  REQUIRE(chmod(path, 0644) == 0);
+  CHECK_EQ(torchalloc_log_open(path), 0); /* this user's own empty file is fine */
+  torchalloc_log_close();
+  if (geteuid() == 0) { /* root can hand it to another user: then it is refused too */
+    REQUIRE(chown(path, 65534, 65534) == 0);
+    CHECK(torchalloc_log_open(path) != 0);
+    CHECK(strstr(torchalloc_last_error(), "owned by another user") != NULL);
+  }
+  unlink(path);
+}
+
+static int holds(const char *path, const char *text) {
+  char back[128] = {0};
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  size_t got = fread(back, 1, sizeof back - 1, f);
+  fclose(f);
+  return got == strlen(text) && memcmp(back, text, got) == 0;
+}
+
+static void plant(const char *victim, const char *link_at) {
+  FILE *f = fopen(victim, "w");
+  if (f) fputs("precious", f), fclose(f);
+  unlink(link_at);
+  if (symlink(victim, link_at) != 0) fprintf(stderr, "  symlink %s: %s\n", link_at, strerror(errno));
+}
+
+TEST(an_oom_report_never_writes_through_a_planted_link) {
+  char log[256], victim[256], report_at[300], conf[400];
+  temp_path(log, sizeof log, "oom-link");
+  temp_path(victim, sizeof victim, "victim");
+  snprintf(report_at, sizeof report_at, "%s.oom-cuda0.txt", log);
+  plant(victim, report_at);
+  snprintf(conf, sizeof conf, "sim_capacity:64MiB,oom_report:on,log:%s", log);
+  REQUIRE(sim_reset(conf) == 0);
+  CHECK(torchalloc_try_malloc(100 * MiB, 0, S0) == NULL);
+  CHECK(strcmp(torchalloc_oom_report_path(0), report_at) == 0);
+  CHECK(holds(victim, "precious")); /* the link was replaced, its target left alone */
+  struct stat st;
+  CHECK(lstat(report_at, &st) == 0 && S_ISREG(st.st_mode));
+  torchalloc_teardown();
+  unlink(report_at), unlink(victim), unlink(log);
+}
+
+TEST(the_fallback_report_gets_a_name_nobody_could_predict) {
+  char victim[256], predictable[256];
+  temp_path(victim, sizeof victim, "victim2");
+  snprintf(predictable, sizeof predictable, "/tmp/torchalloc-oom-%d-cuda0.txt", (int)getpid());
+  plant(victim, predictable); /* where the fallback used to go */
+  REQUIRE(sim_reset("sim_capacity:64MiB,oom_report:/nonexistent/torchalloc-reports") == 0);
+  CHECK(torchalloc_try_malloc(100 * MiB, 0, S0) == NULL);
+  const char *at = torchalloc_oom_report_path(0);
+  CHECK(at && strncmp(at, "/tmp/torchalloc-oom-", 20) == 0 && strcmp(at, predictable) != 0);
+  struct stat st;
+  CHECK(at && lstat(at, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid());
+  CHECK(holds(victim, "precious"));
+  if (at) unlink(at);
+  torchalloc_teardown();
+  unlink(predictable), unlink(victim);
+}
