@@ -181,3 +181,91 @@ TEST(threads_enter_and_leave_phases_in_any_order) {
   CHECK_INVARIANTS();
   torchalloc_teardown();
 }
+
+/* Markers and module names labelled on threads while another reopens the
+ * log: every label a record carries is one interned in that same file, with
+ * that record's text (interning and writing used to be two holds of the
+ * log's lock: a reopen between them gave a record an id of the other file,
+ * a marker named after a module path or nothing). */
+#define REOPENS 200
+#define LABELLERS 3
+#define LABELS 4000
+static char label_paths[REOPENS][64];
+static atomic_int labellers_left;
+
+static void *labeller(void *arg) {
+  int who = (int)(intptr_t)arg;
+  char text[48];
+  for (int i = 0; i < LABELS; i++) {
+    snprintf(text, sizeof text, who ? "mark-%d-%d" : "model.layers.%d.%d", who, i % 50);
+    if (who) torchalloc_mark(text);
+    else torchalloc_module_name((uint32_t)(1 + i % 50), text);
+  }
+  atomic_fetch_sub(&labellers_left, 1);
+  return NULL;
+}
+
+/* The text of every STRING of a parsed log, by id (ids are small and dense). */
+static char **strings_by_id(const parsed *p, uint32_t *count) {
+  uint32_t n = 0;
+  for (size_t i = 0; i < p->nslots; i++) {
+    uint32_t id;
+    memcpy(&id, &p->slots[i], 4);
+    if (p->slots[i].kind == TA_LOG_STRING && id >= n) n = id + 1;
+  }
+  char **texts = calloc(n ? n : 1, sizeof *texts);
+  for (size_t i = 0; texts && i < p->nslots; i++) {
+    const unsigned char *s = (const unsigned char *)&p->slots[i];
+    uint32_t id;
+    uint16_t len, chunk;
+    memcpy(&id, s, 4);
+    memcpy(&len, s + 4, 2);
+    memcpy(&chunk, s + 6, 2);
+    if (p->slots[i].kind != TA_LOG_STRING) continue;
+    if (!texts[id]) texts[id] = calloc(1, (size_t)len + 1);
+    size_t at = (size_t)chunk * 46, take = len - at < 46 ? len - at : 46;
+    if (texts[id] && at < len) memcpy(texts[id] + at, s + 16, take);
+  }
+  *count = n;
+  return texts;
+}
+
+TEST(labels_stay_with_their_log_across_reopens) {
+  REQUIRE(sim_reset("") == 0);
+  for (int i = 0; i < REOPENS; i++)
+    snprintf(label_paths[i], sizeof label_paths[i], "/tmp/talog-%d-label-%d.talog", (int)getpid(), i);
+  atomic_store(&labellers_left, LABELLERS);
+  pthread_t t[LABELLERS];
+  REQUIRE(torchalloc_log_open(label_paths[0]) == 0);
+  for (int i = 0; i < LABELLERS; i++) REQUIRE(pthread_create(&t[i], NULL, labeller, (void *)(intptr_t)i) == 0);
+  int files = 1;
+  while (atomic_load(&labellers_left) > 0 && files < REOPENS) REQUIRE(torchalloc_log_open(label_paths[files++]) == 0);
+  for (int i = 0; i < LABELLERS; i++) pthread_join(t[i], NULL);
+  torchalloc_log_close();
+  size_t checked = 0, wrong = 0;
+  for (int i = 0; i < files; i++) {
+    parsed p;
+    if (parse(label_paths[i], &p) != 0) {
+      wrong++;
+      continue;
+    }
+    uint32_t n = 0;
+    char **texts = strings_by_id(&p, &n);
+    for (size_t s = 0; texts && s < p.nslots; s++) {
+      const ta_log_record *r = &p.slots[s];
+      if (r->kind != TA_LOG_MARKER && r->kind != TA_LOG_MODULE_NAME) continue;
+      const char *text = r->stack < n && texts[r->stack] ? texts[r->stack] : "";
+      int ok = r->kind == TA_LOG_MARKER ? strncmp(text, "mark-", 5) == 0 : strncmp(text, "model.layers.", 13) == 0;
+      checked++;
+      if (!ok && wrong++ < 5) fprintf(stderr, "  %s: slot %zu (kind %d) says '%s'\n", label_paths[i], s, r->kind, text);
+    }
+    for (uint32_t k = 0; texts && k < n; k++) free(texts[k]);
+    free(texts);
+    free(p.data);
+    unlink(label_paths[i]);
+  }
+  CHECK(files > 1);
+  CHECK(checked > 0);
+  CHECK_EQ(wrong, 0);
+  torchalloc_teardown();
+}

@@ -82,15 +82,14 @@ void ta_log_trim(int device, size_t released, int phase, uint8_t reason) {
 
 void ta_log_phase(uint8_t kind, int phase, uint32_t epoch, const char *name) {
   if (!ta_log_on()) return;
-  ta_log_record r = {.size = epoch, .stack = ta_log_string(name), .phase = (uint16_t)phase, .device = -1,
-                     .kind = kind};
-  ta_log_write_unlocked(&r);
+  ta_log_record r = {.size = epoch, .phase = (uint16_t)phase, .device = -1, .kind = kind};
+  ta_log_write_labelled(&r, name);
 }
 
 void ta_log_marker(const char *label, int phase) {
   if (!ta_log_on()) return;
-  ta_log_record r = {.stack = ta_log_string(label), .phase = (uint16_t)phase, .device = -1, .kind = TA_LOG_MARKER};
-  ta_log_write_unlocked(&r);
+  ta_log_record r = {.phase = (uint16_t)phase, .device = -1, .kind = TA_LOG_MARKER};
+  ta_log_write_labelled(&r, label);
 }
 
 /* Module records carry no device: a module runs on behalf of every device,
@@ -104,8 +103,8 @@ void ta_log_module(uint32_t id, int phase) {
 
 void ta_log_module_name(uint32_t id, const char *path) {
   if (!ta_log_on()) return;
-  ta_log_record r = {.size = id, .stack = ta_log_string(path), .device = -1, .kind = TA_LOG_MODULE_NAME};
-  ta_log_write_unlocked(&r);
+  ta_log_record r = {.size = id, .device = -1, .kind = TA_LOG_MODULE_NAME};
+  ta_log_write_labelled(&r, path);
 }
 
 void ta_log_module_tag(uintptr_t addr, uint32_t id, uint8_t role, int phase) {

@@ -199,6 +199,15 @@ uint32_t ta_log_string(const char *s) {
   return id;
 }
 
+void ta_log_write_labelled(ta_log_record *r, const char *label) {
+  ta_log_lock();
+  if (ta_log_on()) {
+    r->stack = label ? string_locked(label) : 0;
+    ta_log_write(r);
+  }
+  ta_log_unlock();
+}
+
 uint32_t ta_log_intern_stack(const ta_log_frame_text *frames, int n) { return ta_log_intern_stack_in(frames, n, NULL); }
 
 uint32_t ta_log_intern_stack_in(const ta_log_frame_text *frames, int n, uint64_t *gen) {

@@ -18,6 +18,10 @@ typedef struct ta_log_frame_text {
  * held. */
 ta_internal uint32_t ta_log_string(const char *s);
 ta_internal uint32_t ta_log_intern_stack(const ta_log_frame_text *frames, int n);
+/* Write `r` with `label` interned into r->stack, both under one hold of the
+ * file's mutex: a log reopened between interning and writing would give the
+ * record an id of the other file (a marker named after a module path). */
+ta_internal void ta_log_write_labelled(ta_log_record *r, const char *label);
 /* The same, with the generation the id belongs to in *gen (see below). */
 ta_internal uint32_t ta_log_intern_stack_in(const ta_log_frame_text *frames, int n, uint64_t *gen);
 /* The interning generation: it changes whenever the ids are forgotten (a log
