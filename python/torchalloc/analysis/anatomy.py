@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import defaultdict
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -19,6 +19,12 @@ from .categorize import CATEGORIES
 from .classify import REASONS
 from .derived import Derived, bytes_by, dominant
 from .events import time_base_ns
+
+# The marker labels whose anatomy the JSON report carries (the first ones), for a log read whole and one read in
+# pieces (streamed.py) alike: one 'step N' marker per step gives a label per step, and each anatomy is a pass
+# over the blocks, so without a cap `report --json` grew with steps times blocks.
+MARKER_ANATOMIES = 1000
+LABELS_NAMED = 20  # marker labels an error names (the first ones, sorted): a log can hold 10^5 of them
 
 
 @dataclasses.dataclass
@@ -74,16 +80,13 @@ def index_at(d: Derived, at: str | float | int | None = None) -> tuple[int, str]
             raise ValueError("the log has no OOM record")
         return int(ooms[0]), "OOM"
     if isinstance(at, str):
-        marks = [i for i in np.flatnonzero(t.kind == MARKER).tolist() if t.label(i) == at]
-        if marks:
-            return marks[0], f"marker '{at}'"
+        first = marker_first(d)
+        if at in first:
+            return first[at], f"marker '{at}'"
         try:
             at = float(at.rstrip("s"))
         except ValueError:
-            labels = sorted({t.label(i) for i in np.flatnonzero(t.kind == MARKER).tolist()})
-            raise ValueError(
-                f"no marker {at!r}; markers: {', '.join(labels) or 'none'}; or give a time in seconds"
-            ) from None
+            raise ValueError(f"no marker {at!r}; markers: {some_labels(first)}; or give a time in seconds") from None
     target = float(at)
     rel = (t.time_ns - time_base_ns(t)) / 1e9
     end = max(float(rel[-1]), 0.0)
@@ -94,6 +97,35 @@ def index_at(d: Derived, at: str | float | int | None = None) -> tuple[int, str]
                          "it was opened); give a time in that range, or a marker")
     i = int(np.searchsorted(rel, target, side="right")) - 1
     return max(0, min(i, n - 1)), f"t={target:g}s"
+
+
+def marker_first(d: Derived) -> dict[str, int]:
+    """Each marker text -> the index of its first marker, in the order the texts first appear; computed once per
+    `d`. Looking a label up used to scan every marker, so the JSON report (an anatomy per label) was quadratic
+    in the markers of a log."""
+    cached = d.__dict__.get("_marker_first")
+    if cached is None:
+        t = d.table
+        marks = np.flatnonzero(t.kind == MARKER)
+        ids = t.stack[marks]
+        _, first = np.unique(ids, return_index=True)  # the first marker of each string id
+        cached = {}
+        for i in sorted(marks[first].tolist()):  # by index: two ids may hold one text, the earlier one wins
+            cached.setdefault(t.label(i), i)
+        d.__dict__["_marker_first"] = cached
+    return cached
+
+
+def marker_labels(d: Derived) -> list[str]:
+    """The marker texts whose anatomy the JSON report carries: the first MARKER_ANATOMIES, in order of appearance."""
+    return list(marker_first(d))[:MARKER_ANATOMIES]
+
+
+def some_labels(labels: Iterable[str]) -> str:
+    """The labels for an error message, sorted: the first LABELS_NAMED and how many more (the message is one line)."""
+    ordered = sorted(set(labels))
+    shown = ", ".join(ordered[:LABELS_NAMED]) or "none"
+    return shown + (f" and {len(ordered) - LABELS_NAMED} more" if len(ordered) > LABELS_NAMED else "")
 
 
 def anatomy(d: Derived, at: str | float | int | None = None, top: int | None = None) -> Anatomy:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from ..log.chunks import DEFAULT_CHUNK_RECORDS, is_large_log
 
-from .anatomy import Anatomy, anatomy, index_at
+from .anatomy import Anatomy, anatomy, index_at, marker_first, marker_labels
 from .categorize import Category
 from .derived import Derived, derive
 from .estimate import Estimate, category_total, estimate
@@ -109,13 +109,9 @@ class Analysis(Derived):
         return cached
 
     def to_dict(self, top: int = 50) -> dict[str, Any]:
-        """The report as plain data (what `torchalloc report --json` prints)."""
-        return report_dict(self, top, _unique([m[1] for m in self.timeline.markers]))
-
-
-def _unique(items: Iterable[str]) -> list[str]:
-    """The items in first-seen order, each once."""
-    return list(dict.fromkeys(items))
+        """The report as plain data (what `torchalloc report --json` prints): the anatomy at each of the first
+        MARKER_ANATOMIES marker labels, as a log read in pieces gives."""
+        return report_dict(self, top, marker_labels(self), len(marker_first(self)))
 
 
 def analyze(

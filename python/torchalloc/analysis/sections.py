@@ -210,11 +210,15 @@ def sections_json(a: Analyzed, top: int) -> dict[str, Any]:
     return out
 
 
-def report_dict(a: Any, top: int, markers: Sequence[str]) -> dict[str, Any]:
+def report_dict(a: Any, top: int, markers: Sequence[str], labels: int) -> dict[str, Any]:
     """The report as plain data (what `torchalloc report --json` prints), for a whole-log analysis or a
     streamed one alike: the headline, the timeline, the anatomy at the peak and at each marker in
-    `markers`, then every section's JSON."""
+    `markers` (the first of the log's `labels` marker labels), then every section's JSON."""
     t = a.table
+    notes = list(a.notes)
+    if labels > len(markers):  # said, as the streamed notes say what they left out
+        notes.append(f"the anatomies at markers are those of the first {len(markers)} of {labels} marker labels "
+                     "(--at LABEL gives any other)")
     return {
         "log": t.path,
         "device": a.device,
@@ -222,7 +226,7 @@ def report_dict(a: Any, top: int, markers: Sequence[str]) -> dict[str, Any]:
         "blocks": len(a.blocks),
         "has_stacks": a.has_stacks,
         "backward_detected_from": a.backward_from,
-        "notes": list(a.notes),
+        "notes": notes,
         "peak_allocated": a.timeline.peak_allocated,
         "peak_reserved": a.timeline.peak_reserved,
         "timeline": a.timeline.to_dict(),

@@ -15,10 +15,12 @@ sentences and numbers; only these differ:
 - the typical lifetime of a row of more than 65536 blocks (and of the
   largest rows once 4M lifetimes are kept in all) is the median of a
   histogram with bins 0.1 % wide (exact below);
-- the timeline lists the first 10000 markers and OOMs, the anatomies of
-  the first 1000 marker labels, the first 100000 phase occurrences (the
-  notes say when more were left out);
+- the timeline lists the first 10000 markers and OOMs, the first 100000
+  phase occurrences (the notes say when more were left out);
 - a moment not named in advance (`at`, `page`) costs one more pass.
+
+Both carry the anatomies of the first 1000 marker labels only
+(anatomy.MARKER_ANATOMIES).
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ import numpy as np
 from ..log.chunks import DEFAULT_CHUNK_RECORDS, ChunkedLog
 from ..log.reader import RECORD_DTYPE
 from ..printable import printable
-from .anatomy import Anatomy, AnatomyRow
+from .anatomy import MARKER_ANATOMIES, Anatomy, AnatomyRow, some_labels
 from .categorize import CATEGORIES, CATEGORY_CODE, Category
 from .classify import REASONS
 from .derived import LOG_OPENED, bytes_by, dominant
@@ -53,7 +55,6 @@ from .stream_scan import Scan, scan
 from .timeline import Timeline
 from .wording import estimate_sentence, oom_explanation, phase_sentence, reason_sentence
 
-MARKER_ANATOMIES = 1000  # marker labels whose anatomy the JSON report carries
 PAGE_MAX_MARKERS = 200  # report_svg.MAX_MARKERS: the markers the page draws (a test checks they agree)
 PRIORITY_OOMS = 10  # report_data.PRIORITY_OOMS
 LEFT_OUT = ("the log was read in pieces (too large to hold decoded): the sections on reserved memory "
@@ -129,6 +130,7 @@ class StreamedAnalysis:
             self._occ_first.setdefault(p, row)
             self._occ_count[p] = self._occ_count.get(p, 0) + 1
         self._ooms: list[OomRow] | None = None
+        self._marker_first: dict[str, int] | None = None  # marker text -> its first index (marker_index)
 
     # -- small things ------------------------------------------------------------------------
     def phase_name(self, p: int) -> str:
@@ -189,10 +191,19 @@ class StreamedAnalysis:
                         duration_s=self._t(s.last_ns))
 
     # -- moments -----------------------------------------------------------------------------
+    def marker_first(self) -> dict[str, int]:
+        """Each marker text -> the index of its first marker (every label of the log, not only those listed)."""
+        if self._marker_first is None:  # once: a scan of every label per lookup made the report labels squared
+            first: dict[str, int] = {}
+            for lid, i in self.scan.marker_first.items():
+                text = self.table.strings.get(lid, "")
+                first[text] = min(i, first.get(text, i))
+            self._marker_first = first
+        return self._marker_first
+
     def marker_index(self, label: str) -> int | None:
         """The first marker whose text is `label`."""
-        hits = [i for lid, i in self.scan.marker_first.items() if self.table.strings.get(lid, "") == label]
-        return min(hits) if hits else None
+        return self.marker_first().get(label)
 
     def index_at(self, at: str | float | int | None = None) -> tuple[int, str]:
         """anatomy.index_at's answer: "peak", "peak_reserved", "end", "oom", a marker label, or a time."""
@@ -216,10 +227,8 @@ class StreamedAnalysis:
             try:
                 at = float(at.rstrip("s"))
             except ValueError:
-                labels = sorted({self.table.strings.get(lid, "") for lid in s.marker_first})
-                raise ValueError(
-                    f"no marker {at!r}; markers: {', '.join(labels) or 'none'}; or give a time in seconds"
-                ) from None
+                named = some_labels(self.table.strings.get(lid, "") for lid in s.marker_first)
+                raise ValueError(f"no marker {at!r}; markers: {named}; or give a time in seconds") from None
         target = float(at)
         end = max((s.last_ns - self.base_ns) / 1e9, 0.0)
         if not math.isfinite(target) or not 0.0 <= target <= end:  # anatomy.index_at's check
@@ -448,7 +457,7 @@ class StreamedAnalysis:
         return _unique(m[1] for m in self.timeline.markers)[:MARKER_ANATOMIES]
 
     def to_dict(self, top: int = 50) -> dict[str, Any]:
-        return report_dict(self, top, self.marker_labels())
+        return report_dict(self, top, self.marker_labels(), len(self.marker_first()))
 
 
 def _unique(items: Iterable[str]) -> list[str]:
@@ -532,11 +541,11 @@ def _anatomy_moments(log: ChunkedLog, s: Scan, at: Sequence[str | float]) -> lis
         text = printable(log.strings.get(lid, ""))
         first_of_text[text] = min(i, first_of_text.get(text, i))
     out = {s.peak_i}
-    shown: list[str] = []
+    shown: set[str] = set()  # a set: a list's `in` made this markers times labels
     for _, label, _, _ in s.markers:
         text = printable(log.strings.get(label, ""))
         if text not in shown:
-            shown.append(text)
+            shown.add(text)
             if len(shown) > MARKER_ANATOMIES:
                 break
             out.add(first_of_text[text])

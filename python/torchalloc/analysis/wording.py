@@ -177,9 +177,15 @@ def oom_explanation(o: OomRow) -> str:
 def _oom_verdict_sentence(o: OomRow) -> str:
     free, requested = o.free_in_reserved, o.requested
     if o.verdict == "fragmentation":
-        return (f"fragmentation: {fmt_bytes(free)} of the {fmt_bytes(o.reserved)} torchalloc reserved was free -- "
-                f"{'more than' if free > requested else 'as much as'} the {fmt_bytes(requested)} asked for -- but "
-                f"split between live blocks: the largest free range in the {o.segments} segments was "
+        said = f"fragmentation: {fmt_bytes(free)} of the {fmt_bytes(o.reserved)} torchalloc reserved was free -- "
+        if free < requested:
+            # The verdict (the C core's rule) can be fragmentation with less cached than asked: the device had
+            # room for a new segment by its numbers. "As much as" here contradicted the numbers it stood between.
+            return (said + f"less than the {fmt_bytes(requested)} asked for, so it needed a new segment, and the "
+                    f"device gave none; the largest free range in the {o.segments} segments was "
+                    f"{fmt_bytes(o.largest_free_range)}.")
+        return (said + f"{'more than' if free > requested else 'as much as'} the {fmt_bytes(requested)} asked for "
+                f"-- but split between live blocks: the largest free range in the {o.segments} segments was "
                 f"{fmt_bytes(o.largest_free_range)}, and the device gave no new segment.")
     if o.verdict == "capacity":
         total = f"the device's {fmt_bytes(o.device_total)}" if o.device_total else "what the device could give"

@@ -6,6 +6,7 @@ import json
 import sys
 from typing import Any
 
+from ..printable import printable
 
 
 def _collect_info() -> dict[str, Any]:
@@ -67,26 +68,35 @@ def _route_info() -> dict[str, Any]:
 
 
 def _print_info(info: dict[str, Any]) -> None:
-    print(f"torchalloc {info['package_version']} (stats ABI version {info['stats_abi_version']})")
+    for line in _info_lines(info):
+        # Library errors and the configuration's come from the environment ($TORCHALLOC_CONF, $TORCHALLOC_LIB):
+        # a bad value echoed as it is could send ESC sequences to the terminal or forge a line.
+        print(printable(line))
+
+
+def _info_lines(info: dict[str, Any]) -> list[str]:
+    """What `info` prints, one line each, not yet escaped."""
+    lines = [f"torchalloc {info['package_version']} (stats ABI version {info['stats_abi_version']})"]
     if info["library"] is None:
-        print(f"library:     not found\n{info['library_error']}")
-        return
-    print(f"library:     {info['library']}")
-    print(f"event log:   {'yes' if info['event_log'] else 'not in this build'}")
-    print(f"config keys: {' '.join(info['config_keys'])}")
+        # its own line breaks (the places it looked) kept; each line escaped on its own
+        return lines + ["library:     not found", *str(info["library_error"]).splitlines()]
+    lines.append(f"library:     {info['library']}")
+    lines.append(f"event log:   {'yes' if info['event_log'] else 'not in this build'}")
+    lines.append(f"config keys: {' '.join(info['config_keys'])}")
     if info.get("config_error"):
-        print("config:      invalid (see the error below)")
-        print("devices:     unknown until the configuration is fixed")
+        lines.append("config:      invalid (see the error below)")
+        lines.append("devices:     unknown until the configuration is fixed")
     elif info["devices"] is None:
-        print(f"devices:     unavailable: {info['device_error']}")
+        lines.append(f"devices:     unavailable: {info['device_error']}")
     else:
-        print(f"policy:      {info['policy']}")
-        print(f"devices:     {info['devices']}")
+        lines.append(f"policy:      {info['policy']}")
+        lines.append(f"devices:     {info['devices']}")
         if "segments" in info:
-            print(f"segments:    {_segments_line(info)}")
-    print(f"route:       {info['route']}: {info['route_reason']}")
+            lines.append(f"segments:    {_segments_line(info)}")
+    lines.append(f"route:       {info['route']}: {info['route_reason']}")
     if info.get("bridge_path"):
-        print(f"bridge:      {info['bridge_path']}")
+        lines.append(f"bridge:      {info['bridge_path']}")
+    return lines
 
 
 def main(argv: list[str]) -> int:
@@ -101,6 +111,6 @@ def main(argv: list[str]) -> int:
     else:
         _print_info(info)
     if info.get("config_error"):  # a mistake to fix, said where errors go (a machine without a GPU is not one)
-        print(f"torchalloc info: error: {info['device_error']}", file=sys.stderr)
+        print(printable(f"torchalloc info: error: {info['device_error']}"), file=sys.stderr)
     return 0 if info["library"] is not None and not info.get("config_error") else 1
 

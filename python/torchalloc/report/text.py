@@ -21,14 +21,19 @@ reason). The command line is cli/report.py.
 from __future__ import annotations
 
 import os
+import shutil
 from typing import Any, Sequence
 
 from ..analysis import Analysis, Anatomy, analyze
 from ..analysis.sections import SECTIONS, SectionView
+from ..printable import printable
 from ..units import fmt_bytes, fmt_seconds, fmt_time
 from .text_table import text_table
 
 __all__ = ["report", "render_text"]
+
+WIDTH = 100  # columns of the markers line where neither COLUMNS nor a terminal says
+LABEL_CHARS = 60  # a marker text longer than this is cut: one label is text from the log, of any length
 
 
 def report(
@@ -78,6 +83,35 @@ def _anatomy_text(an: Anatomy, top: int) -> list[str]:
     return out
 
 
+def _clip(label: str) -> str:
+    label = printable(label)  # escaped before it is cut and wrapped, so the widths are those printed
+    return label if len(label) <= LABEL_CHARS else label[:LABEL_CHARS - 3] + "..."
+
+
+def _markers_text(markers: Sequence[tuple[float, str, str]], top: int, width: int) -> list[str]:
+    """The markers, at most `top` of them (the first and the last ones, and how many between), wrapped to
+    `width` columns. Every marker on one line made a 4 MB line of a log with a marker per step."""
+    def said(m: tuple[float, str, str]) -> str:
+        return f"'{_clip(m[1])}' at {fmt_time(m[0])}"
+
+    if len(markers) <= top:
+        items = [said(m) for m in markers]
+    else:
+        head, tail = (top + 1) // 2, top // 2
+        items = [said(m) for m in markers[:head]] + [f"... {len(markers) - head - tail} more ..."]
+        items += [said(m) for m in markers[len(markers) - tail:]]
+    # broken between markers, not inside one: an item is at most a cut label and a time
+    lines: list[str] = []
+    line = f"markers ({len(markers)}):"
+    for k, item in enumerate(items):
+        item += "," if k + 1 < len(items) else ""
+        if len(line) + 1 + len(item) > max(width, 40) and line.strip():
+            lines.append(line)
+            line = " "  # the next line indented by two: this space and the one before the item
+        line += " " + item
+    return lines + [line]
+
+
 def _section_text(title: str, view: SectionView) -> list[str]:
     """One section of SECTIONS: its title, its table (each row followed by its notes), its sentences."""
     out = [f"== {title}"]
@@ -100,8 +134,10 @@ def _section_text(title: str, view: SectionView) -> list[str]:
     return out
 
 
-def render_text(a: Analysis, *, top: int = 15, at: Sequence[str | float] = ()) -> str:
-    """The human report."""
+def render_text(a: Analysis, *, top: int = 15, at: Sequence[str | float] = (), width: int | None = None) -> str:
+    """The human report; the markers line wrapped to `width` columns (default: $COLUMNS, the terminal's, or 100)."""
+    if width is None:
+        width = shutil.get_terminal_size((WIDTH, 24)).columns
     t, tl = a.table, a.timeline
     out = [f"torchalloc report: {t.path or 'log'} -- device {a.device}, {len(t)} events, {len(a.blocks)} blocks"]
     for note in a.notes:
@@ -120,7 +156,7 @@ def render_text(a: Analysis, *, top: int = 15, at: Sequence[str | float] = ()) -
         out.append(f"allocated |{_sparkline(tl.allocated.tolist())}| {fmt_bytes(tl.peak_allocated)}")
         out.append(f"reserved  |{_sparkline(tl.reserved.tolist())}| {fmt_bytes(tl.peak_reserved)}")
     if tl.markers:
-        out.append("markers: " + ", ".join(f"'{label}' at {fmt_time(ts)}" for ts, label, _ in tl.markers))
+        out += _markers_text(tl.markers, top, width)
     out.append("")
     if len(t):
         out.append("== Peak anatomy: what was live at the peak, by allocation site and phase")
