@@ -39,6 +39,7 @@
 #define AHEAD (32 * (uint64_t)TA_MiB) /* the helper keeps this much ready past the write offset */
 #define POKE (4 * (uint64_t)TA_MiB)   /* writers wake the helper each time they cross a multiple */
 #define STEP (2 * (uint64_t)TA_MiB)   /* the helper's unit of work */
+#define BEHIND (32 * (uint64_t)TA_MiB) /* written pages this far behind the write offset leave the writer's RSS */
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif
@@ -161,11 +162,26 @@ static ta_noinline int grow(uint64_t need) {
  * and maps its pages (MADV_POPULATE_WRITE, which leaves their contents
  * alone) AHEAD bytes past the write offset, so writers fault only when they
  * outrun it. Where the kernel lacks MADV_POPULATE_WRITE it just stops.
+ * Behind the writers it drops the pages written BEHIND bytes ago from the
+ * process (MADV_DONTNEED on a shared file mapping: their data stays in the
+ * page cache and the file, a late writer's store just maps the page again),
+ * so the writer's resident memory does not grow with the log: job killers
+ * and cgroup accounting read RSS.
  * ---------------------------------------------------------------------- */
+
+/* Drop [*released, next - BEHIND) from the process, in whole steps. */
+static void release_behind(uint64_t *released) {
+  uint64_t next = atomic_load_explicit(&L.next, memory_order_relaxed);
+  if (next < BEHIND + STEP) return;
+  uint64_t until = (next - BEHIND) / STEP * STEP;
+  if (until <= *released) return;
+  if (madvise(L.base + *released, until - *released, MADV_DONTNEED) == 0) *released = until;
+}
 
 static void *helper_main(void *arg) {
   (void)arg;
-  uint64_t populated = 0;
+  uint64_t populated = 0, released = 0;
+  int can_populate = 1; /* MADV_POPULATE_WRITE is Linux 5.14+: without it, only the file's growth and release */
   pthread_mutex_lock(&L.helper_mu);
   while (!L.helper_stop) {
     /* In whole steps: madvise wants page-aligned starts. */
@@ -184,8 +200,12 @@ static void *helper_main(void *arg) {
       publish_size(end);
       pthread_mutex_unlock(&L.grow_mu);
     }
-    ok = ok && madvise(L.base + populated, end - populated, MADV_POPULATE_WRITE) == 0;
+    if (ok && can_populate && madvise(L.base + populated, end - populated, MADV_POPULATE_WRITE) != 0) {
+      if (errno == EINVAL) can_populate = 0; /* advice unknown to this kernel: go on without it */
+      else ok = 0;                           /* a fault on the range: the writers report what went wrong */
+    }
     populated = end;
+    release_behind(&released);
     pthread_mutex_lock(&L.helper_mu);
     if (!ok) break; /* writers grow the file themselves and report what went wrong */
   }
