@@ -232,6 +232,13 @@ if ((FUZZ_SECONDS > 0)); then
     fi
     sed 's/^/== /' build/run-fuzz-decode.log
     PASSED=$((PASSED + 1))
+    snapshot_seconds=$(( FUZZ_SECONDS / 3 > 0 ? FUZZ_SECONDS / 3 : 1 ))
+    echo "== fuzz_snapshot: python3 tests/fuzz/fuzz_snapshot.py --seconds $snapshot_seconds"
+    if ! python3 tests/fuzz/fuzz_snapshot.py --seconds "$snapshot_seconds" --save build >build/run-fuzz-snapshot.log 2>&1; then
+      fail fuzz_snapshot "a snapshot neither loaded nor was refused with one clear error in time" build/run-fuzz-snapshot.log
+    fi
+    sed 's/^/== /' build/run-fuzz-snapshot.log | tail -n 5
+    PASSED=$((PASSED + 1))
   else
     echo "== fuzz_log_decode: skipped: numpy is not importable"
   fi

@@ -121,6 +121,7 @@ def test_garbage_and_missing_files(tmp_path: Path) -> None:
         ({"device_traces": [[]]}, "device_traces are empty"),
         ({"device_traces": [[42]]}, r"device_traces\[0\]\[0\] is a int"),
         ({"device_traces": [[{"addr": 1}]]}, "no 'action'"),
+        ({"device_traces": [[{"action": []}]]}, "no 'action' string"),  # unhashable: once a TypeError
         ({"device_traces": [[{"action": "alloc", "size": 512}]]}, "no 'addr'"),
         ({"device_traces": [[{"action": "alloc", "addr": "0x10", "size": 512}]]}, "'addr' is str"),
         ({"device_traces": [[{"action": "alloc", "addr": 16, "size": -5}]]}, "negative or larger"),
@@ -167,3 +168,135 @@ def test_unknown_actions_are_noted_not_fatal() -> None:
     snap = {"device_traces": [[{"action": "alloc", "addr": 1, "size": 512}, {"action": "teleport", "addr": 1}]]}
     t = trace.from_snapshot(snap)
     assert len(t) == 1 and any("teleport x1" in n for n in t.notes)
+
+
+# ---------------------------------------------------------------------------
+# Shared references (issue 36, finding B)
+# ---------------------------------------------------------------------------
+
+
+def _block(size: int = 512) -> dict[str, Any]:
+    return {"size": size, "requested_size": size, "state": "active_allocated", "frames": []}
+
+
+def _shared_blocks(segments: int, blocks: int) -> dict[str, Any]:
+    """`segments` segments that all name one list of `blocks` blocks: pickled, the list is written once and
+    named by a memo reference (a few bytes) from every segment after the first."""
+    shared = [_block() for _ in range(blocks)]
+    return {"device_traces": [[{"action": "alloc", "addr": 16, "size": 512}]],
+            "segments": [{"device": 0, "address": i << 32, "total_size": 512 * blocks, "stream": 0,
+                          "blocks": shared} for i in range(segments)]}
+
+
+def _refused_cheaply(path: Path, message: str) -> None:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(TraceError, match=message):
+            trace.load_trace(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, f"refusing it took {peak >> 20} MiB"  # xz alone decodes with an 8 MiB dictionary
+
+
+def test_a_blocks_list_shared_by_segments_is_refused(tmp_path: Path) -> None:
+    """1000 segments naming one list of 100 blocks: 100,000 blocks walked from a 33 KB pickle; the square
+    case (one segment named 4000 times, with 4000 references to one block) is 16 KB and was 16 million
+    blocks, 3.8 GB and 23 s. Both are refused at the second reference, in one line."""
+    raw = pickle.dumps(_shared_blocks(1000, 100))
+    assert len(raw) < 40_000
+    path = tmp_path / "shared.pickle"
+    path.write_bytes(raw)
+    _refused_cheaply(path, r"segments\[1\] has the blocks list of segments\[0\] \(a shared reference")
+    block = _block()
+    segment = {"device": 0, "address": 0, "total_size": 512, "blocks": [block] * 4000}
+    square = pickle.dumps({"device_traces": [[{"action": "alloc", "addr": 16, "size": 512}]],
+                           "segments": [segment] * 4000})
+    assert len(square) < 20_000
+    path.write_bytes(square)
+    _refused_cheaply(path, r"segments\[1\] is segments\[0\] again")
+    xz = tmp_path / "shared.pickle.xz"  # unpickled as it is inflated: the same refusal
+    xz.write_bytes(lzma.compress(raw))
+    _refused_cheaply(xz, r"has the blocks list of segments\[0\]")
+    status, out, err = run_main(str(xz))  # run_main adds the exit status on a line of its own
+    assert status == 2 and out == "" and "Traceback" not in err
+    assert err.startswith("torchalloc replay: error: ") and "shared reference" in err.splitlines()[0]
+
+
+def test_shared_frames_strings_and_empty_lists_still_load() -> None:
+    """What PyTorch itself shares stays allowed: one frames list (and its frame dicts) for every entry with
+    the same traceback (py_symbolize deduplicates them), repeated file names, and an empty list."""
+    frame = {"filename": "/home/u/train.py", "line": 10, "name": "step"}
+    frames = [frame, {"filename": "/home/u/train.py", "line": 3, "name": "main"}]
+    entries = []
+    for i in range(50):
+        entries.append({"action": "alloc", "addr": 4096 * i, "size": 512, "stream": 0, "frames": frames})
+        entries.append({"action": "free_completed", "addr": 4096 * i, "size": 512, "stream": 0, "frames": frames})
+    live = dict(_block(), frames=frames)
+    empty: list[Any] = []
+    segments = [{"device": 0, "address": 1 << 40, "total_size": 512, "stream": 0, "blocks": [live], "frames": empty},
+                {"device": 0, "address": 2 << 40, "total_size": 0, "stream": 0, "blocks": empty, "frames": empty}]
+    raw = pickle.dumps({"device_traces": [entries], "segments": segments})
+    assert raw.count(b"train.py") == 1  # the pickle does share them
+    t = trace.from_snapshot(trace.safe_unpickle(raw))
+    assert len(t) == 101 and t.prelude == 1
+
+
+def _refusal_peak(data: bytes, message: str) -> int:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(TraceError, match=message):
+            trace.from_snapshot(trace.safe_unpickle(data, "memo.pickle"))
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("data", [
+    b"\x80\x02}r" + (1 << 24).to_bytes(4, "little") + b".",  # LONG_BINPUT: CPython's memo array grows to 2x it
+    b"(dp16777216\n.",  # PUT, protocol 0
+    b"(dp1e9\n.",  # PUT of an index that is no plain number
+    b"]replace.",  # CPython's gh-115952: 'r' takes "epla" as an index of 1.6 billion
+])
+def test_a_memo_index_beyond_the_bytes_before_it_is_refused(data: bytes) -> None:
+    """CPython's C unpickler keeps its memo in an array as long as the largest index stored: 9 bytes with an
+    index of 2^30 took 16.8 GB and 46 s (2^24 here: 256 MiB before the check). No pickler writes an index
+    larger than the bytes before it, so the memo stays within 16 bytes a byte of pickle."""
+    peak = _refusal_peak(data, r"memo.pickle: the pickle stores (object \d+|an object under an index that is no "
+                               r"number) at byte \d+: no pickler")
+    assert peak < 1 << 20
+    # An index no larger than the bytes before it stays allowed, even where no pickler would write it.
+    assert trace.safe_unpickle(b"\x80\x02]q\x00(K\x01r\x05\x00\x00\x00e.") == [1]
+
+
+def test_a_pickle_cut_inside_a_declared_size_is_refused_before_unpickling() -> None:
+    """BYTEARRAY8 declaring 10^18 bytes in a pickle of 20: refused from the bytes there are, before the
+    unpickler reserves the size (which made CPython print 'deallocated bytearray object has exported
+    buffers')."""
+    data = b"\x80\x05\x96" + (10**18).to_bytes(8, "little") + b"abc"
+    assert _refusal_peak(data, r"memo.pickle: truncated pickle \(ends before its STOP opcode\)") < 1 << 20
+
+
+def test_pickles_of_every_protocol_still_load(tmp_path: Path) -> None:
+    """Over 256 memoized objects: protocols 1 to 3 number them with LONG_BINPUT, 0 with PUT, 4 and 5 with
+    MEMOIZE; each loads the same, whole, compressed, and checked in pieces cut anywhere."""
+    from torchalloc.log.trace_snapshot import _MemoCheck
+
+    frames = [{"filename": "/home/u/train.py", "line": 1, "name": "f"}]
+    entries = [{"action": "alloc", "addr": 4096 * i, "size": 512, "frames": frames} for i in range(300)]
+    snapshot = {"device_traces": [entries], "segments": []}
+    want = trace.from_snapshot(snapshot)
+    for protocol in range(6):
+        raw = pickle.dumps(snapshot, protocol=protocol)
+        path = tmp_path / f"p{protocol}.pickle.xz"
+        path.write_bytes(lzma.compress(raw))
+        assert (trace.load_trace(path).events == want.events).all(), protocol
+        for size in (1, 2, 5, 64):
+            check = _MemoCheck("pieces")
+            for at in range(0, len(raw), size):
+                check.feed(raw[at:at + size])
+            check.finish()  # reached STOP: nothing refused

@@ -1,27 +1,146 @@
 """Transparent decompression of gzip, xz and bz2 files (logs and traces are
-often shipped compressed: the bundled ones are .xz)."""
+often shipped compressed: the bundled ones are .xz).
+
+A compressed file is always inflated as a stream, a piece at a time: a few
+hundred kilobytes of xz can hold gigabytes of zeros (issue 36), so what a
+reader keeps must be decided by what the stream holds, never by inflating it
+whole first. `open_decompressed` gives the stream, `inflated_size` how much
+it holds (up to a bound), `read_trimmed` its bytes without the zeros it ends
+with.
+"""
 from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import lzma
+import os
 import zlib
+from typing import IO, Any, BinaryIO, Callable, Union
 
-_MAGICS = ((b"\x1f\x8b", gzip.decompress), (b"\xfd7zXZ\x00", lzma.decompress), (b"BZh", bz2.decompress))
+_OPENERS: tuple[tuple[bytes, Callable[..., Any]], ...] = (
+    (b"\x1f\x8b", gzip.open), (b"\xfd7zXZ\x00", lzma.open), (b"BZh", bz2.open))
+# What a decompressing reader raises on a truncated or corrupt stream (zlib.error: a corrupt gzip body).
+_ERRORS = (EOFError, OSError, lzma.LZMAError, zlib.error, ValueError)
+_PIECE = 1 << 20  # bytes inflated per read: the memory a streamed pass holds at once
+_ZEROS = bytes(_PIECE)
+
+Source = Union[str, "os.PathLike[str]"]
+
+
+class CompressedError(ValueError):
+    """A truncated or corrupt compressed stream; the message says so and names the cause."""
 
 
 def is_compressed(head: bytes) -> bool:
     """Whether `head` (the first bytes of a file) starts a gzip, xz or bz2 stream."""
-    return any(head.startswith(magic) for magic, _ in _MAGICS)
+    return any(head.startswith(magic) for magic, _ in _OPENERS)
+
+
+class _Inflating(io.RawIOBase):
+    """A decompressing reader whose every failure is a CompressedError, so callers catch one exception.
+    Closing it closes `owned` too (the file under the decompressor, which does not close what it was given)."""
+
+    def __init__(self, inner: IO[bytes], owned: IO[bytes] | None = None) -> None:
+        self._inner = inner
+        self._owned = owned
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        try:
+            return self._inner.readinto(buffer)  # type: ignore[attr-defined, no-any-return]
+        except _ERRORS as e:
+            raise CompressedError(f"truncated or corrupt compressed file ({e})") from None
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        """Seeking back inflates again from the start (a pickle is checked in one pass, then unpickled)."""
+        try:
+            return self._inner.seek(offset, whence)
+        except _ERRORS as e:
+            raise CompressedError(f"truncated or corrupt compressed file ({e})") from None
+
+    def close(self) -> None:
+        if not self.closed:
+            self._inner.close()
+            if self._owned is not None:
+                self._owned.close()
+        super().close()
+
+
+def _inflating(raw: BinaryIO, owned: bool) -> BinaryIO | None:
+    """`raw` (positioned at its start) decompressed as read, or None when it is not gzip, xz or bz2.
+    `owned`: the stream closes `raw` when it is closed."""
+    head = raw.read(8)
+    raw.seek(0)
+    for magic, opener in _OPENERS:
+        if head.startswith(magic):
+            inflating = _Inflating(opener(raw, "rb"), raw if owned else None)
+            # Buffered: the unpickler reads lines and single bytes, and peeks.
+            return io.BufferedReader(inflating, _PIECE)  # type: ignore[return-value]
+    return None
+
+
+def open_decompressed(path: Source) -> BinaryIO:
+    """The file at `path` as a stream of its content: decompressed as it is read when it is gzip, xz or
+    bz2 (reads then raise CompressedError for a truncated or corrupt stream), the file itself otherwise."""
+    raw = open(path, "rb")
+    try:
+        inflating = _inflating(raw, owned=True)
+    except BaseException:
+        raw.close()
+        raise
+    return raw if inflating is None else inflating
 
 
 def decompress(raw: bytes) -> bytes:
     """`raw` decompressed when it is gzip, xz or bz2, else `raw` itself.
-    Raises ValueError naming the cause for a truncated or corrupt stream."""
-    for magic, unpack in _MAGICS:
-        if raw.startswith(magic):
-            try:
-                return unpack(raw)
-            except (EOFError, OSError, lzma.LZMAError, zlib.error, ValueError) as e:  # zlib.error: a corrupt gzip body
-                raise ValueError(f"truncated or corrupt compressed file ({e})") from None
-    return raw
+    Raises CompressedError (a ValueError) naming the cause for a truncated or corrupt stream."""
+    stream = _inflating(io.BytesIO(raw), owned=False)
+    if stream is None:
+        return raw
+    with stream:
+        return stream.read()
+
+
+def inflated_size(path: Source, stop_at: int) -> int:
+    """How many bytes the file's content holds (decompressed when compressed), counting no further than
+    `stop_at`: the size a reader meets, found holding one piece at a time."""
+    n = 0
+    buf = bytearray(_PIECE)
+    with open_decompressed(path) as f:
+        while n < stop_at:
+            got = f.readinto(buf)  # type: ignore[attr-defined]
+            if not got:
+                break
+            n += got
+    return min(n, stop_at)
+
+
+def read_trimmed(stream: BinaryIO, keep_at_least: int = 0, pad: int = 0) -> tuple[bytearray, int]:
+    """The stream's bytes without the run of zero bytes it ends with, and its whole size.
+
+    Inflated a piece at a time; a run of zeros is held only as a count until a non-zero byte follows it,
+    so zeros at the end never take memory. At least `keep_at_least` bytes (a header to parse) are kept,
+    and `pad` zeros after the last non-zero byte (so that the record holding it is whole), as far as the
+    stream goes."""
+    out = bytearray()  # grown in place: no second copy of the content at the end
+    zeros = 0  # zero bytes after `out`, not (yet) kept
+    while True:
+        piece = stream.read(_PIECE)
+        if not piece:
+            break
+        # An all-zero piece (the common case in a zero run) is told by one memcmp: rstrip scans bytewise.
+        body = b"" if piece == _ZEROS[:len(piece)] else piece.rstrip(b"\0")
+        if body:
+            out += bytes(zeros)  # zeros with data after them are part of the content
+            out += body
+            zeros = 0
+        zeros += len(piece) - len(body)
+    total = len(out) + zeros
+    out += bytes(min(zeros, max(pad, keep_at_least - len(out))))
+    return out, total

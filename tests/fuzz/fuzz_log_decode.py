@@ -12,8 +12,11 @@ records no writer produces (hostile-*, the shapes of issue 23)
 breaks: bit flips, interesting values in header fields and in record
 fields (kind, sequence number, string/stack ids, lengths, chunk numbers),
 truncation anywhere or near a record boundary, splicing, records deleted,
-duplicated or swapped, ranges zeroed, garbage appended; a gzip-compressed
-seed is mutated compressed and read from a file. Two mutations reseal the
+duplicated or swapped, ranges zeroed, garbage appended; a compressed seed
+is mutated compressed and read from a file. Besides the stored seeds, a few
+are made at start (generated_seeds): real logs followed by ZERO_PAD zero
+bytes, xz- and gzip-compressed, a few KB that inflate to far more (the shape
+of issue 36); they are always mutated compressed. Two mutations reseal the
 slot they change (its checksum recomputed), so that the tools, not only
 the checksum, meet impossible values: a record field set to an interesting
 value, and a record copied over another (its sequence number kept), which
@@ -34,7 +37,7 @@ failure: the input is saved, the traceback printed, and the exit status is 1.
 from __future__ import annotations
 
 import argparse
-import gzip
+import lzma
 import random
 import signal
 import sys
@@ -42,11 +45,13 @@ import tempfile
 import time
 import traceback
 import warnings
+import zlib
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "python"))
 
+from torchalloc._compressed import decompress, is_compressed  # noqa: E402
 from torchalloc.log.reader import (  # noqa: E402
     HEADER_SIZE,
     RECORD_DTYPE,
@@ -66,6 +71,31 @@ HEADER_FIELDS = ((8, 4), (12, 4), (16, 4), (20, 4), (24, 8), (32, 8), (40, 4), (
 RECORD_FIELDS = tuple((RECORD_DTYPE.fields[n][1], RECORD_DTYPE.fields[n][0].itemsize) for n in RECORD_DTYPE.names)
 # Metadata records reuse the slot: id (0, 4), len/nframes (4, 2), chunk (6, 2), frame ids from 16.
 META_FIELDS = ((0, 4), (4, 2), (6, 2), (16, 4), (20, 4), (24, 4))
+
+
+# Zeros after a log in the generated seeds: enough that inflating them whole shows (as it did before issue 36),
+# few enough that reading them a piece at a time stays a small share of --per-input.
+ZERO_PAD = 32 << 20
+_PACKERS = {"xz": lambda: lzma.LZMACompressor(preset=0), "gz": lambda: zlib.compressobj(9, wbits=31)}
+
+
+def generated_seeds(plain: dict[str, bytes]) -> tuple[dict[str, bytes], dict[str, bytes]]:
+    """Seeds made here rather than stored (a stored one would be a large file or hide what it is): each of
+    two real logs, one closed and one whose writer was killed, followed by ZERO_PAD zero bytes and
+    compressed a piece at a time. Returns (compressed, plain form) by name; the plain form has a few KiB of
+    zeros, so that mutating it stays cheap."""
+    packed, small = {}, {}
+    zeros = bytes(1 << 20)
+    for base in ("closed-stacks", "open-when-copied"):
+        if base not in plain:
+            continue
+        for fmt, make in _PACKERS.items():
+            packer = make()
+            parts = [packer.compress(plain[base])] + [packer.compress(zeros) for _ in range(ZERO_PAD // len(zeros))]
+            name = f"{base}+zeros.{fmt}"
+            packed[name] = b"".join(parts) + packer.flush()
+            small[name] = plain[base] + bytes(4096)
+    return packed, small
 
 
 class InputTimeout(Exception):
@@ -228,16 +258,24 @@ def main() -> int:
     if not seeds:
         print(f"fuzz_log_decode: no seeds in {args.corpus}")
         return 1
-    plain = {name: (gzip.decompress(d) if d[:2] == b"\x1f\x8b" else d) for name, d in seeds.items()}
+    plain = {name: decompress(d) for name, d in seeds.items()}
+    made, made_plain = generated_seeds(plain)
+    seeds.update(made)
+    plain.update(made_plain)
+    scratch = Path(tempfile.mkdtemp(prefix="fuzz_log_decode-"))
     for name, data in plain.items():  # the seeds themselves must decode, and the tools read them
         assert exercise(data, tools=True).startswith("decoded"), f"seed {name} does not decode"
+        if is_compressed(seeds[name][:8]):  # and so must the compressed files, read as files
+            packed = scratch / "seed"
+            packed.write_bytes(seeds[name])
+            assert exercise(packed).startswith("decoded"), f"seed {name}, compressed, does not decode"
+            packed.unlink()
     rng = random.Random(args.seed)
     signal.signal(signal.SIGALRM, _on_alarm)
     outcomes: dict[str, int] = {}
     mutations: dict[str, int] = {}
     slowest = (0.0, "")
     names = sorted(seeds)
-    scratch = Path(tempfile.mkdtemp(prefix="fuzz_log_decode-"))
     start = time.monotonic()
     n = 0
     print(f"fuzz_log_decode: {len(seeds)} seeds from {args.corpus}, seed {args.seed}, {args.seconds:.0f} s, "
@@ -245,7 +283,7 @@ def main() -> int:
     try:
         while time.monotonic() - start < args.seconds:
             name = rng.choice(names)
-            compressed = seeds[name][:2] == b"\x1f\x8b" and rng.random() < 0.3
+            compressed = is_compressed(seeds[name][:8]) and (name in made or rng.random() < 0.3)
             data = bytearray(seeds[name] if compressed else plain[name])
             other = plain[rng.choice(names)]
             applied = [mutate(rng, data, other) for _ in range(rng.randint(1, 4))]
@@ -253,7 +291,7 @@ def main() -> int:
                 mutations[what] = mutations.get(what, 0) + 1
             source: object = bytes(data)
             if compressed:  # the decompression path reads files only
-                source = scratch / "input.talog.gz"
+                source = scratch / "input.talog.compressed"
                 source.write_bytes(data)
             n += 1
             t0 = time.monotonic()
@@ -269,7 +307,7 @@ def main() -> int:
                 saved.write_bytes(data)
                 why = f"took over {args.per_input:g} s" if isinstance(e, InputTimeout) else "raised"
                 print(f"fuzz_log_decode: FAILED: input {n} (seed {name}, mutations {applied}"
-                      f"{', gzip' if compressed else ''}) {why}; saved to {saved}")
+                      f"{', compressed' if compressed else ''}) {why}; saved to {saved}")
                 traceback.print_exc(file=sys.stdout)
                 return 1
             signal.setitimer(signal.ITIMER_REAL, 0)

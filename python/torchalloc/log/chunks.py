@@ -21,8 +21,6 @@ read from memory.
 """
 from __future__ import annotations
 
-import bz2
-import gzip
 import lzma
 import os
 import zlib
@@ -30,7 +28,7 @@ from typing import IO, Any, Iterator, Union
 
 import numpy as np
 
-from .._compressed import is_compressed
+from .._compressed import inflated_size, is_compressed, open_decompressed
 from .._records import END, FRAME, LOG_MAGIC, MAX_KIND, PHASE_BEGIN, STACK, STATUS_CUT_SHORT, STATUS_NO_SPACE, STRING, TRUNCATED
 from .checks import Checker
 from .reader import (
@@ -59,34 +57,32 @@ __all__ = ["ChunkedLog", "DEFAULT_CHUNK_RECORDS", "STREAM_FROM_BYTES", "is_large
 DEFAULT_CHUNK_RECORDS = 1 << 18  # 16 MiB of log per piece (larger pieces: more memory, no faster)
 # From this size on `torchalloc report` reads a log in pieces: decoded whole, a log takes about 4.5 times its
 # size in memory (1.2 GB at this size). Export (10 times its size whole) and replay give exactly what they give
-# whole when they read in pieces, and do from an eighth and a quarter of it. A compressed log: from a tenth of
-# each (compressed size).
+# whole when they read in pieces, and do from an eighth and a quarter of it. A compressed log is measured by
+# what it inflates to (issue 36: 312 KB of xz held 2 GiB of zero slots), as the file it decompresses to would be.
 STREAM_FROM_BYTES = 256 << 20
 EXPORT_SHARE, REPLAY_SHARE = 8, 4
 _ITEM = np.dtype((np.void, RECORD_SIZE))
-_OPENERS = ((b"\x1f\x8b", gzip.open), (b"\xfd7zXZ\x00", lzma.open), (b"BZh", bz2.open))
-_STREAM_ERRORS = (EOFError, OSError, lzma.LZMAError, zlib.error, ValueError)
+_STREAM_ERRORS = (EOFError, OSError, lzma.LZMAError, zlib.error, ValueError)  # CompressedError is a ValueError
 
 
 def is_large_log(path: Union[str, os.PathLike[str]], threshold: int | None = None, share: int = 1) -> bool:
     """Whether `path` is a torchalloc log of `threshold` bytes or more (default: STREAM_FROM_BYTES / `share`): one to
-    read in pieces; False for anything else."""
+    read in pieces; False for anything else. A compressed log counts what it inflates to: inflated a piece at a
+    time and no further than `threshold`, so asking costs no memory and at most that much decompression."""
     if threshold is None:
         threshold = STREAM_FROM_BYTES // share
     try:
         if not os.path.isfile(path):
             return False
-        size = os.path.getsize(path)
-        if size < threshold // 10:
-            return False
         with open(path, "rb") as f:
             head = f.read(8)
         if is_compressed(head):
-            opener: Any = next(op for magic, op in _OPENERS if head.startswith(magic))
-            with opener(path, "rb") as f:
-                return f.read(len(LOG_MAGIC)) == LOG_MAGIC
-        return head == LOG_MAGIC and size >= threshold
-    except (OSError, EOFError, lzma.LZMAError, zlib.error, ValueError):
+            with open_decompressed(path) as f:
+                if f.read(len(LOG_MAGIC)) != LOG_MAGIC:
+                    return False
+            return inflated_size(path, threshold) >= threshold
+        return head == LOG_MAGIC and os.path.getsize(path) >= threshold
+    except _STREAM_ERRORS:
         return False
 
 
@@ -128,8 +124,13 @@ class _Scan:
 
     def piece(self, base: int, slots: np.ndarray) -> np.ndarray:
         """The mask of slots to decode among `slots` (rows of 64 bytes, the first being slot `base`)."""
+        n = len(slots)
+        if not slots.view(np.uint64).any():
+            # Unused space (a killed writer's, or a padded file's): what the general case below gives for
+            # all-zero slots, at a fraction of its cost; a small file can inflate to gigabytes of these.
+            self.pending_zero.add(np.arange(base, base + n, dtype=np.uint64))
+            return np.zeros(n, dtype=bool)
         raw = slots.view(RECORD_DTYPE).reshape(-1)
-        n = len(raw)
         kinds = raw["kind"]
         zero = kinds == 0
         if self.header.version >= CHECKSUMS_FROM:
@@ -354,10 +355,7 @@ class ChunkedLog:
 
             return io.BytesIO(self._bytes)  # type: ignore[arg-type]
         if self._compressed:
-            with open(self.path, "rb") as f:
-                head = f.read(8)
-            opener: Any = next(op for magic, op in _OPENERS if head.startswith(magic))
-            return opener(self.path, "rb")
+            return open_decompressed(self.path)
         return open(self.path, "rb", buffering=0)
 
     def _read(self, f: IO[bytes], n: int, into: np.ndarray | None = None) -> bytes | int:

@@ -41,7 +41,7 @@ from typing import IO, Iterator, NamedTuple, Union
 
 import numpy as np
 
-from .._compressed import decompress, is_compressed
+from .._compressed import CompressedError, is_compressed, open_decompressed, read_trimmed
 # The record kinds, flags, statuses, policy and pool names: defined in _records
 # (one source for the whole package), re-exported here for users of the decoder.
 from .._records import (  # noqa: F401
@@ -261,22 +261,29 @@ def _check_regular_file(path: str) -> None:
         raise LogFormatError(f"{path}: is {what}, not a torchalloc log")
 
 
-def _load(source: Union[str, os.PathLike, bytes, bytearray, memoryview]) -> tuple[str, np.ndarray, bool]:
-    """The log's name, its bytes, and whether they are the file itself (not bytes, not decompressed)."""
+def _load(source: Union[str, os.PathLike, bytes, bytearray, memoryview]) -> tuple[str, np.ndarray, bool, int]:
+    """The log's name, its bytes, whether they are the file itself (not bytes, not decompressed), and its size.
+
+    A compressed log is inflated a piece at a time and the zeros it ends with are not kept (issue 36: 300 KB
+    of xz held a record and 2 GiB of zero slots), so the bytes may be shorter than the size: what is
+    missing is zeros, which decode to nothing (past the last complete record, a zero slot is unused space).
+    Kept are the header and the whole slot holding the last non-zero byte."""
     if isinstance(source, (bytes, bytearray, memoryview)):
-        return "<bytes>", np.frombuffer(source, dtype=np.uint8), False
+        data = np.frombuffer(source, dtype=np.uint8)
+        return "<bytes>", data, False, len(data)
     path = os.fspath(source)
     _check_regular_file(path)
     with open(path, "rb") as f:
         compressed = is_compressed(f.read(8))
     if not compressed:
-        return str(path), np.fromfile(path, dtype=np.uint8), True
-    with open(path, "rb") as f:
-        try:
-            data = decompress(f.read())
-        except ValueError as e:
-            raise LogFormatError(f"{path}: {e}") from None
-    return str(path), np.frombuffer(data, dtype=np.uint8), False
+        data = np.fromfile(path, dtype=np.uint8)
+        return str(path), data, True, len(data)
+    try:
+        with open_decompressed(path) as f:
+            kept, size = read_trimmed(f, keep_at_least=HEADER_SIZE, pad=RECORD_SIZE - 1)
+    except CompressedError as e:
+        raise LogFormatError(f"{path}: {e}") from None
+    return str(path), np.frombuffer(kept, dtype=np.uint8), False, size
 
 
 def _lock_held(path: str) -> bool | None:
@@ -459,9 +466,12 @@ def read_header(path: Union[str, os.PathLike]) -> LogHeader:
     _check_regular_file(name)
     with open(name, "rb") as f:
         head = f.read(HEADER_SIZE)
-    if is_compressed(head[:8]):
-        _, data, _ = _load(name)
-        return _parse_header(name, data)
+    if is_compressed(head[:8]):  # only the header is inflated, not the log
+        try:
+            with open_decompressed(name) as f:
+                head = f.read(HEADER_SIZE)
+        except CompressedError as e:
+            raise LogFormatError(f"{name}: {e}") from None
     return _parse_header(name, np.frombuffer(head, dtype=np.uint8))
 
 
@@ -473,19 +483,18 @@ def read_log(source: Union[str, os.PathLike, bytes, bytearray, memoryview], *, w
     said in ``Log.damage`` (one line each) and, with ``warn``, also raised
     as LogDamageWarning.
     """
-    path, data, is_file = _load(source)
+    path, data, is_file, size = _load(source)
     header = _parse_header(path, data)
     damage = _Damage(path)
     if not header.checksum_ok:
         damage.note("the header failed its checksum (bytes changed after it was written): its status, end offset, "
                     "pid or times may be wrong")
-    size = len(data)
     if header.status != 0 and header.end_offset > size:
         damage.note(f"the file ends at byte offset {size}, but its header says the writer wrote "
                     f"{header.end_offset} bytes (copied or cut short?)")
     if header.status != 0 and header.header_size <= header.end_offset < size:
         size = header.end_offset  # anything after the end the writer declared is not log data
-    body = data[header.header_size:size]
+    body = data[header.header_size:size]  # a compressed log's data may stop short of `size`: the rest is zeros
     n = len(body) // RECORD_SIZE
     raw = np.frombuffer(body, dtype=RECORD_DTYPE, count=n)
     slots = body[: n * RECORD_SIZE].reshape(n, RECORD_SIZE)

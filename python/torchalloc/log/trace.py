@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 
 from .. import _records as records
-from .._compressed import decompress
+from .._compressed import CompressedError, decompress, is_compressed, open_decompressed
 from .trace_events import (  # noqa: F401  (the trace's vocabulary, imported from here across the package)
     ALLOC,
     EVENT_DTYPE,
@@ -61,35 +61,62 @@ def load_trace(path: str | os.PathLike[str], *, device: int | None = None, prelu
         from .trace_stream import load_log_streamed
 
         return load_log_streamed(p, device=device, prelude=prelude, what=str(p))
+    raw_head = _read(p, 8)
+    if is_compressed(raw_head):
+        return _load_compressed(p, device=device, prelude=prelude)
     data = read_bytes(p)
     if data.startswith(records.LOG_MAGIC):
         return load_log(data, str(p), device=device, prelude=prelude)
+    _check_pickle(data, p)
+    return load_snapshot(data, str(p), device=device, prelude=prelude)
+
+
+def _load_compressed(p: Path, *, device: int | None, prelude: bool) -> Trace:
+    """A compressed trace, never inflated whole (issue 36: a small file can inflate to gigabytes): a log is
+    decoded by read_log, which keeps no zeros it ends with; a snapshot is unpickled as it is inflated, so it
+    takes what its objects take; anything else is refused from its first bytes."""
+    try:
+        with open_decompressed(p) as f:
+            head = f.read(8)
+    except CompressedError as e:
+        raise TraceError(f"{p}: {e}") from None
+    if head.startswith(records.LOG_MAGIC):
+        return load_log(p, str(p), device=device, prelude=prelude)
+    _check_pickle(head, p)
+    with open_decompressed(p) as f:  # from its start again; read errors come as TraceError from the unpickler
+        return load_snapshot(f, str(p), device=device, prelude=prelude)
+
+
+def _check_pickle(data: bytes, p: Path) -> None:
+    """TraceError unless `data` (the content's first bytes) can start a pickle."""
     if not looks_like_pickle(data):
         raise TraceError(
             f"{p}: neither a PyTorch memory snapshot (a pickle, optionally .gz/.xz) nor a torchalloc log "
             f"(starts with {data[:8]!r})"
         )
-    return load_snapshot(data, str(p), device=device, prelude=prelude)
 
 
-def _decompress(raw: bytes, what: str) -> bytes:
+def _read(p: Path, n: int | None = None) -> bytes:
+    """The file's first `n` bytes (None: all of them), as they are on disk."""
     try:
-        return decompress(raw)
-    except ValueError as e:
-        raise TraceError(f"{what}: {e}") from None
-
-
-def read_bytes(path: str | os.PathLike[str]) -> bytes:
-    """The file's bytes, decompressed if it is gzip, xz or bz2."""
-    p = Path(path)
-    try:
-        raw = p.read_bytes()
+        with open(p, "rb") as f:
+            return f.read() if n is None else f.read(n)
     except FileNotFoundError:
         raise TraceError(f"{p}: no such file") from None
     except IsADirectoryError:
         raise TraceError(f"{p}: is a directory, not a trace") from None
     except OSError as e:
         raise TraceError(f"{p}: cannot read ({e.strerror or e})") from None
+
+
+def read_bytes(path: str | os.PathLike[str]) -> bytes:
+    """The file's bytes, decompressed whole if it is gzip, xz or bz2 (load_trace reads a compressed file as a
+    stream instead: a small file can inflate to gigabytes)."""
+    p = Path(path)
+    raw = _read(p)
     if not raw:
         raise TraceError(f"{p}: empty file")
-    return _decompress(raw, str(p))
+    try:
+        return decompress(raw)
+    except CompressedError as e:
+        raise TraceError(f"{p}: {e}") from None

@@ -7,6 +7,7 @@ are reconstructed as allocations at the start, from the free records' sizes.
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -29,8 +30,9 @@ from .trace_events import (
 )
 
 
-def load_log(data: bytes, what: str, *, device: int | None, prelude: bool) -> Trace:
-    """The trace in a log's bytes; `what` (its path) names it in errors, warnings and the trace."""
+def load_log(data: bytes | str | os.PathLike[str], what: str, *, device: int | None, prelude: bool) -> Trace:
+    """The trace in a log's bytes (or the log at a path); `what` (its path) names it in errors, warnings and the
+    trace."""
     try:
         decoded = read_log(data, warn=False)
     except LogFormatError as e:

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import io
 import pickle
+import pickletools
 from typing import Any, BinaryIO, NoReturn
 
 import numpy as np
 
+from .._compressed import CompressedError
 from .trace_events import ALLOC, EVENT_DTYPE, FREE, MAX_REQUEST, Trace, TraceError, live_peaks
 from ..units import fmt_bytes
 
@@ -61,13 +63,142 @@ class _RestrictedUnpickler(pickle.Unpickler):
         raise TraceError("refusing a pickle with persistent ids: not a PyTorch memory snapshot")
 
 
+# How _MemoCheck passes over each opcode (from pickletools' table): a positive number is the opcode's whole
+# length (no argument, or one of fixed size); the rest are codes below.
+_HALT, _LINE, _PUT, _LONG_BINPUT = 0, -1, -2, -3  # nothing after it runs; a newline-ended argument; the two puts
+# An argument whose size comes first (pickletools' n -> the size's width, signed), coded -10 + n in _STEP.
+_SIZE_FIRST = {pickletools.TAKEN_FROM_ARGUMENT1: (1, False), pickletools.TAKEN_FROM_ARGUMENT4: (4, True),
+               pickletools.TAKEN_FROM_ARGUMENT4U: (4, False), pickletools.TAKEN_FROM_ARGUMENT8U: (8, False)}
+_SIZED = {-10 + n: size for n, size in _SIZE_FIRST.items()}
+_SHORT = -10 + pickletools.TAKEN_FROM_ARGUMENT1
+_STEP = [_HALT] * 256  # an opcode the unpickler does not know: it stops there
+for _op in pickletools.opcodes:
+    _arg = _op.arg
+    _STEP[ord(_op.code)] = (1 if _arg is None else 1 + _arg.n if _arg.n >= 0
+                            else _LINE if _arg.n == pickletools.UP_TO_NEWLINE else -10 + _arg.n)
+for _code in b".ciP":  # STOP, and what the unpickler refuses (GLOBAL, INST, PERSID)
+    _STEP[_code] = _HALT
+_STEP[ord("p")], _STEP[ord("r")] = _PUT, _LONG_BINPUT
+_LONGEST_PUT = 24  # bytes of a PUT opcode and its decimal index: longer, the index is beyond any memo
+_PIECE = 1 << 20  # bytes of a stream checked at a time
+
+
+class _MemoCheck:
+    """Walks a pickle's opcodes before it is unpickled and refuses a memo index (PUT, LONG_BINPUT) larger
+    than the bytes before it.
+
+    CPython's C unpickler (until its fix for gh-115952) keeps its memo in an array as long as the largest
+    index stored: PROTO 2, an empty dict, LONG_BINPUT 2^30 and STOP, 9 bytes, took 16.8 GB and 46 s
+    (Python 3.11). A pickler numbers what it memoizes from 0, each after the opcodes that made it, so no
+    index it writes is larger than the bytes before it; bounded so, the memo takes at most 16 bytes a byte
+    of pickle. The bytes come in pieces (a compressed file as it is inflated); an opcode cut between two
+    is finished in the next."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.offset = 0  # bytes of the pickle before `carry`
+        self.carry = b""  # an opcode whose argument the next piece completes
+        self.skip = 0  # bytes of a long argument still to pass over
+        self.in_line = False  # inside a newline-ended argument that does not matter (not a PUT's)
+        self.done = False  # at STOP, or at an opcode the unpickler refuses or does not know
+
+    def feed(self, piece: bytes) -> None:
+        if self.done:
+            return
+        if self.skip or self.in_line:
+            if self.skip:
+                k = min(self.skip, len(piece))
+                self.skip -= k
+            else:
+                j = piece.find(b"\n")
+                k = len(piece) if j < 0 else j + 1
+                self.in_line = j < 0
+            self.offset += k
+            piece = piece[k:]
+            if not piece:
+                return
+        data = self.carry + piece
+        base, i, end = self.offset, 0, len(data)
+        step_of = _STEP  # a local: this loop runs once an opcode, millions of times for a large snapshot
+        while i < end:
+            step = step_of[data[i]]
+            if step > 0:
+                if i + step > end:
+                    break
+                i += step
+            elif step == _SHORT:  # the common sized ones (SHORT_BINUNICODE, LONG1): a size of one byte first
+                if i + 2 > end:
+                    break
+                i += 2 + data[i + 1]
+            elif step in _SIZED:
+                width, signed = _SIZED[step]
+                if i + 1 + width > end:
+                    break
+                size = int.from_bytes(data[i + 1:i + 1 + width], "little", signed=signed)
+                if size < 0:  # the unpickler refuses a negative size
+                    self.done = True
+                    return
+                i += 1 + width + size
+            elif step == _LONG_BINPUT:
+                if i + 5 > end:
+                    break
+                self._check(int.from_bytes(data[i + 1:i + 5], "little"), base + i)
+                i += 5
+            elif step == _HALT:
+                self.done = True
+                return
+            else:  # a newline-ended argument: a PUT's index, or one that does not matter here
+                j = data.find(b"\n", i + 1)
+                if j < 0 and step == _PUT and end - i <= _LONGEST_PUT:
+                    break  # the index ends in the next piece
+                if step == _PUT:
+                    index = data[i + 1:j] if j >= 0 else b""
+                    self._check(int(index) if index.isdigit() and len(index) < _LONGEST_PUT else -1, base + i)
+                if j < 0:
+                    self.in_line, self.carry, self.offset = True, b"", base + end
+                    return
+                i = j + 1
+        if i > end:  # inside a long argument: its rest is in the next pieces
+            self.skip, self.carry, self.offset = i - end, b"", base + end
+        else:
+            self.carry, self.offset = data[i:], base + i
+
+    def finish(self) -> None:
+        """At the end of the bytes: a pickle that ends before its STOP is refused here, before the unpickler
+        reserves what an argument cut short declares (BYTEARRAY8 of 10^18 bytes)."""
+        if not self.done:
+            raise TraceError(f"{self.what}: truncated pickle (ends before its STOP opcode)")
+
+    def _check(self, index: int, at: int) -> None:
+        if not 0 <= index <= at:
+            stored = f"object {index}" if index >= 0 else "an object under an index that is no number"
+            raise TraceError(
+                f"{self.what}: the pickle stores {stored} at byte {at}: no pickler numbers objects beyond "
+                "the bytes before them, and unpickling it would take memory for every number up to it "
+                "(9 bytes of pickle once took 16.8 GB); refusing it"
+            )
+
+
 def safe_unpickle(data: bytes | BinaryIO, what: str = "trace") -> Any:
-    """Unpickle `data` admitting only builtin containers and scalars; TraceError otherwise."""
-    stream = io.BytesIO(data) if isinstance(data, (bytes, bytearray, memoryview)) else data
+    """Unpickle `data` (bytes, or a seekable stream: a compressed file, inflated as it is read) admitting
+    only builtin containers and scalars; TraceError otherwise. The pickle's memo is checked first
+    (_MemoCheck): a stream is read twice."""
+    check = _MemoCheck(what)
     try:
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            check.feed(bytes(data))
+            stream: BinaryIO = io.BytesIO(data)
+        else:
+            while not check.done and (piece := data.read(_PIECE)):
+                check.feed(piece)
+            data.seek(0)
+            stream = data
+        check.finish()
         return _RestrictedUnpickler(stream).load()
     except TraceError:
         raise
+    except CompressedError as e:  # the stream under the pickle is cut short or corrupt
+        raise TraceError(f"{what}: {e}") from None
     except RecursionError:
         raise TraceError(f"{what}: malformed pickle (nested too deeply)") from None
     except MemoryError:
@@ -78,8 +209,9 @@ def safe_unpickle(data: bytes | BinaryIO, what: str = "trace") -> Any:
         raise TraceError(f"{what}: malformed pickle ({type(e).__name__}: {e})") from None
 
 
-def load_snapshot(data: bytes, what: str, *, device: int | None, prelude: bool) -> Trace:
-    """The trace in a snapshot's pickled bytes; `what` names the source in errors and is the trace's path."""
+def load_snapshot(data: bytes | BinaryIO, what: str, *, device: int | None, prelude: bool) -> Trace:
+    """The trace in a snapshot's pickled bytes (or a stream of them); `what` names the source in errors and is
+    the trace's path."""
     trace = from_snapshot(safe_unpickle(data, what), device=device, prelude=prelude, what=what)
     trace.path = what
     return trace
@@ -149,6 +281,23 @@ def _pick_device(traces: list[Any], device: int | None, what: str) -> int:
     return int(np.argmax(counts))
 
 
+def _walk_once(walked: dict[int, int], obj: Any, s: int, kind: str, what: str) -> None:
+    """TraceError when `obj` (segment `s`'s dict or blocks list) was met before in the snapshot.
+
+    A pickle may name one object many times for a few bytes each (a memo reference): one blocks list of
+    4000 blocks named by 4000 segments is 16 KB of pickle and 16 million blocks to walk (issue 36: 3.8 GB,
+    23 s). PyTorch writes every segment and blocks list once (only frames, which are not walked here, and
+    strings are shared), so a shared one is refused rather than walked again for every reference."""
+    first = walked.setdefault(id(obj), s)
+    if first != s:
+        shared = f"is segments[{first}] again" if kind == "segment" else f"has the blocks list of segments[{first}]"
+        raise TraceError(
+            f"{what}: segments[{s}] {shared} (a shared reference in the pickle): PyTorch writes each segment "
+            "with its own, and walking it again for every reference would take time and memory far beyond the "
+            "file's size; refusing the snapshot"
+        )
+
+
 def from_snapshot(snapshot: Any, *, device: int | None = None, prelude: bool = True, what: str = "snapshot") -> Trace:
     """The trace in a PyTorch memory snapshot (the dict _dump_snapshot pickles)."""
     if not isinstance(snapshot, dict) or "device_traces" not in snapshot:
@@ -210,7 +359,7 @@ def from_snapshot(snapshot: Any, *, device: int | None = None, prelude: bool = T
             addrs.append(addr)
             sizes.append(0)
             streams.append(stream & _U64)
-        elif action in _SEGMENT_SIGN:
+        elif isinstance(action, str) and action in _SEGMENT_SIGN:  # a list or dict is unhashable
             size = get("size")
             if type(size) is not int or not 0 <= size <= MAX_REQUEST:
                 _bad_entry(entry, ("size",), f"{what}: device_traces[{dev}][{i}]")
@@ -231,9 +380,11 @@ def from_snapshot(snapshot: Any, *, device: int | None = None, prelude: bool = T
     segments = snapshot.get("segments")
     if isinstance(segments, list):
         end_reserved = 0
+        walked: dict[int, int] = {}  # id of each segment and blocks list walked -> its segment's index
         for s, seg in enumerate(segments):
             if not isinstance(seg, dict):
                 raise TraceError(f"{what}: segments[{s}] is a {type(seg).__name__}, not a dict")
+            _walk_once(walked, seg, s, "segment", what)
             if seg.get("device", dev) != dev:
                 continue
             where = f"{what}: segments[{s}]"
@@ -243,6 +394,8 @@ def from_snapshot(snapshot: Any, *, device: int | None = None, prelude: bool = T
             blocks = seg.get("blocks", [])
             if not isinstance(blocks, list):
                 raise TraceError(f"{where}: 'blocks' is not a list")
+            if blocks:  # an empty list costs nothing however often it is named
+                _walk_once(walked, blocks, s, "blocks list", what)
             for b, block in enumerate(blocks):
                 bwhere = f"{where}.blocks[{b}]"
                 if not isinstance(block, dict):
