@@ -7,17 +7,23 @@
  * on different threads. The heap is private to the call and used from one
  * thread only: the loop reads its stats and walks its segments directly.
  *
- * Speed: the loop is one hash-map probe plus one heap call per event; the
- * only walk over memory (largest free block, for fragmentation) happens when
- * reserved bytes reach a new peak, which needs a new segment, so walks are at
- * most as many as device allocations and in practice a few hundred. */
+ * Speed: the loop is one hash-map probe plus one heap call per event. The
+ * figures at a new peak of reserved bytes (free bytes and the largest free
+ * block, for fragmentation) come from a census of free blocks the arenas
+ * keep as blocks come and go (bins.h), not from a walk over every block:
+ * a trace whose reserve keeps growing reaches a new peak every few thousand
+ * events, and walks made such a replay quadratic. Only when the census
+ * could not be kept (host memory ran out) does a new peak walk. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/replay.h"
+
 #include "base/errors.h"
 #include "heap/heap.h"
+#include "policies/parts/arena.h"
 
 _Static_assert(sizeof(torchalloc_replay_event) == 32, "torchalloc_replay_event is mirrored by numpy: 32 bytes");
 
@@ -105,33 +111,9 @@ static inline void map_erase(addr_map *m, addr_slot *slot) {
   m->count--;
 }
 
-/* ------------------------------------------------------------------------
- * Fragmentation at a new peak of reserved bytes
- * ---------------------------------------------------------------------- */
-
 /* Reserved bytes now: the heap keeps per-pool values current on the hot path
  * (stats.h), the "all" entry only at export. */
 static inline int64_t reserved_now(const ta_heap *h) { return ta_stat_total(h->stats.reserved_bytes); }
-
-static ta_noinline void note_peak(ta_heap *h, torchalloc_replay_result *r, int64_t event) {
-  int64_t reserved = reserved_now(h);
-  int64_t free_bytes = 0, largest = 0;
-  /* Replay records no stream uses, so nothing is pending: free = reserved -
-   * allocated. Walk only when something is free (never for `exact`). */
-  if (reserved > ta_stat_total(h->stats.allocated_bytes)) {
-    for (size_t i = 0; i < h->seg.registry.count; i++)
-      for (const ta_block *b = h->seg.registry.items[i]->first; b; b = b->next)
-        if (b->state == TA_BLOCK_FREE) {
-          free_bytes += (int64_t)b->size;
-          if ((int64_t)b->size > largest) largest = (int64_t)b->size;
-        }
-  }
-  r->peak_reserved = reserved;
-  r->peak_reserved_event = event;
-  r->free_at_peak = free_bytes;
-  r->largest_free_at_peak = largest;
-  r->fragmentation_at_peak = free_bytes > 0 ? (double)(free_bytes - largest) / (double)free_bytes : 0.0;
-}
 
 /* ------------------------------------------------------------------------
  * The loop
@@ -193,8 +175,60 @@ struct torchalloc_replay_run {
   int stopped; /* 1: an OOM ended the replay; 2: an error did (`error` says why) */
   char error[256];
   uint32_t epoch[TA_MAX_PHASES];
+  ta_free_census *census; /* kept by every arena of the heap; NULL: host memory ran out */
+  int64_t walked;         /* blocks walked for the figures at new peaks */
 };
 typedef struct torchalloc_replay_run replay_state;
+
+/* ------------------------------------------------------------------------
+ * Fragmentation at a new peak of reserved bytes
+ * ---------------------------------------------------------------------- */
+
+/* Free bytes and the largest free block, by a walk over every block.
+ * Returns the blocks visited. */
+static int64_t walk_free(const ta_heap *h, int64_t *free_bytes, int64_t *largest) {
+  int64_t visited = 0;
+  *free_bytes = *largest = 0;
+  for (size_t i = 0; i < h->seg.registry.count; i++)
+    for (const ta_block *b = h->seg.registry.items[i]->first; b; b = b->next, visited++)
+      if (b->state == TA_BLOCK_FREE) {
+        *free_bytes += (int64_t)b->size;
+        if ((int64_t)b->size > *largest) *largest = (int64_t)b->size;
+      }
+  return visited;
+}
+
+static inline int census_ok(const replay_state *st) { return st->census && !st->census->failed; }
+
+static ta_noinline void note_peak(replay_state *st, int64_t event) {
+  ta_heap *h = st->h;
+  torchalloc_replay_result *r = &st->r;
+  int64_t reserved = reserved_now(h);
+  int64_t free_bytes = 0, largest = 0;
+  /* Replay records no stream uses, so nothing is pending: free = reserved -
+   * allocated. Only when something is free (never for `exact`). */
+  if (reserved > ta_stat_total(h->stats.allocated_bytes)) {
+    if (ta_likely(census_ok(st))) {
+      free_bytes = st->census->bytes;
+      largest = (int64_t)ta_census_largest(st->census);
+    } else {
+      st->walked += walk_free(h, &free_bytes, &largest);
+    }
+  }
+  r->peak_reserved = reserved;
+  r->peak_reserved_event = event;
+  r->free_at_peak = free_bytes;
+  r->largest_free_at_peak = largest;
+  r->fragmentation_at_peak = free_bytes > 0 ? (double)(free_bytes - largest) / (double)free_bytes : 0.0;
+}
+
+int64_t ta_replay_blocks_walked(const torchalloc_replay_run *st) { return st->walked; }
+
+int ta_replay_census_agrees(const torchalloc_replay_run *st) {
+  int64_t free_bytes, largest;
+  walk_free(st->h, &free_bytes, &largest);
+  return census_ok(st) && st->census->bytes == free_bytes && (int64_t)ta_census_largest(st->census) == largest;
+}
 
 /* Free the block behind `slot` and forget the trace address. */
 static inline void replay_free(replay_state *st, addr_slot *slot, cudaStream_t stream, int phase) {
@@ -223,8 +257,9 @@ static inline int replay_alloc(replay_state *st, const torchalloc_replay_event *
 
 static void run_delete(torchalloc_replay_run *st) {
   free(st->map.slots);
-  if (st->h) ta_heap_destroy(st->h);
+  if (st->h) ta_heap_destroy(st->h); /* its arenas tell the census to the end */
   if (st->backend) st->backend->ops->destroy(st->backend);
+  ta_census_destroy(st->census);
   free(st);
 }
 
@@ -291,7 +326,10 @@ TORCHALLOC_API torchalloc_replay_run *torchalloc_replay_begin(const char *policy
     return NULL;
   }
   char err[256];
+  st->census = ta_census_create(); /* NULL: new peaks walk instead */
+  ta_arena_census_arm(st->census);
   st->h = ta_heap_create(st->backend, 0, &conf, 0, err, sizeof err);
+  ta_arena_census_arm(NULL);
   if (!st->h) {
     ta_set_error("%s%s", err,
                  strncmp(err, "unknown policy", 14) ? "" : "; each may end in +expandable, +compact or +reclaim");
@@ -311,20 +349,8 @@ TORCHALLOC_API torchalloc_replay_run *torchalloc_replay_begin(const char *policy
   return st;
 }
 
-TORCHALLOC_API int torchalloc_replay_feed(torchalloc_replay_run *st, const torchalloc_replay_event *events, size_t n) {
-  if (!st || (!events && n)) {
-    ta_set_error("torchalloc_replay_feed: bad arguments");
-    return -1;
-  }
-  if (st->stopped == 2) {
-    ta_set_error("%s", st->error);
-    return -1;
-  }
-  if (st->stopped) return 1; /* past the OOM: nothing more is replayed */
-  if (st->ser.len && n > st->ser.n - st->i) {
-    ta_set_error("torchalloc_replay_feed: more events than the %zu given to torchalloc_replay_begin", st->ser.n);
-    return run_fail(st);
-  }
+/* torchalloc_replay_feed's loop, its arguments checked. */
+static int feed_events(torchalloc_replay_run *st, const torchalloc_replay_event *events, size_t n) {
   ta_heap *h = st->h;
   series_state *ser = &st->ser;
   for (size_t k = 0; k < n; k++) {
@@ -351,7 +377,7 @@ TORCHALLOC_API int torchalloc_replay_feed(torchalloc_replay_run *st, const torch
         st->stopped = 1;
         return 1;
       }
-      if (ta_unlikely(reserved_now(h) > st->r.peak_reserved)) note_peak(h, &st->r, (int64_t)i);
+      if (ta_unlikely(reserved_now(h) > st->r.peak_reserved)) note_peak(st, (int64_t)i);
     } else if (e->kind == TORCHALLOC_REPLAY_FREE) {
       addr_slot *slot = map_probe(&st->map, e->addr);
       if (ta_likely(slot->ptr != NULL)) replay_free(st, slot, (cudaStream_t)(uintptr_t)e->stream, e->phase);
@@ -365,6 +391,26 @@ TORCHALLOC_API int torchalloc_replay_feed(torchalloc_replay_run *st, const torch
     st->i++;
   }
   return 0;
+}
+
+TORCHALLOC_API int torchalloc_replay_feed(torchalloc_replay_run *st, const torchalloc_replay_event *events, size_t n) {
+  if (!st || (!events && n)) {
+    ta_set_error("torchalloc_replay_feed: bad arguments");
+    return -1;
+  }
+  if (st->stopped == 2) {
+    ta_set_error("%s", st->error);
+    return -1;
+  }
+  if (st->stopped) return 1; /* past the OOM: nothing more is replayed */
+  if (st->ser.len && n > st->ser.n - st->i) {
+    ta_set_error("torchalloc_replay_feed: more events than the %zu given to torchalloc_replay_begin", st->ser.n);
+    return run_fail(st);
+  }
+  ta_arena_census_arm(st->census); /* phase_arena makes a phase's arena at its first request */
+  int rc = feed_events(st, events, n);
+  ta_arena_census_arm(NULL);
+  return rc;
 }
 
 TORCHALLOC_API int torchalloc_replay_end(torchalloc_replay_run *st, torchalloc_replay_result *out) {

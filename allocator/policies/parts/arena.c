@@ -5,11 +5,16 @@
 
 #include "size_classes.h"
 
+static _Thread_local ta_free_census *armed_census;
+
+void ta_arena_census_arm(ta_free_census *census) { armed_census = census; }
+
 ta_arena *ta_arena_create(ta_segments *segments, ta_policy *policy) {
   ta_arena *a = calloc(1, sizeof *a);
   if (!a) return NULL;
   a->segments = segments;
   a->policy = policy;
+  a->census = armed_census;
   a->expandable = (policy->flags & TA_POLICY_EXPANDABLE) && ta_segments_granule(segments) > 0;
   a->compact = a->expandable && (policy->flags & (TA_POLICY_COMPACT | TA_POLICY_RECLAIM));
   a->reclaim = a->expandable && (policy->flags & TA_POLICY_RECLAIM);
@@ -25,17 +30,110 @@ void ta_arena_join(ta_arena *a, ta_arena **family) {
 /* The arenas reclaim works across: `a`'s family, or `a` alone. */
 #define FOR_FAMILY(f, a) for (ta_arena *f = (a)->family ? *(a)->family : (a); f; f = (a)->family ? f->family_next : NULL)
 
+/* ------------------------------------------------------------------------
+ * Streams: one entry each, found through a hash index (a trace may name
+ * tens of thousands), dropped once the stream has no segment here.
+ * ---------------------------------------------------------------------- */
+
+static inline size_t stream_home(const ta_arena *a, cudaStream_t stream) {
+  return (size_t)(((uint64_t)(uintptr_t)stream * UINT64_C(0x9E3779B97F4A7C15)) >> 32) & a->index_mask;
+}
+
+/* The index slot of `stream`'s entry, or the empty slot where it would go. */
+static uint32_t *index_slot(const ta_arena *a, cudaStream_t stream) {
+  size_t i = stream_home(a, stream);
+  while (a->index[i] && a->streams[a->index[i] - 1].stream != stream) i = (i + 1) & a->index_mask;
+  return &a->index[i];
+}
+
+/* Backward-shift deletion (no tombstones: entries come and go all the time). */
+static void index_erase(ta_arena *a, uint32_t *slot) {
+  size_t i = (size_t)(slot - a->index);
+  for (size_t j = (i + 1) & a->index_mask; a->index[j]; j = (j + 1) & a->index_mask) {
+    size_t home = stream_home(a, a->streams[a->index[j] - 1].stream);
+    if (((j - home) & a->index_mask) >= ((j - i) & a->index_mask)) { /* j may move to i */
+      a->index[i] = a->index[j];
+      i = j;
+    }
+  }
+  a->index[i] = 0;
+}
+
+/* Room for `cap` entries (> nstreams), the index rebuilt at twice that.
+ * -1 without host memory (nothing changed). */
+static int resize_streams(ta_arena *a, size_t cap) {
+  uint32_t *index = calloc(2 * cap, sizeof *index);
+  if (!index) return -1;
+  ta_stream_bins *s = realloc(a->streams, cap * sizeof *s);
+  if (!s) {
+    free(index);
+    return -1;
+  }
+  a->streams = s;
+  a->cap_streams = cap;
+  free(a->index);
+  a->index = index;
+  a->index_mask = 2 * cap - 1;
+  for (size_t i = 0; i < a->nstreams; i++) *index_slot(a, a->streams[i].stream) = (uint32_t)i + 1;
+  return 0;
+}
+
+static ta_noinline ta_stream_bins *add_stream(ta_arena *a, cudaStream_t stream) {
+  if (a->nstreams == a->cap_streams && resize_streams(a, a->cap_streams ? a->cap_streams * 2 : 4)) return NULL;
+  ta_stream_bins *s = &a->streams[a->nstreams];
+  *s = (ta_stream_bins){.stream = stream}; /* bins made on a pool's first use */
+  *index_slot(a, stream) = (uint32_t)a->nstreams + 1;
+  a->last = a->nstreams++;
+  return s;
+}
+
+/* The index of `stream`'s entry; nstreams when it has none. */
+static size_t find_stream(const ta_arena *a, cudaStream_t stream) {
+  if (a->nstreams && a->streams[a->last].stream == stream) return a->last;
+  uint32_t slot = a->nstreams ? *index_slot(a, stream) : 0;
+  return slot ? slot - 1 : a->nstreams;
+}
+
+/* Entry `i`'s stream has no segment here, so no block: its (empty) bins go
+ * and the last entry takes its place; a burst of streams gone, the arrays
+ * shrink. */
+static void drop_stream(ta_arena *a, size_t i) {
+  ta_stream_bins *s = &a->streams[i];
+  ta_bins_destroy(s->pool[TA_POOL_SMALL]);
+  ta_bins_destroy(s->pool[TA_POOL_LARGE]);
+  index_erase(a, index_slot(a, s->stream));
+  size_t moved = --a->nstreams;
+  if (i != moved) {
+    *s = a->streams[moved];
+    *index_slot(a, s->stream) = (uint32_t)i + 1; /* found by its stream, at its old place */
+  }
+  if (a->last == i) a->last = 0;
+  else if (a->last == moved) a->last = i;
+  if (a->cap_streams > 64 && a->nstreams * 8 <= a->cap_streams) resize_streams(a, a->cap_streams / 2);
+}
+
+/* A stream that got bins but no segment (the device said no) leaves none behind. */
+static void drop_if_unused(ta_arena *a, cudaStream_t stream) {
+  size_t i = find_stream(a, stream);
+  if (i < a->nstreams && a->streams[i].segments == 0) drop_stream(a, i);
+}
+
 static void own(ta_arena *a, ta_segment *s) {
   s->owner_prev = NULL;
   s->owner_next = a->owned;
   if (a->owned) a->owned->owner_prev = s;
   a->owned = s;
+  size_t i = find_stream(a, s->stream); /* there: its request made it */
+  if (i < a->nstreams) a->streams[i].segments++;
 }
 
+/* The caller is done with the segment's stream entry: it may go. */
 static void disown(ta_arena *a, ta_segment *s) {
   if (s->owner_prev) s->owner_prev->owner_next = s->owner_next;
   else a->owned = s->owner_next;
   if (s->owner_next) s->owner_next->owner_prev = s->owner_prev;
+  size_t i = find_stream(a, s->stream);
+  if (i < a->nstreams && --a->streams[i].segments == 0) drop_stream(a, i);
 }
 
 size_t ta_arena_reserved(const ta_arena *a) {
@@ -44,36 +142,19 @@ size_t ta_arena_reserved(const ta_arena *a) {
   return total;
 }
 
-static ta_noinline ta_stream_bins *add_stream(ta_arena *a, cudaStream_t stream) {
-  if (a->nstreams == a->cap_streams) {
-    size_t cap = a->cap_streams ? a->cap_streams * 2 : 4;
-    ta_stream_bins *s = realloc(a->streams, cap * sizeof *s);
-    if (!s) return NULL;
-    a->streams = s;
-    a->cap_streams = cap;
-  }
-  ta_stream_bins *s = &a->streams[a->nstreams];
-  s->stream = stream;
-  s->pool[0] = s->pool[TA_POOL_SMALL] = s->pool[TA_POOL_LARGE] = NULL; /* made on first use: 43 KiB each */
-  s->expandable[0] = s->expandable[TA_POOL_SMALL] = s->expandable[TA_POOL_LARGE] = NULL;
-  a->last = a->nstreams++;
-  return s;
-}
-
 /* bins_for's slow path: another stream, or a pool of the stream not used yet. */
 static ta_noinline ta_bins *bins_slow(ta_arena *a, cudaStream_t stream, int pool) {
-  size_t i = 0;
-  while (i < a->nstreams && a->streams[i].stream != stream) i++;
+  size_t i = find_stream(a, stream);
   ta_stream_bins *s = i < a->nstreams ? &a->streams[i] : add_stream(a, stream);
   if (!s) return NULL;
   a->last = (size_t)(s - a->streams);
-  if (!s->pool[pool]) s->pool[pool] = calloc(1, sizeof(ta_bins));
+  if (!s->pool[pool]) s->pool[pool] = ta_bins_create();
   return s->pool[pool];
 }
 
 /* The free index of `stream` and `pool`; created on first use (a trace may
  * name thousands of streams, most with one pool). NULL only when host
- * memory runs out. Linear search: a process uses a handful of streams. */
+ * memory runs out. */
 static inline ta_bins *bins_for(ta_arena *a, cudaStream_t stream, int pool) {
   if (ta_likely(a->nstreams && a->streams[a->last].stream == stream)) {
     ta_bins *bins = a->streams[a->last].pool[pool];
@@ -82,17 +163,24 @@ static inline ta_bins *bins_for(ta_arena *a, cudaStream_t stream, int pool) {
   return bins_slow(a, stream, pool);
 }
 
+/* Replay's census (arena.h), out of the hot path's way. */
+static ta_noinline __attribute__((cold)) void tell_census(ta_arena *a, size_t size, int delta) {
+  ta_census_note(a->census, size, delta);
+}
+
 /* Every block enters and leaves a free index through these two, so the
  * inactive_split stats follow from the block's shape at that moment. */
 static inline void put_free(ta_arena *a, ta_bins *bins, ta_block *b) {
   b->state = TA_BLOCK_FREE;
   ta_bins_insert(bins, b);
   if (ta_block_is_split(b)) ta_segments_note_inactive_split(a->segments, b, +1);
+  if (ta_unlikely(a->census != NULL)) tell_census(a, b->size, +1);
 }
 
 static inline void take_free(ta_arena *a, ta_bins *bins, ta_block *b) {
   ta_bins_remove(bins, b);
   if (ta_block_is_split(b)) ta_segments_note_inactive_split(a->segments, b, -1);
+  if (ta_unlikely(a->census != NULL)) tell_census(a, b->size, -1);
 }
 
 /* Cut `b` (out of the index) after its first `keep` bytes; the rest, in the
@@ -318,7 +406,10 @@ ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream) {
     take_free(a, bins, b);
   } else {
     b = fresh_block(a, stream, pool, bins, rounded);
-    if (!b) return NULL;
+    if (!b) {
+      drop_if_unused(a, stream);
+      return NULL;
+    }
   }
   if (ta_should_split(b->size, rounded, pool, b->segment->expansion != NULL) &&
       ta_likely(!(a->policy->flags & TA_POLICY_NO_SPLIT))) {
@@ -407,10 +498,11 @@ void ta_arena_destroy(ta_arena *a) {
   if (!a) return;
   ta_arena_release_cached(a);
   for (size_t i = 0; i < a->nstreams; i++) {
-    free(a->streams[i].pool[TA_POOL_SMALL]);
-    free(a->streams[i].pool[TA_POOL_LARGE]);
+    ta_bins_destroy(a->streams[i].pool[TA_POOL_SMALL]);
+    ta_bins_destroy(a->streams[i].pool[TA_POOL_LARGE]);
   }
   free(a->streams);
+  free(a->index);
   free(a->retiring);
   free(a);
 }

@@ -20,17 +20,24 @@
 #include "policy/policy.h"
 #include "bins.h"
 
+/* A stream's part of an arena: made at its first request, dropped with its
+ * bins once none of its segments is left (so none of its blocks, live, free
+ * or retiring): a trace may name tens of thousands of streams, most used
+ * once. */
 typedef struct ta_stream_bins {
   cudaStream_t stream;
   ta_bins *pool[3]; /* indexed by TA_POOL_SMALL / TA_POOL_LARGE; [0] unused */
   ta_segment *expandable[3]; /* the stream's expandable segment of each pool; NULL until the first */
+  size_t segments;  /* the arena's segments on this stream */
 } ta_stream_bins;
 
 typedef struct ta_arena {
   ta_segments *segments;
   ta_policy *policy;  /* the policy object the arena belongs to */
-  ta_stream_bins *streams;
+  ta_stream_bins *streams; /* in no order: an entry dropped takes the last one's place */
   size_t nstreams, cap_streams;
+  uint32_t *index;    /* hash index of `streams` (entry + 1; 0: empty), 2 * cap_streams slots */
+  size_t index_mask;
   size_t last;        /* index of the last stream used: most requests repeat it */
   ta_segment *owned;  /* this arena's segments, linked through owner_next */
   int expandable;     /* grow expandable segments (TA_POLICY_EXPANDABLE and the device can) */
@@ -43,7 +50,13 @@ typedef struct ta_arena {
    * lends and retires across them, as they share the device. NULL: alone. */
   struct ta_arena **family;
   struct ta_arena *family_next;
+  ta_free_census *census; /* told of every block entering or leaving a free index; NULL: none */
 } ta_arena;
+
+/* Replay: each arena this thread makes from now on keeps `census` (NULL: no
+ * census), until the next call. A thread-local rather than an argument: the
+ * heap makes its policies, and they their arenas, with no way to pass it. */
+ta_internal void ta_arena_census_arm(ta_free_census *census);
 
 ta_internal ta_arena *ta_arena_create(ta_segments *segments, ta_policy *policy);
 /* `a` joins the family whose first arena `*family` is (the policy keeps

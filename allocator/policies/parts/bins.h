@@ -12,7 +12,13 @@
  *     TA_BIN_PROBE entries) so an exact-size block freed earlier is found.
  * Bitmaps: bit b of map[] is set iff bin b is non-empty; bit w of top[] is
  * set iff map[w] != 0. Finding the next non-empty bin at or after b takes
- * one masked word of map[] and one ctz over top[] — constant time. */
+ * one masked word of map[] and one ctz over top[] — constant time.
+ * List heads: in groups of 64 (those of one map[] word), each made when a
+ * block first enters one of its bins. An index holds a few sizes: made
+ * whole it would be 43 KiB, and a trace may name tens of thousands of
+ * streams, each with an index per pool. A block whose group cannot be made
+ * (no host memory) goes to one more bin, TA_NBINS (`overflow`, past every
+ * size), searched whole when no block of the others fits. */
 #ifndef TA_BINS_H
 #define TA_BINS_H
 
@@ -23,7 +29,7 @@
 #define TA_SL_BITS 6u
 #define TA_MAX_FL 31u /* sizes below 2^(31+9) = 1 TiB */
 #define TA_NBINS (TA_LINEAR_BINS + (TA_MAX_FL - 12u + 1u) * (1u << TA_SL_BITS))
-#define TA_MAP_WORDS ((TA_NBINS + 63u) / 64u)
+#define TA_MAP_WORDS ((TA_NBINS + 1u + 63u) / 64u) /* with the overflow bin */
 #define TA_TOP_WORDS ((TA_MAP_WORDS + 63u) / 64u)
 #define TA_BIN_PROBE 16
 #define TA_MAX_BLOCK_SIZE (((size_t)1 << (TA_MAX_FL + 1 + TA_UNIT_SHIFT)) - 1)
@@ -35,12 +41,52 @@ typedef struct ta_bins {
   uint64_t top[TA_TOP_WORDS];
   uint64_t map[TA_MAP_WORDS];
   size_t count;
-  ta_block *head[TA_NBINS];
+  ta_block **group[TA_MAP_WORDS]; /* group[w][k]: head of bin 64 w + k; a shared empty group until a block enters */
+  ta_block *overflow;             /* bin TA_NBINS's head: group[TA_NBINS / 64] points here */
 } ta_bins;
+_Static_assert(TA_NBINS % 64 == 0, "the overflow bin is the first of its group");
 
+/* An empty index (calloc'ed), and back; NULL when host memory runs out. */
+ta_internal ta_bins *ta_bins_create(void);
+ta_internal void ta_bins_destroy(ta_bins *bins);
 ta_internal void ta_bins_insert(ta_bins *bins, ta_block *b);
 ta_internal void ta_bins_remove(ta_bins *bins, ta_block *b);
 /* Best-fitting free block of at least `size` bytes, or NULL; not removed. */
 ta_internal ta_block *ta_bins_find(ta_bins *bins, size_t size);
+
+/* A census of free blocks: how many of each size, their bytes and the
+ * largest, kept as blocks enter and leave free indices (arena.c tells it),
+ * so that reading them walks no blocks. Replay reads one at every new peak
+ * of reserved memory, over all arenas of its heap. Below 2 MiB a count per
+ * size under a two-level bitmap (constant time both ways); from 2 MiB, where
+ * sizes are too many for an array, a hash map of counts and a max-heap of
+ * the sizes present (a size whose count fell to 0 leaves the heap when it
+ * reaches the top, or when such sizes are half the heap: amortized constant
+ * per change, logarithmic per read). */
+typedef struct ta_census_entry {
+  uint64_t units; /* size >> TA_UNIT_SHIFT; 0: an empty slot. A size has an entry iff it is in the heap */
+  uint64_t count; /* free blocks of that size now (0: it waits to leave the heap) */
+} ta_census_entry;
+
+typedef struct ta_free_census {
+  int64_t bytes;  /* of all free blocks counted */
+  int failed;     /* host memory ran out once: the figures are wrong from then on */
+  uint64_t small_top;
+  uint64_t small_map[TA_LINEAR_BINS / 64];
+  uint64_t small_count[TA_LINEAR_BINS];
+  ta_census_entry *slots; /* large sizes: open addressing, linear probing */
+  size_t mask, used;
+  uint64_t *heap; /* large sizes (units), a max-heap */
+  size_t nheap, cap_heap;
+  size_t dead;    /* sizes in the heap with a count of 0 */
+} ta_free_census;
+
+/* NULL when host memory runs out. */
+ta_internal ta_free_census *ta_census_create(void);
+ta_internal void ta_census_destroy(ta_free_census *c);
+/* One more (delta +1) or one fewer (-1) free block of `size` bytes. */
+ta_internal void ta_census_note(ta_free_census *c, size_t size, int delta);
+/* The largest free block counted (0: none). */
+ta_internal size_t ta_census_largest(ta_free_census *c);
 
 #endif
