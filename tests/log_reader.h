@@ -76,15 +76,20 @@ static inline const ta_log_record *nth_kind(const parsed *p, int kind, size_t nt
 }
 
 /* STRING slots: u32 id, u16 len, u16 chunk, u64 seq, 46 bytes of text. */
+static inline void string_slot(const ta_log_record *r, uint32_t *id, uint16_t *len, uint16_t *chunk) {
+  const unsigned char *s = (const unsigned char *)r;
+  memcpy(id, s, 4);
+  memcpy(len, s + 4, 2);
+  memcpy(chunk, s + 6, 2);
+}
+
 static inline const char *string_of(const parsed *p, uint32_t id, char *buf, size_t buflen) {
   buf[0] = '\0';
   for (size_t i = 0; i < p->nslots; i++) {
     const unsigned char *s = (const unsigned char *)&p->slots[i];
     uint32_t sid;
     uint16_t len, chunk;
-    memcpy(&sid, s, 4);
-    memcpy(&len, s + 4, 2);
-    memcpy(&chunk, s + 6, 2);
+    string_slot(&p->slots[i], &sid, &len, &chunk);
     if (p->slots[i].kind != TA_LOG_STRING || sid != id || len >= buflen) continue;
     size_t at = (size_t)chunk * 46, n = len - at < 46 ? len - at : 46;
     memcpy(buf + at, s + 16, n);

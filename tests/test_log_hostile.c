@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "child.h"
 #include "log_reader.h"
 
 /* Under ThreadSanitizer two cases cannot be judged: it runs signal handlers
@@ -34,30 +35,6 @@
     }                                                         \
   } while (0)
 
-/* Runs `body(path)` in a child with stderr captured; its wait status. */
-static int in_child(void (*body)(const char *), const char *path, char *out, size_t len) {
-  int fds[2];
-  if (pipe(fds) != 0) return -1;
-  fflush(NULL);
-  pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    dup2(fds[1], 2);
-    close(fds[0]);
-    body(path);
-    _exit(0);
-  }
-  close(fds[1]);
-  size_t got = 0;
-  ssize_t r;
-  while (got < len - 1 && (r = read(fds[0], out + got, len - 1 - got)) > 0) got += (size_t)r;
-  out[got] = '\0';
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return status;
-}
-
 static void churn(int n) {
   for (int i = 0; i < n; i++) {
     void *p = torchalloc_malloc(4096, 0, S0);
@@ -66,7 +43,8 @@ static void churn(int n) {
   }
 }
 
-static void truncate_while_logging(const char *path) {
+static void truncate_while_logging(const void *arg) {
+  const char *path = arg;
   if (log_reset(path, "") != 0) _exit(1);
   churn(1000);
   if (truncate(path, 0) != 0) _exit(2); /* logrotate's copytruncate, `: > run.talog` */
@@ -80,14 +58,15 @@ TEST(a_log_cut_short_by_another_program_stops_logging_and_training_goes_on) {
   SKIP_UNDER_TSAN("it defers the SIGBUS handler");
   char path[256], out[4096];
   temp_path(path, sizeof path, "truncated");
-  int status = in_child(truncate_while_logging, path, out, sizeof out);
+  int status = run_in_child(truncate_while_logging, path, out, sizeof out);
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   if (!WIFEXITED(status)) fprintf(stderr, "  the child died of signal %d\n", WTERMSIG(status));
   CHECK(strstr(out, "cut short by another program") != NULL);
   unlink(path);
 }
 
-static void log_past_a_file_size_limit(const char *path) {
+static void log_past_a_file_size_limit(const void *arg) {
+  const char *path = arg;
   struct rlimit limit = {20 << 20, 20 << 20};
   if (setrlimit(RLIMIT_FSIZE, &limit) != 0) _exit(1);
   if (log_reset(path, "") != 0) _exit(2);
@@ -99,7 +78,7 @@ static void log_past_a_file_size_limit(const char *path) {
 TEST(a_file_size_limit_stops_the_log_as_a_full_disk_does) {
   char path[256], out[4096];
   temp_path(path, sizeof path, "fsize");
-  int status = in_child(log_past_a_file_size_limit, path, out, sizeof out);
+  int status = run_in_child(log_past_a_file_size_limit, path, out, sizeof out);
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0); /* SIGXFSZ's default would end it with signal 25 */
   if (!WIFEXITED(status)) fprintf(stderr, "  the child died of signal %d\n", WTERMSIG(status));
   CHECK(strstr(out, "cannot grow") != NULL);
@@ -111,7 +90,8 @@ TEST(a_file_size_limit_stops_the_log_as_a_full_disk_does) {
   unlink(path);
 }
 
-static void open_under_a_tiny_limit(const char *path) {
+static void open_under_a_tiny_limit(const void *arg) {
+  const char *path = arg;
   struct rlimit limit = {10 << 20, 10 << 20};
   if (setrlimit(RLIMIT_FSIZE, &limit) != 0) _exit(1);
   if (sim_reset("") != 0) _exit(2);
@@ -124,7 +104,7 @@ static void open_under_a_tiny_limit(const char *path) {
 TEST(a_log_that_cannot_start_under_a_limit_is_refused_with_the_reason) {
   char path[256], out[4096];
   temp_path(path, sizeof path, "tiny-limit");
-  int status = in_child(open_under_a_tiny_limit, path, out, sizeof out);
+  int status = run_in_child(open_under_a_tiny_limit, path, out, sizeof out);
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   CHECK(strstr(out, "file size limit") != NULL);
   struct stat st;

@@ -211,19 +211,16 @@ static void *labeller(void *arg) {
 /* The text of every STRING of a parsed log, by id (ids are small and dense). */
 static char **strings_by_id(const parsed *p, uint32_t *count) {
   uint32_t n = 0;
+  uint32_t id;
+  uint16_t len, chunk;
   for (size_t i = 0; i < p->nslots; i++) {
-    uint32_t id;
-    memcpy(&id, &p->slots[i], 4);
+    string_slot(&p->slots[i], &id, &len, &chunk);
     if (p->slots[i].kind == TA_LOG_STRING && id >= n) n = id + 1;
   }
   char **texts = calloc(n ? n : 1, sizeof *texts);
   for (size_t i = 0; texts && i < p->nslots; i++) {
     const unsigned char *s = (const unsigned char *)&p->slots[i];
-    uint32_t id;
-    uint16_t len, chunk;
-    memcpy(&id, s, 4);
-    memcpy(&len, s + 4, 2);
-    memcpy(&chunk, s + 6, 2);
+    string_slot(&p->slots[i], &id, &len, &chunk);
     if (p->slots[i].kind != TA_LOG_STRING) continue;
     if (!texts[id]) texts[id] = calloc(1, (size_t)len + 1);
     size_t at = (size_t)chunk * 46, take = len - at < 46 ? len - at : 46;

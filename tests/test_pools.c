@@ -5,35 +5,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "child.h"
 #include "sim.h"
 
 #define POOL 7, 0 /* a graph pool id: (capture id, 0) */
 #define OTHER_POOL 0, 3
 
 static int64_t violations(void) { return torchalloc_sim_capture_violations(0, NULL, 0); }
-
-/* Runs `request` in a child with stderr captured; returns its status and output. */
-static int in_child(void (*request)(void), char *out, size_t len) {
-  int fds[2];
-  if (pipe(fds) != 0) return -1;
-  pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    dup2(fds[1], 2);
-    request();
-    _exit(0);
-  }
-  close(fds[1]);
-  size_t got = 0;
-  ssize_t r;
-  while (got < len - 1 && (r = read(fds[0], out + got, len - 1 - got)) > 0) got += (size_t)r;
-  out[got] = '\0';
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return status;
-}
-
 
 TEST(a_pool_hands_its_blocks_only_to_its_own_requests) {
   REQUIRE(sim_reset("") == 0);
@@ -310,12 +288,15 @@ TEST(oom_summary_says_what_failed) {
   torchalloc_free(a, 40 * MiB, 0, S0);
 }
 
-static void allocate_100MiB(void) { torchalloc_malloc(100 * MiB, 0, S0); }
+static void allocate_100MiB(const void *arg) {
+  (void)arg;
+  torchalloc_malloc(100 * MiB, 0, S0);
+}
 
 TEST(oom_abort_stops_the_process_with_the_reason) {
   REQUIRE(sim_reset("sim_capacity:64MiB,oom:abort,warn:1") == 0);
   char out[4096];
-  int status = in_child(allocate_100MiB, out, sizeof out);
+  int status = run_in_child(allocate_100MiB, NULL, out, sizeof out);
   CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
   CHECK(strstr(out, "torchalloc: fatal: cannot allocate") != NULL);
   CHECK(strstr(out, "CUDA out of memory") != NULL);
@@ -324,7 +305,8 @@ TEST(oom_abort_stops_the_process_with_the_reason) {
   CHECK(torchalloc_try_malloc(100 * MiB, 0, S0) == NULL);
 }
 
-static void capture_then_malloc(void) {
+static void capture_then_malloc(const void *arg) {
+  (void)arg;
   torchalloc_sim_capture(0, S0, 1);
   torchalloc_malloc(4096, 0, S0);
 }
@@ -332,7 +314,7 @@ static void capture_then_malloc(void) {
 TEST(the_plain_route_stops_on_a_capture_it_cannot_keep_private) {
   REQUIRE(sim_reset("oom:abort") == 0);
   char out[4096];
-  int status = in_child(capture_then_malloc, out, sizeof out);
+  int status = run_in_child(capture_then_malloc, NULL, out, sizeof out);
   CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
   CHECK(strstr(out, "CUDA graph is being captured") != NULL);
   CHECK(strstr(out, "torchalloc.install()") != NULL);

@@ -9,10 +9,8 @@ device was "1 devices".
 """
 from __future__ import annotations
 
-import io
 import json
 import sys
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -20,18 +18,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hostile_logs as H  # noqa: E402
+from cli_in_process import cli  # noqa: E402
 
 
-def cli(*args: str) -> tuple[int, str, str]:
-    from torchalloc.cli import dispatch as torchalloc_cli
-
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            status = torchalloc_cli.main(list(args))
-        except SystemExit as e:
-            status = int(e.code or 0)
-    return status, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ import lzma
 import sys
 import tracemalloc
 import zlib
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,6 +27,7 @@ from hostile_logs import LogBuilder  # noqa: E402
 
 from torchalloc.log import read_log  # noqa: E402
 from torchalloc.log.reader import read_header  # noqa: E402
+from cli_in_process import cli  # noqa: E402
 
 MiB = 1 << 20
 ZEROS = 128 * MiB  # below report's STREAM_FROM_BYTES (decoded whole), above export's and replay's shares
@@ -73,16 +73,6 @@ def _peak(work: Callable[[], Any]) -> tuple[Any, int]:
         tracemalloc.stop()
 
 
-def cli(*args: str) -> tuple[int, str, str]:
-    from torchalloc.cli import dispatch
-
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            status = dispatch.main(list(args))
-        except SystemExit as e:
-            status = int(e.code or 0)
-    return status, out.getvalue(), err.getvalue()
 
 
 def test_the_log_decodes_whole_without_its_zeros(bomb: Path) -> None:

@@ -12,12 +12,10 @@ No assertion here is on seconds: the work is counted (calls), the output measure
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
 import sys
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +31,7 @@ from torchalloc.analysis.events import EventTable
 from torchalloc.analysis.ooms import OomRow
 from torchalloc.analysis.wording import oom_explanation
 from torchalloc.report.text import LABEL_CHARS, render_text
+from cli_in_process import cli as _cli  # noqa: E402
 
 PYTHON_DIR = Path(__file__).resolve().parents[1]
 CAP = anatomy_module.MARKER_ANATOMIES
@@ -79,16 +78,6 @@ def _steps_file(path: Path, n: int) -> Path:
     return path
 
 
-def _cli(*args: str) -> tuple[int, str, str]:
-    from torchalloc.cli import dispatch
-
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            status = dispatch.main(list(args))
-        except SystemExit as e:
-            status = int(e.code or 0)
-    return status, out.getvalue(), err.getvalue()
 
 
 # ---------------------------------------------------------------------------

@@ -8,12 +8,10 @@ The shapes are in hostile_logs.py (also the seeds of the log fuzzer).
 """
 from __future__ import annotations
 
-import io
 import json
 import pickle
 import re
 import sys
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hostile_logs as H  # noqa: E402
+from cli_in_process import cli  # noqa: E402
 
 MiB = 1 << 20
 
@@ -37,16 +36,6 @@ EXPECTED = {
 }
 
 
-def cli(*args: str) -> tuple[int, str, str]:
-    from torchalloc.cli import dispatch as torchalloc_cli
-
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            status = torchalloc_cli.main(list(args))
-        except SystemExit as e:  # argparse-style failures of a subcommand
-            status = int(e.code or 0)
-    return status, out.getvalue(), err.getvalue()
 
 
 def named(records: list[int]) -> str:

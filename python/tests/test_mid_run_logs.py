@@ -9,16 +9,15 @@ left out the blocks the log only saw freed.
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 import pickle
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from cli_in_process import cli  # noqa: E402
 
 MiB, GiB = 1 << 20, 1 << 30
 
@@ -46,13 +45,6 @@ def record_mid_run(path: Path, before: list[int], after: list[tuple[str, Any]]) 
         _lib.teardown()
 
 
-def cli(*args: str) -> tuple[int, str, str]:
-    from torchalloc.cli import dispatch as torchalloc_cli
-
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        status = torchalloc_cli.main(list(args))
-    return status, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture

@@ -7,10 +7,8 @@ the report, the job report, replay, export's messages and the CLI's errors.
 """
 from __future__ import annotations
 
-import io
 import json
 import sys
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ from torchalloc.printable import printable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hostile_logs as H  # noqa: E402
+from cli_in_process import cli  # noqa: E402
 
 ESC = "\x1b"
 # What a terminal acts on: C0 (newline is the output's own), DEL, C1, and the bidi and line-separator marks.
@@ -30,16 +29,6 @@ def raw_controls(text: str) -> set[str]:
     return {c for c in text if c in CONTROL}
 
 
-def cli(*args: str) -> tuple[int, str, str]:
-    from torchalloc.cli import dispatch as torchalloc_cli
-
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            status = torchalloc_cli.main(list(args))
-        except SystemExit as e:
-            status = int(e.code or 0)
-    return status, out.getvalue(), err.getvalue()
 
 
 def test_printable_escapes_every_control_character() -> None:
