@@ -3,6 +3,7 @@
  *   1-10 MiB requests: large pool, 20 MiB segments, split when the rest > 1 MiB;
  *   >= 10 MiB: own segment rounded up to 2 MiB;
  *   exact: one device allocation per request, returned on free. */
+#include "replay_traces.h"
 #include "sim.h"
 
 #define A_(addr_, size_) {.addr = (addr_), .size = (size_), .kind = TORCHALLOC_REPLAY_ALLOC}
@@ -254,12 +255,6 @@ TEST(address_map_survives_growth_and_deletion) {
   free(ev);
 }
 
-static uint64_t xorshift(uint64_t *s) {
-  *s ^= *s << 13;
-  *s ^= *s >> 7;
-  *s ^= *s << 17;
-  return *s;
-}
 
 /* Random traces (lost and stray frees, phases, streams, tight capacities):
  * no crash or sanitizer report, and the figures stay consistent. The live
@@ -335,24 +330,11 @@ TEST(replay_frees_whatever_stream_the_trace_names) {
 
 /* The same trace replayed whole and fed in pieces of every size: the same
  * result and series, with an OOM in the middle and without. */
-static void random_trace(torchalloc_replay_event *ev, size_t n, uint64_t seed) {
-  uint64_t x = seed;
-  for (size_t i = 0; i < n; i++) {
-    uint64_t r = xorshift(&x) % 100;
-    int kind = r < 55 ? TORCHALLOC_REPLAY_ALLOC : r < 97 ? TORCHALLOC_REPLAY_FREE
-               : r % 2 ? TORCHALLOC_REPLAY_PHASE_BEGIN : TORCHALLOC_REPLAY_PHASE_END;
-    uint64_t size = xorshift(&x) % 2 ? xorshift(&x) % (64 * KiB) : xorshift(&x) % (24 * MiB);
-    ev[i] = (torchalloc_replay_event){.addr = xorshift(&x) % 256, .size = kind == TORCHALLOC_REPLAY_ALLOC ? size : 0,
-                                      .stream = xorshift(&x) % 3, .phase = (uint16_t)(xorshift(&x) % 4),
-                                      .kind = (uint8_t)kind};
-  }
-}
-
 TEST(feeding_pieces_gives_what_one_call_gives) {
   enum { N = 5000, SERIES = 37 };
   torchalloc_replay_event *ev = calloc(N, sizeof *ev);
   REQUIRE(ev);
-  random_trace(ev, N, 12345);
+  random_trace(ev, N, 12345, 3);
   static const char *const policies[] = {"caching", "phase_arena+expandable", "exact"};
   static const uint64_t capacities[] = {0, 600 * MiB};
   static const size_t pieces[] = {1, 3, 64, 1000, N};

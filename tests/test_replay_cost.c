@@ -11,16 +11,11 @@
 #include <malloc.h>
 
 #include "runtime/replay.h"
+#include "replay_traces.h"
 #include "sim.h"
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 
-static uint64_t xorshift(uint64_t *s) {
-  *s ^= *s << 13;
-  *s ^= *s >> 7;
-  *s ^= *s << 17;
-  return *s;
-}
 
 /* Refusing the 64-head groups of the bins (calloc(64, sizeof(void *))) on
  * demand: this program's calloc comes before the C library's. Not under a
@@ -76,20 +71,6 @@ TEST(a_growing_reserve_walks_no_block_at_its_new_peaks) {
   free(ev);
 }
 
-/* Streams, phases, lost and stray frees, sizes from 0 to 24 MiB. */
-static void random_trace(torchalloc_replay_event *ev, size_t n, uint64_t seed) {
-  uint64_t x = seed;
-  for (size_t i = 0; i < n; i++) {
-    uint64_t r = xorshift(&x) % 100;
-    int kind = r < 55 ? TORCHALLOC_REPLAY_ALLOC : r < 97 ? TORCHALLOC_REPLAY_FREE
-               : r % 2 ? TORCHALLOC_REPLAY_PHASE_BEGIN : TORCHALLOC_REPLAY_PHASE_END;
-    uint64_t size = xorshift(&x) % 2 ? xorshift(&x) % (64 * KiB) : xorshift(&x) % (24 * MiB);
-    ev[i] = (torchalloc_replay_event){.addr = xorshift(&x) % 256, .size = kind == TORCHALLOC_REPLAY_ALLOC ? size : 0,
-                                      .stream = xorshift(&x) % 6, .phase = (uint16_t)(xorshift(&x) % 4),
-                                      .kind = (uint8_t)kind};
-  }
-}
-
 /* Event by event, so at every new peak too: with room to spare and at a
  * capacity where cached segments are released and requests retried (the
  * streams left with none lose their bins), in every segment mode. */
@@ -101,7 +82,7 @@ TEST(the_census_is_what_a_walk_finds_after_every_event) {
   torchalloc_replay_event *ev = calloc(EVENTS, sizeof *ev);
   REQUIRE(ev);
   for (uint64_t seed = 1; seed <= 2; seed++) {
-    random_trace(ev, EVENTS, seed * 0x9E3779B97F4A7C15ull);
+    random_trace(ev, EVENTS, seed * 0x9E3779B97F4A7C15ull, 6);
     for (size_t p = 0; p < N(policies); p++) {
       for (size_t c = 0; c < N(capacities); c++) {
         torchalloc_replay_run *run = torchalloc_replay_begin(policies[p], capacities[c], 0, NULL, 0);

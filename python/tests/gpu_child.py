@@ -79,3 +79,11 @@ def run_child(code: str, library_path: Path, timeout: float = 300, env: dict[str
     assert done.returncode == 0, f"child failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
     assert done.result is not None, f"child printed no result:\n{done.stdout}\n{done.stderr}"
     return {**done.result, "_stderr": done.stderr}
+
+
+def native_and_torchalloc(code: str, library_path: Path, timeout: float = 300) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The scenario's results under PyTorch's allocator and under torchalloc (installed with its defaults, the
+    bridge route), each in a fresh process: for tests whose answers must match PyTorch's."""
+    native = run_child(code, library_path, timeout=timeout)
+    ours = run_child("import torchalloc\ntorchalloc.install()\n" + code, library_path, timeout=timeout)
+    return native, ours

@@ -19,14 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from gpu_child import run_child
+from gpu_child import native_and_torchalloc
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 if not torch.cuda.is_available():
     pytest.skip("no CUDA GPU visible to torch", allow_module_level=True)
 
 TIMEOUT = 240
-INSTALL = "import torchalloc\ntorchalloc.install()\n"
 
 # A user's allocator as PyTorch's test writes one (managed memory), in C against the driver API so that it shares
 # the process's one driver; its calls are counted.
@@ -248,9 +247,7 @@ emit(counted=counted, allocated_while_off=allocated_while_off, total=total)
 
 
 def both(library_path: Path, scenario: str) -> tuple[dict, dict]:
-    native = run_child(scenario, library_path, timeout=TIMEOUT)
-    ours = run_child(INSTALL + scenario, library_path, timeout=TIMEOUT)
-    return native, ours
+    return native_and_torchalloc(scenario, library_path, TIMEOUT)
 
 
 def test_a_mempool_with_its_own_allocator_is_served_by_it(library_path: Path) -> None:

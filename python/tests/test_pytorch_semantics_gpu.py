@@ -19,14 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from gpu_child import run_child
+from gpu_child import native_and_torchalloc
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 if not torch.cuda.is_available():
     pytest.skip("no CUDA GPU visible to torch", allow_module_level=True)
 
 TIMEOUT = 120
-INSTALL = "import torchalloc\ntorchalloc.install()\n"
 
 FRACTION = r"""
 import torch
@@ -134,9 +133,7 @@ emit(losses=losses)
 
 
 def both(library_path: Path, scenario: str) -> tuple[dict, dict]:
-    native = run_child(scenario, library_path, timeout=TIMEOUT)
-    ours = run_child(INSTALL + scenario, library_path, timeout=TIMEOUT)
-    return native, ours
+    return native_and_torchalloc(scenario, library_path, TIMEOUT)
 
 
 def test_memory_fraction_zero_is_accepted_and_reads_back(library_path: Path) -> None:
@@ -160,7 +157,7 @@ def test_a_graph_kept_without_its_cuda_graph_refuses_instantiate(library_path: P
 
 
 def test_a_graph_result_outlives_the_graph_and_the_process_exits(library_path: Path) -> None:
-    native, ours = both(library_path, AFTER_DESTROY)  # run_child fails on a hang (the timeout) or a crash
+    native, ours = both(library_path, AFTER_DESTROY)  # the child fails on a hang (the timeout) or a crash
     assert ours["results"] == native["results"]
     assert all(held for _, held in ours["results"])
     assert ours["allocated_at_end"] == native["allocated_at_end"]

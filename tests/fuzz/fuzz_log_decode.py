@@ -39,18 +39,18 @@ from __future__ import annotations
 import argparse
 import lzma
 import random
-import signal
 import sys
 import tempfile
 import time
-import traceback
 import warnings
 import zlib
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "python"))
+sys.path.insert(0, str(HERE))  # fuzz_loop, beside this file
 
+from fuzz_loop import Campaign  # noqa: E402
 from torchalloc._compressed import decompress, is_compressed  # noqa: E402
 from torchalloc.log.reader import (  # noqa: E402
     HEADER_SIZE,
@@ -96,14 +96,6 @@ def generated_seeds(plain: dict[str, bytes]) -> tuple[dict[str, bytes], dict[str
             packed[name] = b"".join(parts) + packer.flush()
             small[name] = plain[base] + bytes(4096)
     return packed, small
-
-
-class InputTimeout(Exception):
-    """Raised by the timer when one input runs past --per-input seconds."""
-
-
-def _on_alarm(signum, frame):  # noqa: ARG001
-    raise InputTimeout()
 
 
 def put_int(data: bytearray, offset: int, size: int, value: int) -> None:
@@ -271,13 +263,9 @@ def main() -> int:
             assert exercise(packed).startswith("decoded"), f"seed {name}, compressed, does not decode"
             packed.unlink()
     rng = random.Random(args.seed)
-    signal.signal(signal.SIGALRM, _on_alarm)
-    outcomes: dict[str, int] = {}
-    mutations: dict[str, int] = {}
-    slowest = (0.0, "")
+    campaign = Campaign("fuzz_log_decode", args.seed, args.per_input, args.save)
     names = sorted(seeds)
     start = time.monotonic()
-    n = 0
     print(f"fuzz_log_decode: {len(seeds)} seeds from {args.corpus}, seed {args.seed}, {args.seconds:.0f} s, "
           f"{args.per_input:g} s per input")
     try:
@@ -287,43 +275,19 @@ def main() -> int:
             data = bytearray(seeds[name] if compressed else plain[name])
             other = plain[rng.choice(names)]
             applied = [mutate(rng, data, other) for _ in range(rng.randint(1, 4))]
-            for what in applied:
-                mutations[what] = mutations.get(what, 0) + 1
             source: object = bytes(data)
             if compressed:  # the decompression path reads files only
                 source = scratch / "input.talog.compressed"
                 source.write_bytes(data)
-            n += 1
-            t0 = time.monotonic()
-            signal.setitimer(signal.ITIMER_REAL, args.per_input)
-            try:
-                outcome = exercise(source, tools=rng.random() < args.tools)
-            except BaseException as e:  # noqa: BLE001 -- every escape is the finding
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                if isinstance(e, KeyboardInterrupt):
-                    raise
-                args.save.mkdir(parents=True, exist_ok=True)
-                saved = args.save / f"fuzz_log_decode-crash-{args.seed}-{n}"
-                saved.write_bytes(data)
-                why = f"took over {args.per_input:g} s" if isinstance(e, InputTimeout) else "raised"
-                print(f"fuzz_log_decode: FAILED: input {n} (seed {name}, mutations {applied}"
-                      f"{', compressed' if compressed else ''}) {why}; saved to {saved}")
-                traceback.print_exc(file=sys.stdout)
+            tools = rng.random() < args.tools
+            if not campaign.run(lambda: exercise(source, tools=tools), bytes(data),
+                                name + (", compressed" if compressed else ""), applied, time.monotonic):
                 return 1
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            took = time.monotonic() - t0
-            if took > slowest[0]:
-                slowest = (took, name)
-            outcomes[outcome] = outcomes.get(outcome, 0) + 1
     finally:
         for p in scratch.iterdir():
             p.unlink()
         scratch.rmdir()
-    elapsed = time.monotonic() - start
-    print(f"fuzz_log_decode: {n} inputs in {elapsed:.0f} s ({n / elapsed:.0f}/s): "
-          + ", ".join(f"{v} {k}" for k, v in sorted(outcomes.items())) + "; 0 failures")
-    print("fuzz_log_decode: mutations applied: " + ", ".join(f"{v} {k}" for k, v in sorted(mutations.items())))
-    print(f"fuzz_log_decode: slowest input {slowest[0] * 1000:.1f} ms (from {slowest[1]})")
+    campaign.summary(time.monotonic() - start)
     return 0
 
 

@@ -29,32 +29,23 @@ import lzma
 import pickle
 import pickletools
 import random
-import signal
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "python"))
+sys.path.insert(0, str(HERE))  # fuzz_loop, beside this file
 
+from fuzz_loop import Campaign  # noqa: E402
 from torchalloc.log.trace import TraceError, load_trace  # noqa: E402
 
 SMALL_SNAPSHOT = REPO / "python" / "tests" / "data" / "small_snapshot.pickle"
 INTERESTING_BYTES = (0, 1, 0x7F, 0x80, 0xFF, ord("h"), ord("j"), ord("]"), ord("}"), ord("."))
 MEMO_GETS = {"BINGET", "LONG_BINGET"}  # what protocols 2 and 4 write
-
-
-class InputTimeout(BaseException):
-    """Raised by the timer when one input runs past --per-input seconds. Not an Exception: the unpickler's
-    caller turns every Exception from a bad opcode into TraceError, and must not turn this one."""
-
-
-def _on_alarm(signum: int, frame: Any) -> None:  # noqa: ARG001
-    raise InputTimeout()
 
 
 def _entry(action: str, addr: int, size: int, frames: list[Any]) -> dict[str, Any]:
@@ -170,13 +161,9 @@ def main() -> int:
     scratch = Path(tempfile.mkdtemp(prefix="fuzz_snapshot-"))
     source = scratch / "input"
     rng = random.Random(args.seed)
-    outcomes: dict[str, int] = {}
-    mutations: dict[str, int] = {}
-    slowest = (0.0, "")
-    signal.signal(signal.SIGALRM, _on_alarm)
+    campaign = Campaign("fuzz_snapshot", args.seed, args.per_input, args.save)
     print(f"fuzz_snapshot: {len(inputs)} seeds, seed {args.seed}, {args.seconds:.0f} s, "
           f"{args.per_input:g} s per input")
-    n = 0
     try:
         for name in names:  # the seeds themselves: the shared shapes refused, the rest loaded
             source.write_bytes(inputs[name])
@@ -187,38 +174,13 @@ def main() -> int:
             name = rng.choice(names)
             data = bytearray(inputs[name])
             applied = [mutate(rng, data, inputs[rng.choice(names)], *memo[name]) for _ in range(rng.randint(1, 3))]
-            for what in applied:
-                mutations[what] = mutations.get(what, 0) + 1
             source.write_bytes(data)
-            n += 1
-            t0 = time.monotonic()
-            signal.setitimer(signal.ITIMER_REAL, args.per_input)
-            try:
-                outcome = exercise(source)
-            except BaseException as e:  # noqa: BLE001 -- every escape is the finding
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                if isinstance(e, KeyboardInterrupt):
-                    raise
-                args.save.mkdir(parents=True, exist_ok=True)
-                saved = args.save / f"fuzz_snapshot-crash-{args.seed}-{n}"
-                saved.write_bytes(data)
-                why = f"took over {args.per_input:g} s" if isinstance(e, InputTimeout) else "raised"
-                print(f"fuzz_snapshot: FAILED: input {n} (seed {name}, mutations {applied}) {why}; saved to {saved}")
-                traceback.print_exc(file=sys.stdout)
+            if not campaign.run(lambda: exercise(source), bytes(data), name, applied, time.monotonic):
                 return 1
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            took = time.monotonic() - t0
-            if took > slowest[0]:
-                slowest = (took, name)
-            outcomes[outcome] = outcomes.get(outcome, 0) + 1
     finally:
         source.unlink(missing_ok=True)
         scratch.rmdir()
-    elapsed = max(time.monotonic() - start, 1e-9)
-    print(f"fuzz_snapshot: {n} inputs in {elapsed:.0f} s ({n / elapsed:.0f}/s): "
-          + ", ".join(f"{v} {k}" for k, v in sorted(outcomes.items())) + "; 0 failures")
-    print("fuzz_snapshot: mutations applied: " + ", ".join(f"{v} {k}" for k, v in sorted(mutations.items())))
-    print(f"fuzz_snapshot: slowest input {slowest[0] * 1000:.1f} ms (from {slowest[1]})")
+    campaign.summary(time.monotonic() - start)
     return 0
 
 
