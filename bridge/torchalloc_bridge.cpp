@@ -408,7 +408,8 @@ class Bridge final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAl
     TORCH_CHECK_WITH(OutOfMemoryError, size < kOneExaByte, "CUDA out of memory. Tried to allocate more than 1EB memory.");
     if (!caching_.load(std::memory_order_relaxed)) return uncached_.alloc(size, device);
     std::shared_ptr<c10::GatheredContext> context; // gathered before the core's lock: it takes the GIL
-    if (history_.on()) History::segment_context = context = history_.gather(alloc::RecordContext::STATE);
+    bool recording = history_.on();
+    if (recording) History::segment_context = context = history_.gather(alloc::RecordContext::STATE);
     MempoolId_t pool{0, 0};
     bool routed = routed_pool(device, stream, &pool);
     auto attempt = [&] {
@@ -416,7 +417,7 @@ class Bridge final : public torch::cuda::CUDAPluggableAllocator::CUDAPluggableAl
     };
     void* p = attempt();
     if (!p && free_memory_callbacks()) p = attempt(); // e.g. memory other processes have closed (CUDA IPC)
-    History::segment_context = nullptr;
+    if (recording) History::segment_context = nullptr; // the hot path touches no thread-local without history
     if (!p) raise_oom(size, device, stream);
     if (history_.on()) history_.note_alloc(p, size, device, stream, std::move(context));
     if (C10_UNLIKELY(c10::memoryProfilingEnabled())) {
