@@ -139,7 +139,7 @@ static ta_noinline int grow(uint64_t need) {
   pthread_mutex_lock(&L.grow_mu);
   uint64_t size = atomic_load_explicit(&L.size, memory_order_relaxed);
   int ok = need <= size;
-  if (!ok && !atomic_load(&L.stop_end)) {
+  if (!ok && !atomic_load(&L.stop_end) && !ta_log_guard_check(L.fd, size)) {
     uint64_t target = ta_align_up(need, GROW_CHUNK);
     if (target > L.file_max) target = L.file_max;
     int e = ta_log_guard_fallocate(L.fd, (off_t)size, (off_t)(target - size));
@@ -194,7 +194,8 @@ static void *helper_main(void *arg) {
     pthread_mutex_unlock(&L.helper_mu);
     uint64_t end = populated + STEP < want ? populated + STEP : want;
     uint64_t size = atomic_load_explicit(&L.size, memory_order_acquire);
-    int ok = end <= size || ta_log_guard_fallocate(L.fd, (off_t)size, (off_t)(end - size)) == 0;
+    int ok = end <= size || (!ta_log_guard_check(L.fd, size) &&
+                             ta_log_guard_fallocate(L.fd, (off_t)size, (off_t)(end - size)) == 0);
     if (ok && end > size) {
       pthread_mutex_lock(&L.grow_mu);
       publish_size(end);

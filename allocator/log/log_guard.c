@@ -24,6 +24,7 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -47,28 +48,30 @@ static void chain(int sig, siginfo_t *info, void *context) {
   signal(sig, SIG_DFL);
 }
 
-static void on_sigbus(int sig, siginfo_t *info, void *context) {
-  char *base = atomic_load(&armed_base);
-  uint64_t len = atomic_load(&armed_len);
-  char *addr = info ? (char *)info->si_addr : NULL;
-  if (!base || !addr || addr < base || addr >= base + len) {
-    chain(sig, info, context);
-    return;
-  }
-  int saved = errno;
+/* The file was cut short: anonymous memory over the whole mapping (later
+ * stores land there), logging off, said once. Only system calls: it runs
+ * in the SIGBUS handler too. 0, or -1 when the mapping could not be
+ * replaced. */
+static int trip(char *base, uint64_t len) {
   atomic_store_explicit(armed_enabled, 0, memory_order_relaxed);
   if (mmap(base, len, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) ==
-      MAP_FAILED) {
-    chain(sig, info, context);
-    errno = saved;
-    return;
-  }
+      MAP_FAILED)
+    return -1;
   if (!atomic_exchange(&tripped, 1)) {
     static const char msg[] = "torchalloc: warning: the log file was cut short by another program while it was "
                               "being written; logging stopped (training goes on)\n";
     ssize_t ignored = write(2, msg, sizeof msg - 1);
     (void)ignored;
   }
+  return 0;
+}
+
+static void on_sigbus(int sig, siginfo_t *info, void *context) {
+  char *base = atomic_load(&armed_base);
+  uint64_t len = atomic_load(&armed_len);
+  char *addr = info ? (char *)info->si_addr : NULL;
+  int saved = errno;
+  if (!base || !addr || addr < base || addr >= base + len || trip(base, len) != 0) chain(sig, info, context);
   errno = saved;
 }
 
@@ -95,6 +98,15 @@ void ta_log_guard_disarm(void) {
 }
 
 int ta_log_guard_tripped(void) { return atomic_load(&tripped); }
+
+int ta_log_guard_check(int fd, uint64_t size) {
+  char *base = atomic_load(&armed_base);
+  struct stat st;
+  if (atomic_load(&tripped)) return 1;
+  if (!base || fstat(fd, &st) != 0 || (uint64_t)st.st_size >= size) return 0;
+  trip(base, atomic_load(&armed_len));
+  return 1;
+}
 
 int ta_log_guard_fallocate(int fd, off_t offset, off_t len) {
   sigset_t xfsz, old;

@@ -20,6 +20,11 @@ ta_internal void ta_log_guard_arm(char *base, uint64_t len, atomic_int *enabled)
 ta_internal void ta_log_guard_disarm(void);
 /* 1 once a truncation was caught since the last arm. */
 ta_internal int ta_log_guard_tripped(void);
+/* Before the log's file is grown from `size` (the length this process gave
+ * it): 1 when it was cut short since (fstat says less), handled as the
+ * fault would be; growing it would fill the cut with a hole and carry on
+ * writing a log whose start is gone. 0 when it may grow. */
+ta_internal int ta_log_guard_check(int fd, uint64_t size);
 /* posix_fallocate with SIGXFSZ held back: past a file-size limit it
  * returns EFBIG instead of the signal killing the process. */
 ta_internal int ta_log_guard_fallocate(int fd, off_t offset, off_t len);
