@@ -173,7 +173,7 @@ class _MemoCheck:
         if not 0 <= index <= at:
             stored = f"object {index}" if index >= 0 else "an object under an index that is no number"
             raise TraceError(
-                f"{self.what}: the pickle stores {stored} at byte {at}: no pickler numbers objects beyond "
+                f"{self.what}: malformed pickle: it stores {stored} at byte {at}: no pickler numbers objects beyond "
                 "the bytes before them, and unpickling it would take memory for every number up to it "
                 "(9 bytes of pickle once took 16.8 GB); refusing it"
             )
