@@ -534,3 +534,33 @@ TEST(the_snapshot_shows_mapped_stretches_that_add_up_to_reserved) {
   CHECK_EQ(segs[0].size, 20 * MiB);
   CHECK_EQ(segs[0].expandable, 0);
 }
+
+/* Found by fuzz_api: the out-of-memory detail counted retiring blocks (no
+ * caller holds them) as live blocks pinning their segment, so its "pinning"
+ * figure came out above the bytes allocated. A failure while routing
+ * releases nothing, so the retiring blocks are still there. */
+TEST(the_oom_detail_counts_no_retiring_block_as_live) {
+  REQUIRE(sim_reset("handle:2MiB,expandable:reclaim,sim_lag:1000,sim_capacity:128MiB,oom_report:off") == 0);
+  void *a = use_malloc(30 * MiB, S0);
+  void *b = use_malloc(30 * MiB, S0);
+  void *d = use_malloc(6 * MiB, S0);
+  void *e = use_malloc(2 * MiB, S0);
+  REQUIRE(a && b && d && e);
+  use_free(a, 30 * MiB, S0);
+  void *c = use_malloc(40 * MiB, S0); /* a's memory lent to c: a's addresses retiring for 1000 ticks */
+  REQUIRE(c);
+  use_free(d, 6 * MiB, S0);            /* a free hole between live blocks */
+  REQUIRE(torchalloc_routing_begin(0) == 0); /* a capture may be underway: the failure releases nothing */
+  CHECK(torchalloc_malloc(512 * MiB, 0, S0) == NULL);
+  REQUIRE(torchalloc_routing_end(0) == 0);
+  torchalloc_oom_facts f;
+  torchalloc_oom_detail detail = {.struct_size = sizeof detail};
+  int verdict = 0;
+  REQUIRE(torchalloc_last_oom(0, &f, &verdict) == 0 && torchalloc_last_oom_detail(0, &detail) == 0);
+  CHECK(verdict != TORCHALLOC_OOM_NONE);
+  CHECK(detail.pinning <= f.allocated);
+  CHECK_EQ(f.allocated, (uint64_t)(30 + 40 + 2) * MiB);
+  CHECK(detail.free_granules + detail.free_segments <= f.reserved);
+  CHECK_EQ(violations(), 0);
+  CHECK_INVARIANTS();
+}

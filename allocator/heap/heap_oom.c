@@ -70,7 +70,7 @@ static int by_free_then_address(const void *a, const void *b) {
   return x->s->addr < y->s->addr ? -1 : x->s->addr > y->s->addr;
 }
 
-/* "####....~~##": live, free, waiting for other streams, scaled to MAP_WIDTH. */
+/* "####....~~##": live, free, waiting (for other streams, or retiring under reclaim), scaled to MAP_WIDTH. */
 static void draw(const ta_segment *s, char out[MAP_WIDTH + 1]) {
   for (int i = 0; i < MAP_WIDTH; i++) {
     uintptr_t lo = s->addr + (uintptr_t)((double)s->size * i / MAP_WIDTH);
@@ -80,12 +80,13 @@ static void draw(const ta_segment *s, char out[MAP_WIDTH + 1]) {
       uintptr_t a = b->addr > lo ? b->addr : lo, z = b->addr + b->size < hi ? b->addr + b->size : hi;
       if (z <= a) continue;
       if (b->state == TA_BLOCK_FREE) free_b += z - a;
-      else live += z - a;
+      else live += z - a; /* pending and retiring blocks are drawn as waiting below */
     }
     out[i] = free_b > live ? '.' : '#';
     if (free_b <= live) {
       for (const ta_block *b = s->first; b; b = b->next)
-        if (b->state == TA_BLOCK_PENDING && b->addr < hi && b->addr + b->size > lo) out[i] = '~';
+        if (b->state != TA_BLOCK_FREE && b->state != TA_BLOCK_LIVE && b->addr < hi && b->addr + b->size > lo)
+          out[i] = '~';
     }
   }
   out[MAP_WIDTH] = '\0';
@@ -359,7 +360,7 @@ static void note_detail(ta_heap *h, const ta_policy *policy, size_t size, int ph
         size_t unmapped = s->expansion ? ta_segments_unmapped_in(s, b->addr, b->size) : 0;
         free_b += b->size - (unmapped < b->size ? unmapped : b->size);
         granules += whole_free_granules(s, b, g);
-      } else if (b->state == TA_BLOCK_PENDING) {
+      } else if (b->state != TA_BLOCK_LIVE) { /* pending, or retiring under reclaim: no caller holds it */
         pending = 1;
       } else {
         live += b->size;
