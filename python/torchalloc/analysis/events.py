@@ -169,12 +169,17 @@ def devices_in(table: EventTable) -> list[int]:
 
 
 
+def report_start_ns(opened_ns: int | None, first_ns: int) -> int:
+    """Time zero of a report: when the log was opened, unless its first event is before that or more than an
+    hour after (a clock the header does not share: then the first event)."""
+    if opened_ns is not None and 0 <= first_ns - opened_ns < 3600 * 10**9:
+        return opened_ns
+    return first_ns
+
+
 def time_base_ns(t: EventTable) -> int:
-    """Time zero of the report: when the log was opened (else the first event)."""
+    """Time zero of the report of `t` (report_start_ns); 0 for an empty table."""
     if not len(t):
         return 0
-    first = int(t.time_ns[0])
-    if t.start_ns is not None and 0 <= first - int(t.start_ns) < 3600 * 10**9:
-        return int(t.start_ns)
-    return first
+    return report_start_ns(None if t.start_ns is None else int(t.start_ns), int(t.time_ns[0]))
 

@@ -27,6 +27,7 @@ import numpy as np
 from .._records import (ALLOC, FREE, MARKER, OOM, OOM_DEVICE, PHASE_BEGIN, PHASE_END, POLICY_NAMES, SEGMENT_ALLOC,
                         SEGMENT_EXPANDABLE, SEGMENT_FREE)
 from ..log.chunks import ChunkedLog
+from .events import report_start_ns
 from .frames import BACKWARD_FRAME, Frame, has_frame
 from .roles import phase_role
 from .stream_running import INT_MAX, INT_MIN, Backward, Bits, Grow, GrowEnd, Occurrences, Sampler
@@ -193,7 +194,7 @@ class _Scanner:
             if n == 0:
                 first_ns = int(t.time_ns[0])
                 start = log.header.created_monotonic_ns
-                base_ns = start if 0 <= first_ns - start < 3600 * 10**9 else first_ns
+                base_ns = report_start_ns(start, first_ns)
                 if self.last_hint is not None:
                     sampler = Sampler(first_ns, self.last_hint, base_ns, self.max_points)
             kind = t.kind

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -39,6 +39,7 @@ from .categorize import CATEGORIES, CATEGORY_CODE, Category
 from .classify import REASONS
 from .derived import LOG_OPENED, bytes_by, dominant
 from .estimate import Estimate
+from .events import report_start_ns
 from .frames import Frame
 from .lifetimes import LifetimeRow
 from .modules import Modules
@@ -118,9 +119,7 @@ class StreamedAnalysis:
         self.has_stacks = scan_.has_stacks
         self.backward_from = backward_from
         self.blocks = _Count(len(scan_.orphans["addr"]) + scan_.blocks, len(scan_.orphans["addr"]))
-        start = header.created_monotonic_ns
-        first = scan_.first_ns
-        self.base_ns = start if scan_.n and 0 <= first - start < 3600 * 10**9 else first
+        self.base_ns = report_start_ns(header.created_monotonic_ns if scan_.n else None, scan_.first_ns)
         self.sites, self.site_map, self.fn_map = passed.rules.canonical(passed.alloc_stacks, passed.rest_pairs)
         self.timeline = self._timeline()
         self._lifetimes: list[tuple[LifetimeRow, dict[str, Any]]] | None = None
@@ -454,14 +453,10 @@ class StreamedAnalysis:
 
     # -- all of it -----------------------------------------------------------------------------
     def marker_labels(self) -> list[str]:
-        return _unique(m[1] for m in self.timeline.markers)[:MARKER_ANATOMIES]
+        return list(dict.fromkeys(m[1] for m in self.timeline.markers))[:MARKER_ANATOMIES]
 
     def to_dict(self, top: int = 50) -> dict[str, Any]:
         return report_dict(self, top, self.marker_labels(), len(self.marker_first()))
-
-
-def _unique(items: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(items))
 
 
 # ---------------------------------------------------------------------------
@@ -512,8 +507,7 @@ def _opening_row(log: ChunkedLog, s: Scan) -> np.ndarray:
     """derived._with_opening_row's row as a log record: kind LOG_OPENED, about no device, at time zero of the
     report, so the level before the first record (every block from before the log live) has an index."""
     row = np.zeros(1, dtype=RECORD_DTYPE)
-    start = log.header.created_monotonic_ns
-    row["time_ns"] = start if 0 <= s.first_ns - start < 3600 * 10**9 else s.first_ns
+    row["time_ns"] = report_start_ns(log.header.created_monotonic_ns, s.first_ns)
     row["device"] = -1
     row["kind"] = LOG_OPENED
     return row
