@@ -1,5 +1,5 @@
 /* torchalloc_replay on synthetic traces whose answers are worked out by hand
- * from the size rules in allocator/policies/parts/size_classes.h:
+ * from the size rules in policies/parts/size_classes.h:
  *   1-10 MiB requests: large pool, 20 MiB segments, split when the rest > 1 MiB;
  *   >= 10 MiB: own segment rounded up to 2 MiB;
  *   exact: one device allocation per request, returned on free. */

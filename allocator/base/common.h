@@ -26,7 +26,7 @@
 
 /* Larger requests are bad input (torchalloc.h): a policy may round a request
  * up by at most 2 MiB, so anything below this rounds without overflowing
- * (allocator/policies/parts/bins.h checks that its bins reach this far). */
+ * (policies/parts/bins.h checks that its bins reach this far). */
 #define TA_MAX_REQUEST ((size_t)TORCHALLOC_MAX_REQUEST)
 
 static inline size_t ta_align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }

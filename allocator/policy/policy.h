@@ -9,10 +9,10 @@
  *     the last section below (allocator/segments/): block descriptors,
  *     ordinary segments and expandable ones; device memory comes only from
  *     there;
- *   - its own entry in the registry (allocator/policies/policy_list.h), by which the
+ *   - its own entry in the registry (policies/policy_list.h), by which the
  *     core finds it by name or id.
- * Adding a policy: a file in allocator/policies/ filling a ta_policy_ops, its name in
- * TA_POLICY_LIST (allocator/policies/policy_list.h) and in _records.py's POLICY_NAMES
+ * Adding a policy: a file in policies/ filling a ta_policy_ops, its name in
+ * TA_POLICY_LIST (policies/policy_list.h) and in _records.py's POLICY_NAMES
  * (docs/ARCHITECTURE.md). */
 #ifndef TA_POLICY_H
 #define TA_POLICY_H
@@ -82,7 +82,7 @@ struct ta_policy {
 };
 
 /* ---------------------------------------------------------------------------
- * The list (allocator/policies/policy_list.h): the only place that names policies.
+ * The list (policies/policy_list.h): the only place that names policies.
  * Ids are indices into it, stored in every block and in the log.
  * ------------------------------------------------------------------------- */
 

@@ -4,7 +4,7 @@ Every module that reads a log record's kind, flags, policy or pool, or a
 stats array's pool index, takes the number and its name from here; the log
 decoder (`torchalloc.log`) re-exports them for users. The C sources are the
 authority: ``enum ta_log_kind`` and the flag and status enums in
-allocator/log/log_format.h, the policy list in allocator/policies/policy_list.h (its order is the policy
+allocator/log/log_format.h, the policy list in policies/policy_list.h (its order is the policy
 id a record carries), ``TORCHALLOC_POOL_*`` in include/torchalloc.h; the
 file layout is docs/LOG_FORMAT.md.
 

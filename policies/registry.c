@@ -1,11 +1,12 @@
 /* The registry: every policy, by name and id (policy.h), built from
- * TA_POLICY_LIST (registry.h). A block stores its policy's id, so it is freed
- * to the policy that made it, whatever policy is current. */
+ * TA_POLICY_LIST (policy_list.h). A block stores its policy's id, so it is
+ * freed to the policy that made it, whatever policy is current. The core
+ * finds policies only through these functions: it names none. */
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "../policy_list.h"
+#include "policy_list.h"
 
 #define TA_POLICY_ENTRY(name) &ta_##name##_policy,
 static const ta_policy_ops *const all_policies[] = {TA_POLICY_LIST(TA_POLICY_ENTRY)};
