@@ -5,7 +5,7 @@
         [--variants native,caching,exact,phase_arena] [--steps 30] [--rounds 2]
         [--extra-conf ""]
 
-The workload of DESIGN.md section 5: a 6-layer d_model 1024 nn.TransformerEncoder
+The workload: a 6-layer d_model 1024 nn.TransformerEncoder
 (16 heads, feed-forward 4096, dropout 0.1) trained with AdamW; warm-up at
 batch 8 x length 512, then --steps steps of a random batch in {2, 4, 8} x a
 random length in [128, 768], the same seeded sequence for every variant.
@@ -49,7 +49,7 @@ LOG_PATH = "/tmp/step_time_%p.log"
 NATIVE_MODIFIERS = {"expandable": "expandable_segments:True", "async": "backend:cudaMallocAsync"}
 TORCHALLOC_MODIFIERS = ("log", "stacks", "bridge")
 
-# The workload (DESIGN.md section 5).
+# The workload (the module docstring).
 D_MODEL, NHEAD, D_FF, LAYERS, DROPOUT = 1024, 16, 4096, 6, 0.1
 WARMUP_SHAPE = (8, 512)
 BATCHES = (2, 4, 8)

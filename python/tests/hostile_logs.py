@@ -19,7 +19,7 @@ from torchalloc import _records as R
 from torchalloc.log.reader import HEADER_SIZE, MAGIC, RECORD_DTYPE, RECORD_SIZE
 
 MiB, GiB = 1 << 20, 1 << 30
-MAX_REQUEST = (1 << 40) - (2 << 20)  # TA_MAX_REQUEST in allocator/common.h
+MAX_REQUEST = (1 << 40) - (2 << 20)  # TA_MAX_REQUEST in allocator/base/common.h
 _TEXT_CHUNK = 46  # text bytes per string slot, version 2
 
 
