@@ -155,6 +155,10 @@ TEST(bad_integers_say_the_range) {
   check_refused("backend:sim,sim_devices:65", "(expected an integer from 1 to 64)");
   check_refused("backend:sim,stack_depth:x", "(expected an integer from 1 to 64)");
   check_refused("backend:sim,warn:2", "'warn' (expected an integer from 0 to 1)");
+  /* sim_lag's range was left out of its message: "from 0 to 0". */
+  check_refused("backend:sim,sim_lag:x", "'sim_lag' (expected an integer from 0 to 1000000000)");
+  check_refused("backend:sim,sim_lag:-1", "'sim_lag' (expected an integer from 0 to 1000000000)");
+  check_refused("backend:sim,sim_lag:1000000001", "'sim_lag' (expected an integer from 0 to 1000000000)");
 }
 
 TEST(good_values_of_every_key_are_accepted) {
@@ -163,7 +167,7 @@ TEST(good_values_of_every_key_are_accepted) {
       "sim_capacity:1024TiB", "sim_devices:1",      "sim_devices:64",     "sim_fail_alloc:0",
       "sim_fail_alloc:3",     "warn:0",             "warn:1",             "stacks:0",
       "stacks:1",             "stack_depth:1",      "stack_depth:64",     "log_max:0",
-      "log_max:1GiB",
+      "log_max:1GiB",         "sim_lag:0",          "sim_lag:1000000000",
   };
   for (size_t i = 0; i < sizeof confs / sizeof confs[0]; i++) {
     char conf[256];

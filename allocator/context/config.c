@@ -185,7 +185,7 @@ static int apply(ta_config *c, const char *key, const char *val, char *err, size
     if (parse_int(val, lo = 0, hi = 1, &n)) goto bad_int;
     c->sim_vmm = (int)n;
   } else if (strcmp(key, "sim_lag") == 0) {
-    if (parse_int(val, 0, 1000000000L, &n)) goto bad_int;
+    if (parse_int(val, lo = 0, hi = 1000000000L, &n)) goto bad_int;
     c->sim_lag = (uint64_t)n;
   } else {
     snprintf(err, errlen, "TORCHALLOC_CONF: unknown key '%s' (known keys: %s)", key, KEYS);
