@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "policy/policy.h"
+#include "segments/services.h"
 #include "policy_list.h"
 #include "parts/size_classes.h"
 

@@ -32,7 +32,7 @@
 static inline size_t ta_align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 /* Results of device calls (backend.h) and of the segment layer's services
- * (policy.h). TA_ENOSPACE: an expandable segment's address range is used up
+ * (segments/services.h). TA_ENOSPACE: an expandable segment's address range is used up
  * (not the device: an ordinary segment may still fit). */
 enum ta_status { TA_OK = 0, TA_ENOMEM = 1, TA_EDEVICE = 2, TA_ENOSPACE = 3 };
 

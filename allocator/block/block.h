@@ -1,7 +1,8 @@
 /* Host-side descriptors of device memory: segments (one device allocation
  * each) tiled by blocks (what a request gets). Policies split and merge
  * blocks; the core never looks inside a policy, only at these structs, and
- * a policy sees nothing of the core but these and policy.h. */
+ * a policy sees nothing of the core but these, policy/policy.h and the
+ * segment layer's services (segments/services.h). */
 #ifndef TA_BLOCK_H
 #define TA_BLOCK_H
 

@@ -1,6 +1,6 @@
 /* The segment layer: device memory as segments, and the block descriptors
  * that tile them. Below the policies (they call the services declared in
- * policy.h), above the backend and the log.
+ * services.h), above the backend and the log.
  *
  * It owns: the segment registry (sorted by address, for lookups of bad
  * pointers and for walks in address order), the slab of block descriptors
@@ -12,6 +12,7 @@
 
 #include "device/backend.h"
 #include "policy/policy.h"
+#include "segments/services.h"
 
 /* Block descriptors carved from chunks and recycled through a free list. */
 typedef struct ta_block_slab {

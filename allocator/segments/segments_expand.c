@@ -1,4 +1,4 @@
-/* Expandable segments (policy.h, segments.h): one address range reserved
+/* Expandable segments (services.h, segments.h): one address range reserved
  * once, backed by device memory granule by granule.
  *
  * Why: an ordinary segment is one device allocation of a fixed size, so a
@@ -14,7 +14,7 @@
  * unmapped as a SEGMENT_FREE, flagged TA_LOG_SEGMENT_EXPANDABLE (PyTorch's
  * memory viewer calls them segment_map / segment_unmap).
  *
- * Reclaim (policy.h): granules of free blocks move to where memory is
+ * Reclaim (services.h): granules of free blocks move to where memory is
  * needed. Those the device is past are unmapped without release and
  * mapped at the new place (the donors); those it may still be using, of the
  * requester's stream, are mapped at the new place while their old

@@ -1,4 +1,4 @@
-/* Per-stream progress markers (policy.h, reclaim): how the allocator knows,
+/* Per-stream progress markers (services.h, reclaim): how the allocator knows,
  * without waiting, that the device is past the last use of freed memory.
  *
  * Why: unmapping memory does not wait for the kernels queued on it (measured

@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 
+#include "segments/services.h"
 #include "size_classes.h"
 
 static _Thread_local ta_free_census *armed_census;
