@@ -421,3 +421,46 @@ TEST(the_summary_and_report_name_the_rank) {
   CHECK(torchalloc_oom_report(0, report, sizeof report) > 0);
   CHECK(strstr(report, "rank") == NULL || strstr(report, "rank") > strchr(report, '\n')); /* no rank in the header */
 }
+
+/* "%.2f MiB"-style figure right after `label` in `text`, in bytes; -1 when absent. */
+static double figure_after(const char *text, const char *label) {
+  const char *p = strstr(text, label);
+  if (!p) return -1;
+  double v = 0;
+  char unit[8] = "";
+  if (sscanf(p + strlen(label), "%lf %7[A-Za-z]", &v, unit) != 2) return -1;
+  const char *units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  for (int i = 0; i < 5; i++, v *= 1024)
+    if (strcmp(unit, units[i]) == 0) return v;
+  return -1;
+}
+
+/* Found on an H100 under expandable:2: the summary said "97.70 MiB cached
+ * but free; the largest free cached block is 500.00 MiB". A free block of
+ * an expandable segment may span granules given back to the device; the
+ * largest free block counts only what is mapped, so the figures add up. */
+TEST(the_summary_figures_add_up_when_free_granules_went_back) {
+  const char *modes[] = {"expandable:1", "expandable:2", "expandable:3", "expandable:off"};
+  for (int m = 0; m < 4; m++) {
+    char conf[128];
+    snprintf(conf, sizeof conf, "handle:2MiB,sim_capacity:100MiB,%s", modes[m]);
+    REQUIRE(sim_reset(conf) == 0);
+    void *a = torchalloc_malloc(60 * MiB, 0, S0), *b = torchalloc_malloc(2 * MiB, 0, S0);
+    REQUIRE(a && b);
+    torchalloc_free(a, 60 * MiB, 0, S0); /* the failure below gives its granules back, its block stays */
+    CHECK(torchalloc_try_malloc(120 * MiB, 0, S0) == NULL);
+    char summary[8192];
+    REQUIRE(torchalloc_oom_summary(0, summary, sizeof summary) > 0);
+    double reserved = figure_after(summary, "reserves "), allocated = figure_after(summary, ": ");
+    double cached = figure_after(summary, "allocated to tensors and "),
+           largest = figure_after(summary, "the largest free cached block is ");
+    const char *after = strstr(summary, "the largest free cached block is ");
+    double on_stream = after ? figure_after(after, "(") : -1; /* "(X on this stream)" */
+    CHECK(reserved >= 0 && cached >= 0 && largest >= 0 && on_stream >= 0);
+    CHECK(allocated + cached <= reserved + 0.01 * MiB);
+    CHECK(largest <= cached);
+    CHECK(on_stream <= largest);
+    if (largest > cached) fprintf(stderr, "  %s: %.400s\n", modes[m], summary);
+    torchalloc_free(b, 2 * MiB, 0, S0);
+  }
+}

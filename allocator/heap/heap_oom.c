@@ -392,6 +392,26 @@ static void note_detail(ta_heap *h, const ta_policy *policy, size_t size, int ph
   }
 }
 
+/* The longest stretch of free block `b` backed by device memory: what it
+ * could serve without mapping more. An expandable segment's free block may
+ * span granules given back to the device; counting those would make "the
+ * largest free cached block" larger than the cached memory beside it. */
+static size_t mapped_stretch(const ta_segment *s, const ta_block *b) {
+  if (!s->expansion || !s->unmapped) return b->size;
+  size_t g = ta_segments_granule_of(s), best = 0;
+  uintptr_t end = b->addr + b->size, run = b->addr;
+  for (uintptr_t lo = b->addr; lo < end;) { /* granule by granule: the out-of-memory path only */
+    uintptr_t next = s->addr + ((lo - s->addr) / g + 1) * g;
+    if (next > end) next = end;
+    if (ta_segments_unmapped_in(s, lo, next - lo)) {
+      if (lo - run > best) best = lo - run;
+      run = next;
+    }
+    lo = next;
+  }
+  return end - run > best ? end - run : best;
+}
+
 static const char *phase_namer(void *ctx, int phase) {
   (void)ctx;
   return ta_phase_name(phase);
@@ -419,8 +439,9 @@ void ta_heap_note_oom(ta_heap *h, ta_policy *policy, size_t size, cudaStream_t s
   for (size_t i = 0; i < r->count; i++)
     for (const ta_block *b = r->items[i]->first; b; b = b->next) {
       if (b->state != TA_BLOCK_FREE) continue;
-      if (b->size > o->largest_free) o->largest_free = b->size;
-      if (b->stream == stream && b->size > o->facts.largest_free) o->facts.largest_free = b->size;
+      size_t usable = mapped_stretch(r->items[i], b);
+      if (usable > o->largest_free) o->largest_free = usable;
+      if (b->stream == stream && usable > o->facts.largest_free) o->facts.largest_free = usable;
     }
   o->verdict = ta_oom_verdict(&o->facts);
   note_detail(h, policy, size, phase);
