@@ -112,7 +112,7 @@ class EventTable:
 
 def table_from_log(log: Any) -> EventTable:
     """The adapter: a `torchalloc.log.Log` (read_log's result) as an EventTable. Records no writer
-    produces (torchalloc.log_checks) are dropped, each named in a note."""
+    produces (torchalloc.log.checks) are dropped, each named in a note."""
     header = getattr(log, "header", None)
     bad, dropped = impossible(log.records, header_size=getattr(header, "header_size", 128), path=str(log.path))
     r = log.records[~bad] if bad.any() else log.records

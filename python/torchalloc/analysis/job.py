@@ -1,6 +1,6 @@
 """Several logs of one job (one per rank) analysed together: peaks side by side, who peaked and why, what ranks share.
 
-    from torchalloc.job import analyze_job
+    from torchalloc.analysis.job import analyze_job
     job = analyze_job(["run.0.talog", "run.1.talog"])   # each log analysed alone, then compared
     job.ranks; job.highest; job.shared; job.differ; job.to_dict()
 

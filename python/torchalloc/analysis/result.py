@@ -127,7 +127,7 @@ def analyze(
     """Analyze a log (a path, a decoded `torchalloc.log.Log`, or an EventTable) for one device
     (default: the one with the most allocations).
 
-    A log file too large to hold decoded (log_chunks.is_large_log), or any log file when `chunk_records` is given,
+    A log file too large to hold decoded (log/chunks.py, is_large_log), or any log file when `chunk_records` is given,
     is read in pieces of that many records (streamed.py): the same sections from a `StreamedAnalysis`. `at` (the
     moments whose anatomy will be asked for) and `page` (the HTML page will be drawn) let it gather them in its
     one pass; without them a later question about another moment costs one more pass."""

@@ -1,6 +1,6 @@
 """The streamed analysis' common ground: one device's events piece by piece, and blocks paired across pieces.
 
-Takes the pieces of a `ChunkedLog` (log_chunks.py); gives, per piece, an
+Takes the pieces of a `ChunkedLog` (log/chunks.py); gives, per piece, an
 `EventTable` of the device's rows (events.py's columns; `base` is the
 index of its first row in the whole device table) and `pair_piece`, which
 pairs each alloc with the next event on its address as blocks.pair_blocks

@@ -1,6 +1,6 @@
 """Load an allocation trace into the event array `torchalloc replay` feeds to C.
 
-    from torchalloc.trace import load_trace
+    from torchalloc.log.trace import load_trace
     trace = load_trace("snapshot.pickle.xz")     # or a torchalloc log; recognised by content
     trace.events, trace.peak_requested, trace.notes
 

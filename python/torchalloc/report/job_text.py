@@ -5,7 +5,7 @@
     torchalloc report run.*.talog --json           # as one JSON object: the job, then every rank's own report
     torchalloc report run.*.talog --html job.html  # one page with the ranks together (job_html.py)
 
-The numbers come from torchalloc.job; `torchalloc report LOG` with one log
+The numbers come from torchalloc.analysis.job; `torchalloc report LOG` with one log
 is the single-process report, unchanged.
 """
 from __future__ import annotations
