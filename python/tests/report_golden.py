@@ -1,11 +1,12 @@
-"""The reports of fixed logs, as `torchalloc report` prints them (text, --json, --html), for the golden test.
+"""What the tools make of fixed logs, for the golden test: `torchalloc report` (text, --json, --html), `export`
+(the snapshot) and `replay --json --no-search`.
 
 The logs: the bundled traces, the reclaim log in data/, and the hand-made
 scenarios of test_streamed.py written as files with a fixed start time.
 Each is copied under a fixed name into one folder and reported from there,
 so no temporary path reaches the output.
 
-    python3 python/tests/report_golden.py --write   # record today's reports in data/report_golden.json
+    python3 python/tests/report_golden.py --write   # record today's outputs in data/report_golden.json
 
 Record only when a report is meant to change, and say so in the commit.
 """
@@ -48,19 +49,30 @@ def write_logs(folder: Path) -> list[str]:
     return sorted(os.listdir(folder))
 
 
+# What each output is: the verb and its arguments, and the file it writes (else its stdout).
+OUTPUTS = {
+    "text": (["report", "{log}"], None),
+    "json": (["report", "--json", "{log}"], None),
+    "html": (["report", "--html", "page.html", "{log}"], "page.html"),
+    "export": (["export", "{log}", "-o", "snap.pickle", "--max-entries", "0"], "snap.pickle"),
+    "replay": (["replay", "--json", "--no-search", "{log}"], None),
+}
+
+
 def reports(folder: Path, name: str) -> dict[str, str]:
-    """The text, JSON and HTML reports of `folder/name`, run from `folder`."""
+    """Each output of OUTPUTS for `folder/name`, run from `folder` (a file's bytes as latin-1 text)."""
     from cli_in_process import cli
 
     here = os.getcwd()
     os.chdir(folder)
     try:
         out: dict[str, str] = {}
-        for fmt, args in (("text", [name]), ("json", ["--json", name]), ("html", ["--html", "page.html", name])):
-            status, stdout, stderr = cli("report", *args)
+        for fmt, (args, written) in OUTPUTS.items():
+            argv = [a.format(log=name) for a in args]
+            status, stdout, stderr = cli(*argv)
             if status != 0:
-                raise AssertionError(f"torchalloc report {' '.join(args)}: exit {status}: {stderr}")
-            out[fmt] = Path("page.html").read_text() if fmt == "html" else stdout
+                raise AssertionError(f"torchalloc {' '.join(argv)}: exit {status}: {stderr}")
+            out[fmt] = Path(written).read_bytes().decode("latin-1") if written else stdout
         return out
     finally:
         os.chdir(here)
@@ -71,11 +83,11 @@ def digest(text: str) -> str:
 
 
 def record(folder: Path) -> dict[str, dict[str, str]]:
-    """Per log: the text report whole (a failing test shows its diff), the JSON and HTML by their sha256."""
+    """Per log: the text report whole (a failing test shows its diff), every other output by its sha256."""
     golden = {}
     for name in write_logs(folder):
         r = reports(folder, name)
-        golden[name] = {"text": r["text"], "json_sha256": digest(r["json"]), "html_sha256": digest(r["html"])}
+        golden[name] = {"text": r["text"], **{f"{fmt}_sha256": digest(r[fmt]) for fmt in OUTPUTS if fmt != "text"}}
     return golden
 
 
@@ -91,7 +103,7 @@ def main() -> None:
         GOLDEN.write_text(json.dumps(golden, indent=1, sort_keys=True) + "\n")
         print(f"wrote {GOLDEN} ({len(golden)} logs)")
     else:
-        print(json.dumps({k: {f: v[f] for f in ("json_sha256", "html_sha256")} for k, v in golden.items()}, indent=1))
+        print(json.dumps({k: {f: d for f, d in v.items() if f != "text"} for k, v in golden.items()}, indent=1))
 
 
 if __name__ == "__main__":
