@@ -47,6 +47,10 @@ def test_library_frames() -> None:
     assert not A.is_library_frame("/home/u/torch_experiments/train.py")
     assert not A.is_library_frame("/venv/lib/python3.12/site-packages/mylib/model.py")
     assert not A.is_library_frame("/home/u/train.py")
+    # torchalloc's own modules wherever the log was recorded (a source tree elsewhere: the bundled demo's)
+    assert A.is_library_frame("/somewhere/else/python/torchalloc/tracking.py")
+    assert A.is_library_frame("/ci/clone/python/torchalloc/integrations/huggingface.py")
+    assert not A.is_library_frame("/home/u/torchalloc/train.py")  # a user's folder of that name
 
 
 def test_user_suffix_skips_torch_frames() -> None:

@@ -35,8 +35,12 @@ class Frame(NamedTuple):
 
 Stack = tuple[Frame, ...]
 
-# The torchalloc package itself (this file is torchalloc/analysis/frames.py).
-_PACKAGE_DIR = str(Path(__file__).resolve().parents[1]).replace("\\", "/") + "/"
+# The torchalloc package itself (this file is torchalloc/analysis/frames.py), and its modules by their path
+# below the package: a log recorded with torchalloc at another place (a source tree, another machine) names
+# them under that place, and they are still torchalloc's, not the user's.
+_PACKAGE = Path(__file__).resolve().parents[1]
+_PACKAGE_DIR = str(_PACKAGE).replace("\\", "/") + "/"
+_OWN_MODULES = frozenset(p.relative_to(_PACKAGE).as_posix() for p in _PACKAGE.rglob("*.py"))
 _LIBRARY_PACKAGES = r"(?:torch|torchalloc|functorch|triton|torchgen)"
 _INSTALLED_RE = re.compile(r"/(?:site|dist)-packages/" + _LIBRARY_PACKAGES + r"(?:/|\.py$)")
 # A torch source tree (pip install -e): its well-known subpackages and modules.
@@ -52,6 +56,9 @@ def is_library_frame(filename: str) -> bool:
     """Whether a frame belongs to torch & co., torchalloc, the stdlib or frozen modules (not the user's)."""
     f = filename.replace("\\", "/")
     if f.startswith("<frozen") or f.startswith(_PACKAGE_DIR):
+        return True
+    own = f.rfind("/torchalloc/")
+    if own >= 0 and f[own + len("/torchalloc/"):] in _OWN_MODULES:
         return True
     if _INSTALLED_RE.search(f) or _TORCH_TREE_RE.search(f):
         return True
