@@ -1,6 +1,11 @@
 """Build synthetic event tables by hand, for tests of the analysis (no C library, no torch)."""
 from __future__ import annotations
 
+import atexit
+import itertools
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from torchalloc import analysis as A
@@ -12,6 +17,17 @@ MODULE = "/venv/lib/python3.12/site-packages/torch/nn/modules/module.py"
 TENSOR = "/venv/lib/python3.12/site-packages/torch/_tensor.py"
 AUTOGRAD = "/venv/lib/python3.12/site-packages/torch/autograd/__init__.py"
 ADAM = "/venv/lib/python3.12/site-packages/torch/optim/adam.py"
+
+
+_FILES: list[Path] = []  # the folder the logs written by SynthLog.file go to, made on first use
+_NUMBERS = itertools.count()
+
+
+def _folder() -> Path:
+    if not _FILES:
+        _FILES.append(Path(tempfile.mkdtemp(prefix="synthlog-")))
+        atexit.register(shutil.rmtree, _FILES[0], True)
+    return _FILES[0]
 
 
 class SynthLog:
@@ -99,6 +115,12 @@ class SynthLog:
     def table(self) -> A.EventTable:
         names = {i: n for n, i in self.phase_ids.items()}
         return A.EventTable.from_rows(self.rows, strings=self.strings, stacks=self.stacks, phase_names=names, path="synthetic")
+
+    def file(self, start_ns: int = 0) -> Path:
+        """The events as a log file (synthfile.py), in a folder removed when the tests end."""
+        from synthfile import write_log
+
+        return write_log(self, _folder() / f"synth{next(_NUMBERS)}.talog", start_ns=start_ns)
 
     def analyze(self, **kw: Any) -> A.Analysis:
         return A.analyze(self.table(), **kw)

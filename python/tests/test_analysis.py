@@ -428,7 +428,7 @@ def test_html_contains_the_svg_and_the_tables() -> None:
 
 def test_export_schema() -> None:
     L = training_log()
-    snap, notes = to_snapshot(L.table())
+    snap, notes, _ = to_snapshot(L.file())
     assert check_snapshot(snap) == []
     assert set(snap) >= {"segments", "device_traces"}
     trace = snap["device_traces"][0]
@@ -450,14 +450,14 @@ def test_export_schema() -> None:
 def test_export_made_up_segment_for_blocks_before_the_log() -> None:
     L = SynthLog()
     L.alloc(5 * MiB, MiB, L.stack(main(3)))  # no segment record: reserved before the log
-    snap, notes = to_snapshot(L.table())
+    snap, notes, _ = to_snapshot(L.file())
     assert check_snapshot(snap) == [] and notes
     assert snap["segments"][0]["address"] == 5 * MiB
 
 
 def test_export_loads_in_torch_memory_viz() -> None:
     viz = pytest.importorskip("torch.cuda._memory_viz", reason="torch is not installed: the schema check above stands in")
-    snap, _ = to_snapshot(training_log().table())
+    snap, _, _ = to_snapshot(training_log().file())
     snap = pickle.loads(pickle.dumps(snap))
     for name in ("trace_plot", "segment_plot"):
         if hasattr(viz, name):

@@ -52,12 +52,12 @@ def pieces(request, monkeypatch) -> bool:
         monkeypatch.setattr(chunks, "STREAM_FROM_BYTES", 64)  # every log here is larger: all read in pieces
         from torchalloc.analysis import result
         from torchalloc.log import trace_stream
-        from torchalloc.report import export_stream
+        from torchalloc.report import export
 
         # pieces of 3 records, so that a phase occurrence begins in one and ends in another
         monkeypatch.setattr(result, "DEFAULT_CHUNK_RECORDS", 3)
         monkeypatch.setitem(trace_stream.load_log_streamed.__kwdefaults__, "chunk_records", 3)
-        fn = export_stream.to_snapshot_streamed
+        fn = export.to_snapshot
         monkeypatch.setattr(fn, "__defaults__", fn.__defaults__[:-1] + (3,))
     return request.param == "in pieces"
 

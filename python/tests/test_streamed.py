@@ -2,8 +2,7 @@
 
 A log past log/chunks.py's STREAM_FROM_BYTES is read piece by piece: the report in
 two passes (analysis/streamed.py), replay fed to C in pieces
-(log/trace_stream.py, torchalloc_replay_feed), export in two passes keeping the
-last --max-entries trace entries (report/export_stream.py). Every check here
+(log/trace_stream.py, torchalloc_replay_feed). Every check here
 forces that path with pieces of a few records -- so that every block, phase
 occurrence, marker and backward span crosses pieces -- on the test logs,
 and compares it with the whole-log path on the same file. No check times
@@ -31,8 +30,7 @@ from torchalloc.log import trace_stream
 from torchalloc.analysis import analyze
 from torchalloc.analysis.stream_groups import EXACT_LIFETIMES, Lifetimes
 from torchalloc.analysis.streamed import analyze_streamed
-from torchalloc.report.export import keep_last, to_snapshot
-from torchalloc.report.export_stream import to_snapshot_streamed
+from torchalloc.report.export import to_snapshot
 from torchalloc.log.reader import read_log
 from torchalloc.log.chunks import ChunkedLog
 from torchalloc.report.text import render_text
@@ -403,14 +401,19 @@ def test_replay_takes_any_number_of_stream_pool_pairs() -> None:
 
 @pytest.mark.parametrize("name", ["training", "reasons", "phase_arena_01_kill", "bundled"])
 def test_export_in_pieces_is_the_export(logs: dict[str, Path], name: str) -> None:
+    """The snapshot of a log read in pieces of a few records is the one it gives in one piece; with a cap, each
+    device's trace is the last entries of the whole one, the segments the same; the notes are the log's own."""
+    everything, _, all_totals = to_snapshot(logs[name], 0)
+    assert all_totals == [len(trace) for trace in everything["device_traces"]]
     for cap in (0, 9, 100_000):
-        snap, notes = to_snapshot(__import__("torchalloc.analysis", fromlist=["load"]).load(logs[name]))
-        totals = keep_last(snap, cap)
-        streamed, s_notes, s_totals = to_snapshot_streamed(logs[name], cap, chunk_records=_chunk(name))
+        snap, notes, totals = to_snapshot(logs[name], cap)
+        streamed, s_notes, s_totals = to_snapshot(logs[name], cap, chunk_records=_chunk(name))
         assert pickle.dumps(streamed) == pickle.dumps(snap)
-        assert s_totals == totals
+        assert (s_notes, s_totals) == (notes, totals) and totals == all_totals
+        assert snap["device_traces"] == [trace[-cap:] if cap else trace for trace in everything["device_traces"]]
+        assert snap["segments"] == everything["segments"]
         table_notes = __import__("torchalloc.analysis", fromlist=["load"]).load(logs[name]).notes
-        assert s_notes == list(table_notes) + notes
+        assert notes[:len(table_notes)] == list(table_notes)
 
 
 def test_export_keeps_the_last_entries_and_says_so(logs: dict[str, Path], tmp_path: Path) -> None:

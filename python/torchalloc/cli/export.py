@@ -5,12 +5,11 @@ import argparse
 import sys
 from typing import Sequence
 
-from ..analysis import load
 from ..log.ranks import assign_ranks
 from ..log.reader import LogFormatError
 from ..printable import printable
-from ..log.chunks import EXPORT_SHARE, ChunkedLog, is_large_log
-from ..report.export import MAX_ENTRIES, keep_last, to_snapshot, write_snapshot
+from ..log.chunks import ChunkedLog
+from ..report.export import MAX_ENTRIES, to_snapshot, write_snapshot
 from .args import expand_logs, fail, output_problem, snapshot_pointer
 
 
@@ -39,26 +38,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         problem = f"--max-entries {args.max_entries}: give a number of entries, or 0 to keep them all"
     if problem or bad_output:
         fail(parser.prog, problem or f"-o {bad_output}")
-    try:  # a large log is read in pieces, twice, when its snapshot is built; here only its header
-        sources = [ChunkedLog(p) if is_large_log(p, share=EXPORT_SHARE) else load(p) for p in logs]
+    try:  # each log is read in pieces, twice, when its snapshot is built; here only its header
+        headers = [ChunkedLog(p).header for p in logs]
     except LogFormatError as e:
         fail(parser.prog, str(e))
-    ranks, rank_notes = assign_ranks([s.header.rank if isinstance(s, ChunkedLog) else s.rank for s in sources])
+    ranks, rank_notes = assign_ranks([h.rank for h in headers])
     for note in rank_notes:
         print(printable(f"torchalloc export: note: {note}"), file=sys.stderr)
-    for rank, source, path in zip(ranks, sources, logs):
+    for rank, path in zip(ranks, logs):
         output = args.output.replace("%r", str(rank))
-        if isinstance(source, ChunkedLog):
-            from ..report.export_stream import to_snapshot_streamed
-
-            try:
-                snapshot, notes, totals = to_snapshot_streamed(path, args.max_entries)
-            except LogFormatError as e:
-                fail(parser.prog, str(e))
-        else:
-            snapshot, made_up = to_snapshot(source)
-            notes = list(source.notes) + made_up  # the log's own (damage, how it ended), then what was made up
-            totals = keep_last(snapshot, args.max_entries)
+        try:  # the notes: the log's own (damage, how it ended), then what was made up
+            snapshot, notes, totals = to_snapshot(path, args.max_entries)
+        except LogFormatError as e:
+            fail(parser.prog, str(e))
         write_snapshot(snapshot, output)
         for note in notes:
             print(printable(f"torchalloc export: note: {note}"), file=sys.stderr)
