@@ -70,6 +70,34 @@ def test_a_freed_segment_leaves_the_cache_and_expandable_granules_count_apart() 
     assert int(lv.before_log.min()) == 0 and int(lv.before_log.max()) == 0
 
 
+def test_one_unmap_over_two_mapped_runs_unmaps_both() -> None:
+    """An expandable segment maps its granules run by run and may give back several runs with one record: each run
+    the record's range covers is unmapped (the second used to stay mapped forever, counted among the segments)."""
+    from torchalloc.analysis.reserve_terms import follow
+
+    log = SynthLog()
+    exp = 0x40000000
+    for k in range(2):
+        log._row(kind=A.SEGMENT_ALLOC, addr=exp + 2 * k * MiB, size=2 * MiB, block_size=2 * MiB,
+                 flags=SEGMENT_EXPANDABLE)
+    log.alloc(exp + 2 * MiB, 1 * MiB)
+    log.free(exp + 2 * MiB)
+    log._row(kind=A.SEGMENT_FREE, addr=exp, size=4 * MiB, block_size=4 * MiB, flags=SEGMENT_EXPANDABLE)
+    log._row(kind=A.SEGMENT_ALLOC, addr=exp, size=4 * MiB, block_size=4 * MiB, flags=SEGMENT_EXPANDABLE)
+    log.alloc(exp + 3 * MiB, 1 * MiB)
+    log.alloc(exp, 1 * MiB)
+    a = log.analyze()
+    _sum_is_reserved(a)
+    segs, owner, _ = follow(a)
+    unmap = int(np.flatnonzero(a.table.kind == A.SEGMENT_FREE)[0])
+    assert segs.free_i[:2].tolist() == [unmap, unmap] and segs.start.size == 3
+    assert owner.tolist() == [1, 2, 2]  # each block in the run mapped when it was made
+    lv = series(a)
+    assert (int(a.reserved[-1]), int(lv.mapped_free[-1]), int(lv.before_log[-1])) == (4 * MiB, 2 * MiB, 0)
+    peak_a = reserve(a, replay=False).moments[-1]
+    assert (peak_a.at, peak_a.segments, peak_a.pinned[0].free) == ("peak allocated", 1, 2 * MiB)
+
+
 def test_blocks_from_before_the_log_fall_in_the_before_log_term() -> None:
     log = SynthLog()
     log.live[0x5000000] = (2 * MiB, 2 * MiB)

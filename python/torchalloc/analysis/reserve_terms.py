@@ -1,0 +1,221 @@
+"""The terms of reserved memory, computed piece by piece: one computation for a log read whole or in pieces.
+
+Takes, piece after piece of one device's event table, its segment records
+and its blocks (those allocated in the piece, those that ended in it);
+gives `Terms`: the segments (`Segments` rows), each new block's segment
+(`Terms.owners`), and after every event of the piece the running sums
+reserve.py splits reserved with (`Terms.step`). reserve.py feeds it a
+whole log's `Derived` cut into pieces (`follow`), the streamed analysis
+the pieces of its second pass (stream_reserve.py): the same rows, owners
+and sums either way.
+
+- A segment row is what one SEGMENT_ALLOC record mapped. A SEGMENT_FREE
+  unmaps the range it names from every mapped row it overlaps (with
+  expandable segments one free may span several mapped runs, or part of
+  one); what a row keeps outside the range stays mapped as a new row,
+  made at the free.
+- A block's segment: of the rows mapped when it was allocated whose range
+  holds its address, the one starting highest (the last made, of those
+  starting there): ranges.holders. In a consistent log there is one.
+- The sums after each event: bytes of non-expandable segments with no live
+  block (cached), of those with live blocks (occupied), of mapped
+  expandable runs (mapped), and the live blocks' bytes in each kind.
+"""
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from .._records import SEGMENT_ALLOC, SEGMENT_EXPANDABLE, SEGMENT_FREE
+from .blocks import NEVER
+from .ranges import holders
+
+PIECE = 1 << 18  # events per piece when a whole log is fed (the streamed pass's pieces are the log's)
+
+
+@dataclasses.dataclass
+class Segments:
+    """One row per segment (or run of expandable granules) the log saw, in order of appearance."""
+
+    start: np.ndarray  # uint64 address
+    size: np.ndarray  # int64 bytes
+    alloc_i: np.ndarray  # event index of its SEGMENT_ALLOC (or of the partial unmap that left it)
+    free_i: np.ndarray  # event index of the SEGMENT_FREE that unmapped it; NEVER while mapped at the end
+    expandable: np.ndarray  # bool
+
+
+class _Rows:
+    """The segment rows as growing columns (a log may map millions of runs: no Python object per row)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.cols = {"start": np.zeros(64, np.uint64), "size": np.zeros(64, np.int64),
+                     "alloc_i": np.zeros(64, np.int64), "free_i": np.zeros(64, np.int64),
+                     "expandable": np.zeros(64, bool), "count": np.zeros(64, np.int64),
+                     "persistent": np.zeros(64, np.int64)}
+
+    def add(self, start: int, size: int, at: int, expandable: bool) -> int:
+        if self.n == len(self.cols["start"]):
+            self.cols = {k: np.concatenate((v, np.zeros_like(v))) for k, v in self.cols.items()}
+        k = self.n
+        c = self.cols
+        c["start"][k], c["size"][k], c["alloc_i"][k], c["free_i"][k] = start, size, at, NEVER
+        c["expandable"][k] = expandable
+        self.n += 1
+        return k
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.cols[name][: self.n]
+
+
+class Terms:
+    """The segments, the blocks' segments and the running sums, fed piece by piece (module docstring).
+    Per piece: `segments` (its segment records), then `owners` (its new blocks), then `step`."""
+
+    def __init__(self) -> None:
+        self.rows = _Rows()
+        self.live: dict[int, int] = {}  # start -> row, of the rows still mapped
+        self.starts: list[int] = []  # their starts, sorted
+        self.widest = 0  # the largest size a mapped row ever had: how far below a range a row may reach into it
+        self.open: set[int] = set()  # rows with no free yet
+        self.made: list[int] = []  # rows made in the current piece
+        self.unmapped: list[int] = []  # rows unmapped in the current piece
+        self.sums = np.zeros(5, dtype=np.int64)  # cached, occupied, mapped, in plain segments, in expandable ones
+
+    # -- segment records ---------------------------------------------------------------------------
+    def segments(self, base: int, kind: np.ndarray, addr: np.ndarray, size: np.ndarray, flags: np.ndarray) -> None:
+        """The piece's records (event indices base + row); only its SEGMENT_ALLOC and SEGMENT_FREE ones count."""
+        self.made, self.unmapped = [], []
+        rows = np.flatnonzero((kind == SEGMENT_ALLOC) | (kind == SEGMENT_FREE))
+        for r, k, a, z, f in zip(rows.tolist(), kind[rows].tolist(), addr[rows].tolist(), size[rows].tolist(),
+                                 flags[rows].tolist()):
+            if k == SEGMENT_ALLOC:
+                self._map(int(a), int(z), base + r, bool(f & SEGMENT_EXPANDABLE))
+            else:
+                self._unmap(int(a), int(z), base + r)
+
+    def _map(self, a: int, z: int, i: int, expandable: bool) -> None:
+        k = self.rows.add(a, z, i, expandable)
+        if a not in self.live:  # (mapped again over a mapped start: the older row stays mapped, unreachable)
+            bisect.insort(self.starts, a)
+        self.live[a] = k
+        self.open.add(k)
+        self.made.append(k)
+        self.widest = max(self.widest, z)
+
+    def _unmap(self, a: int, z: int, i: int) -> None:
+        hi = a + max(z, 1)
+        lo_k = bisect.bisect_right(self.starts, a - self.widest)
+        hi_k = bisect.bisect_left(self.starts, hi)
+        size = self.rows["size"]
+        hits = [s for s in self.starts[lo_k:hi_k] if s + int(size[self.live[s]]) > a]
+        # none: a segment made before the log began
+        for s in hits:
+            k = self.live.pop(s)
+            self.starts.remove(s)
+            self.rows.cols["free_i"][k] = i
+            self.open.discard(k)
+            self.unmapped.append(k)
+            e, x = s + int(self.rows["size"][k]), bool(self.rows["expandable"][k])
+            if a > s:  # the part before the unmapped range stays mapped
+                self._map(s, a - s, i, x)
+            if a + z < e:
+                self._map(a + z, e - a - z, i, x)
+
+    def table(self) -> Segments:
+        r = self.rows
+        return Segments(r["start"].copy(), r["size"].copy(), r["alloc_i"].copy(), r["free_i"].copy(),
+                        r["expandable"].copy())
+
+    # -- blocks ------------------------------------------------------------------------------------
+    def owners(self, addr: np.ndarray, alloc_i: np.ndarray) -> np.ndarray:
+        """The segment row of each block allocated in the current piece (-1: none the log saw)."""
+        cand = np.array(sorted(self.open.union(self.unmapped)), dtype=np.int64)
+        if not cand.size:
+            return np.full(len(addr), -1, dtype=np.int64)
+        r = self.rows
+        got = holders(addr, np.asarray(alloc_i, dtype=np.int64), r["start"][cand], r["size"][cand],
+                      r["alloc_i"][cand], r["free_i"][cand])
+        return np.where(got >= 0, cand[np.maximum(got, 0)], -1)
+
+    def step(self, base: int, m: int, new: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+             ended: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+        """After each of the piece's m events: the sums (5 rows: cached, occupied, mapped, bytes in plain
+        segments, bytes in expandable ones). `new`: the blocks allocated in it (owner, event index, size,
+        whether it is never freed); `ended`: those that ended in it (owner, event index, size)."""
+        r = self.rows
+        owner, idx, size, persistent = new
+        mine = owner >= 0
+        np.add.at(r.cols["persistent"], owner[mine & persistent], 1)
+        e_owner, e_idx, e_size = ended
+        gone = e_owner >= 0
+        seg = np.concatenate((owner[mine], e_owner[gone]))
+        at = np.concatenate((idx[mine], e_idx[gone])) - base
+        step = np.concatenate((np.ones(int(mine.sum()), np.int64), -np.ones(int(gone.sum()), np.int64)))
+        nbytes = np.concatenate((size[mine], -e_size[gone])).astype(np.int64)
+        delta = np.zeros((5, m), dtype=np.int64)
+        if seg.size:
+            # per segment, its live-block count after each of its block events (sorted by segment, then event)
+            order = np.lexsort((at, seg))
+            seg, at, step, nbytes = seg[order], at[order], step[order], nbytes[order]
+            first = np.flatnonzero(np.concatenate(([True], seg[1:] != seg[:-1])))
+            lengths = np.diff(np.concatenate((first, [seg.size])))
+            count = np.cumsum(step)
+            count = count - np.repeat((count - step)[first], lengths) + np.repeat(r["count"][seg[first]], lengths)
+            r.cols["count"][seg[np.concatenate((first[1:] - 1, [seg.size - 1]))]] = \
+                count[np.concatenate((first[1:] - 1, [seg.size - 1]))]
+            became_empty = (count == 0).astype(np.int64) - (count - step == 0).astype(np.int64)  # +1 emptied
+            plain = ~r["expandable"][seg]
+            z = r["size"][seg]
+            np.add.at(delta[0], at[plain], became_empty[plain] * z[plain])
+            np.add.at(delta[1], at[plain], -became_empty[plain] * z[plain])
+            np.add.at(delta[3], at[plain], nbytes[plain])
+            np.add.at(delta[4], at[~plain], nbytes[~plain])
+        for k in self.made:  # segment records: few
+            z, x = int(r["size"][k]), bool(r["expandable"][k])
+            delta[2 if x else 0, int(r["alloc_i"][k]) - base] += z
+        for k in self.unmapped:
+            z, x = int(r["size"][k]), bool(r["expandable"][k])
+            # a plain segment unmapped while it holds a block never freed leaves the occupied bytes
+            delta[2 if x else 0 if r["persistent"][k] == 0 else 1, int(r["free_i"][k]) - base] -= z
+        sums = self.sums[:, None] + np.cumsum(delta, axis=1)
+        if m:
+            self.sums = sums[:, -1].copy()
+        return sums
+
+
+def split(reserved: Any, allocated: Any, fragmented: Any, cached: Any, mapped_free: Any) -> tuple[Any, Any]:
+    """mapped_free and before_log (the rest of reserved) from the other terms, at any number of events."""
+    before_log = reserved - allocated - fragmented - cached - mapped_free
+    # With expandable:reclaim a granule the device may still be using is mapped at its new address before its
+    # old one is unmapped: for a while the log's mapped runs hold more than the device memory reserved. Count
+    # such granules once (out of mapped_free), so no term goes below zero.
+    aliased = np.minimum(np.maximum(-before_log, 0), np.maximum(mapped_free, 0))
+    return mapped_free - aliased, before_log + aliased
+
+
+def follow(d: Any, piece: int = PIECE) -> tuple[Segments, np.ndarray, np.ndarray]:
+    """A whole log's `Derived` fed piece by piece: its segments, each block's segment row (-1: none) and the
+    sums after every event (5 rows, as Terms.step gives them)."""
+    t, b = d.table, d.blocks
+    n = len(t)
+    terms = Terms()
+    owner = np.full(len(b), -1, dtype=np.int64)
+    by_free = np.argsort(b.free_i, kind="stable")
+    free_sorted = b.free_i[by_free]
+    persistent = b.free_i == NEVER
+    sums = np.zeros((5, n), dtype=np.int64)
+    for base in range(0, n, piece):
+        end = min(n, base + piece)
+        terms.segments(base, t.kind[base:end], t.addr[base:end], t.size[base:end], t.flags[base:end])
+        lo, hi = np.searchsorted(b.alloc_i, [base, end])  # blocks are in allocation order, those before the log first
+        new = np.arange(lo, hi)
+        owner[new] = terms.owners(b.addr[new], b.alloc_i[new])
+        ended = by_free[int(np.searchsorted(free_sorted, base)): int(np.searchsorted(free_sorted, end))]
+        sums[:, base:end] = terms.step(base, end - base,
+                                       (owner[new], b.alloc_i[new], b.block_size[new], persistent[new]),
+                                       (owner[ended], b.free_i[ended], b.block_size[ended]))
+    return terms.table(), owner, sums
