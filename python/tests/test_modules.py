@@ -144,3 +144,25 @@ def test_bad_arguments_are_refused(sim: ctypes.CDLL) -> None:
     assert sim.torchalloc_module_name(0, b"x") == -1 and "id above 0" in _lib.last_error()
     assert sim.torchalloc_module_name(1, None) == -1
     assert sim.torchalloc_module_tag(None, 1, 7) == -1 and "role" in _lib.last_error()
+
+
+def test_a_tag_inside_a_large_block_finds_it_however_many_blocks_were_there_before() -> None:
+    """A tag names the block live at the tag that holds its address (a view into a flat buffer, say), even when
+    many blocks came and went inside that range before the buffer was made (a search among the 64 blocks below
+    the address found none of them live, and called the tag unmatched)."""
+    from synthlog import SynthLog
+    from torchalloc._records import MODULE_NAME, MODULE_TAG
+
+    log = SynthLog()
+    log._row(kind=MODULE_NAME, size=L0, stack=log._string("model.layers.0"), device=-1)
+    base = 0x10000000
+    for k in range(80):  # small blocks inside the range the buffer will take, all freed before it is made
+        log.alloc(base + k * 64 * KiB, 64 * KiB)
+        log.free(base + k * 64 * KiB)
+    log.alloc(base, 16 * MiB)  # the flat buffer
+    log._row(kind=MODULE_TAG, addr=base + 6 * MiB, size=L0, flags=PARAMETER, device=-1)  # a view into it
+    log._row(kind=MODULE_TAG, addr=base + 32 * MiB, size=L0, flags=PARAMETER, device=-1)  # outside every block
+    m, _ = log.analyze().modules()
+    assert m.tags_unmatched == 1
+    assert [(r.module, r.at_peak, r.what_at_peak) for r in m.rows] == [("model.layers.0", 16 * MiB,
+                                                                        {"parameters": 16 * MiB})]

@@ -13,12 +13,16 @@ The log says which module a block belongs to in two ways
   log's order was made inside that module (until the next MODULE record);
 - a MODULE_TAG record names a block by an address inside it: that block,
   live at the tag, is the module's parameter, a parameter's gradient or
-  optimizer state. A tag beats the current module: a gradient is made by
-  the autograd engine while some other module's backward runs, and
-  optimizer state outside every module.
+  optimizer state (ranges.holders finds it: of the blocks live then that
+  hold the address, the one starting highest). A tag beats the current
+  module: a gradient is made by the autograd engine while some other
+  module's backward runs, and optimizer state outside every module; a
+  block's later tag beats an earlier one.
 
 Without a tag, what a block is comes from its reason and category
 (classify.py, categorize.py). Logs without module records give no rows.
+The functions below the first are the steps both analyses share: a log
+read whole (`modules`) and one read in pieces (stream_modules.py).
 """
 from __future__ import annotations
 
@@ -32,6 +36,8 @@ from .._records import ALLOC, FREE, MODULE, MODULE_NAME, MODULE_TAG, TAG_GRADIEN
 from .categorize import CATEGORIES, Category
 from .classify import REASONS, Reason
 from .derived import Derived
+from .ranges import holders
+from .reserve_terms import PIECE
 
 OUTSIDE = "(outside modules)"
 SAVED = "activations saved for backward"
@@ -49,7 +55,6 @@ _FROM_CATEGORY = {
     Category.BACKWARD_TEMPORARIES: TEMPORARIES,
     Category.OPTIMIZER_INTERMEDIATES: TEMPORARIES,
 }
-_CANDIDATES = 64  # blocks below a tagged address looked at for one that holds it (views into a larger block)
 
 
 @dataclasses.dataclass
@@ -80,77 +85,110 @@ class Modules:
         return self.names.get(module, f"module #{module}")
 
 
+def current_modules(alloc_i: np.ndarray, module_at: np.ndarray, module_ids: np.ndarray, before: int = 0) -> np.ndarray:
+    """Per block (the index of its ALLOC, -1 before the log), the module current then: that of the last MODULE
+    record before it (`module_at`: their indices, ascending; `module_ids`: their modules), else `before`."""
+    k = np.searchsorted(module_at, alloc_i, side="right") - 1
+    current = np.where(k >= 0, module_ids[np.maximum(k, 0)] if module_ids.size else 0, before)
+    return np.where(alloc_i >= 0, current, 0).astype(np.int64)
+
+
+def what_codes(category: np.ndarray, reason: np.ndarray, tag: np.ndarray) -> np.ndarray:
+    """Per block, what it is to its module (an index into WHAT): its tag's role, else saved for backward by its
+    reason, else by its category."""
+    code = {w: k for k, w in enumerate(WHAT)}
+    cat = np.array([code[_FROM_CATEGORY.get(c, OTHER)] for c in CATEGORIES], dtype=np.int64)
+    what = cat[category.astype(np.int64)] if category.size else np.zeros(0, dtype=np.int64)
+    what = np.where(reason == REASONS.index(Reason.SAVED_FOR_BACKWARD), code[SAVED], what)
+    for role, name in _FROM_TAG.items():
+        what = np.where(tag == role, code[name], what)
+    return what
+
+
+def named_peaks(peak_of: dict[int, int], phase_name: Any) -> dict[str, int]:
+    """Per phase name, the event index of its peak (`peak_of`: per phase id; a later id of the same name wins)."""
+    out: dict[str, int] = {}
+    for p in sorted(peak_of):
+        out[phase_name(p)] = peak_of[p]
+    return out
+
+
+def held_at(module: np.ndarray, what: np.ndarray, size: np.ndarray) -> tuple[dict[int, dict[str, int]], dict[int, int]]:
+    """Of the blocks live at a moment (in the blocks' order): per module, the bytes per WHAT and the count."""
+    held: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    count: dict[int, int] = defaultdict(int)
+    for m, w, n in zip(module.tolist(), what.tolist(), size.tolist()):
+        held[m][WHAT[w]] += n
+        count[m] += 1
+    return held, count
+
+
+def add_phase(by_phase: dict[int, dict[str, int]], phase: str, module: np.ndarray, size: np.ndarray) -> None:
+    """by_phase[module][phase] += the bytes of the blocks live at that phase's peak (`module`, `size`: theirs)."""
+    ids, inverse = np.unique(module, return_inverse=True)  # ids are the writer's: maybe large
+    totals = np.bincount(inverse.reshape(-1), weights=size.astype(np.float64), minlength=ids.size)
+    for m, n in zip(ids.tolist(), totals.tolist()):
+        if n:
+            by_phase[m][phase] = int(n)
+
+
+def module_rows(result: Modules, held: dict[int, dict[str, int]], count: dict[int, int],
+                by_phase: dict[int, dict[str, int]]) -> list[ModuleRow]:
+    """One row per module, the most bytes at the peak first (then at a phase's peak)."""
+    def largest(m: int) -> tuple[int, int]:
+        return (-sum(held[m].values()) if m in held else 0, -max(by_phase[m].values(), default=0))
+
+    rows = []
+    for m in sorted(set(held) | set(by_phase), key=largest):
+        what = dict(sorted(((k, v) for k, v in held[m].items() if v), key=lambda kv: -kv[1])) if m in held else {}
+        rows.append(ModuleRow(result.name(m), sum(what.values()), count.get(m, 0), what, by_phase.get(m, {})))
+    return rows
+
+
+# ---------------------------------------------------------------------------
+# A whole log
+# ---------------------------------------------------------------------------
+
+
 def _current_module(d: Derived) -> np.ndarray:
-    """Per block, the module current when it was allocated: the last MODULE record before its ALLOC."""
+    """Per block, the module current when it was allocated."""
     t, b = d.table, d.blocks
     at = np.flatnonzero(t.kind == MODULE)
-    if not at.size:
-        return np.zeros(len(b), dtype=np.int64)
-    k = np.searchsorted(at, b.alloc_i, side="right") - 1
-    ids = t.size[at].astype(np.int64)
-    return np.where((k >= 0) & (b.alloc_i >= 0), ids[np.maximum(k, 0)], 0)
+    return current_modules(b.alloc_i, at, t.size[at].astype(np.int64))
 
 
 def _apply_tags(d: Derived, module_of: np.ndarray, tag_of: np.ndarray) -> int:
-    """Give each tagged block its tag's module and role; returns the tags no live block holds."""
+    """Give each tagged block its tag's module and role; returns the tags no live block holds. The tags are
+    looked up piece by piece among the blocks live in the piece, as a log read in pieces has them."""
     t, b = d.table, d.blocks
     tags = np.flatnonzero(t.kind == MODULE_TAG)
     if not tags.size or not len(b):
         return int(tags.size)
-    order = np.lexsort((b.alloc_i, b.addr))
-    start = b.addr[order].astype(np.uint64)
-    end = start + b.block_size[order].astype(np.uint64)
-    alloc_i, free_i = b.alloc_i[order], b.free_i[order]
-    # Most tags name a block's first byte (a parameter, its gradient, a state tensor): found for all tags at
-    # once, the block starting there most recently allocated at or before the tag; a run tags every parameter's
-    # gradient every step, so this is most of them. The rest are looked for one by one.
-    starts, rank = np.unique(start, return_inverse=True)
-    span = np.int64(len(t) + 2)
-    keys = rank.astype(np.int64) * span + (alloc_i.astype(np.int64) + 1)  # ascending: sorted by (addr, alloc_i)
-    tag_addr = t.addr[tags].astype(np.uint64)
-    where = np.minimum(np.searchsorted(starts, tag_addr), starts.size - 1)
-    exact = starts[where] == tag_addr
-    k = np.searchsorted(keys, where.astype(np.int64) * span + (tags.astype(np.int64) + 1), side="right") - 1
-    k = np.maximum(k, 0)
-    found = exact & (rank[k] == where) & (alloc_i[k] <= tags) & (free_i[k] > tags)
-    matched = list(zip(tags[found].tolist(), order[k[found]].tolist()))  # (tag's index, block)
-    unmatched = 0
-    for i in tags[~found].tolist():
-        addr = np.uint64(t.addr[i])
-        hi = int(np.searchsorted(start, addr, side="right"))
-        for c in range(hi - 1, max(hi - 1 - _CANDIDATES, -1), -1):
-            if start[c] <= addr < end[c] and alloc_i[c] <= i < free_i[c]:
-                matched.append((i, int(order[c])))
-                break
-        else:
-            unmatched += 1
-    for i, j in sorted(matched):  # in log order: a block's later tag wins
-        module_of[j] = int(t.size[i])
-        tag_of[j] = int(t.flags[i])
-    return unmatched
-
-
-def _what(d: Derived, tag_of: np.ndarray) -> np.ndarray:
-    c = d.classified
-    code = {w: k for k, w in enumerate(WHAT)}
-    cat = np.array([code[_FROM_CATEGORY.get(cat, OTHER)] for cat in CATEGORIES], dtype=np.int64)
-    what = cat[c.category.astype(np.int64)] if len(d.blocks) else np.zeros(0, dtype=np.int64)
-    saved = c.reason == REASONS.index(Reason.SAVED_FOR_BACKWARD)
-    what = np.where(saved, code[SAVED], what)
-    for role, name in _FROM_TAG.items():
-        what = np.where(tag_of == role, code[name], what)
-    return what
+    matched = np.full(tags.size, -1, dtype=np.int64)
+    for base in range(0, len(t), PIECE):
+        lo, hi = np.searchsorted(tags, [base, base + PIECE])
+        if lo == hi:
+            continue
+        live = np.flatnonzero((b.alloc_i < base + PIECE) & (b.free_i > base))
+        got = holders(t.addr[tags[lo:hi]], tags[lo:hi], b.addr[live], b.block_size[live], b.alloc_i[live],
+                      b.free_i[live])
+        matched[lo:hi] = np.where(got >= 0, live[np.maximum(got, 0)], -1)
+    for i, j in zip(tags.tolist(), matched.tolist()):  # in log order: a block's later tag wins
+        if j >= 0:
+            module_of[j] = int(t.size[i])
+            tag_of[j] = int(t.flags[i])
+    return int((matched < 0).sum())
 
 
 def _phase_peaks(d: Derived) -> dict[str, int]:
     """Per phase that allocated or freed a block, the event index where allocated was highest while it was current."""
     t = d.table
     ev = np.flatnonzero((t.kind == ALLOC) | (t.kind == FREE))
-    out: dict[str, int] = {}
-    for p in sorted(set(t.phase[ev].tolist())):
+    peak_of: dict[int, int] = {}
+    for p in set(t.phase[ev].tolist()):
         mine = ev[t.phase[ev] == p]
-        out[d.phase_name(p)] = int(mine[np.argmax(d.allocated[mine])])
-    return out
+        peak_of[p] = int(mine[np.argmax(d.allocated[mine])])
+    return named_peaks(peak_of, d.phase_name)
 
 
 def modules(d: Derived, peak_index: int) -> Modules:
@@ -161,30 +199,16 @@ def modules(d: Derived, peak_index: int) -> Modules:
     module_of = _current_module(d)
     tag_of = np.zeros(len(b), dtype=np.int64)
     unmatched = _apply_tags(d, module_of, tag_of)
-    what_of = _what(d, tag_of)
+    what_of = what_codes(d.classified.category, d.classified.reason, tag_of)
     result = Modules(module_of, what_of, names, peak_index, {}, [], unmatched)
     if not names and not np.any(module_of):
         return result  # no module records: a log written without track()'s modules
     result.phase_peaks = _phase_peaks(d)
     live = d.live_at(peak_index)
-    held: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    count: dict[int, int] = defaultdict(int)
-    for j, m, w, n in zip(live.tolist(), module_of[live].tolist(), what_of[live].tolist(),
-                          b.block_size[live].tolist()):
-        held[m][WHAT[w]] += n
-        count[m] += 1
+    held, count = held_at(module_of[live], what_of[live], b.block_size[live])
     by_phase: dict[int, dict[str, int]] = defaultdict(dict)
     for phase, i in result.phase_peaks.items():
         at = d.live_at(i)
-        ids, inverse = np.unique(module_of[at], return_inverse=True)  # ids are the writer's: maybe large
-        totals = np.bincount(inverse, weights=b.block_size[at].astype(np.float64), minlength=ids.size)
-        for m, n in zip(ids.tolist(), totals.tolist()):
-            if n:
-                by_phase[m][phase] = int(n)
-    def largest(m: int) -> tuple[int, int]:
-        return (-sum(held[m].values()) if m in held else 0, -max(by_phase[m].values(), default=0))
-
-    for m in sorted(set(held) | set(by_phase), key=largest):
-        what = dict(sorted(((k, v) for k, v in held[m].items() if v), key=lambda kv: -kv[1])) if m in held else {}
-        result.rows.append(ModuleRow(result.name(m), sum(what.values()), count.get(m, 0), what, by_phase.get(m, {})))
+        add_phase(by_phase, phase, module_of[at], b.block_size[at])
+    result.rows = module_rows(result, held, count, by_phase)
     return result
