@@ -1,10 +1,19 @@
 /* Parsing of TORCHALLOC_CONF ("key:value,key:value"), in the style of
  * PYTORCH_CUDA_ALLOC_CONF. An unknown key or a bad value is an error that
- * names the key; there are no silent defaults for what the user wrote. */
+ * names the key; there are no silent defaults for what the user wrote.
+ *
+ * Every key is one row of `keys` below: its name, the kind of value it takes
+ * and the range, the ta_config field it sets, its default and a line of help.
+ * The parser, the defaults, the key list (torchalloc_config_keys, the
+ * unknown-key message) and the description (torchalloc_config_help, which
+ * `torchalloc info --keys` prints and the README's table is checked against)
+ * all walk that table: a new key is one row and its field. */
 #include "context/config.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,23 +21,110 @@
 #include "log/log_format.h"
 #include "policy/policy.h"
 
-void ta_config_defaults(ta_config *c) {
-  memset(c, 0, sizeof *c);
-  snprintf(c->policy, sizeof c->policy, "%s", ta_policy_by_id(0)->name); /* the registry's default */
-  c->backend = TA_BACKEND_CUDA;
-  c->sim_capacity = 80 * TA_GiB;
-  c->sim_devices = 1;
-  c->warn = 1;
-  c->stack_depth = 16;
-  c->sim_vmm = 1;
-  c->expandable = TA_EXPANDABLE_RECLAIM; /* ordinary segments where the device has no virtual memory */
-  c->large_handle = TA_DEFAULT_LARGE_HANDLE;
-}
+enum conf_kind {
+  CONF_INT,    /* a decimal integer from lo to hi; an int or uint64_t field */
+  CONF_SIZE,   /* a size with an optional unit (ta_parse_bytes) from lo to hi; a size_t field */
+  CONF_CHOICE, /* one of `choices`, stored as its value; an int field */
+  CONF_POLICY, /* the name of a registered policy; a text field */
+  CONF_TEXT,   /* any non-empty text that fits the field; a text field */
+};
 
-static const char *const expandable_names[] = {"off", "on", "compact", "reclaim"};
+typedef struct conf_choice {
+  const char *name;
+  int value;
+} conf_choice;
+
+typedef struct conf_key {
+  const char *name;
+  enum conf_kind kind;
+  size_t offset, width;       /* the ta_config field: offsetof, sizeof */
+  uint64_t lo, hi;            /* INT, SIZE: the range accepted (INT ranges fit a long) */
+  uint64_t step;              /* SIZE: values are multiples of it; 0: any */
+  int zero_ok;                /* SIZE: 0 (meaning "none") is accepted below lo */
+  const conf_choice *choices; /* CHOICE: in the order the message lists them, ended by {NULL} */
+  int numbered;               /* CHOICE: each value's number is accepted too, from 0 to the highest */
+  const char *expected;       /* SIZE, TEXT: what the message says the key expects (INT, CHOICE and POLICY
+                               * have theirs worded from the range, the choices and the registry) */
+  const char *empty_alias;    /* TEXT: the value that stands for "" (oom_report: "on") */
+  size_t given_flag;          /* offset of an int field set to 1 when the key is given; 0: none */
+  int salvaged;               /* obeyed even when the rest of the text is refused (ta_config_salvage) */
+  const char *default_value;  /* parsed as a given value is; NULL: the field stays zero ("none") */
+  const char *help;           /* one line: what the key does */
+} conf_key;
+
+/* given_flag's 0 can mean "none" because offset 0 is text, never a flag. */
+_Static_assert(offsetof(ta_config, policy) == 0, "given_flag uses offset 0 for 'no flag'");
+/* size_t and uint64_t fields are stored the same way (store_number). */
+_Static_assert(sizeof(size_t) == sizeof(uint64_t), "a size_t field is 8 bytes");
+
+#define FIELD(f) .offset = offsetof(ta_config, f), .width = sizeof(((ta_config *)0)->f)
+
+static const conf_choice backend_choices[] = {{"cuda", TA_BACKEND_CUDA}, {"sim", TA_BACKEND_SIM}, {NULL, 0}};
+static const conf_choice oom_choices[] = {
+    {"abort", TA_OOM_ABORT}, {"null", TA_OOM_NULL}, {"auto", TA_OOM_AUTO}, {NULL, 0}};
+static const conf_choice expandable_choices[] = {{"off", TA_EXPANDABLE_OFF},
+                                                 {"on", TA_EXPANDABLE_GROW},
+                                                 {"compact", TA_EXPANDABLE_COMPACT},
+                                                 {"reclaim", TA_EXPANDABLE_RECLAIM},
+                                                 {NULL, 0}};
+static const conf_choice peers_choices[] = {{"all", TA_PEERS_ALL}, {"asked", TA_PEERS_ASKED}, {NULL, 0}};
+
+/* In the order torchalloc_config_keys lists them. */
+static const conf_key keys[] = {
+    {.name = "policy", .kind = CONF_POLICY, FIELD(policy), /* default: the registry's (policy id 0) */
+     .help = "policy for new requests (switchable at run time)"},
+    {.name = "backend", .kind = CONF_CHOICE, FIELD(backend), .choices = backend_choices, .salvaged = 1,
+     .default_value = "cuda", .help = "real device (cudart, loaded at run time) or the simulated device"},
+    {.name = "sim_capacity", .kind = CONF_SIZE, FIELD(sim_capacity), .lo = 1, .hi = (uint64_t)1 << 50,
+     .expected = "a size such as 80GiB, between 1 B and 1 PiB", .default_value = "80GiB",
+     .help = "capacity of each simulated device"},
+    {.name = "sim_devices", .kind = CONF_INT, FIELD(sim_devices), .lo = 1, .hi = 64, .default_value = "1",
+     .help = "number of simulated devices"},
+    {.name = "sim_fail_alloc", .kind = CONF_INT, FIELD(sim_fail_alloc), .lo = 0, .hi = 0x7fffffff,
+     .default_value = "0", .help = "fault injection: the Nth device allocation fails"},
+    {.name = "sim_event_polls", .kind = CONF_INT, FIELD(sim_event_polls), .lo = 0, .hi = 1000000,
+     .default_value = "0", .help = "simulated stream events complete on their Nth query"},
+    {.name = "sim_held_elsewhere", .kind = CONF_SIZE, FIELD(sim_held_elsewhere), .lo = 0, .hi = SIZE_MAX,
+     .expected = "a size such as 2GiB", .default_value = "0",
+     .help = "bytes of each simulated device held by someone else (another process): never available to torchalloc"},
+    {.name = "warn", .kind = CONF_INT, FIELD(warn), .lo = 0, .hi = 1, .default_value = "1",
+     .help = "print misuse warnings and OOM reports on stderr"},
+    {.name = "log", .kind = CONF_TEXT, FIELD(log_path), .expected = "a file path",
+     .help = "write the block log there"},
+    /* A cap past what can be mapped would be refused only when the log opens, and then every allocation fails. */
+    {.name = "log_max", .kind = CONF_SIZE, FIELD(log_max), .lo = TA_LOG_MIN_MAX_BYTES, .hi = TA_LOG_MAX_MAX_BYTES,
+     .zero_ok = 1, .expected = "0 for no cap, or a size from 4 KiB to 1 TiB, such as 1GiB", .default_value = "0",
+     .help = "cap on the log file; a \"truncated\" record marks the cut"},
+    {.name = "stacks", .kind = CONF_INT, FIELD(stacks), .lo = 0, .hi = 1, .default_value = "0",
+     .help = "record the Python stack of every alloc and free"},
+    {.name = "stack_depth", .kind = CONF_INT, FIELD(stack_depth), .lo = 1, .hi = 64, .default_value = "16",
+     .help = "frames kept per stack"},
+    {.name = "oom", .kind = CONF_CHOICE, FIELD(oom), .choices = oom_choices, .salvaged = 1,
+     .default_value = "auto", .help = "what a failed torchalloc_malloc does"},
+    {.name = "oom_report", .kind = CONF_TEXT, FIELD(oom_report), .expected = "on, off or a directory",
+     .empty_alias = "on", .default_value = "on", .help = "where the full out-of-memory report goes"},
+    /* Ordinary segments where the device has no virtual memory, whatever this says. */
+    {.name = "expandable", .kind = CONF_CHOICE, FIELD(expandable), .choices = expandable_choices, .numbered = 1,
+     .default_value = "reclaim", .help = "how caching and phase_arena use the device's memory"},
+    /* Why 8 MiB: config.h, TA_DEFAULT_LARGE_HANDLE (test_config checks that the two agree). */
+    {.name = "handle", .kind = CONF_SIZE, FIELD(large_handle), .lo = TA_MIN_LARGE_HANDLE, .hi = TA_MAX_LARGE_HANDLE,
+     .step = TA_MIN_LARGE_HANDLE, .given_flag = offsetof(ta_config, large_handle_set),
+     .expected = "a multiple of 2 MiB from 2 MiB to 1 GiB, such as 16MiB", .default_value = "8MiB",
+     .help = "the size of each physical allocation of large-pool expandable segments: the unit they grow, give "
+             "back and move memory in"},
+    {.name = "peers", .kind = CONF_CHOICE, FIELD(peers), .choices = peers_choices, .default_value = "all",
+     .help = "which other GPUs may read and write memory mapped on a GPU"},
+    {.name = "sim_vmm", .kind = CONF_INT, FIELD(sim_vmm), .lo = 0, .hi = 1, .default_value = "1",
+     .help = "the simulated device has virtual memory (0: model one without, for tests)"},
+    {.name = "sim_lag", .kind = CONF_INT, FIELD(sim_lag), .lo = 0, .hi = 1000000000, .default_value = "0",
+     .help = "the simulated device runs N ticks behind the host"},
+};
+#define NKEYS (sizeof keys / sizeof keys[0])
 
 const char *ta_expandable_name(int mode) {
-  return mode >= 0 && mode <= TA_EXPANDABLE_RECLAIM ? expandable_names[mode] : "?";
+  for (const conf_choice *c = expandable_choices; c->name; c++)
+    if (c->value == mode) return c->name;
+  return "?";
 }
 
 int ta_parse_bytes(const char *text, size_t *out) {
@@ -65,137 +161,166 @@ static int parse_int(const char *text, long lo, long hi, long *out) {
   return 0;
 }
 
-#define KEYS \
-  "policy backend sim_capacity sim_devices sim_fail_alloc sim_event_polls sim_held_elsewhere warn log log_max stacks " \
-  "stack_depth oom oom_report expandable handle peers sim_vmm sim_lag"
-const char *ta_config_key_list(void) { return KEYS; }
+static int choice_value(const conf_key *k, const char *val, int *out) {
+  int highest = 0;
+  for (const conf_choice *c = k->choices; c->name; c++) {
+    if (strcmp(val, c->name) == 0) {
+      *out = c->value;
+      return 0;
+    }
+    if (c->value > highest) highest = c->value;
+  }
+  long n;
+  if (!k->numbered || parse_int(val, 0, highest, &n)) return -1;
+  *out = (int)n;
+  return 0;
+}
+
+static int size_accepted(const conf_key *k, size_t bytes) {
+  if (bytes == 0 && k->zero_ok) return 1;
+  return bytes >= k->lo && bytes <= k->hi && (!k->step || bytes % k->step == 0);
+}
+
+/* What `k` accepts, worded as its error message and its help say it. */
+static void describe_values(const conf_key *k, char *out, size_t len) {
+  switch (k->kind) {
+  case CONF_INT:
+    snprintf(out, len, "an integer from %" PRIu64 " to %" PRIu64, k->lo, k->hi);
+    return;
+  case CONF_SIZE:
+    snprintf(out, len, "%s", k->expected);
+    return;
+  case CONF_TEXT:
+    snprintf(out, len, "%s, at most %zu bytes", k->expected, k->width - 1);
+    return;
+  case CONF_POLICY:
+    snprintf(out, len, "%s", ta_policy_choices());
+    return;
+  case CONF_CHOICE: {
+    int n = 0, highest = 0;
+    while (k->choices[n].name) n++;
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; i < n && used < len; i++) {
+      const char *sep = i == 0 ? "" : i == n - 1 ? " or " : ", ";
+      used += (size_t)snprintf(out + used, len - used, "%s%s", sep, k->choices[i].name);
+      if (k->choices[i].value > highest) highest = k->choices[i].value;
+    }
+    if (k->numbered && used < len) snprintf(out + used, len - used, ", or an integer from 0 to %d", highest);
+    return;
+  }
+  }
+}
+
+static void store_number(char *field, size_t width, uint64_t value) {
+  if (width == sizeof(int)) {
+    int n = (int)value;
+    memcpy(field, &n, sizeof n);
+  } else {
+    ta_assert(width == sizeof(uint64_t));
+    memcpy(field, &value, sizeof value);
+  }
+}
+
+/* Parse `val` as key `k` takes it into its field of `c`. Returns 0, or -1 with the key's message. */
+static int store_value(ta_config *c, const conf_key *k, const char *val, char *err, size_t errlen) {
+  char *field = (char *)c + k->offset;
+  long n;
+  size_t bytes;
+  int value;
+  switch (k->kind) {
+  case CONF_INT:
+    if (parse_int(val, (long)k->lo, (long)k->hi, &n)) break;
+    store_number(field, k->width, (uint64_t)n);
+    return 0;
+  case CONF_SIZE:
+    if (ta_parse_bytes(val, &bytes) || !size_accepted(k, bytes)) break;
+    store_number(field, k->width, bytes);
+    return 0;
+  case CONF_CHOICE:
+    if (choice_value(k, val, &value)) break;
+    store_number(field, k->width, (uint64_t)value);
+    return 0;
+  case CONF_POLICY:
+    if (!ta_policy_by_name(val, NULL)) break;
+    snprintf(field, k->width, "%s", val);
+    return 0;
+  case CONF_TEXT:
+    if (!*val || strlen(val) >= k->width) break;
+    snprintf(field, k->width, "%s", k->empty_alias && strcmp(val, k->empty_alias) == 0 ? "" : val);
+    return 0;
+  }
+  char expected[256];
+  describe_values(k, expected, sizeof expected);
+  if (k->kind == CONF_TEXT) /* a refused path is not echoed: it may be longer than the whole message */
+    snprintf(err, errlen, "TORCHALLOC_CONF: bad value for key '%s' (expected %s)", k->name, expected);
+  else
+    snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key '%s' (expected %s)", val, k->name, expected);
+  return -1;
+}
+
+static const char *default_of(const conf_key *k) {
+  return k->kind == CONF_POLICY ? ta_policy_by_id(0)->name : k->default_value;
+}
+
+void ta_config_defaults(ta_config *c) {
+  memset(c, 0, sizeof *c);
+  char err[256];
+  for (size_t i = 0; i < NKEYS; i++) {
+    const char *text = default_of(&keys[i]);
+    /* Stored as a given value is, but no given_flag is set. Every default parses: test_config gives each to
+     * torchalloc_init. */
+    int refused = text && store_value(c, &keys[i], text, err, sizeof err);
+    ta_assert(!refused);
+    (void)refused;
+  }
+}
+
+/* Both texts are built once from the table; after that they are only read. */
+static pthread_once_t texts_once = PTHREAD_ONCE_INIT;
+static char key_list[512], help_text[8192];
+
+static void build_texts(void) {
+  size_t listed = 0, helped = 0;
+  for (size_t i = 0; i < NKEYS; i++) {
+    const conf_key *k = &keys[i];
+    char values[256];
+    describe_values(k, values, sizeof values);
+    const char *default_value = default_of(k);
+    listed += (size_t)snprintf(key_list + listed, sizeof key_list - listed, "%s%s", i ? " " : "", k->name);
+    helped += (size_t)snprintf(help_text + helped, sizeof help_text - helped, "%s\t%s\t%s\t%s\n", k->name, values,
+                               default_value ? default_value : "none", k->help);
+    /* Too small a buffer shows as a key missing from the text (test_config reads every key back). */
+    if (listed >= sizeof key_list || helped >= sizeof help_text) return;
+  }
+}
+
+const char *ta_config_key_list(void) {
+  pthread_once(&texts_once, build_texts);
+  return key_list;
+}
+
+const char *ta_config_help(void) {
+  pthread_once(&texts_once, build_texts);
+  return help_text;
+}
+
+static const conf_key *find_key(const char *name) {
+  for (size_t i = 0; i < NKEYS; i++)
+    if (strcmp(keys[i].name, name) == 0) return &keys[i];
+  return NULL;
+}
 
 /* Apply one key:value to `c`. Returns 0, or -1 with a message. */
 static int apply(ta_config *c, const char *key, const char *val, char *err, size_t errlen) {
-  long n, lo = 0, hi = 0; /* an integer key's range, for its message */
-  if (strcmp(key, "policy") == 0) {
-    if (!ta_policy_by_name(val, NULL)) {
-      snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key 'policy' (expected %s)", val,
-               ta_policy_choices());
-      return -1;
-    }
-    snprintf(c->policy, sizeof c->policy, "%s", val);
-  } else if (strcmp(key, "backend") == 0) {
-    if (strcmp(val, "cuda") == 0) c->backend = TA_BACKEND_CUDA;
-    else if (strcmp(val, "sim") == 0) c->backend = TA_BACKEND_SIM;
-    else {
-      snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key 'backend' (expected cuda or sim)", val);
-      return -1;
-    }
-  } else if (strcmp(key, "sim_capacity") == 0) {
-    size_t bytes;
-    if (ta_parse_bytes(val, &bytes) || bytes == 0 || bytes > ((size_t)1 << 50)) {
-      snprintf(err, errlen,
-               "TORCHALLOC_CONF: bad value '%s' for key 'sim_capacity' (expected a size such as 80GiB, "
-               "between 1 B and 1 PiB)", val);
-      return -1;
-    }
-    c->sim_capacity = bytes;
-  } else if (strcmp(key, "sim_devices") == 0) {
-    if (parse_int(val, lo = 1, hi = 64, &n)) goto bad_int;
-    c->sim_devices = (int)n;
-  } else if (strcmp(key, "sim_fail_alloc") == 0) {
-    if (parse_int(val, lo = 0, hi = 0x7fffffffL, &n)) goto bad_int;
-    c->sim_fail_alloc = (uint64_t)n;
-  } else if (strcmp(key, "sim_held_elsewhere") == 0) {
-    size_t bytes;
-    if (ta_parse_bytes(val, &bytes)) {
-      snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key 'sim_held_elsewhere' (expected a size such as "
-               "2GiB)", val);
-      return -1;
-    }
-    c->sim_held_elsewhere = bytes;
-  } else if (strcmp(key, "sim_event_polls") == 0) {
-    if (parse_int(val, lo = 0, hi = 1000000, &n)) goto bad_int;
-    c->sim_event_polls = (int)n;
-  } else if (strcmp(key, "warn") == 0) {
-    if (parse_int(val, lo = 0, hi = 1, &n)) goto bad_int;
-    c->warn = (int)n;
-  } else if (strcmp(key, "oom") == 0) {
-    if (strcmp(val, "abort") == 0) c->oom = TA_OOM_ABORT;
-    else if (strcmp(val, "null") == 0) c->oom = TA_OOM_NULL;
-    else if (strcmp(val, "auto") == 0) c->oom = TA_OOM_AUTO;
-    else {
-      snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key 'oom' (expected abort, null or auto)", val);
-      return -1;
-    }
-  } else if (strcmp(key, "oom_report") == 0) {
-    if (!*val || strlen(val) >= sizeof c->oom_report) {
-      snprintf(err, errlen, "TORCHALLOC_CONF: bad value for key 'oom_report' (expected on, off or a directory, at "
-               "most %zu bytes)", sizeof c->oom_report - 1);
-      return -1;
-    }
-    snprintf(c->oom_report, sizeof c->oom_report, "%s", strcmp(val, "on") == 0 ? "" : val);
-  } else if (strcmp(key, "log") == 0) {
-    if (!*val || strlen(val) >= sizeof c->log_path) {
-      snprintf(err, errlen, "TORCHALLOC_CONF: bad value for key 'log' (expected a file path, at most %zu bytes)",
-               sizeof c->log_path - 1);
-      return -1;
-    }
-    snprintf(c->log_path, sizeof c->log_path, "%s", val);
-  } else if (strcmp(key, "log_max") == 0) {
-    size_t bytes;
-    /* A cap past what can be mapped would be refused only when the log opens, and then every allocation fails. */
-    if (ta_parse_bytes(val, &bytes) || (bytes && (bytes < TA_LOG_MIN_MAX_BYTES || bytes > TA_LOG_MAX_MAX_BYTES))) {
-      snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key 'log_max' (expected 0 for no cap, or a size "
-               "from 4 KiB to 1 TiB, such as 1GiB)", val);
-      return -1;
-    }
-    c->log_max = bytes;
-  } else if (strcmp(key, "handle") == 0) {
-    size_t bytes;
-    if (ta_parse_bytes(val, &bytes) || bytes < TA_MIN_LARGE_HANDLE || bytes > TA_MAX_LARGE_HANDLE ||
-        bytes % TA_MIN_LARGE_HANDLE) {
-      snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key 'handle' (expected a multiple of 2 MiB from "
-               "2 MiB to 1 GiB, such as 16MiB)", val);
-      return -1;
-    }
-    c->large_handle = bytes;
-    c->large_handle_set = 1;
-  } else if (strcmp(key, "stacks") == 0) {
-    if (parse_int(val, lo = 0, hi = 1, &n)) goto bad_int;
-    c->stacks = (int)n;
-  } else if (strcmp(key, "stack_depth") == 0) {
-    if (parse_int(val, lo = 1, hi = 64, &n)) goto bad_int;
-    c->stack_depth = (int)n;
-  } else if (strcmp(key, "expandable") == 0) {
-    int mode = -1;
-    for (int i = 0; i <= TA_EXPANDABLE_RECLAIM; i++)
-      if (strcmp(val, expandable_names[i]) == 0) mode = i;
-    if (mode < 0 && parse_int(val, 0, TA_EXPANDABLE_RECLAIM, &n) == 0) mode = (int)n;
-    if (mode < 0) {
-      snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key 'expandable' (expected off, on, compact or "
-               "reclaim, or an integer from 0 to 3)", val);
-      return -1;
-    }
-    c->expandable = mode;
-  } else if (strcmp(key, "peers") == 0) {
-    if (strcmp(val, "all") == 0) c->peers = TA_PEERS_ALL;
-    else if (strcmp(val, "asked") == 0) c->peers = TA_PEERS_ASKED;
-    else {
-      snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key 'peers' (expected all or asked)", val);
-      return -1;
-    }
-  } else if (strcmp(key, "sim_vmm") == 0) {
-    if (parse_int(val, lo = 0, hi = 1, &n)) goto bad_int;
-    c->sim_vmm = (int)n;
-  } else if (strcmp(key, "sim_lag") == 0) {
-    if (parse_int(val, lo = 0, hi = 1000000000L, &n)) goto bad_int;
-    c->sim_lag = (uint64_t)n;
-  } else {
-    snprintf(err, errlen, "TORCHALLOC_CONF: unknown key '%s' (known keys: %s)", key, KEYS);
+  const conf_key *k = find_key(key);
+  if (!k) {
+    snprintf(err, errlen, "TORCHALLOC_CONF: unknown key '%s' (known keys: %s)", key, ta_config_key_list());
     return -1;
   }
+  if (store_value(c, k, val, err, errlen)) return -1;
+  if (k->given_flag) store_number((char *)c + k->given_flag, sizeof(int), 1);
   return 0;
-bad_int:
-  snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key '%s' (expected an integer from %ld to %ld)", val, key,
-           lo, hi);
-  return -1;
 }
 
 static char *trim(char *s) {
@@ -247,8 +372,8 @@ void ta_config_salvage(ta_config *c, const char *text) {
     char *colon = strchr(item, ':');
     if (!colon) continue;
     *colon = '\0';
-    const char *key = trim(item);
-    if (strcmp(key, "oom") == 0 || strcmp(key, "backend") == 0) apply(c, key, trim(colon + 1), err, sizeof err);
+    const conf_key *k = find_key(trim(item));
+    if (k && k->salvaged) apply(c, k->name, trim(colon + 1), err, sizeof err);
   }
   free(copy);
 }

@@ -58,7 +58,7 @@ enum ta_peers_mode { TA_PEERS_ALL = 0, TA_PEERS_ASKED = 1 };
  * cap every MiB counts, and free memory stuck in 8 MiB handles partly in
  * use is what made a run that fits in 2 MiB handles run out (H100, the
  * Llama decoder of python/tests/test_oom_advice_gpu.py under 9000 MiB). */
-#define TA_DEFAULT_LARGE_HANDLE ((size_t)8 << 20)
+#define TA_DEFAULT_LARGE_HANDLE ((size_t)8 << 20) /* the `handle` row's default in config.c says it too */
 #define TA_MIN_LARGE_HANDLE ((size_t)2 << 20) /* the granule of the GPUs torchalloc runs on */
 #define TA_MAX_LARGE_HANDLE ((size_t)1 << 30)
 
@@ -106,6 +106,10 @@ ta_internal void ta_config_salvage(ta_config *c, const char *text);
 /* "80GiB", "512MB", "1048576" -> bytes. Returns 0 or -1. */
 ta_internal int ta_parse_bytes(const char *text, size_t *out);
 
+/* The keys, space-separated, in the table's order (torchalloc_config_keys). */
 ta_internal const char *ta_config_key_list(void);
+
+/* One line per key, "key\tvalues\tdefault\thelp\n" (torchalloc_config_help). */
+ta_internal const char *ta_config_help(void);
 
 #endif
