@@ -68,7 +68,8 @@ TORCHALLOC_API int torchalloc_free_ptr(void *ptr);
 /* ---------------------------------------------------------------------------
  * Configuration. Syntax of TORCHALLOC_CONF: comma-separated key:value, e.g.
  *   policy:caching,backend:sim,sim_capacity:80GiB
- * Keys are listed in README.md and by torchalloc_config_keys().
+ * Keys are listed in README.md and by torchalloc_config_keys() and
+ * torchalloc_config_help() (`torchalloc info --keys`).
  * ------------------------------------------------------------------------- */
 
 /* (Re)initialise from `conf` (NULL: from TORCHALLOC_CONF). Fails, leaving the
@@ -86,6 +87,12 @@ TORCHALLOC_API const char *torchalloc_last_error(void);
 
 /* A space-separated list of the keys TORCHALLOC_CONF accepts. */
 TORCHALLOC_API const char *torchalloc_config_keys(void);
+
+/* Every key described by the parser's own table, one line each, in the
+ * order of torchalloc_config_keys: "key\tvalues\tdefault\thelp\n". `values`
+ * is worded as a bad value's error message words what the key expects;
+ * `default` is the value an unset key takes ("none": the key is off). */
+TORCHALLOC_API const char *torchalloc_config_help(void);
 
 /* Number of devices the backend exposes (initialises on first use). */
 TORCHALLOC_API int torchalloc_device_count(void);

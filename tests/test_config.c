@@ -2,6 +2,8 @@
  * key, bad values, units, whitespace, and what a refused init leaves behind. */
 #include "sim.h"
 
+#include "context/config.h" /* the defaults, which the public API shows only in part */
+
 /* init must fail, and its message must contain `needle`. */
 static void check_refused(const char *conf, const char *needle) {
   int rc = torchalloc_init(conf);
@@ -376,6 +378,122 @@ TEST(config_keys_lists_every_key) {
     listed++;
   }
   CHECK(listed >= (int)(sizeof known / sizeof known[0]));
+}
+
+/* ------------------------------------------------------------------------
+ * torchalloc_config_help: the parser's table (config.c) as users and the
+ * README see it; what it says must be what the parser does.
+ * ---------------------------------------------------------------------- */
+
+typedef struct help_row {
+  char key[32], values[160], default_value[32], help[200];
+} help_row;
+
+/* Split the "key\tvalues\tdefault\thelp\n" lines into `rows`. Returns the
+ * number of rows, or -1 (reported) when a line does not have four fields. */
+static int read_help(help_row *rows, int max) {
+  const char *text = torchalloc_config_help();
+  int n = 0;
+  for (const char *start = text; *start && n < max; n++) {
+    const char *end = strchr(start, '\n');
+    char line[600], *field[4] = {line, NULL, NULL, NULL};
+    snprintf(line, sizeof line, "%.*s", end ? (int)(end - start) : (int)strlen(start), start);
+    int fields = 1;
+    for (char *p = line; *p && fields <= 4; p++)
+      if (*p == '\t') {
+        *p = '\0';
+        if (fields < 4) field[fields] = p + 1;
+        fields++;
+      }
+    if (!end || fields != 4) {
+      fprintf(stderr, "  torchalloc_config_help line %d is not key, values, default, help: \"%s\"\n", n + 1, start);
+      g_failures++;
+      return -1;
+    }
+    snprintf(rows[n].key, sizeof rows[n].key, "%s", field[0]);
+    snprintf(rows[n].values, sizeof rows[n].values, "%s", field[1]);
+    snprintf(rows[n].default_value, sizeof rows[n].default_value, "%s", field[2]);
+    snprintf(rows[n].help, sizeof rows[n].help, "%s", field[3]);
+    start = end + 1;
+  }
+  return n;
+}
+
+TEST(config_help_has_one_row_per_key_in_order) {
+  help_row rows[64];
+  int n = read_help(rows, 64);
+  REQUIRE(n > 0);
+  char joined[1024] = "";
+  size_t used = 0;
+  for (int i = 0; i < n; i++) {
+    used += (size_t)snprintf(joined + used, sizeof joined - used, "%s%s", i ? " " : "", rows[i].key);
+    CHECK(rows[i].values[0] && rows[i].default_value[0] && rows[i].help[0]);
+  }
+  if (strcmp(joined, torchalloc_config_keys()) != 0) {
+    fprintf(stderr, "  help's keys \"%s\"\n  config_keys \"%s\"\n", joined, torchalloc_config_keys());
+    g_failures++;
+  }
+}
+
+/* The help's values are the words of the key's error message. */
+TEST(config_help_values_are_what_a_bad_value_is_told) {
+  help_row rows[64];
+  int n = read_help(rows, 64);
+  REQUIRE(n > 0);
+  for (int i = 0; i < n; i++) {
+    char conf[128], needle[256];
+    snprintf(conf, sizeof conf, "backend:sim,%s:", rows[i].key);
+    snprintf(needle, sizeof needle, "'%s' (expected %s)", rows[i].key, rows[i].values);
+    check_refused(conf, needle);
+  }
+}
+
+/* Each default is a value its key accepts, and spelling every default out
+ * changes nothing a program sees. */
+TEST(config_help_defaults_are_accepted_and_in_force) {
+  help_row rows[64];
+  int n = read_help(rows, 64);
+  REQUIRE(n > 0);
+  char all[2048] = "";
+  size_t used = 0;
+  for (int i = 0; i < n; i++) {
+    if (strcmp(rows[i].default_value, "none") == 0) continue; /* log: no value means no log */
+    char conf[160];
+    snprintf(conf, sizeof conf, "%s:%s,backend:sim,warn:0,oom_report:off", rows[i].key, rows[i].default_value);
+    torchalloc_teardown();
+    check_accepted(conf);
+    used += (size_t)snprintf(all + used, sizeof all - used, "%s:%s,", rows[i].key, rows[i].default_value);
+  }
+  REQUIRE(used < sizeof all);
+  snprintf(all + used, sizeof all - used, "backend:sim,warn:0,oom_report:off");
+  int asked_plain = -1, asked_spelled = -1;
+  torchalloc_teardown();
+  check_accepted("backend:sim,warn:0,oom_report:off");
+  char policy[64];
+  snprintf(policy, sizeof policy, "%s", torchalloc_policy_name());
+  int devices = torchalloc_device_count(), mode = torchalloc_segment_mode(0, &asked_plain);
+  torchalloc_teardown();
+  check_accepted(all);
+  REQUIRE(torchalloc_last_error()[0] == '\0');
+  CHECK(strcmp(policy, torchalloc_policy_name()) == 0);
+  CHECK_EQ(devices, torchalloc_device_count());
+  CHECK_EQ(mode, torchalloc_segment_mode(0, &asked_spelled));
+  CHECK_EQ(asked_plain, asked_spelled);
+  CHECK_EQ(asked_plain, 3); /* reclaim */
+  torchalloc_teardown();
+}
+
+/* `handle` given holds under a memory fraction; its default does not
+ * (config.h): the default is stored without the key's given flag. */
+TEST(the_default_handle_is_not_a_given_one) {
+  ta_config c;
+  ta_config_defaults(&c);
+  CHECK_EQ(c.large_handle, TA_DEFAULT_LARGE_HANDLE);
+  CHECK_EQ(c.large_handle_set, 0);
+  char err[256];
+  REQUIRE(ta_config_parse(&c, "handle:8MiB", err, sizeof err) == 0);
+  CHECK_EQ(c.large_handle, TA_DEFAULT_LARGE_HANDLE);
+  CHECK_EQ(c.large_handle_set, 1);
 }
 
 /* ------------------------------------------------------------------------

@@ -151,4 +151,6 @@ TORCHALLOC_API const char *torchalloc_last_error(void) {
 
 TORCHALLOC_API const char *torchalloc_config_keys(void) { return ta_config_key_list(); }
 
+TORCHALLOC_API const char *torchalloc_config_help(void) { return ta_config_help(); }
+
 TORCHALLOC_API int torchalloc_device_count(void) { return ta_runtime_ready() ? ta_rt.ndevices : 0; }

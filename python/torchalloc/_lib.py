@@ -263,10 +263,11 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "torchalloc_sim_peer_use": (_c_int, [_c_int, _c_int, _c_void_p, _c_size_t]),
 }
 
-# Functions that newer builds have (the event log); bound when present, so
+# Functions that newer builds have (the event log, the keys' description); bound when present, so
 # this package works against a library built before they landed.
 _OPTIONAL_SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "torchalloc_mark": (_c_int, [_c_char_p]),
+    "torchalloc_config_help": (_c_char_p, []),
     "torchalloc_phase_enter": (_c_int64, [_c_char_p, _c_size_t]),
     "torchalloc_phase_leave": (_c_int, [_c_int64]),
     "torchalloc_log_open": (_c_int, [_c_char_p]),
@@ -440,6 +441,15 @@ def config_keys() -> list[str]:
     """The keys TORCHALLOC_CONF accepts."""
     keys: bytes = lib().torchalloc_config_keys()
     return keys.decode().split()
+
+
+def config_help() -> list[dict[str, str]]:
+    """Each TORCHALLOC_CONF key as the parser's table describes it (config.c), in torchalloc_config_keys' order:
+    key, values (worded as its error message words them), default ("none": off) and a line of help."""
+    if not has("torchalloc_config_help"):
+        raise LibraryError(f"{library_path()} does not describe its keys: it was built before torchalloc_config_help")
+    text: bytes = lib().torchalloc_config_help()
+    return [dict(zip(("key", "values", "default", "help"), line.split("\t"))) for line in text.decode().splitlines()]
 
 
 _replay_abi_checked = False

@@ -1,4 +1,5 @@
-"""`torchalloc info [--json]`: which library, configuration, devices and route this installation has."""
+"""`torchalloc info [--json] [--keys]`: which library, configuration, devices and route this installation has;
+with --keys, what each TORCHALLOC_CONF key takes, as the library's own table says (config.c)."""
 from __future__ import annotations
 
 import argparse
@@ -99,11 +100,39 @@ def _info_lines(info: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _keys_lines(keys: list[dict[str, str]]) -> list[str]:
+    """What `info --keys` prints: a key, what it takes and its default on one line, its help indented below."""
+    lines = ["TORCHALLOC_CONF keys (comma-separated key:value):"]
+    for key in keys:
+        lines.append(f"  {key['key']}: {key['values']} (default: {key['default']})")
+        lines.append(f"      {key['help']}")
+    return lines
+
+
+def _print_keys(as_json: bool) -> int:
+    from .. import _lib
+
+    try:
+        keys = _lib.config_help()
+    except _lib.LibraryError as e:
+        print(printable(f"torchalloc info: error: {e}"), file=sys.stderr)
+        return 1
+    if as_json:
+        print(json.dumps(keys, indent=2))
+    else:
+        print("\n".join(_keys_lines(keys)))
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    """`torchalloc info [--json]`."""
+    """`torchalloc info [--json] [--keys]`."""
     parser = argparse.ArgumentParser(prog="torchalloc info", description="Describe the installed torchalloc.")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--keys", action="store_true",
+                        help="describe each TORCHALLOC_CONF key instead: what it takes, its default, what it does")
     args = parser.parse_args(argv)
+    if args.keys:
+        return _print_keys(args.json)
     info = _collect_info()
     info.update(_route_info())
     if args.json:
