@@ -14,6 +14,9 @@
 ta_internal extern _Atomic(torchalloc_segment_observer) ta_observer_fn;
 ta_internal extern _Atomic(void *) ta_observer_ctx;
 
+/* torchalloc_set_segment_observer: `fn` (NULL: none) from now on. */
+ta_internal void ta_observer_set(torchalloc_segment_observer fn, void *ctx);
+
 static inline void ta_observe_segment(int device, int event, uintptr_t addr, size_t size, cudaStream_t stream) {
   torchalloc_segment_observer fn = atomic_load_explicit(&ta_observer_fn, memory_order_acquire);
   if (ta_unlikely(fn != NULL))

@@ -29,7 +29,6 @@
 
 #include <stdarg.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "accounting/oom_verdict.h"
 #include "base/text.h"
@@ -211,25 +210,3 @@ int ta_oom_advice_write(const torchalloc_oom_facts *f, const torchalloc_oom_deta
   return (int)o.used;
 }
 
-/* The public form: phase names from an array (a log's names, from Python). */
-typedef struct name_table {
-  const char *const *names;
-  size_t n;
-} name_table;
-
-static const char *from_table(void *ctx, int phase) {
-  const name_table *t = ctx;
-  return t->names && phase >= 0 && (size_t)phase < t->n ? t->names[phase] : NULL;
-}
-
-TORCHALLOC_API int torchalloc_oom_advice(const torchalloc_oom_facts *facts, const torchalloc_oom_detail *detail,
-                                         const char *const *phase_names, size_t nnames, char *buf, size_t len) {
-  if (!facts) return -1;
-  torchalloc_oom_detail d = {0};
-  if (detail) { /* only the bytes the caller's struct has; the rest stays 0 */
-    size_t n = detail->struct_size < sizeof d ? (size_t)detail->struct_size : sizeof d;
-    memcpy(&d, detail, n);
-  }
-  name_table t = {phase_names, nnames};
-  return ta_oom_advice_write(facts, detail ? &d : NULL, from_table, &t, "", buf, len);
-}

@@ -48,7 +48,3 @@ const char *ta_oom_verdict_meaning(int verdict) {
     default: return "";
   }
 }
-
-TORCHALLOC_API int torchalloc_oom_verdict(const torchalloc_oom_facts *facts) {
-  return facts ? ta_oom_verdict(facts) : -1;
-}

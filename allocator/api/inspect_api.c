@@ -1,10 +1,14 @@
 /* Public inspection functions (torchalloc.h): snapshots, the segment around
- * a pointer, the largest cached block, stacks, the last OOM, and the
+ * a pointer, the largest cached block, stacks, the segment observer, the
+ * last OOM and the rules its report rests on (verdict, advice), and the
  * simulated device's capture model. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "accounting/observer.h"
+#include "accounting/oom_advice.h"
+#include "accounting/oom_verdict.h"
 #include "base/errors.h"
 #include "log/log_intern.h"
 #include "runtime/runtime.h"
@@ -49,6 +53,10 @@ TORCHALLOC_API double torchalloc_get_memory_fraction(int device) {
 TORCHALLOC_API int torchalloc_stack_frames(uint32_t stack, torchalloc_frame_visitor visit, void *ctx) {
   if (!visit) return 0;
   return ta_log_intern_visit_stack(stack, visit, ctx);
+}
+
+TORCHALLOC_API void torchalloc_set_segment_observer(torchalloc_segment_observer fn, void *ctx) {
+  ta_observer_set(fn, ctx);
 }
 
 TORCHALLOC_API int torchalloc_oom_summary(int device, char *buf, size_t len) {
@@ -105,6 +113,34 @@ TORCHALLOC_API const char *torchalloc_oom_report_path(int device) {
     snprintf(path, sizeof path, "%s", oom.report_path);
   }
   return path;
+}
+
+TORCHALLOC_API int torchalloc_oom_verdict(const torchalloc_oom_facts *facts) {
+  return facts ? ta_oom_verdict(facts) : -1;
+}
+
+/* torchalloc_oom_advice's phase names come from an array (a log's names,
+ * from Python): ta_oom_advice_write asks for each through this. */
+typedef struct name_table {
+  const char *const *names;
+  size_t n;
+} name_table;
+
+static const char *from_table(void *ctx, int phase) {
+  const name_table *t = ctx;
+  return t->names && phase >= 0 && (size_t)phase < t->n ? t->names[phase] : NULL;
+}
+
+TORCHALLOC_API int torchalloc_oom_advice(const torchalloc_oom_facts *facts, const torchalloc_oom_detail *detail,
+                                         const char *const *phase_names, size_t nnames, char *buf, size_t len) {
+  if (!facts) return -1;
+  torchalloc_oom_detail d = {0};
+  if (detail) { /* only the bytes the caller's struct has; the rest stays 0 */
+    size_t n = detail->struct_size < sizeof d ? (size_t)detail->struct_size : sizeof d;
+    memcpy(&d, detail, n);
+  }
+  name_table t = {phase_names, nnames};
+  return ta_oom_advice_write(facts, detail ? &d : NULL, from_table, &t, "", buf, len);
 }
 
 TORCHALLOC_API int torchalloc_sim_capture(int device, cudaStream_t stream, int capturing) {

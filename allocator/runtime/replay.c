@@ -1,8 +1,9 @@
 /* Replay: a recorded allocation trace driven through one policy on a private
- * simulated device.
+ * simulated device (replay.h; the public torchalloc_replay* functions,
+ * api/replay_api.c, call these).
  *
  * Each call builds its own sim backend and heap from a local config, so a
- * replay never touches the process-wide heaps in entry.c (the library may be
+ * replay never touches the process-wide heaps in runtime.c (the library may be
  * serving PyTorch in the same process) and several replays may run at once
  * on different threads. The heap is private to the call and used from one
  * thread only: the loop reads its stats and walks its segments directly.
@@ -37,9 +38,6 @@ _Static_assert(sizeof(torchalloc_replay_event) == 32, "torchalloc_replay_event i
  * in the trace is not known to be past for that long: what the reclaim
  * mode does then (lending on the same stream) is what a GPU would see. */
 #define REPLAY_LAG 1000
-
-TORCHALLOC_API size_t torchalloc_replay_event_size(void) { return sizeof(torchalloc_replay_event); }
-TORCHALLOC_API size_t torchalloc_replay_result_size(void) { return sizeof(torchalloc_replay_result); }
 
 /* ------------------------------------------------------------------------
  * Trace address -> replay block: open addressing, linear probing,
@@ -161,9 +159,8 @@ static int validate(const torchalloc_replay_event *e, size_t i) {
   return 0;
 }
 
-/* One replay in progress: torchalloc_replay_begin makes it, each
- * torchalloc_replay_feed runs the next events through it, and
- * torchalloc_replay_end gives the result. Event indices (in the result and
+/* One replay in progress: ta_replay_begin makes it, each ta_replay_feed
+ * runs the next events through it, and ta_replay_end gives the result. Event indices (in the result and
  * in error messages) count over everything fed. */
 struct torchalloc_replay_run {
   ta_backend *backend;
@@ -264,15 +261,15 @@ static void run_delete(torchalloc_replay_run *st) {
 }
 
 /* The replay cannot go on: keep the reason (the thread's message may be
- * overwritten before torchalloc_replay_end reads it). */
+ * overwritten before ta_replay_end reads it). */
 static int run_fail(torchalloc_replay_run *st) {
   snprintf(st->error, sizeof st->error, "%s", ta_error_text());
   st->stopped = 2;
   return -1;
 }
 
-TORCHALLOC_API torchalloc_replay_run *torchalloc_replay_begin(const char *policy, uint64_t capacity, size_t n_total,
-                                                              int64_t *reserved_series, size_t series_len) {
+torchalloc_replay_run *ta_replay_begin(const char *policy, uint64_t capacity, size_t n_total, int64_t *reserved_series,
+                                       size_t series_len) {
   if (!policy || (reserved_series && series_len == 0)) {
     ta_set_error("torchalloc_replay: bad arguments");
     return NULL;
@@ -349,7 +346,7 @@ TORCHALLOC_API torchalloc_replay_run *torchalloc_replay_begin(const char *policy
   return st;
 }
 
-/* torchalloc_replay_feed's loop, its arguments checked. */
+/* ta_replay_feed's loop, its arguments checked. */
 static int feed_events(torchalloc_replay_run *st, const torchalloc_replay_event *events, size_t n) {
   ta_heap *h = st->h;
   series_state *ser = &st->ser;
@@ -393,7 +390,7 @@ static int feed_events(torchalloc_replay_run *st, const torchalloc_replay_event 
   return 0;
 }
 
-TORCHALLOC_API int torchalloc_replay_feed(torchalloc_replay_run *st, const torchalloc_replay_event *events, size_t n) {
+int ta_replay_feed(torchalloc_replay_run *st, const torchalloc_replay_event *events, size_t n) {
   if (!st || (!events && n)) {
     ta_set_error("torchalloc_replay_feed: bad arguments");
     return -1;
@@ -413,7 +410,7 @@ TORCHALLOC_API int torchalloc_replay_feed(torchalloc_replay_run *st, const torch
   return rc;
 }
 
-TORCHALLOC_API int torchalloc_replay_end(torchalloc_replay_run *st, torchalloc_replay_result *out) {
+int ta_replay_end(torchalloc_replay_run *st, torchalloc_replay_result *out) {
   if (!st) {
     ta_set_error("torchalloc_replay_end: bad arguments");
     return -1;
@@ -452,19 +449,4 @@ TORCHALLOC_API int torchalloc_replay_end(torchalloc_replay_run *st, torchalloc_r
   }
   run_delete(st);
   return rc;
-}
-
-TORCHALLOC_API int torchalloc_replay(const torchalloc_replay_event *events, size_t n, const char *policy, uint64_t capacity,
-                      torchalloc_replay_result *out, int64_t *reserved_series, size_t series_len) {
-  if (!out || (!events && n) || !policy || (reserved_series && series_len == 0)) {
-    ta_set_error("torchalloc_replay: bad arguments");
-    return -1;
-  }
-  torchalloc_replay_run *st = torchalloc_replay_begin(policy, capacity, n, reserved_series, series_len);
-  if (!st) return -1;
-  if (torchalloc_replay_feed(st, events, n) < 0) {
-    torchalloc_replay_end(st, NULL); /* frees it; the feed's reason stays the message */
-    return -1;
-  }
-  return torchalloc_replay_end(st, out);
 }
