@@ -56,7 +56,7 @@ def pieces(request, monkeypatch) -> bool:
 
         # pieces of 3 records, so that a phase occurrence begins in one and ends in another
         monkeypatch.setattr(result, "DEFAULT_CHUNK_RECORDS", 3)
-        monkeypatch.setitem(trace_stream.load_log_streamed.__kwdefaults__, "chunk_records", 3)
+        monkeypatch.setitem(trace_stream.load_log.__kwdefaults__, "chunk_records", 3)
         fn = export.to_snapshot
         monkeypatch.setattr(fn, "__defaults__", fn.__defaults__[:-1] + (3,))
     return request.param == "in pieces"

@@ -20,7 +20,7 @@ from torchalloc import _lib, last_oom
 from torchalloc.analysis import analyze
 from torchalloc.log.reader import read_log
 from torchalloc.replay.engine import min_capacity, replay_once
-from torchalloc.log.trace_log import from_log
+from torchalloc.log.trace import load_trace
 from torchalloc.log.trace_events import ALLOC, EVENT_DTYPE, live_peaks
 
 REPO = Path(__file__).resolve().parents[2]
@@ -99,8 +99,7 @@ def test_fragmentation_is_diagnosed_blamed_and_fixed(clean: None, tmp_path: Path
     assert "caching needed" in row.explanation and "does not fit" in row.explanation
 
     # The replay's numbers are those of a direct replay of the same run, the failed request included.
-    trace = from_log(read_log(log, warn=False))
-    events = trace.events
+    events = load_trace(log).events
     direct = np.zeros(len(events) + 1, dtype=EVENT_DTYPE)
     direct[:-1] = events
     direct["kind"][-1], direct["addr"][-1], direct["size"][-1] = ALLOC, int(events["addr"].max()) + MiB, row.requested

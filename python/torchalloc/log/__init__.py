@@ -2,7 +2,7 @@
 
 - reader.py: the binary log (docs/LOG_FORMAT.md), checked and decoded
   (`read_log`, and `to_csv` / `to_jsonl` for other tools);
-- trace_events.py, trace_log.py, trace_snapshot.py, trace.py: either
+- trace_events.py, trace_stream.py, trace_snapshot.py, trace.py: either
   source as one allocation trace for replay (trace.py picks the reader);
 - ranks.py: which rank each of a job's logs is.
 

@@ -430,10 +430,10 @@ class ChunkedLog:
                     meta.begins.update(_phase_labels(events))
                 if len(events) and checker is not None:
                     bad = checker.piece(events)
+                    checker.check_sum()  # first, as `impossible` checks it: no record is to blame for it
                     if bad.any() and self.check == "refuse":  # a replay of them would simulate a run that never was
                         raise TraceError(f"{self.path}: a damaged or hand-made log: {checker.notes()[0]}; replay "
                                          "refuses it (report and export drop such records)")
-                    checker.check_sum()
                     if bad.any():
                         events = events[~bad]
                 if len(events):

@@ -11,8 +11,8 @@ Two sources, each in its own module:
   that refuses anything but builtin containers and scalars
   (trace_snapshot.py, which also says how a history that begins mid-run is
   completed);
-- a torchalloc event log (docs/LOG_FORMAT.md), decoded by `torchalloc.log`
-  (trace_log.py).
+- a torchalloc event log (docs/LOG_FORMAT.md), read in pieces whatever its
+  size (trace_stream.py).
 
 The result is a `Trace` (trace_events.py): a numpy structured array with the
 layout of ``torchalloc_replay_event`` (include/torchalloc.h), plus what the
@@ -41,50 +41,38 @@ from .trace_events import (  # noqa: F401  (the trace's vocabulary, imported fro
     from_arrays,
     live_peaks,
 )
-from .trace_log import from_log, load_log  # noqa: F401
 from .trace_snapshot import from_snapshot, load_snapshot, looks_like_pickle, safe_unpickle  # noqa: F401
 
 __all__ = [
     "ALLOC", "FREE", "PHASE_BEGIN", "PHASE_END", "EVENT_DTYPE", "MAX_PHASES", "MAX_REQUEST",
-    "Trace", "TraceError", "from_arrays", "from_log", "from_snapshot", "live_peaks", "load_trace", "read_bytes",
+    "Trace", "TraceError", "from_arrays", "from_snapshot", "live_peaks", "load_trace", "read_bytes",
     "safe_unpickle",
 ]
 
 
 def load_trace(path: str | os.PathLike[str], *, device: int | None = None, prelude: bool = True) -> Trace:
-    """Load a PyTorch memory snapshot or a torchalloc log (recognised by content, not by name). A log too large
-    to hold decoded comes in pieces (trace_stream.py: `Trace.chunks`)."""
+    """Load a PyTorch memory snapshot or a torchalloc log (recognised by content, not by name). A log is read in
+    pieces (trace_stream.py); a long one's events stay in pieces too (`Trace.chunks`)."""
     p = Path(path)
-    from .chunks import REPLAY_SHARE, is_large_log
-
-    if is_large_log(p, share=REPLAY_SHARE):
-        from .trace_stream import load_log_streamed
-
-        return load_log_streamed(p, device=device, prelude=prelude, what=str(p))
-    raw_head = _read(p, 8)
-    if is_compressed(raw_head):
-        return _load_compressed(p, device=device, prelude=prelude)
-    data = read_bytes(p)
-    if data.startswith(records.LOG_MAGIC):
-        return load_log(data, str(p), device=device, prelude=prelude)
-    _check_pickle(data, p)
-    return load_snapshot(data, str(p), device=device, prelude=prelude)
-
-
-def _load_compressed(p: Path, *, device: int | None, prelude: bool) -> Trace:
-    """A compressed trace, never inflated whole (issue 36: a small file can inflate to gigabytes): a log is
-    decoded by read_log, which keeps no zeros it ends with; a snapshot is unpickled as it is inflated, so it
-    takes what its objects take; anything else is refused from its first bytes."""
-    try:
-        with open_decompressed(p) as f:
-            head = f.read(8)
-    except CompressedError as e:
-        raise TraceError(f"{p}: {e}") from None
+    head = _read(p, 8)
+    if not head:
+        raise TraceError(f"{p}: empty file")
+    compressed = is_compressed(head)
+    if compressed:  # never inflated whole (issue 36: a small file can inflate to gigabytes)
+        try:
+            with open_decompressed(p) as f:
+                head = f.read(8)
+        except CompressedError as e:
+            raise TraceError(f"{p}: {e}") from None
     if head.startswith(records.LOG_MAGIC):
-        return load_log(p, str(p), device=device, prelude=prelude)
+        from .trace_stream import load_log
+
+        return load_log(p, device=device, prelude=prelude, what=str(p))
     _check_pickle(head, p)
-    with open_decompressed(p) as f:  # from its start again; read errors come as TraceError from the unpickler
-        return load_snapshot(f, str(p), device=device, prelude=prelude)
+    if compressed:  # a snapshot is unpickled as it is inflated, so it takes what its objects take
+        with open_decompressed(p) as f:  # read errors come as TraceError from the unpickler
+            return load_snapshot(f, str(p), device=device, prelude=prelude)
+    return load_snapshot(read_bytes(p), str(p), device=device, prelude=prelude)
 
 
 def _check_pickle(data: bytes, p: Path) -> None:

@@ -1,19 +1,20 @@
-"""A trace whose events come in pieces: `torchalloc replay` on a log larger than memory.
+"""A torchalloc event log as a `Trace`: one device's allocs and frees, the phases, the recorded reserved curve.
 
-    from torchalloc.log.trace_stream import load_log_streamed
-    trace = load_log_streamed("big.talog")      # a Trace with trace.chunks set and trace.events empty
+    from torchalloc.log.trace_stream import load_log
+    trace = load_log("run.talog")                # trace.events, or trace.chunks for a long log
     for piece in trace.chunks.pieces(): ...      # EVENT_DTYPE arrays, in order
 
-trace_log.from_log builds the whole event array (32 bytes per event, and
-the decoded log besides). This reads the log in pieces twice (log/chunks.py):
-once to pick the device (the one with the most allocations and frees), once
-to build the same events piece by piece, with what from_log says about
-them (frees of blocks allocated before the log and the allocations
-reconstructed for them, addresses allocated again while live, the live
-peaks, the recording policy's reserved curve, the notes). The events are
-kept (`SpilledEvents`) in memory when few, else in a temporary file of 32
-bytes per event that each replay reads back in pieces: a log is decoded
-once however many replays the search for the smallest capacity makes.
+Every log, of any size, is read the same way: in pieces (log/chunks.py; a
+small log is one piece), twice: once to pick the device (the one with the
+most allocations and frees), once to build the events piece by piece, with
+what the log says about them: frees of blocks allocated before the log
+(with ``prelude``, reconstructed as allocations at the start from the free
+records' sizes), addresses allocated again while live, the live peaks, the
+recording policy's reserved curve, the notes. The events are kept
+(`SpilledEvents`) in memory when few -- then they are `trace.events` --
+else in a temporary file of 32 bytes per event that each replay reads back
+in pieces (`trace.chunks`): a log is decoded once however many replays the
+search for the smallest capacity makes.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from .reader import LogFormatError
 from .chunks import DEFAULT_CHUNK_RECORDS, ChunkedLog
 from .trace_events import ALLOC, EVENT_DTYPE, FREE, MAX_PHASES, MAX_REQUEST, Trace, TraceError
 
-__all__ = ["SpilledEvents", "load_log_streamed", "log_events", "IN_MEMORY_EVENTS"]
+__all__ = ["SpilledEvents", "load_log", "log_events", "IN_MEMORY_EVENTS"]
 
 IN_MEMORY_EVENTS = 1 << 22  # up to 128 MiB of events stay in memory; more go to a temporary file
 PIECE_EVENTS = 1 << 20  # events per piece read back
@@ -158,7 +159,7 @@ def log_events(log: ChunkedLog, device: int, *, upto: int | None = None, what: s
 
 
 class _Live:
-    """The trace's live addresses piece by piece, as trace_events._live_deltas and trace_log count them."""
+    """The trace's live addresses piece by piece, as trace_events._live_deltas counts them."""
 
     def __init__(self) -> None:
         self.addr = np.zeros(0, dtype=np.uint64)
@@ -217,7 +218,7 @@ class _Live:
 
 
 def _busiest_device(log: ChunkedLog) -> int | None:
-    """trace_log.from_log's device: the most alloc and free records (ties: the lower id); None without any."""
+    """The trace's device: the most alloc and free records (ties: the lower id); None without any."""
     counts: dict[int, int] = {}
     for _, recs in log.chunks():
         kind = recs["kind"]
@@ -229,13 +230,18 @@ def _busiest_device(log: ChunkedLog) -> int | None:
     return min(counts, key=lambda d: (-counts[d], d)) if counts else None
 
 
-def load_log_streamed(source: str | os.PathLike[str] | bytes, *, device: int | None = None, prelude: bool = True,
-                      what: str | None = None, chunk_records: int = DEFAULT_CHUNK_RECORDS) -> Trace:
-    """trace_log.load_log's trace, built piece by piece (module docstring)."""
-    try:
-        log = ChunkedLog(source, chunk_records, check="refuse")
+def load_log(source: str | os.PathLike[str] | bytes, *, device: int | None = None, prelude: bool = True,
+             what: str | None = None, chunk_records: int = DEFAULT_CHUNK_RECORDS) -> Trace:
+    """The log's trace (module docstring); `what` names it in errors and notes (default: its path)."""
+    try:  # the log's own refusals (a bad header, a cut compressed stream, damage) as the trace's
+        return _load(source, device=device, prelude=prelude, what=what, chunk_records=chunk_records)
     except LogFormatError as e:
         raise TraceError(str(e)) from None
+
+
+def _load(source: str | os.PathLike[str] | bytes, *, device: int | None, prelude: bool, what: str | None,
+          chunk_records: int) -> Trace:
+    log = ChunkedLog(source, chunk_records, check="refuse")
     what = what or log.path
     asked = device
     if device is None:
@@ -311,7 +317,11 @@ def load_log_streamed(source: str | os.PathLike[str] | bytes, *, device: int | N
                   peak_requested=int(peaks.peak[0]), peak_rounded=int(peaks.peak[1]), unknown_frees=unknown,
                   replaced_allocs=peaks.replaced, prelude=n_pre, phase_names={k: printable(v) for k, v in log.phase_names.items()},
                   native_ooms=facts["ooms"], notes=notes, rank=int(log.header.rank))
-    trace.chunks = spilled
+    if spilled.path is None:  # few events: one array, as a snapshot's trace has them
+        trace.events = spilled.array()
+        spilled.close()
+    else:
+        trace.chunks = spilled
     if seg_pos:
         trace.native_pos = np.concatenate(seg_pos) + n_pre
         trace.native_delta = np.concatenate(seg_delta)
