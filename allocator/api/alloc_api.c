@@ -1,9 +1,11 @@
 /* The entry points PyTorch calls, torchalloc_malloc / torchalloc_free (and
  * the bridge's torchalloc_try_malloc / torchalloc_free_ptr), and the public
  * functions that set the library up (torchalloc.h). The rest of the public
- * API is in control.c (stats, hooks, log), phase_api.c (phases),
- * pool_api.c (private pools) and inspect_api.c (snapshots, OOM reports);
- * the process state they share is runtime.c's. */
+ * API is beside it in api/: control_api.c (policies, stats, cache, hooks,
+ * log), phase_api.c (phases), pool_api.c (private pools), inspect_api.c
+ * (snapshots, the segment observer, OOM reports), module_api.c (module
+ * records), share_api.c (peers, IPC) and replay_api.c (replay); the
+ * process state they share is runtime.c's. */
 #include <stdio.h>
 #include <stdlib.h>
 

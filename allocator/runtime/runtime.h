@@ -3,8 +3,8 @@
  *
  * Initialisation is lazy (first call) and guarded by one mutex; after that
  * the fast path reads an atomic heap pointer and goes straight to the heap.
- * The public functions (entry.c, control.c, phase_api.c) sit above this
- * file; the heaps, the log and the phases below it. */
+ * The public functions (allocator/api/) sit above this file; the heaps,
+ * the log and the phases below it. */
 #ifndef TA_RUNTIME_H
 #define TA_RUNTIME_H
 

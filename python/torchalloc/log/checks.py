@@ -10,7 +10,7 @@ and say so in a note naming each (its sequence number and byte offset) and
 why; `replay` refuses the log, naming the first.
 
 The bounds are the C core's: no request above TA_MAX_REQUEST
-(allocator/common.h) is ever served, logged or recorded in an OOM (entry.c
+(allocator/base/common.h) is ever served, logged or recorded in an OOM (alloc_api.c
 refuses it before the heap sees it), so no block or segment exceeds that
 request rounded up to 2 MiB, and no device or total comes near 2^50 bytes;
 phase ids are below TORCHALLOC_MAX_PHASES.
