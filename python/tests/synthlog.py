@@ -117,10 +117,11 @@ class SynthLog:
         return A.EventTable.from_rows(self.rows, strings=self.strings, stacks=self.stacks, phase_names=names, path="synthetic")
 
     def file(self, start_ns: int = 0) -> Path:
-        """The events as a log file (synthfile.py), in a folder removed when the tests end."""
+        """The events as a log file (synthfile.py: opened at `start_ns`, closed by an end record at its last
+        event's time), in a folder removed when the tests end."""
         from synthfile import write_log
 
         return write_log(self, _folder() / f"synth{next(_NUMBERS)}.talog", start_ns=start_ns)
 
     def analyze(self, **kw: Any) -> A.Analysis:
-        return A.analyze(self.table(), **kw)
+        return A.analyze(self.file(), **kw)
