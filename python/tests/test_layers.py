@@ -49,14 +49,15 @@ ANALYSIS_STAGES: list[tuple[str, ...]] = [
     ("blocks",),  # blocks and phase occurrences
     ("classify",),  # reasons
     ("categorize",),  # categories
-    ("timeline",),
+    ("timeline", "ranges"),  # levels and samples; which address range held an address when
     ("derived",),  # the stages above, run for one device
+    ("reserve_terms",),  # segments and the terms of reserved, piece by piece (for both ways of reading a log)
     ("anatomy", "lifetimes", "phase_summary", "estimate", "ooms", "reserve", "modules"),  # result rows
     ("wording",),
     ("sections",),  # the report's sections after the anatomy, in order
-    ("stream_table", "stream_running", "stream_groups"),  # the same sections for a log read in pieces: two passes
+    ("stream_table", "stream_running", "stream_groups", "stream_details"),  # the same for a log read in pieces
     ("stream_scan",),
-    ("stream_notes", "stream_blocks", "stream_ooms"),
+    ("stream_notes", "stream_blocks", "stream_ooms", "stream_reserve", "stream_modules", "stream_moments"),
     ("stream_pass",),
     ("streamed",),
     ("result",),  # Analysis, analyze

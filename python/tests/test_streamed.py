@@ -19,7 +19,6 @@ import random
 import struct
 import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -130,6 +129,80 @@ def _phases_without_stacks() -> SynthLog:
     return L
 
 
+def _modules_and_segments() -> SynthLog:
+    """Module records (names, current modules, tags: of a block's first byte, inside a block, of a block from before
+    the log, of a block tagged again, of nothing) over phases; plain segments, expandable runs unmapped two at
+    a time and in part; a plain segment given back while a block in it is never freed."""
+    from torchalloc._records import MODULE as MODULE_REC
+    from torchalloc._records import MODULE_NAME, MODULE_TAG, SEGMENT_ALLOC, SEGMENT_EXPANDABLE, SEGMENT_FREE
+
+    L = SynthLog()
+    for mid, name in ((1, "model"), (2, "model.layers.0"), (3, "model.layers.1")):
+        L._row(kind=MODULE_NAME, size=mid, stack=L._string(name), device=-1)
+
+    def use(mid: int) -> None:
+        L._row(kind=MODULE_REC, size=mid, device=-1)
+
+    def tag(addr: int, mid: int, role: int) -> None:
+        L._row(kind=MODULE_TAG, addr=addr, size=mid, flags=role, device=-1)
+
+    def runs(addr: int, size: int) -> None:
+        L._row(kind=SEGMENT_ALLOC, addr=addr, size=size, block_size=size, flags=SEGMENT_EXPANDABLE)
+
+    def unmap(addr: int, size: int) -> None:
+        L._row(kind=SEGMENT_FREE, addr=addr, size=size, block_size=size, flags=SEGMENT_EXPANDABLE)
+
+    seg, exp = 64 * MiB, 256 * MiB
+    L.segment(seg, 32 * MiB)
+    L.begin("init")
+    L.alloc(seg, 4 * MiB)
+    L.alloc(seg + 4 * MiB, 4 * MiB)
+    tag(seg, 2, 1)
+    tag(seg + 4 * MiB + 512, 3, 1)  # inside the block
+    tag(0x900000 + 4 * MiB, 1, 1)  # a block from before the log
+    L.end()
+    for step in range(3):
+        L.mark(f"step {step}")
+        L.begin("forward")
+        use(2)
+        runs(exp, 2 * MiB)
+        runs(exp + 2 * MiB, 2 * MiB)
+        L.alloc(exp, MiB)
+        L.alloc(exp + 2 * MiB, 2 * MiB)
+        use(3)
+        L.alloc(seg + 8 * MiB, (3 + step) * MiB)
+        use(0)
+        L.end()
+        L.begin("backward")
+        L.free(exp + 2 * MiB)
+        L.alloc(seg + 16 * MiB, 4 * MiB)
+        tag(seg + 16 * MiB, 2, 2)
+        tag(seg + 16 * MiB, 3, 2)  # tagged again: the later tag wins
+        tag(0x7000000, 2, 2)  # names no block
+        L.free(exp)
+        unmap(exp, 4 * MiB)  # both runs at once
+        L.free(seg + 8 * MiB)
+        L.end()
+        L.begin("optimizer")
+        runs(exp, 8 * MiB)
+        L.alloc(exp + 6 * MiB, MiB)
+        unmap(exp, 2 * MiB)  # the first part only: the block stays in the run it was made in
+        L.alloc(seg + 24 * MiB, 2 * MiB)
+        tag(seg + 24 * MiB, 3, 3)
+        L.free(seg + 16 * MiB)
+        L.free(exp + 6 * MiB)
+        unmap(exp + 2 * MiB, 6 * MiB)
+        if step < 2:
+            L.free(seg + 24 * MiB)
+        L.end()
+    L._row(kind=2, addr=0x900000, size=2 * MiB, block_size=2 * MiB)  # frees of blocks from before the log
+    L._row(kind=2, addr=0x900000 + 4 * MiB, size=MiB, block_size=MiB)
+    L.segment(512 * MiB, 8 * MiB)
+    L.alloc(512 * MiB, MiB)  # never freed, in a segment given back
+    L.segment_free(512 * MiB, 8 * MiB)
+    return L
+
+
 SCENARIOS = {"training": lambda: training_log(steps=3), "oom_demo": demo_log, "reasons": _reasons,
              "phases": _phases_without_stacks, "empty": SynthLog}
 
@@ -145,12 +218,14 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         name = f"{policy}_{stacks}{phases}_{mode}"
         out[name] = write_child(d / f"{name}.talog", policy, stacks, phases, mode)
     out["bundled"] = BUNDLED
+    out["modules"] = write_synth(_modules_and_segments(), d / "modules.talog", start_ns=10**9)
+    out["reclaim"] = HERE / "data" / "reclaim_demo.talog.xz"  # expandable:reclaim, module records, recorded on a GPU
     return out
 
 
 def _chunk(name: str) -> int:
     """Pieces of a few records; a killed writer's file holds megabytes of zeros, read in larger ones."""
-    return 4096 if name == "bundled" else 64 if "kill" in name else 5
+    return 4096 if name == "bundled" else 64 if "kill" in name else 501 if name == "reclaim" else 5
 
 
 # ---------------------------------------------------------------------------
@@ -234,26 +309,14 @@ def test_large_logs_are_recognised_by_size_and_content(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------
 
 
-def _left_out(whole: Any) -> Any:
-    """The whole-log analysis without the sections a log read in pieces leaves out (streamed.LEFT_OUT: reserved
-    memory, memory by module), and with its note: everything else must be the same, byte for byte."""
-    from torchalloc.analysis.reserve import Reserve
-    from torchalloc.analysis.streamed import LEFT_OUT, StreamedAnalysis
-
-    empty = StreamedAnalysis.modules(whole)  # (it reads nothing of the analysis)
-    whole.__dict__["_reserve"] = Reserve([], "", [], [LEFT_OUT])
-    whole.__dict__["_modules"] = empty
-    whole.__dict__["_fragmented"] = np.zeros(0, dtype=np.int64)
-    whole.notes = list(whole.notes) + [LEFT_OUT]
-    return whole
-
-
 @pytest.mark.parametrize("name", list(SCENARIOS) + ["caching_11_exit", "phase_arena_01_kill", "caching_10_kill",
-                                                    "exact_00_exit", "bundled"])
+                                                    "exact_00_exit", "bundled", "modules", "reclaim"])
 def test_the_report_in_pieces_is_the_report(logs: dict[str, Path], name: str) -> None:
-    """Text, JSON and the HTML page, byte for byte, and the same answers about other moments."""
+    """Text, JSON and the HTML page, byte for byte (every section: reserved memory and each policy's replay,
+    memory by module, the page's fragmentation band and module blocks), and the same answers about other
+    moments."""
     path = logs[name]
-    whole = _left_out(analyze(path))
+    whole = analyze(path)
     streamed = analyze(path, chunk_records=_chunk(name), page=True)
     assert json.dumps(streamed.to_dict()) == json.dumps(whole.to_dict())
     assert render_text(streamed) == render_text(whole)
@@ -302,12 +365,7 @@ def test_the_cli_reads_a_large_log_in_pieces(logs: dict[str, Path], tmp_path: Pa
             ("report", str(path), "--html", str(tmp_path / "r.html")),
             ("replay", str(path), "--policies", "caching,phase_arena+expandable"),
             ("export", str(path), "-o", str(tmp_path / "s.pickle"), "--max-entries", "10")]
-    from torchalloc.analysis.result import Analysis
-
-    with monkeypatch.context() as m:  # the whole-log report without what the streamed one leaves out (_left_out)
-        whole_of = Analysis.of.__func__  # type: ignore[attr-defined]
-        m.setattr(Analysis, "of", classmethod(lambda cls, d: _left_out(whole_of(cls, d))))
-        before = [run(*a) for a in args]
+    before = [run(*a) for a in args]
     page = (tmp_path / "r.html").read_text()
     snap = (tmp_path / "s.pickle").read_bytes()
     monkeypatch.setattr(log_chunks, "STREAM_FROM_BYTES", 1024)

@@ -38,7 +38,7 @@ from ..replay.engine import DEFAULT_POLICIES, replay_once
 from ..replay.oom_alternatives import events_until
 from .categorize import CATEGORIES
 from .derived import Derived
-from .reserve_terms import Segments, follow, split
+from .reserve_terms import Segments, Terms, follow, split
 
 PINNED_SHOWN = 5  # segments listed per moment
 BLOCKS_PER_SEGMENT = 4  # pinning blocks listed per segment
@@ -150,11 +150,17 @@ class Reserve:
                 "unknown": list(self.unknown), "sentences": list(self.sentences)}
 
 
-def _followed(d: Derived) -> tuple[Segments, np.ndarray, np.ndarray]:
+def _peaks(d: Derived) -> list[int]:
+    """The section's moments: the peak of reserved, then that of allocated when it is another event."""
+    peak_r = int(np.argmax(d.reserved))
+    return [peak_r] + ([d.timeline.peak_index] if d.timeline.peak_index != peak_r else [])
+
+
+def _followed(d: Derived) -> tuple[Terms, np.ndarray, np.ndarray]:
     """reserve_terms.follow's answer for d, once (the section and the timeline's band both ask)."""
     cached = d.__dict__.get("_reserve_terms")
     if cached is None:
-        cached = d.__dict__["_reserve_terms"] = follow(d)
+        cached = d.__dict__["_reserve_terms"] = follow(d, _peaks(d) if len(d.table) else ())
     return cached
 
 
@@ -170,9 +176,9 @@ def moment(at: str, i: int, t_s: float, now_ns: int, terms: Sequence[int], segs:
     """The terms at event i (reserved, allocated, fragmented, cached, mapped_free, before_log), and the segments
     with the most free bytes that live blocks pin. `live`: the blocks live then that a segment holds, in the
     blocks' order (columns owner, block_size, addr, alloc_t); describe(j): the site label, location, phase and
-    category of the j-th of them. Both paths build their moments here."""
+    category of the j-th of them; `segs`: the rows held then (Terms.at). Both paths build their moments here."""
     per_seg: dict[int, list[int]] = {}
-    for j, s in enumerate(live["owner"].tolist()):
+    for j, s in enumerate(segs.rows(live["owner"]).tolist()):
         per_seg.setdefault(s, []).append(j)
     alive = np.flatnonzero((segs.alloc_i <= i) & (segs.free_i > i))
     size, addr = live["block_size"], live["addr"]
@@ -197,6 +203,7 @@ def moment(at: str, i: int, t_s: float, now_ns: int, terms: Sequence[int], segs:
 
 
 def _moment(d: Derived, lv: Levels, segs: Segments, owner: np.ndarray, i: int, at: str) -> ReserveMoment:
+    """The moment at event i of a whole log (`owner`: each block's segment row)."""
     b, c = d.blocks, d.classified
     live = d.live_at(i)
     mine = live[owner[live] >= 0]
@@ -275,13 +282,11 @@ def reserve(d: Derived, *, replay: bool = True) -> Reserve:
     """Reserved memory explained at the peaks of reserved and allocated, and the policies' replays."""
     if not len(d.table):
         return Reserve([], "caching", [], [])
-    segs, owner, sums = _followed(d)
+    terms, owner, sums = _followed(d)
     lv = levels(d, sums)
-    peak_r = int(np.argmax(d.reserved))
-    moments = [_moment(d, lv, segs, owner, peak_r, "peak reserved")]
-    if d.timeline.peak_index != peak_r:
-        moments.append(_moment(d, lv, segs, owner, d.timeline.peak_index, "peak allocated"))
-    return assembled(moments, int(segs.start.size), recording_policy(d), (lambda: replays(d)) if replay else None)
+    moments = [_moment(d, lv, terms.at(i), owner, i, at)
+               for i, at in zip(_peaks(d), ("peak reserved", "peak allocated"))]
+    return assembled(moments, terms.count, recording_policy(d), (lambda: replays(d)) if replay else None)
 
 
 def series(d: Derived) -> Levels:

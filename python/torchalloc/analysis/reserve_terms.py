@@ -38,21 +38,29 @@ PIECE = 1 << 18  # events per piece when a whole log is fed (the streamed pass's
 
 @dataclasses.dataclass
 class Segments:
-    """One row per segment (or run of expandable granules) the log saw, in order of appearance."""
+    """Segment rows (runs of expandable granules, or whole segments): those held at a moment (`Terms.at`), with
+    their ids (in order of appearance)."""
 
     start: np.ndarray  # uint64 address
     size: np.ndarray  # int64 bytes
     alloc_i: np.ndarray  # event index of its SEGMENT_ALLOC (or of the partial unmap that left it)
-    free_i: np.ndarray  # event index of the SEGMENT_FREE that unmapped it; NEVER while mapped at the end
+    free_i: np.ndarray  # event index of the SEGMENT_FREE that unmapped it; NEVER while mapped then
     expandable: np.ndarray  # bool
+    ids: np.ndarray  # int64, ascending
+
+    def rows(self, ids: np.ndarray) -> np.ndarray:
+        """Positions here of the rows with these ids (held here)."""
+        return np.searchsorted(self.ids, ids)
 
 
 class _Rows:
-    """The segment rows as growing columns (a log may map millions of runs: no Python object per row)."""
+    """The segment rows still needed, as growing columns in order of their ids (a log may map millions of runs:
+    no Python object per row, and a row goes once it is unmapped and holds no live block)."""
 
     def __init__(self) -> None:
         self.n = 0
-        self.cols = {"start": np.zeros(64, np.uint64), "size": np.zeros(64, np.int64),
+        self.made = 0  # rows ever made: the next id
+        self.cols = {"id": np.zeros(64, np.int64), "start": np.zeros(64, np.uint64), "size": np.zeros(64, np.int64),
                      "alloc_i": np.zeros(64, np.int64), "free_i": np.zeros(64, np.int64),
                      "expandable": np.zeros(64, bool), "count": np.zeros(64, np.int64),
                      "persistent": np.zeros(64, np.int64)}
@@ -60,12 +68,25 @@ class _Rows:
     def add(self, start: int, size: int, at: int, expandable: bool) -> int:
         if self.n == len(self.cols["start"]):
             self.cols = {k: np.concatenate((v, np.zeros_like(v))) for k, v in self.cols.items()}
-        k = self.n
+        j, k = self.n, self.made
         c = self.cols
-        c["start"][k], c["size"][k], c["alloc_i"][k], c["free_i"][k] = start, size, at, NEVER
-        c["expandable"][k] = expandable
+        c["id"][j], c["start"][j], c["size"][j], c["alloc_i"][j], c["free_i"][j] = k, start, size, at, NEVER
+        c["expandable"][j], c["count"][j], c["persistent"][j] = expandable, 0, 0
         self.n += 1
+        self.made += 1
         return k
+
+    def at(self, ids: Any) -> Any:
+        """Positions of rows (by id) in the columns."""
+        return np.searchsorted(self.cols["id"][: self.n], ids)
+
+    def prune(self) -> None:
+        """Drop the rows unmapped that hold no live block: nothing asks for them again."""
+        keep = np.flatnonzero((self["free_i"] == NEVER) | (self["count"] > 0))
+        if keep.size == self.n:
+            return
+        self.cols = {k: np.concatenate((v[keep], np.zeros(max(64, keep.size), v.dtype))) for k, v in self.cols.items()}
+        self.n = keep.size
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.cols[name][: self.n]
@@ -73,17 +94,20 @@ class _Rows:
 
 class Terms:
     """The segments, the blocks' segments and the running sums, fed piece by piece (module docstring).
-    Per piece: `segments` (its segment records), then `owners` (its new blocks), then `step`."""
+    Per piece: `segments` (its segment records), then `owners` (its new blocks), then `step`. `moments`: the
+    event indices whose rows `at` gives afterwards."""
 
-    def __init__(self) -> None:
+    def __init__(self, moments: Any = ()) -> None:
         self.rows = _Rows()
-        self.live: dict[int, int] = {}  # start -> row, of the rows still mapped
+        self.live: dict[int, int] = {}  # start -> row id, of the rows still mapped
         self.starts: list[int] = []  # their starts, sorted
         self.widest = 0  # the largest size a mapped row ever had: how far below a range a row may reach into it
         self.open: set[int] = set()  # rows with no free yet
         self.made: list[int] = []  # rows made in the current piece
         self.unmapped: list[int] = []  # rows unmapped in the current piece
         self.sums = np.zeros(5, dtype=np.int64)  # cached, occupied, mapped, in plain segments, in expandable ones
+        self.moments = np.unique(np.asarray(moments, dtype=np.int64))
+        self.captured: dict[int, Segments] = {}
 
     # -- segment records ---------------------------------------------------------------------------
     def segments(self, base: int, kind: np.ndarray, addr: np.ndarray, size: np.ndarray, flags: np.ndarray) -> None:
@@ -110,35 +134,43 @@ class Terms:
         hi = a + max(z, 1)
         lo_k = bisect.bisect_right(self.starts, a - self.widest)
         hi_k = bisect.bisect_left(self.starts, hi)
-        size = self.rows["size"]
-        hits = [s for s in self.starts[lo_k:hi_k] if s + int(size[self.live[s]]) > a]
+        r = self.rows
+        size = r["size"]
+        hits = [s for s in self.starts[lo_k:hi_k] if s + int(size[r.at(self.live[s])]) > a]
         # none: a segment made before the log began
         for s in hits:
             k = self.live.pop(s)
             self.starts.remove(s)
-            self.rows.cols["free_i"][k] = i
+            j = int(r.at(k))
+            r.cols["free_i"][j] = i
             self.open.discard(k)
             self.unmapped.append(k)
-            e, x = s + int(self.rows["size"][k]), bool(self.rows["expandable"][k])
+            e, x = s + int(r["size"][j]), bool(r["expandable"][j])
             if a > s:  # the part before the unmapped range stays mapped
                 self._map(s, a - s, i, x)
             if a + z < e:
                 self._map(a + z, e - a - z, i, x)
 
-    def table(self) -> Segments:
-        r = self.rows
-        return Segments(r["start"].copy(), r["size"].copy(), r["alloc_i"].copy(), r["free_i"].copy(),
-                        r["expandable"].copy())
+    @property
+    def count(self) -> int:
+        """Segment rows the log made."""
+        return self.rows.made
+
+    def at(self, i: int) -> Segments:
+        """The rows held just after moment i (one of `moments`): every row mapped then, and every row holding a
+        block live then."""
+        return self.captured[i]
 
     # -- blocks ------------------------------------------------------------------------------------
     def owners(self, addr: np.ndarray, alloc_i: np.ndarray) -> np.ndarray:
-        """The segment row of each block allocated in the current piece (-1: none the log saw)."""
+        """The segment row (id) of each block allocated in the current piece (-1: none the log saw)."""
         cand = np.array(sorted(self.open.union(self.unmapped)), dtype=np.int64)
         if not cand.size:
             return np.full(len(addr), -1, dtype=np.int64)
         r = self.rows
-        got = holders(addr, np.asarray(alloc_i, dtype=np.int64), r["start"][cand], r["size"][cand],
-                      r["alloc_i"][cand], r["free_i"][cand])
+        j = r.at(cand)
+        got = holders(addr, np.asarray(alloc_i, dtype=np.int64), r["start"][j], r["size"][j], r["alloc_i"][j],
+                      r["free_i"][j])
         return np.where(got >= 0, cand[np.maximum(got, 0)], -1)
 
     def step(self, base: int, m: int, new: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
@@ -149,10 +181,10 @@ class Terms:
         r = self.rows
         owner, idx, size, persistent = new
         mine = owner >= 0
-        np.add.at(r.cols["persistent"], owner[mine & persistent], 1)
+        np.add.at(r.cols["persistent"], r.at(owner[mine & persistent]), 1)
         e_owner, e_idx, e_size = ended
         gone = e_owner >= 0
-        seg = np.concatenate((owner[mine], e_owner[gone]))
+        seg = r.at(np.concatenate((owner[mine], e_owner[gone])))  # positions in the columns
         at = np.concatenate((idx[mine], e_idx[gone])) - base
         step = np.concatenate((np.ones(int(mine.sum()), np.int64), -np.ones(int(gone.sum()), np.int64)))
         nbytes = np.concatenate((size[mine], -e_size[gone])).astype(np.int64)
@@ -165,8 +197,8 @@ class Terms:
             lengths = np.diff(np.concatenate((first, [seg.size])))
             count = np.cumsum(step)
             count = count - np.repeat((count - step)[first], lengths) + np.repeat(r["count"][seg[first]], lengths)
-            r.cols["count"][seg[np.concatenate((first[1:] - 1, [seg.size - 1]))]] = \
-                count[np.concatenate((first[1:] - 1, [seg.size - 1]))]
+            last = np.concatenate((first[1:] - 1, [seg.size - 1]))
+            r.cols["count"][seg[last]] = count[last]
             became_empty = (count == 0).astype(np.int64) - (count - step == 0).astype(np.int64)  # +1 emptied
             plain = ~r["expandable"][seg]
             z = r["size"][seg]
@@ -175,15 +207,21 @@ class Terms:
             np.add.at(delta[3], at[plain], nbytes[plain])
             np.add.at(delta[4], at[~plain], nbytes[~plain])
         for k in self.made:  # segment records: few
-            z, x = int(r["size"][k]), bool(r["expandable"][k])
-            delta[2 if x else 0, int(r["alloc_i"][k]) - base] += z
+            j = int(r.at(k))
+            z, x = int(r["size"][j]), bool(r["expandable"][j])
+            delta[2 if x else 0, int(r["alloc_i"][j]) - base] += z
         for k in self.unmapped:
-            z, x = int(r["size"][k]), bool(r["expandable"][k])
+            j = int(r.at(k))
+            z, x = int(r["size"][j]), bool(r["expandable"][j])
             # a plain segment unmapped while it holds a block never freed leaves the occupied bytes
-            delta[2 if x else 0 if r["persistent"][k] == 0 else 1, int(r["free_i"][k]) - base] -= z
+            delta[2 if x else 0 if r["persistent"][j] == 0 else 1, int(r["free_i"][j]) - base] -= z
         sums = self.sums[:, None] + np.cumsum(delta, axis=1)
         if m:
             self.sums = sums[:, -1].copy()
+        for i in self.moments[(self.moments >= base) & (self.moments < base + m)].tolist():
+            self.captured[i] = Segments(*(r[c].copy() for c in ("start", "size", "alloc_i", "free_i", "expandable",
+                                                                 "id")))
+        r.prune()
         return sums
 
 
@@ -197,12 +235,12 @@ def split(reserved: Any, allocated: Any, fragmented: Any, cached: Any, mapped_fr
     return mapped_free - aliased, before_log + aliased
 
 
-def follow(d: Any, piece: int = PIECE) -> tuple[Segments, np.ndarray, np.ndarray]:
-    """A whole log's `Derived` fed piece by piece: its segments, each block's segment row (-1: none) and the
-    sums after every event (5 rows, as Terms.step gives them)."""
+def follow(d: Any, moments: Any = (), piece: int = PIECE) -> tuple[Terms, np.ndarray, np.ndarray]:
+    """A whole log's `Derived` fed piece by piece: the `Terms` (the rows at `moments`, how many rows), each
+    block's segment row (-1: none) and the sums after every event (5 rows, as Terms.step gives them)."""
     t, b = d.table, d.blocks
     n = len(t)
-    terms = Terms()
+    terms = Terms(moments)
     owner = np.full(len(b), -1, dtype=np.int64)
     by_free = np.argsort(b.free_i, kind="stable")
     free_sorted = b.free_i[by_free]
@@ -218,4 +256,4 @@ def follow(d: Any, piece: int = PIECE) -> tuple[Segments, np.ndarray, np.ndarray
         sums[:, base:end] = terms.step(base, end - base,
                                        (owner[new], b.alloc_i[new], b.block_size[new], persistent[new]),
                                        (owner[ended], b.free_i[ended], b.block_size[ended]))
-    return terms.table(), owner, sums
+    return terms, owner, sums

@@ -7,7 +7,9 @@ block's `BIT_*` byte); gives, for a batch of blocks, what the in-memory
 stages give each one: its allocation site, its category (at its alloc:
 everything it depends on is known by then), and at its end its reason,
 free site and returning function. Each rule is the in-memory stage's,
-applied per distinct stack or stack pair and cached.
+applied per distinct stack or stack pair and cached. `LineRuns` keeps,
+piece by piece, where each frame chain's allocating line changed (the
+"freed on rebinding" rule needs it at a block's end).
 
 Site and function ids here are in first-use order; `canonical` gives the
 in-memory stages' order (classify: the allocation stacks' sites in stack
@@ -217,3 +219,51 @@ class BlockRules:
         site_map = np.array([table.id(s) for s in self.sites.sites] + [-1], dtype=np.int64)  # [-1]: no site
         fn_map = np.array([functions.get(f, -1) for f in self.functions] + [-1], dtype=np.int64)
         return table.sites, site_map, fn_map
+
+
+class LineRuns:
+    """Per frame chain, where its allocating line changed (classify._line_ran_again's "the line ran again"), piece
+    by piece: the changes of the current piece, and each chain's last change and line before it."""
+
+    def __init__(self) -> None:
+        self.last_change: dict[int, int] = {}  # chain -> index of its last line change
+        self.last_line: dict[int, int] = {}
+        self._changes = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        self._changes_before: dict[int, int] = {}
+
+    def piece(self, chain: np.ndarray, line: np.ndarray, ai: np.ndarray) -> None:
+        """The piece's new blocks: their frame chain (-1: none), allocating line and alloc index."""
+        sel = chain >= 0
+        if not sel.any():
+            self._changes = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+            return
+        c, l_, i = chain[sel], line[sel], ai[sel]
+        order = np.lexsort((i, c))
+        c, l_, i = c[order], l_[order], i[order]
+        prev = np.empty(c.size, dtype=np.int64)
+        prev[1:] = l_[:-1]
+        first = np.ones(c.size, dtype=bool)
+        first[1:] = c[1:] != c[:-1]
+        prev[first] = [self.last_line.get(int(x), int(y)) for x, y in zip(c[first].tolist(), l_[first].tolist())]
+        change = l_ != prev
+        self._changes = (c[change], i[change])  # sorted by (chain, index)
+        self._changes_before = dict(self.last_change)
+        last = np.ones(c.size, dtype=bool)
+        last[:-1] = c[1:] != c[:-1]
+        for x, y in zip(c[last].tolist(), l_[last].tolist()):
+            self.last_line[x] = y
+        for x, y in zip(self._changes[0].tolist(), self._changes[1].tolist()):
+            self.last_change[x] = y
+
+    def ran_again(self, chain: np.ndarray, alloc_i: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Did the chain's line change at an allocation between each block's alloc and its end?"""
+        out = np.array([self._changes_before.get(int(c), -1) > a for c, a in zip(chain.tolist(), alloc_i.tolist())],
+                       dtype=bool) if chain.size else np.zeros(0, dtype=bool)
+        cc, ci = self._changes
+        if cc.size:
+            key = (cc << 40) | ci
+            q = np.searchsorted(key, (chain << 40) | alloc_i, side="right")
+            ok = q < key.size
+            qq = np.minimum(q, key.size - 1)
+            out |= ok & (cc[qq] == chain) & (ci[qq] < end)
+        return out & (chain >= 0)

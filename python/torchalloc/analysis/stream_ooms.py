@@ -1,5 +1,6 @@
 """The run up to the last OOM of a log read in pieces (streamed.py), as a trace fed piece by piece to
-ooms.replay_last, which replays it under every policy and checks the advice's lines (as for a whole log)."""
+ooms.replay_last, which replays it under every policy and checks the advice's lines (as for a whole log);
+and the replay events of the blocks allocated before the log, which every replay of it starts with."""
 from __future__ import annotations
 
 from typing import Any
@@ -10,6 +11,20 @@ from ..log.chunks import ChunkedLog
 from .stream_scan import Scan
 
 
+def before_log_events(scan: Scan) -> np.ndarray:
+    """oom_alternatives.events_until's `before_log` events: an alloc of each block allocated before the log (of a
+    known size), in the blocks' order, in phase 0."""
+    from ..log.trace_events import ALLOC as EV_ALLOC
+    from ..log.trace_events import EVENT_DTYPE
+
+    o = scan.orphans
+    pre = np.flatnonzero(o["size"] > 0)
+    head = np.zeros(pre.size, dtype=EVENT_DTYPE)
+    head["kind"] = EV_ALLOC
+    head["addr"], head["size"], head["stream"] = o["addr"][pre], o["size"][pre], o["stream"][pre]
+    return head
+
+
 def trace_until(log: ChunkedLog, scan: Scan, path: Any, index: int) -> Any:
     """oom_alternatives.events_until as a Trace in pieces: the blocks from before the log, the device's events
     up to OOM record `index`, then the failed request."""
@@ -18,11 +33,7 @@ def trace_until(log: ChunkedLog, scan: Scan, path: Any, index: int) -> Any:
     from ..log.trace_stream import SpilledEvents, _Live, log_events
     from ..replay.oom_alternatives import _unused_address
 
-    o = scan.orphans
-    pre = np.flatnonzero(o["size"] > 0)
-    head = np.zeros(pre.size, dtype=EVENT_DTYPE)
-    head["kind"] = EV_ALLOC
-    head["addr"], head["size"], head["stream"] = o["addr"][pre], o["size"][pre], o["stream"][pre]
+    head = before_log_events(scan)
     ends = [int(head["addr"].min()), int(head["addr"].max())] if head.size else []
 
     def pieces() -> Any:

@@ -12,10 +12,15 @@ and gives a `Passed`:
   order: blocks allocated before the log first, then by allocation): all of
   them for an anatomy or an OOM, the `PER_MOMENT` largest for the HTML
   page; a block still live at the moment gets its reason when it ends;
-- at the timeline's samples, allocated per phase and the live block count.
+- at the timeline's samples, allocated per phase and the live block count;
+- for the reserve and module sections, the pieces handed to their
+  modules as it goes (stream_reserve.py: each new block's segment, the
+  terms of reserved, the replays; stream_modules.py: each block's module
+  and tag, carried with it while it lives).
 
 Nothing is kept per block but a few bytes (`Scan.bits`); a block's details
-are kept only when a moment, a lifetime row or the page shows it.
+(stream_details.py) are kept only when a moment, a lifetime row or the
+page shows it.
 """
 from __future__ import annotations
 
@@ -29,8 +34,11 @@ from ..log.chunks import ChunkedLog
 from .categorize import CATEGORIES, CATEGORY_CODE, Category
 from .classify import REASON_CODE, Reason
 from .sites import BEFORE_LOG
-from .stream_blocks import BlockRules
+from .stream_blocks import BlockRules, LineRuns
+from .stream_details import detail_alloc, detail_ended, detail_orphan
 from .stream_groups import EXACT_BUDGET, Group, group_keys
+from .stream_modules import ModulesFollower, end_columns
+from .stream_reserve import ReserveFollower
 from .stream_scan import BIT_WITHIN, INT_MAX, PHASE_IDS, Scan
 from .stream_table import Carry, Piece, device_pieces, pair_piece
 
@@ -48,7 +56,8 @@ ESTIMATE_TERMS: dict[str, tuple[Category, ...]] = {
     "other": (Category.OTHER_PERSISTENT, Category.OTHER, Category.BEFORE_LOG),
 }
 _BT_COLUMNS = ("ordinal", "addr", "alloc_i", "size", "block_size", "stream", "phase", "stack", "tid", "time", "site",
-               "category", "occ", "bits", "chain", "line", "end", "reason", "free_site", "returned", "rerun", "real")
+               "category", "occ", "bits", "chain", "line", "end", "reason", "free_site", "returned", "rerun", "real",
+               "seg", "module", "tag")
 
 
 @dataclasses.dataclass
@@ -93,16 +102,19 @@ class Passed:
     persistent_total: np.ndarray  # bytes of persistent blocks per category
 
 
-def run_pass(log: ChunkedLog, scan: Scan, wanted: Wanted, progress: Any = None, rules: BlockRules | None = None
-             ) -> Passed:
+def run_pass(log: ChunkedLog, scan: Scan, wanted: Wanted, progress: Any = None, rules: BlockRules | None = None,
+             reserve: ReserveFollower | None = None, modules: ModulesFollower | None = None) -> Passed:
     """The second pass; `rules`: those of an earlier pass over the same log (a pass for more moments), so that
-    site ids mean the same."""
-    return _Pass(log, scan, wanted, progress, rules).run()
+    site ids mean the same; `reserve`, `modules`: the sections' parts of the pass (stream_reserve.py,
+    stream_modules.py), fed as it goes."""
+    return _Pass(log, scan, wanted, progress, rules, reserve, modules).run()
 
 
 class _Pass:
-    def __init__(self, log: ChunkedLog, scan: Scan, wanted: Wanted, progress: Any, rules: BlockRules | None) -> None:
+    def __init__(self, log: ChunkedLog, scan: Scan, wanted: Wanted, progress: Any, rules: BlockRules | None,
+                 reserve: ReserveFollower | None, modules: ModulesFollower | None) -> None:
         self.log, self.scan, self.wanted, self.progress = log, scan, wanted, progress
+        self.reserve, self.modules = reserve, modules
         if rules is None:
             rules = BlockRules(log.stacks, log.phase_names, scan.has_stacks, scan.first_begin)
             rules.set_param_sizes(scan.persistent)
@@ -138,8 +150,7 @@ class _Pass:
         self.cat_seen = np.zeros(len(CATEGORIES), dtype=bool)
         if self.O:
             self.cat_seen[CATEGORY_CODE[Category.BEFORE_LOG]] = True
-        self.last_change: dict[int, int] = {}  # chain -> index of its last line change
-        self.last_line: dict[int, int] = {}
+        self.lines = LineRuns()
         self.snapshots: dict[int, dict[str, np.ndarray]] = {}
         self.page: dict[int, np.ndarray] = {}
         self.live_at: dict[int, int] = {}
@@ -174,6 +185,8 @@ class _Pass:
             if self.progress is not None:
                 self.progress(piece.base + len(piece))
         self._finish(carry)
+        if self.reserve is not None:
+            self.reserve.finish()
         alloc_stacks = np.unique(np.concatenate(self.alloc_stack_set)) if self.alloc_stack_set else np.zeros(0, np.int64)
         rest_pairs = (np.unique(np.concatenate(self.rest_pair_set), axis=0) if self.rest_pair_set
                       else np.zeros((0, 2), dtype=np.int64))
@@ -216,20 +229,27 @@ class _Pass:
         new["end"] = np.full(nr.size, INT_MAX, dtype=np.int64)
         for name in ("reason", "free_site", "returned", "rerun", "real"):  # set when it ends
             new[name] = np.full(nr.size, -1, dtype=np.int64)
+        new["seg"] = self.reserve.new_blocks(t, base, nr) if self.reserve else np.full(nr.size, -1)
+        new["module"], new["tag"] = (self.modules.new_blocks(t, base, nr) if self.modules
+                                     else (np.zeros(nr.size, np.int64), np.zeros(nr.size, np.int64)))
         bt = {c: np.concatenate((carry[c], new[c])) for c in _BT_COLUMNS}
         is_alloc_rel = t.kind[paired.rel] == ALLOC
         bt_of = np.concatenate((np.arange(nc), np.where(is_alloc_rel, nc + np.cumsum(is_alloc_rel) - 1, -1)))
         ended = bt_of[paired.ended_src]
         end_rows = paired.ended_at
         bt["end"][ended] = base + end_rows
+        if self.modules is not None:  # a block's tags before its end are known before its end is handled
+            self.modules.tags(bt, t, base)
         self.alloc_stack_set.append(np.unique(new["stack"]))
-        self._line_changes(bt, nc, base)
+        self.lines.piece(bt["chain"][nc:], bt["line"][nc:], bt["alloc_i"][nc:])
         self.cat_seen[np.unique(new["category"])] = True
         _add(self.allocated, new["phase"], new["block_size"])
         # ended blocks: reasons, sums
         self._ended(bt, ended, end_rows, paired.ended_real, t, base)
         orow = paired.orphan_rows
         self._orphans(orow, t, base)
+        if self.reserve is not None:
+            self.reserve.step(bt, nc, ended, base + end_rows, base, m)
         # levels per estimate term, the timeline's per-phase curves and live counts, the moments
         self._levels(bt, nc, ended, end_rows, orow, t, base, m)
         self._segments(t, base)
@@ -250,44 +270,6 @@ class _Pass:
             k = np.searchsorted(s.occ_begin[rows], alloc_i[sel], side="right") - 1
             out[sel] = np.where(k >= 0, rows[np.maximum(k, 0)], -1)
         return out
-
-    def _line_changes(self, bt: dict[str, np.ndarray], nc: int, base: int) -> None:
-        """Per frame chain, where its allocating line changed (classify._line_ran_again's "the line ran again")."""
-        chain, line, ai = bt["chain"][nc:], bt["line"][nc:], bt["alloc_i"][nc:]
-        sel = chain >= 0
-        if not sel.any():
-            self._changes = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-            return
-        c, l_, i = chain[sel], line[sel], ai[sel]
-        order = np.lexsort((i, c))
-        c, l_, i = c[order], l_[order], i[order]
-        prev = np.empty(c.size, dtype=np.int64)
-        prev[1:] = l_[:-1]
-        first = np.ones(c.size, dtype=bool)
-        first[1:] = c[1:] != c[:-1]
-        prev[first] = [self.last_line.get(int(x), int(y)) for x, y in zip(c[first].tolist(), l_[first].tolist())]
-        change = l_ != prev
-        self._changes = (c[change], i[change])  # sorted by (chain, index)
-        self._changes_before = dict(self.last_change)
-        last = np.ones(c.size, dtype=bool)
-        last[:-1] = c[1:] != c[:-1]
-        for x, y in zip(c[last].tolist(), l_[last].tolist()):
-            self.last_line[x] = y
-        for x, y in zip(self._changes[0].tolist(), self._changes[1].tolist()):
-            self.last_change[x] = y
-
-    def _ran_again(self, chain: np.ndarray, alloc_i: np.ndarray, end: np.ndarray) -> np.ndarray:
-        """Did the chain's line change at an allocation between each block's alloc and its end?"""
-        out = np.array([self._changes_before.get(int(c), -1) > a for c, a in zip(chain.tolist(), alloc_i.tolist())],
-                       dtype=bool) if chain.size else np.zeros(0, dtype=bool)
-        cc, ci = self._changes
-        if cc.size:
-            key = (cc << 40) | ci
-            q = np.searchsorted(key, (chain << 40) | alloc_i, side="right")
-            ok = q < key.size
-            qq = np.minimum(q, key.size - 1)
-            out |= ok & (cc[qq] == chain) & (ci[qq] < end)
-        return out & (chain >= 0)
 
     def _ended(self, bt: dict[str, np.ndarray], ended: np.ndarray, rows: np.ndarray, real: np.ndarray, t: Any,
                base: int) -> None:
@@ -315,7 +297,7 @@ class _Pass:
                 if temp.any():
                     tt = np.flatnonzero(temp)
                     e = ended[rest[tt]]
-                    again[tt] = self._ran_again(bt["chain"][e], bt["alloc_i"][e], base + rows[rest[tt]])
+                    again[tt] = self.lines.ran_again(bt["chain"][e], bt["alloc_i"][e], base + rows[rest[tt]])
                 r_ = np.where(again, R[Reason.REBINDING], r_)
                 reason[rest], free_site[rest], returned[rest], rerun[rest] = r_, fs, ret, again
         else:
@@ -331,8 +313,10 @@ class _Pass:
         k = self.O + bt["ordinal"][ended]
         cols = {"site": bt["site"][ended], "reason": reason, "free_site": free_site, "returned": returned,
                 "rerun": rerun.astype(np.int64), "category": bt["category"][ended]}
-        self._group(cols, k, size, alloc_phase, life, False, lambda j: self._detail_ended(
-            bt, ended[j], rows[j], real[j], t, base, reason[j], free_site[j], returned[j], rerun[j]))
+        self._group(cols, k, size, alloc_phase, life, False, lambda j: detail_ended(
+            self.O, bt, ended[j], rows[j], real[j], t, base, reason[j], free_site[j], returned[j], rerun[j]))
+        if self.modules is not None:
+            self.modules.ended(bt, ended, end_columns(t, base, rows, real, free_site, returned, rerun, reason))
         # the phase table
         _add(self.freed, free_phase, size)
         within = np.where(self.has_occ[alloc_phase], (bits & BIT_WITHIN) != 0, free_phase == alloc_phase)
@@ -381,11 +365,26 @@ class _Pass:
                 "free_site": np.full(n_, -1), "returned": np.full(n_, -1), "rerun": np.zeros(n_, dtype=np.int64),
                 "category": np.full(n_, CATEGORY_CODE[Category.BEFORE_LOG])}
         life = t.time_ns[orow] - self.scan.first_ns
-        self._group(cols, k, size, np.full(n_, -1), life, False, lambda j: self._detail_orphan(int(k[j])))
+        if self.modules is not None:
+            self.modules.orphans_ended(k, base + orow)
+        self._group(cols, k, size, np.full(n_, -1), life, False, lambda j: self._orphan_detail(int(k[j])))
         _add(self.freed, t.phase[orow].astype(np.int64), size)
         for kk, r in zip(k.tolist(), reason.tolist()):
             if kk in self.details or kk in self.reasons:
                 self.reasons[kk] = r
+            if kk in self.details:  # its module is final now
+                self.details[kk] = self._orphan_detail(kk)
+
+    def _orphan_reasons(self, k: np.ndarray) -> np.ndarray:
+        """The reasons of blocks from before the log (by index): persistent when freed after the last phase."""
+        whole = self._whole_run(np.full(k.size, -1), self.scan.orphans["free_i"][k])
+        return np.where(whole, R[Reason.PERSISTENT], R[Reason.OTHER]).astype(np.int64)
+
+    def _orphan_detail(self, k: int) -> dict[str, Any]:
+        m = self.modules
+        owner = (int(m.orphan_module[k]), int(m.orphan_tag[k])) if m is not None else (0, 0)
+        return detail_orphan(self.scan.orphans, k, self.rules.sites.id(BEFORE_LOG), self.scan.first_ns,
+                             int(self._orphan_reasons(np.array([k]))[0]), *owner)
 
     def _group(self, cols: dict[str, np.ndarray], k: np.ndarray, size: np.ndarray, phase: np.ndarray,
                life: np.ndarray | None, persistent: bool, detail: Any) -> None:
@@ -422,33 +421,6 @@ class _Pass:
                 grp.first = int(k[j])
                 grp.rep = detail(j)
 
-    # -- block details (what explains a block, and what the page lists of it) ----------------------
-    def _detail_alloc(self, bt: dict[str, np.ndarray], b: int) -> dict[str, Any]:
-        return {"k": self.O + int(bt["ordinal"][b]), "addr": int(bt["addr"][b]), "size": int(bt["size"][b]),
-                "block_size": int(bt["block_size"][b]), "phase": int(bt["phase"][b]), "site": int(bt["site"][b]),
-                "category": int(bt["category"][b]), "occ": int(bt["occ"][b]), "alloc_i": int(bt["alloc_i"][b]),
-                "alloc_t": int(bt["time"][b]), "alloc_stack": int(bt["stack"][b]), "free_i": -1, "free_t": -1,
-                "free_phase": -1, "free_stack": 0, "free_site": -1, "returned": -1, "rerun": False,
-                "reason": R[Reason.PERSISTENT]}
-
-    def _detail_ended(self, bt: dict[str, np.ndarray], b: int, row: int, real: bool, t: Any, base: int, reason: int,
-                      free_site: int, returned: int, rerun: bool) -> dict[str, Any]:
-        d = self._detail_alloc(bt, b)
-        d.update(free_i=base + int(row), free_t=int(t.time_ns[row]), free_phase=int(t.phase[row]),
-                 free_stack=int(t.stack[row]) if real else 0, free_site=int(free_site), returned=int(returned),
-                 rerun=bool(rerun), reason=int(reason))
-        return d
-
-    def _detail_orphan(self, k: int) -> dict[str, Any]:
-        o = self.scan.orphans
-        return {"k": k, "addr": int(o["addr"][k]), "size": int(o["size"][k]), "block_size": int(o["block_size"][k]),
-                "phase": -1, "site": self.rules.sites.id(BEFORE_LOG),
-                "category": CATEGORY_CODE[Category.BEFORE_LOG], "occ": -1, "alloc_i": -1,
-                "alloc_t": self.scan.first_ns, "alloc_stack": 0, "free_i": int(o["free_i"][k]),
-                "free_t": int(o["free_t"][k]), "free_phase": int(o["free_phase"][k]),
-                "free_stack": int(o["free_stack"][k]), "free_site": -1, "returned": -1, "rerun": False,
-                "reason": R[Reason.OTHER]}
-
     def _resolve(self, bt: dict[str, np.ndarray], ended: np.ndarray, rows: np.ndarray, real: np.ndarray, t: Any,
                  base: int, reason: np.ndarray, free_site: np.ndarray, returned: np.ndarray, rerun: np.ndarray) -> None:
         if not self.watch:
@@ -459,7 +431,7 @@ class _Pass:
             k = self.watch.pop(int(ords[j]))
             self.reasons[k] = int(reason[j])
             if k in self.details:
-                self.details[k] = self._detail_ended(bt, int(ended[j]), int(rows[j]), bool(real[j]), t, base,
+                self.details[k] = detail_ended(self.O, bt, int(ended[j]), int(rows[j]), bool(real[j]), t, base,
                                                      int(reason[j]), int(free_site[j]), int(returned[j]),
                                                      bool(rerun[j]))
 
@@ -549,10 +521,13 @@ class _Pass:
                 "phase": np.concatenate((np.full(live_o.size, -1), bt["phase"][live_b])),
                 "category": np.concatenate((np.full(live_o.size, CATEGORY_CODE[Category.BEFORE_LOG]),
                                             bt["category"][live_b])),
-                "reason": np.concatenate((np.full(live_o.size, R[Reason.OTHER]), bt["reason"][live_b])),
+                "reason": np.concatenate((self._orphan_reasons(live_o), bt["reason"][live_b])),
                 "addr": np.concatenate((o["addr"][live_o], bt["addr"][live_b])),
                 "alloc_t": np.concatenate((np.full(live_o.size, self.scan.first_ns), bt["time"][live_b])),
+                "seg": np.concatenate((np.full(live_o.size, -1), bt["seg"][live_b])),  # (reserve's moments)
             }
+            if self.modules is not None and i == self.scan.peak_i:  # followed to their end
+                self.modules.capture(bt, live_b, live_o, self._orphan_reasons(live_o), self._t, self._base)
             self.snapshots[i] = snap
             for j in np.flatnonzero(snap["reason"] < 0).tolist():
                 kk = int(k[j])
@@ -571,15 +546,15 @@ class _Pass:
                 if kk in self.details:
                     continue
                 if j < live_o.size:
-                    self.details[kk] = self._detail_orphan(kk)
+                    self.details[kk] = self._orphan_detail(kk)
                 else:
                     b = int(live_b[j - live_o.size])
                     if bt["end"][b] == INT_MAX:  # ends in a later piece
-                        self.details[kk] = self._detail_alloc(bt, b)
+                        self.details[kk] = detail_alloc(self.O, bt, b)
                         self.watch[kk - self.O] = kk
                     else:  # ended later in this piece: already classified
-                        self.details[kk] = self._detail_ended(
-                            bt, b, int(bt["end"][b]) - self._base, bool(bt["real"][b]), self._t, self._base,
+                        self.details[kk] = detail_ended(
+                            self.O, bt, b, int(bt["end"][b]) - self._base, bool(bt["real"][b]), self._t, self._base,
                             int(bt["reason"][b]), int(bt["free_site"][b]), int(bt["returned"][b]), bool(bt["rerun"][b]))
 
     def _segments(self, t: Any, base: int) -> None:
@@ -613,14 +588,18 @@ class _Pass:
         if not n_:
             return
         np.add.at(self.persistent_total, bt["category"], bt["block_size"])
+        if self.modules is not None:
+            self.modules.finish(bt)
         idx = np.arange(n_)
         k = self.O + bt["ordinal"]
         cols = {"site": bt["site"], "reason": np.full(n_, R[Reason.PERSISTENT]), "free_site": np.full(n_, -1),
                 "returned": np.full(n_, -1), "rerun": np.zeros(n_, dtype=np.int64), "category": bt["category"]}
-        self._group(cols, k, bt["block_size"], bt["phase"], None, True, lambda j: self._detail_alloc(bt, int(idx[j])))
-        for kk in k.tolist():
+        self._group(cols, k, bt["block_size"], bt["phase"], None, True, lambda j: detail_alloc(self.O, bt, int(idx[j])))
+        for b, kk in enumerate(k.tolist()):
             if self.watch.pop(kk - self.O, None) is not None:
                 self.reasons[kk] = R[Reason.PERSISTENT]
+                if kk in self.details:  # its module is final now
+                    self.details[kk] = detail_alloc(self.O, bt, b)
         phases, size, cat, occ = bt["phase"], bt["block_size"], bt["category"], bt["occ"]
         for p in np.unique(phases).tolist():
             sel = phases == p

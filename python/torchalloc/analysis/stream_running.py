@@ -7,6 +7,8 @@
   first phase_end of its phase and number anywhere in the log), keeping
   only the open occurrences;
 - `Backward`: classify.backward_mask's stack part, per thread;
+- `AllocPeaks`: per phase, the moment of its highest allocated among its
+  allocs and frees (the moments memory by module is taken at);
 - `Sampler`: timeline._sample's rule (per time bucket the highest and the
   last event) with the span known in advance.
 """
@@ -125,6 +127,26 @@ class Grow:
 
     def array(self) -> np.ndarray:
         return np.concatenate(self.parts) if self.parts else np.zeros(0, dtype=self.dtype)
+
+
+class AllocPeaks:
+    """Per phase, the first event index where allocated was highest among the phase's allocs and frees
+    (modules._phase_peaks' moments), piece by piece."""
+
+    def __init__(self) -> None:
+        self.top: dict[int, int] = {}
+        self.index: dict[int, int] = {}
+
+    def piece(self, phase: np.ndarray, level: np.ndarray, index: np.ndarray) -> None:
+        if not phase.size:
+            return
+        top = np.full(1 << 16, INT_MIN, dtype=np.int64)
+        np.maximum.at(top, phase, level)
+        at_top = np.flatnonzero(level == top[phase])
+        phases, first = np.unique(phase[at_top], return_index=True)  # the first row at each phase's top
+        for p, j in zip(phases.tolist(), at_top[first].tolist()):
+            if int(top[p]) > self.top.get(p, INT_MIN):  # an equal top later is not a new peak
+                self.top[p], self.index[p] = int(top[p]), int(index[j])
 
 
 # ---------------------------------------------------------------------------

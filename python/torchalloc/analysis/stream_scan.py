@@ -24,13 +24,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .._records import (ALLOC, FREE, MARKER, OOM, OOM_DEVICE, PHASE_BEGIN, PHASE_END, POLICY_NAMES, SEGMENT_ALLOC,
-                        SEGMENT_EXPANDABLE, SEGMENT_FREE)
+from .._records import (ALLOC, FREE, MARKER, MODULE, MODULE_TAG, OOM, OOM_DEVICE, PHASE_BEGIN, PHASE_END,
+                        POLICY_NAMES, SEGMENT_ALLOC, SEGMENT_EXPANDABLE, SEGMENT_FREE)
 from ..log.chunks import ChunkedLog
 from .events import report_start_ns
 from .frames import BACKWARD_FRAME, Frame, has_frame
 from .roles import phase_role
-from .stream_running import INT_MAX, INT_MIN, Backward, Bits, Grow, GrowEnd, Occurrences, Sampler
+from .stream_running import INT_MAX, INT_MIN, AllocPeaks, Backward, Bits, Grow, GrowEnd, Occurrences, Sampler
 from .stream_table import Carry, Piece, PieceTable, pair_piece
 
 PHASE_IDS = 1 << 16  # the phase field is a u16
@@ -96,6 +96,8 @@ class Scan:
     at_time: dict[float, int]  # --at times asked for in advance -> index
     phase_names: dict[int, str]
     persistent: dict[str, np.ndarray]  # the blocks live at the end: ordinal, block_size, stack, phase, alloc_i
+    alloc_peaks: dict[int, int]  # per phase, the index of its highest allocated among its allocs and frees
+    module_records: int  # MODULE, MODULE_NAME and MODULE_TAG records
 
     def allocated(self, cum: int) -> int:
         return cum + self.initial
@@ -134,6 +136,7 @@ class _Scanner:
         peak_cum, peak_i, rpeak_raw, rpeak_i = INT_MIN, 0, INT_MIN, 0
         raw_min, gap_max = INT_MAX, INT_MIN
         phase_peak = np.full(PHASE_IDS, INT_MIN, dtype=np.int64)
+        alloc_peaks, module_records = AllocPeaks(), 0
         phase_growth = np.zeros(PHASE_IDS, dtype=np.int64)
         seg_phase = np.zeros(PHASE_IDS, dtype=bool)
         phase_rise: dict[int, int] = {}
@@ -312,6 +315,9 @@ class _Scanner:
             # per phase: peak, reserved growth
             is_mem = (kind == ALLOC) | (kind == FREE) | (kind == SEGMENT_ALLOC) | (kind == SEGMENT_FREE)
             np.maximum.at(phase_peak, t.phase[is_mem], c[is_mem])
+            blocks_ev = np.flatnonzero((kind == ALLOC) | (kind == FREE))
+            alloc_peaks.piece(t.phase[blocks_ev], c[blocks_ev], n + blocks_ev)
+            module_records += int(np.count_nonzero((kind >= MODULE) & (kind <= MODULE_TAG)))
             is_seg = (kind == SEGMENT_ALLOC) | (kind == SEGMENT_FREE)
             np.add.at(phase_growth, t.phase[is_seg], segd[is_seg])
             seg_phase[t.phase[is_seg]] = True
@@ -409,6 +415,7 @@ class _Scanner:
             at_time={x: max(0, min(k - 1, n - 1)) for x, k in at_count.items()},
             phase_names=names,
             persistent={k: carry[k] for k in ("ordinal", "block_size", "stack", "phase", "alloc_i")},
+            alloc_peaks=alloc_peaks.index, module_records=module_records,
         )
 
     @staticmethod

@@ -32,6 +32,11 @@ class PieceTable:
     def __len__(self) -> int:
         return self._n
 
+    @property
+    def records(self) -> np.ndarray:
+        """The piece's rows as log records (RECORD_DTYPE)."""
+        return self._records
+
     def __getattr__(self, name: str) -> np.ndarray:
         dtype = _COLUMNS.get(name)
         if dtype is None:

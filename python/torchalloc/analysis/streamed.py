@@ -6,11 +6,14 @@
 
 `analyze` (result.py) holds every event and every block in numpy arrays:
 about 300 bytes per record, so 3 GB for 10^7 records. This reads the log
-in pieces (log_chunks.py) twice -- a first pass for the facts the second
+in pieces (log/chunks.py) twice -- a first pass for the facts the second
 needs (stream_scan.py), a second that classifies each block as it ends and
 keeps only sums, and the blocks live at the moments the report shows
-(stream_pass.py) -- and answers the same methods with the same rows,
-sentences and numbers; only these differ:
+(stream_pass.py), with the segments and the terms of reserved
+(stream_reserve.py; every policy's replay fed the events as they are
+read, on a thread of its own) and each block's module (stream_modules.py)
+-- and answers the same methods with the same rows, sentences and
+numbers; only these differ:
 
 - the typical lifetime of a row of more than 65536 blocks (and of the
   largest rows once 4M lifetimes are kept in all) is the median of a
@@ -45,22 +48,21 @@ from .lifetimes import LifetimeRow
 from .modules import Modules
 from .ooms import Blocker, OomRow, blockers_of, handle_for, oom_detail, oom_row, replay_last, segment_gaps
 from .reserve import Reserve
+from .stream_modules import ModulesFollower
+from .stream_reserve import ReserveFollower
 from .sections import report_dict
 from .phase_summary import PhaseRow
 from .roles import phase_role
 from .sites import BEFORE_LOG, Site
 from .stream_pass import Passed, Wanted, run_pass
+from .stream_moments import anatomy_moments, is_time, page_moments
 from .stream_ooms import trace_until
 from .stream_notes import SPANS_KEPT, backward_from, derive_notes, table_notes
 from .stream_scan import Scan, scan
 from .timeline import Timeline
-from .wording import estimate_sentence, oom_explanation, phase_sentence, reason_sentence
+from .wording import (estimate_sentence, module_sentences, oom_explanation, phase_sentence, reason_sentence,
+                      reserve_sentences)
 
-PAGE_MAX_MARKERS = 200  # report_svg.MAX_MARKERS: the markers the page draws (a test checks they agree)
-PRIORITY_OOMS = 10  # report_data.PRIORITY_OOMS
-LEFT_OUT = ("the log was read in pieces (too large to hold decoded): the sections on reserved memory "
-            "(fragmentation and cache, each policy's replay) and memory by module are left out; they are not "
-            "computed that way")
 
 
 @dataclasses.dataclass
@@ -103,8 +105,12 @@ class StreamedAnalysis:
     """`Analysis`'s sections for a log read in pieces (module docstring). Build with `analyze_streamed`."""
 
     def __init__(self, log: ChunkedLog, scan_: Scan, passed: Passed, wanted: Wanted, notes: list[str],
-                 backward_from: str, max_points: int, page: bool) -> None:
+                 backward_from: str, max_points: int, page: bool, reserve: ReserveFollower,
+                 modules: ModulesFollower | None) -> None:
         self.log, self.scan, self.passed, self.wanted = log, scan_, passed, wanted
+        self.followers = (reserve, modules)  # what the pass gathered for the reserve and module sections
+        self._reserve: Reserve | None = None
+        self._modules: tuple[Modules, list[str]] | None = None
         self.max_points, self.page_wanted = max_points, page
         header = log.header
         # Text from the log, escaped as events.table_from_log escapes it (torchalloc.printable).
@@ -157,6 +163,10 @@ class StreamedAnalysis:
             self._more([int(i)])
             got = self.passed.levels_at[int(i)]
         return got
+
+    def before_log_site(self) -> int:
+        """The second pass' site id of the blocks allocated before the log (details carry the pass' ids)."""
+        return self.passed.rules.sites.id(BEFORE_LOG)
 
     def site(self, my_id: int) -> Site:
         return self.sites[int(self.site_map[my_id])]
@@ -253,7 +263,7 @@ class StreamedAnalysis:
         if self.page_wanted or not self.scan.n:
             self.page_wanted = True
             return
-        moments, priority = _page_moments(self.scan)
+        moments, priority = page_moments(self.scan)
         extra = Wanted(anatomy=[], page=moments, priority=priority, ooms=[], samples=self.scan.samples)
         more = run_pass(self.log, self.scan, extra, rules=self.passed.rules)
         for name in ("page", "details", "live_at", "levels_at", "reasons"):
@@ -437,19 +447,30 @@ class StreamedAnalysis:
                        self.table.stack_of(o["stack"]), reserved, self.allocated_at(i), largest, nseg, o["addr"], facts,
                        self.has_stacks, pick, policy, expandable, detail, self.table.phase_names)
 
-    # -- what a log read in pieces leaves out ---------------------------------------------------
-    # The reserved-memory sections (fragmentation and cache at the peaks, the pinned segments, the run replayed
-    # under every policy) and memory by module are not computed from pieces: the sections show nothing, and
-    # a note (LEFT_OUT) says so, rather than a number this analysis did not measure.
+    # -- reserved memory, memory by module (stream_reserve.py, stream_modules.py) ------------------------
     def reserve(self) -> Reserve:
-        return Reserve([], "", [], [LEFT_OUT])
+        """Analysis.reserve: reserved memory split at the peaks, and the replays (run beside the pass)."""
+        if self._reserve is None:
+            self._reserve = self.followers[0].reserve(self)
+            self._reserve.sentences = reserve_sentences(self._reserve, self.timeline.peak_reserved)
+        return self._reserve
 
     def modules(self) -> tuple[Modules, list[str]]:
-        empty = np.zeros(0, dtype=np.int64)
-        return Modules(empty, empty, {}, 0, {}, [], 0), []
+        """Analysis.modules: memory by module, and its sentences."""
+        if self._modules is None:
+            peak = self.scan.peak_i if self.scan.n else 0
+            follower = self.followers[1]
+            if follower is not None:
+                m = follower.modules(self.table.strings, self.phase_name, peak)
+            else:  # no module records
+                empty = np.zeros(0, dtype=np.int64)
+                m = Modules(empty, empty, {}, peak, {}, [], 0)
+            self._modules = (m, module_sentences(m, self.allocated_at(peak) if self.scan.n else 0))
+        return self._modules
 
     def fragmented_samples(self) -> np.ndarray:
-        return np.zeros(0, dtype=np.int64)  # no band on the timeline (report/svg.py draws none for it)
+        """Analysis.fragmented_samples: at the timeline's samples, the free bytes in segments holding live blocks."""
+        return self.followers[0].fragmented
 
     # -- all of it -----------------------------------------------------------------------------
     def marker_labels(self) -> list[str]:
@@ -478,7 +499,7 @@ def analyze_streamed(
     moments whose anatomy will be asked for besides the peak and the markers; `page`: the HTML page will be drawn."""
     log = ChunkedLog(source, chunk_records, check="drop")
     bar = _progress_bar(progress, log)
-    times = [float(x.rstrip("s")) if isinstance(x, str) else float(x) for x in at if _is_time(x)]
+    times = [float(x.rstrip("s")) if isinstance(x, str) else float(x) for x in at if is_time(x)]
     last = log.last_event_time(device)
     s = scan(log, device, max_points=max_points, last_ns=last, at_times=times, progress=bar)
     if device is None and s.devices and s.device != s.devices[0]:
@@ -490,17 +511,19 @@ def analyze_streamed(
     if len(s.orphans["addr"]):  # opened mid-run: derive's 'log opened' row first, and the first pass again
         log.opening = _opening_row(log, s)
         s = scan(log, s.device, max_points=max_points, last_ns=s.last_ns, at_times=times, progress=bar)
-    notes = derive_notes(log, table_notes(log), s) + [LEFT_OUT]
+    notes = derive_notes(log, table_notes(log), s)
     backward_from_ = backward_from(log.phase_names, s)
-    a_moments = _anatomy_moments(log, s, at)
+    a_moments = anatomy_moments(log, s, at)
     wanted = Wanted(anatomy=a_moments, page=np.zeros(0, dtype=np.int64), priority=set(),
                     ooms=[int(o["index"]) for o in s.ooms], samples=s.samples)
     if page and s.n:
-        wanted.page, wanted.priority = _page_moments(s)
-    passed = run_pass(log, s, wanted, progress=bar)
+        wanted.page, wanted.priority = page_moments(s)
+    reserve = ReserveFollower(log, s)
+    modules = ModulesFollower(s) if s.module_records else None
+    passed = run_pass(log, s, wanted, progress=bar, reserve=reserve, modules=modules)
     if bar is not None:
         bar.close()
-    return StreamedAnalysis(log, s, passed, wanted, notes, backward_from_, max_points, page)
+    return StreamedAnalysis(log, s, passed, wanted, notes, backward_from_, max_points, page, reserve, modules)
 
 
 def _opening_row(log: ChunkedLog, s: Scan) -> np.ndarray:
@@ -511,58 +534,6 @@ def _opening_row(log: ChunkedLog, s: Scan) -> np.ndarray:
     row["device"] = -1
     row["kind"] = LOG_OPENED
     return row
-
-
-def _is_time(x: Any) -> bool:
-    """Whether index_at would read `x` as a time (a number, or text that parses as one once "s" is cut)."""
-    if isinstance(x, (int, float)):
-        return True
-    if x in ("peak", "peak_reserved", "end", "oom"):
-        return False
-    try:
-        float(str(x).rstrip("s"))
-        return True
-    except ValueError:
-        return False
-
-
-def _anatomy_moments(log: ChunkedLog, s: Scan, at: Sequence[str | float]) -> list[int]:
-    """The peak, the first marker of each label (the first MARKER_ANATOMIES labels), and the `at` moments."""
-    if not s.n:
-        return []
-    first_of_text: dict[str, int] = {}
-    for lid, i in s.marker_first.items():
-        text = printable(log.strings.get(lid, ""))
-        first_of_text[text] = min(i, first_of_text.get(text, i))
-    out = {s.peak_i}
-    shown: set[str] = set()  # a set: a list's `in` made this markers times labels
-    for _, label, _, _ in s.markers:
-        text = printable(log.strings.get(label, ""))
-        if text not in shown:
-            shown.add(text)
-            if len(shown) > MARKER_ANATOMIES:
-                break
-            out.add(first_of_text[text])
-    special = {"peak": s.peak_i, "peak_reserved": s.rpeak_i, "end": s.n - 1}
-    if s.ooms:
-        special["oom"] = int(s.ooms[0]["index"])
-    for x in at:
-        if isinstance(x, str) and x in special:
-            out.add(special[x])
-        elif isinstance(x, str) and x in first_of_text:
-            out.add(first_of_text[x])
-        elif _is_time(x):
-            out.add(s.at_time[float(x.rstrip("s")) if isinstance(x, str) else float(x)])
-    return sorted(out)
-
-
-def _page_moments(s: Scan) -> tuple[np.ndarray, set[int]]:
-    """report_data.moments: the samples, the first markers, the peak and every OOM; the priority ones."""
-    marks = [m[0] for m in s.markers[:PAGE_MAX_MARKERS]]
-    ooms = [int(o["index"]) for o in s.ooms]
-    moments = np.unique(np.concatenate((s.samples, np.asarray(marks, dtype=np.int64),
-                                        np.asarray([s.peak_i] + ooms, dtype=np.int64))))
-    return moments.astype(np.int64), {s.peak_i, *ooms[:PRIORITY_OOMS]}
 
 
 def _progress_bar(enabled: bool, log: ChunkedLog) -> Any:

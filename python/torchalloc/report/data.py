@@ -199,13 +199,21 @@ def module_blocks(a: Analysis, shown: int) -> list[tuple[int, list[int]]]:
     if not m.rows:
         return []
     live = a.live_at(m.peak_index)
-    by_name = {m.name(int(k)): int(k) for k in np.unique(m.module_of).tolist()}
+    return rows_blocks(m.rows[:shown], m.name, np.unique(m.module_of), live, m.module_of[live],
+                       a.blocks.block_size[live])
+
+
+def rows_blocks(rows: Sequence[Any], name: Any, ids: np.ndarray, live: np.ndarray, module: np.ndarray,
+                size: np.ndarray) -> list[tuple[int, list[int]]]:
+    """module_blocks from the blocks live at the peak (`live`, in the blocks' order, with their module and size)
+    and every module id a block has (`ids`, ascending: of two with one name, the later is the row's); the
+    streamed page (data_stream.py) asks it too."""
+    by_name = {name(int(k)): int(k) for k in ids.tolist()}
     out = []
-    for row in m.rows[:shown]:
-        module = by_name.get(row.module, -1)
-        mine = live[m.module_of[live] == module]
-        mine = mine[np.argsort(-a.blocks.block_size[mine], kind="stable")][:PER_MODULE]
-        out.append((module, mine.tolist()))
+    for row in rows:
+        mine = np.flatnonzero(module == by_name.get(row.module, -1))
+        mine = mine[np.argsort(-size[mine], kind="stable")][:PER_MODULE]
+        out.append((by_name.get(row.module, -1), live[mine].tolist()))
     return out
 
 

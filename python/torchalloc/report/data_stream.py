@@ -12,8 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from ..analysis.modules import what_codes
 from ..analysis.streamed import StreamedAnalysis
-from .data import NO_STACK, PER_MOMENT, PRIORITY_OOMS, TOTAL_BLOCKS, _r, _Shared, page_budget, page_frame
+from .data import (NO_STACK, PER_MOMENT, PRIORITY_OOMS, TOTAL_BLOCKS, _r, _Shared, page_budget, page_frame,
+                   rows_blocks)
 from .svg import MAX_MARKERS, MAX_SPANS
 
 __all__ = ["streamed_page_data"]
@@ -66,7 +68,21 @@ def _columns(a: StreamedAnalysis, held: list[int], details: dict[int, dict[str, 
     return cols
 
 
-def streamed_page_data(a: StreamedAnalysis, *, lifetimes_shown: int = 60) -> dict[str, Any]:
+def _module_blocks(a: StreamedAnalysis, shown: int) -> tuple[list[tuple[int, list[int]]], dict[int, dict[str, Any]]]:
+    """report_data.module_blocks from the blocks followed from the peak (stream_modules.py), and their details."""
+    m, _ = a.modules()
+    follower = a.followers[1]
+    if not m.rows or follower is None:
+        return [], {}
+    k, module, _, size = follower.peak_blocks()
+    per_module = rows_blocks(m.rows[:shown], m.name, np.array(sorted(follower.seen), dtype=np.int64),
+                             np.arange(k.size), module, size)
+    positions = sorted({j for _, js in per_module for j in js})
+    details = {int(k[j]): d for j, d in zip(positions, follower.peak_details(positions, a.before_log_site()))}
+    return [(module_id, [int(k[j]) for j in js]) for module_id, js in per_module], details
+
+
+def streamed_page_data(a: StreamedAnalysis, *, lifetimes_shown: int = 60, modules_shown: int = 60) -> dict[str, Any]:
     """report_data.page_data for a streamed analysis (module docstring)."""
     a.ensure_page()
     t, tl, s = a.table, a.timeline, a.scan
@@ -75,7 +91,7 @@ def streamed_page_data(a: StreamedAnalysis, *, lifetimes_shown: int = 60) -> dic
         "t": [_r(x) for x in tl.t_s], "i": tl.index.tolist(), "allocated": tl.allocated.tolist(),
         "reserved": tl.reserved.tolist(), "live": [a.passed.live_at[int(i)] for i in tl.index.tolist()],
         "phases": list(tl.by_phase), "by_phase": [v.tolist() for v in tl.by_phase.values()],
-        "fragmented": [],  # not computed from pieces (streamed.LEFT_OUT): the page draws no band
+        "fragmented": [int(v) for v in a.fragmented_samples()],
     }
     spans = [[shared.names.id(n), _r(t0), _r(t1)] for n, t0, t1 in tl.phase_spans[:MAX_SPANS]]
     marker_i = [m[0] for m in s.markers[:MAX_MARKERS]]
@@ -97,20 +113,32 @@ def streamed_page_data(a: StreamedAnalysis, *, lifetimes_shown: int = 60) -> dic
     details = dict(a.passed.details)
     for _, rep in rows[:lifetimes_shown]:
         details.setdefault(rep["k"], rep)
-    held = np.union1d(np.asarray(chosen, dtype=np.int64), np.asarray(examples, dtype=np.int64)).tolist()
+    per_module, module_details = _module_blocks(a, modules_shown)
+    for k, d in module_details.items():
+        details.setdefault(k, d)
+    module_held = [k for _, ks in per_module for k in ks]
+    held = np.union1d(np.union1d(np.asarray(chosen, dtype=np.int64), np.asarray(examples, dtype=np.int64)),
+                      np.asarray(module_held, dtype=np.int64)).tolist()
     row_of = {int(k): r for r, k in enumerate(held)}
     lifetimes = [{"site": r.site, "location": r.location, "reason": r.reason, "category": r.category,
                   "count": r.count, "bytes": r.bytes, "typical_s": _r(r.typical_lifetime_s), "why": r.explanation,
                   "block": row_of[k]} for (r, _), k in zip(rows[:lifetimes_shown], examples)]
     blocks = _columns(a, held, details, shared)
-    blocks["module"] = [-1] * len(held)  # memory by module is not computed from pieces (streamed.LEFT_OUT)
-    blocks["module_what"] = [-1] * len(held)
+    mods, _ = a.modules()
+    name_of = {module: n for n, (module, _) in enumerate(per_module)}
+    blocks["module"] = [name_of.get(details[k]["module"], -1) for k in held]
+    blocks["module_what"] = what_codes(np.array([details[k]["category"] for k in held], dtype=np.int64),
+                                       np.array([details[k]["reason"] for k in held], dtype=np.int64),
+                                       np.array([details[k]["tag"] for k in held], dtype=np.int64)).tolist()
+    modules = [{"module": row.module, "at_peak": row.at_peak, "count": row.blocks_at_peak,
+                "blocks": [row_of[k] for k in ks]} for row, (_, ks) in zip(mods.rows, per_module)]
     return {
         **page_frame(t.path, a, tl),
         "timeline": timeline, "spans": spans, "spans_total": len(s.occ_phase),
         "markers": markers, "markers_total": s.marker_count,
         "peak": moment(tl.peak_index) if len(t) else None, "ooms": ooms,
-        "blocks": blocks, "lifetimes": lifetimes, "modules": [], "module_names": [],
+        "blocks": blocks, "lifetimes": lifetimes, "modules": modules,
+        "module_names": [mods.name(module) for module, _ in per_module],
         **shared.to_dict(),
         "budget": page_budget(len(a.blocks), len(held), exact, priority),
     }

@@ -1,0 +1,58 @@
+"""A block's details in the streamed analysis: what explains it and what the HTML page lists of it.
+
+One dict per block shown (a lifetime row's block, a block the page can
+list), with the keys report/data_stream.py and StreamedAnalysis.explain
+read: `k` (its index in the blocks' order: those from before the log
+first), where and when it was allocated, and, once it ended, where and
+when and why. Built from the second pass' block table (stream_pass.py:
+one column per name below, one row per block), from the first pass'
+blocks allocated before the log (`Scan.orphans`), or from the columns
+stream_modules.py keeps of the blocks live at the peak (the same names).
+`module` and `tag` are its module and its tag's role, final once it ended.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from .categorize import CATEGORY_CODE, Category
+from .classify import REASON_CODE, Reason
+
+R = REASON_CODE
+
+
+def detail_alloc(first: int, bt: Mapping[str, np.ndarray], b: int) -> dict[str, Any]:
+    """Row b of a block table (`first`: the index of the block of ordinal 0), as allocated."""
+    return {"k": first + int(bt["ordinal"][b]), "addr": int(bt["addr"][b]), "size": int(bt["size"][b]),
+            "block_size": int(bt["block_size"][b]), "phase": int(bt["phase"][b]), "site": int(bt["site"][b]),
+            "category": int(bt["category"][b]), "occ": int(bt["occ"][b]), "alloc_i": int(bt["alloc_i"][b]),
+            "alloc_t": int(bt["time"][b]), "alloc_stack": int(bt["stack"][b]), "free_i": -1, "free_t": -1,
+            "free_phase": -1, "free_stack": 0, "free_site": -1, "returned": -1, "rerun": False,
+            "reason": R[Reason.PERSISTENT], "module": int(bt["module"][b]), "tag": int(bt["tag"][b])}
+
+
+def with_end(d: dict[str, Any], free_i: int, free_t: int, free_phase: int, free_stack: int, free_site: int,
+             returned: int, rerun: bool, reason: int) -> dict[str, Any]:
+    """`d` with its end: the free (or the next alloc of its address) at event free_i, and its reason."""
+    d.update(free_i=int(free_i), free_t=int(free_t), free_phase=int(free_phase), free_stack=int(free_stack),
+             free_site=int(free_site), returned=int(returned), rerun=bool(rerun), reason=int(reason))
+    return d
+
+
+def detail_ended(first: int, bt: Mapping[str, np.ndarray], b: int, row: int, real: bool, t: Any, base: int,
+                 reason: int, free_site: int, returned: int, rerun: bool) -> dict[str, Any]:
+    """Row b of a block table, ended at row `row` of piece `t` (starting at event `base`); `real`: by a free."""
+    return with_end(detail_alloc(first, bt, b), base + int(row), int(t.time_ns[row]), int(t.phase[row]),
+                    int(t.stack[row]) if real else 0, free_site, returned, rerun, reason)
+
+
+def detail_orphan(orphans: Mapping[str, np.ndarray], k: int, site: int, first_ns: int, reason: int, module: int = 0,
+                  tag: int = 0) -> dict[str, Any]:
+    """Block k, allocated before the log (`orphans`: Scan.orphans; `site`: the before-the-log site's id)."""
+    o = orphans
+    return {"k": k, "addr": int(o["addr"][k]), "size": int(o["size"][k]), "block_size": int(o["block_size"][k]),
+            "phase": -1, "site": site, "category": CATEGORY_CODE[Category.BEFORE_LOG], "occ": -1, "alloc_i": -1,
+            "alloc_t": first_ns, "alloc_stack": 0, "free_i": int(o["free_i"][k]), "free_t": int(o["free_t"][k]),
+            "free_phase": int(o["free_phase"][k]), "free_stack": int(o["free_stack"][k]), "free_site": -1,
+            "returned": -1, "rerun": False, "reason": int(reason), "module": int(module), "tag": int(tag)}

@@ -1,0 +1,230 @@
+"""Memory by module for a log read in pieces: modules.py's section, from the second pass (stream_pass.py).
+
+Takes what the second pass hands it, piece by piece: the piece's module
+records, its new blocks, its ended blocks (each with its final module and
+tag, once its reason is known), and at the peak the blocks live then;
+gives `Modules` and its sentences, with the same rows as modules.modules
+gives for the log read whole (the shared steps are modules.py's):
+
+- a block's module is the current one at its ALLOC (modules.current_modules),
+  carried with the block while it lives, and a tag (ranges.holders, among
+  the blocks live in the piece: those carried, the piece's, those from
+  before the log) replaces it;
+- at each phase's peak (Scan.alloc_peaks: known before the second pass),
+  the bytes per module come from each block as it ends: it adds its size,
+  under its final module, to every such moment it was live at (a
+  difference array per module over the moments: no block is kept);
+- at the peak, the blocks live then are followed to their end (`Followed`,
+  columns, as stream_details.py's details read them): their final module,
+  tag and reason give the rows, and the HTML page lists the largest of
+  each module from them.
+
+Nothing is kept per block but the followed blocks' columns.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Callable
+
+import numpy as np
+
+from .._records import MODULE, MODULE_NAME, MODULE_TAG
+from .categorize import CATEGORY_CODE, Category
+from .classify import REASON_CODE, Reason
+from .modules import Modules, add_phase, current_modules, held_at, module_rows, named_peaks, what_codes
+from .ranges import holders
+from .stream_details import detail_alloc, detail_orphan, with_end
+from .stream_running import INT_MAX
+from .stream_scan import Scan
+
+# The block table's columns a followed block keeps (stream_details.detail_alloc reads them), then its end.
+_ALLOC_COLUMNS = ("ordinal", "addr", "size", "block_size", "phase", "site", "category", "occ", "alloc_i", "time",
+                  "stack", "module", "tag")
+_END_COLUMNS = ("free_i", "free_t", "free_phase", "free_stack", "free_site", "returned", "rerun", "reason")
+_BEFORE_LOG, _PERSISTENT = CATEGORY_CODE[Category.BEFORE_LOG], REASON_CODE[Reason.PERSISTENT]
+
+
+class Followed:
+    """The blocks live at one moment, as columns (the block table's, then their end: -1 until they end)."""
+
+    def __init__(self, bt: dict[str, np.ndarray], rows: np.ndarray, orphans: np.ndarray, orphan_reasons: np.ndarray
+                 ) -> None:
+        self.orphans = orphans  # the blocks from before the log live then (their indices), and their reasons
+        self.orphan_reasons = orphan_reasons
+        self.cols = {c: bt[c][rows].copy() for c in _ALLOC_COLUMNS}
+        for c in _END_COLUMNS:
+            self.cols[c] = np.full(rows.size, -1, dtype=np.int64)
+
+    def ended(self, ordinal: np.ndarray, ends: dict[str, np.ndarray]) -> None:
+        """Blocks (by ordinal) that ended, with their end columns and final module and tag."""
+        if not ordinal.size or not self.cols["ordinal"].size:
+            return
+        pos = np.minimum(np.searchsorted(self.cols["ordinal"], ordinal), self.cols["ordinal"].size - 1)
+        hit = self.cols["ordinal"][pos] == ordinal
+        for name, values in ends.items():
+            self.cols[name][pos[hit]] = values[hit]
+
+
+class ModulesFollower:
+    """The modules section's part of the second pass (module docstring). Per piece: `new_blocks`, then `tags`,
+    then `ended` and `orphans_ended`; `capture` at the peak; `finish` at the end of the log."""
+
+    def __init__(self, scan: Scan) -> None:
+        self.scan = scan
+        self.current = 0  # the module current after the pieces read
+        self.names: list[tuple[int, int]] = []  # (module id, string id) of each MODULE_NAME record
+        n_orphans = len(scan.orphans["addr"])
+        self.orphan_module = np.zeros(n_orphans, dtype=np.int64)
+        self.orphan_tag = np.zeros(n_orphans, dtype=np.int64)
+        self.unmatched = 0
+        self.seen: set[int] = set()  # every block's final module
+        self.moments = np.unique(np.fromiter(scan.alloc_peaks.values(), dtype=np.int64, count=len(scan.alloc_peaks)))
+        self.diff: dict[int, np.ndarray] = {}  # module -> bytes coming live (+) and going (-) at each moment
+        self.followed: Followed | None = None
+
+    # -- pieces --------------------------------------------------------------------------------------
+    def new_blocks(self, t: Any, base: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The module (current at the alloc) and tag (none yet) of the piece's new blocks, at its rows `rows`."""
+        kind = t.kind
+        for r in np.flatnonzero(kind == MODULE_NAME).tolist():
+            self.names.append((int(t.size[r]), int(t.stack[r])))
+        at = np.flatnonzero(kind == MODULE)
+        module = current_modules(base + rows, base + at, t.size[at].astype(np.int64), self.current)
+        if at.size:
+            self.current = int(t.size[at[-1]])
+        return module, np.zeros(rows.size, dtype=np.int64)
+
+    def tags(self, bt: dict[str, np.ndarray], t: Any, base: int) -> None:
+        """The piece's tags: each names the block live then that holds its address (modules._apply_tags)."""
+        rows = np.flatnonzero(t.kind == MODULE_TAG)
+        if not rows.size:
+            return
+        o = self.scan.orphans
+        live_o = np.flatnonzero(o["free_i"] > base)  # before the log: live from its opening to their free
+        start = np.concatenate((o["addr"][live_o], bt["addr"]))
+        size = np.concatenate((o["block_size"][live_o], bt["block_size"]))
+        made = np.concatenate((np.full(live_o.size, -1, dtype=np.int64), bt["alloc_i"]))
+        ends = np.concatenate((o["free_i"][live_o], bt["end"]))
+        got = holders(t.addr[rows], base + rows, start, size, made, ends)
+        self.unmatched += int((got < 0).sum())
+        hit = got >= 0
+        target, module, role = got[hit], t.size[rows][hit].astype(np.int64), t.flags[rows][hit].astype(np.int64)
+        # a block's later tag wins: keep each block's last
+        last = target.size - 1 - np.unique(target[::-1], return_index=True)[1]
+        target, module, role = target[last], module[last], role[last]
+        orphan = target < live_o.size
+        self.orphan_module[live_o[target[orphan]]] = module[orphan]
+        self.orphan_tag[live_o[target[orphan]]] = role[orphan]
+        bt["module"][target[~orphan] - live_o.size] = module[~orphan]
+        bt["tag"][target[~orphan] - live_o.size] = role[~orphan]
+
+    def ended(self, bt: dict[str, np.ndarray], ended: np.ndarray, ends: dict[str, np.ndarray]) -> None:
+        """Blocks of the table that ended in this piece (positions `ended`); `ends`: their end columns."""
+        module = bt["module"][ended]
+        self._live(module, bt["block_size"][ended], bt["alloc_i"][ended], ends["free_i"])
+        if self.followed is not None:
+            self.followed.ended(bt["ordinal"][ended], dict(ends, module=module, tag=bt["tag"][ended]))
+
+    def orphans_ended(self, k: np.ndarray, free_i: np.ndarray) -> None:
+        """Blocks from before the log (their indices) freed in this piece, at `free_i`."""
+        self._live(self.orphan_module[k], self.scan.orphans["block_size"][k], np.full(k.size, -1), free_i)
+
+    def capture(self, bt: dict[str, np.ndarray], rows: np.ndarray, orphans: np.ndarray, orphan_reasons: np.ndarray,
+                t: Any, base: int) -> None:
+        """The peak, in piece t (its first event: `base`): the table's blocks live then (positions `rows`) and
+        those from before the log (indices `orphans`, with their reasons). Those that ended later in the piece
+        have their end."""
+        self.followed = Followed(bt, rows, orphans, orphan_reasons)
+        done = rows[bt["end"][rows] != INT_MAX]
+        self.followed.ended(bt["ordinal"][done], end_columns(t, base, bt["end"][done] - base, bt["real"][done] > 0,
+                                                             bt["free_site"][done], bt["returned"][done],
+                                                             bt["rerun"][done], bt["reason"][done]))
+
+    def finish(self, bt: dict[str, np.ndarray]) -> None:
+        """The end of the log: the blocks still live."""
+        n = len(bt["ordinal"])
+        self._live(bt["module"], bt["block_size"], bt["alloc_i"], np.full(n, INT_MAX, dtype=np.int64))
+        if self.followed is not None:
+            self.followed.ended(bt["ordinal"], {"module": bt["module"], "tag": bt["tag"],
+                                                "reason": np.full(n, _PERSISTENT, dtype=np.int64)})
+
+    def _live(self, module: np.ndarray, size: np.ndarray, alloc_i: np.ndarray, end: np.ndarray) -> None:
+        """Blocks whose module is final: each counts at the moments it was live at (alloc_i <= moment < end)."""
+        if not module.size:
+            return
+        self.seen.update(np.unique(module).tolist())
+        lo = np.searchsorted(self.moments, alloc_i, side="left")
+        hi = np.searchsorted(self.moments, end, side="left")
+        some = np.flatnonzero(hi > lo)
+        if not some.size:
+            return
+        module, size, lo, hi = module[some], size[some].astype(np.int64), lo[some], hi[some]
+        ids, inverse = np.unique(module, return_inverse=True)
+        for g, m in enumerate(ids.tolist()):
+            sel = inverse.reshape(-1) == g
+            diff = self.diff.setdefault(m, np.zeros(self.moments.size + 1, dtype=np.int64))
+            np.add.at(diff, lo[sel], size[sel])
+            np.subtract.at(diff, hi[sel], size[sel])
+
+    # -- the section ---------------------------------------------------------------------------------
+    def modules(self, strings: dict[int, str], phase_name: Callable[[int], str], peak: int) -> Modules:
+        """The section's `Modules` (modules.modules' rows; per block only those followed)."""
+        names = {m: strings.get(s, f"module #{m}") for m, s in self.names}
+        empty = np.zeros(0, dtype=np.int64)
+        result = Modules(empty, empty, names, peak, {}, [], self.unmatched)
+        if not names and not any(self.seen):
+            return result  # no module records: a log written without track()'s modules
+        result.phase_peaks = named_peaks(self.scan.alloc_peaks, phase_name)
+        _, module, what, size = self.peak_blocks()
+        held, count = held_at(module, what, size)
+        totals = {m: np.cumsum(d)[:-1] for m, d in self.diff.items()}
+        ids = np.array(sorted(totals), dtype=np.int64)
+        by_phase: dict[int, dict[str, int]] = defaultdict(dict)
+        for phase, i in result.phase_peaks.items():
+            j = int(np.searchsorted(self.moments, i))
+            add_phase(by_phase, phase, ids, np.array([totals[m][j] for m in ids.tolist()], dtype=np.int64))
+        result.rows = module_rows(result, held, count, by_phase)
+        return result
+
+    def peak_blocks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The blocks live at the peak, in the blocks' order: index (k), final module, what it is (WHAT), size."""
+        f = self.followed
+        if f is None:
+            return tuple(np.zeros(0, np.int64) for _ in range(4))  # type: ignore[return-value]
+        o, c = self.scan.orphans, f.cols
+        k = np.concatenate((f.orphans, len(o["addr"]) + c["ordinal"]))
+        module = np.concatenate((self.orphan_module[f.orphans], c["module"]))
+        category = np.concatenate((np.full(f.orphans.size, _BEFORE_LOG), c["category"]))
+        reason = np.concatenate((f.orphan_reasons, c["reason"]))
+        tag = np.concatenate((self.orphan_tag[f.orphans], c["tag"]))
+        size = np.concatenate((o["block_size"][f.orphans], c["block_size"]))
+        return k, module, what_codes(category, reason, tag), size
+
+    def peak_details(self, positions: list[int], site: int) -> list[dict[str, Any]]:
+        """Details (stream_details) of blocks live at the peak, by their position among them (peak_blocks')."""
+        f = self.followed
+        assert f is not None
+        out = []
+        first = len(self.scan.orphans["addr"])
+        for j in positions:
+            if j < f.orphans.size:
+                k = int(f.orphans[j])
+                out.append(detail_orphan(self.scan.orphans, k, site, self.scan.first_ns, int(f.orphan_reasons[j]),
+                                         int(self.orphan_module[k]), int(self.orphan_tag[k])))
+                continue
+            b = j - f.orphans.size
+            d = detail_alloc(first, f.cols, b)
+            if f.cols["free_i"][b] >= 0:
+                with_end(d, *(f.cols[c][b] for c in _END_COLUMNS))
+            out.append(d)
+        return out
+
+
+
+def end_columns(t: Any, base: int, rows: np.ndarray, real: np.ndarray, free_site: np.ndarray, returned: np.ndarray,
+                rerun: np.ndarray, reason: np.ndarray) -> dict[str, np.ndarray]:
+    """The end columns (Followed's) of blocks that ended at rows `rows` of piece t (its first event: `base`),
+    by a free where `real`, with their reason and what it names."""
+    return {"free_i": base + rows, "free_t": t.time_ns[rows], "free_phase": t.phase[rows].astype(np.int64),
+            "free_stack": np.where(real, t.stack[rows], 0), "free_site": free_site, "returned": returned,
+            "rerun": np.asarray(rerun).astype(np.int64), "reason": reason}

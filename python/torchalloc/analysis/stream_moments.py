@@ -1,0 +1,73 @@
+"""The moments the streamed analysis' second pass keeps the live blocks at, known after the first pass.
+
+Takes the first pass' `Scan` (and the log's strings, for marker labels);
+gives the anatomies' moments (the peaks, the first marker of each of the
+first MARKER_ANATOMIES labels, the moments asked for with --at) and the
+HTML page's (report/data.py's moments: the timeline's samples, the markers
+it draws, the peak, every OOM; the first OOMs and the peak always held).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..log.chunks import ChunkedLog
+from ..printable import printable
+from .anatomy import MARKER_ANATOMIES
+from .stream_scan import Scan
+
+PAGE_MAX_MARKERS = 200  # report_svg.MAX_MARKERS: the markers the page draws
+PRIORITY_OOMS = 10  # report_data.PRIORITY_OOMS
+
+
+def is_time(x: Any) -> bool:
+    """Whether index_at would read `x` as a time (a number, or text that parses as one once "s" is cut)."""
+    if isinstance(x, (int, float)):
+        return True
+    if x in ("peak", "peak_reserved", "end", "oom"):
+        return False
+    try:
+        float(str(x).rstrip("s"))
+        return True
+    except ValueError:
+        return False
+
+
+def anatomy_moments(log: ChunkedLog, s: Scan, at: Sequence[str | float]) -> list[int]:
+    """The peak, the first marker of each label (the first MARKER_ANATOMIES labels), and the `at` moments."""
+    if not s.n:
+        return []
+    first_of_text: dict[str, int] = {}
+    for lid, i in s.marker_first.items():
+        text = printable(log.strings.get(lid, ""))
+        first_of_text[text] = min(i, first_of_text.get(text, i))
+    out = {s.peak_i, s.rpeak_i}  # the peaks: also the reserve section's moments
+    shown: set[str] = set()  # a set: a list's `in` made this markers times labels
+    for _, label, _, _ in s.markers:
+        text = printable(log.strings.get(label, ""))
+        if text not in shown:
+            shown.add(text)
+            if len(shown) > MARKER_ANATOMIES:
+                break
+            out.add(first_of_text[text])
+    special = {"peak": s.peak_i, "peak_reserved": s.rpeak_i, "end": s.n - 1}
+    if s.ooms:
+        special["oom"] = int(s.ooms[0]["index"])
+    for x in at:
+        if isinstance(x, str) and x in special:
+            out.add(special[x])
+        elif isinstance(x, str) and x in first_of_text:
+            out.add(first_of_text[x])
+        elif is_time(x):
+            out.add(s.at_time[float(x.rstrip("s")) if isinstance(x, str) else float(x)])
+    return sorted(out)
+
+
+def page_moments(s: Scan) -> tuple[np.ndarray, set[int]]:
+    """report_data.moments: the samples, the first markers, the peak and every OOM; the priority ones."""
+    marks = [m[0] for m in s.markers[:PAGE_MAX_MARKERS]]
+    ooms = [int(o["index"]) for o in s.ooms]
+    moments = np.unique(np.concatenate((s.samples, np.asarray(marks, dtype=np.int64),
+                                        np.asarray([s.peak_i] + ooms, dtype=np.int64))))
+    return moments.astype(np.int64), {s.peak_i, *ooms[:PRIORITY_OOMS]}

@@ -1,0 +1,180 @@
+"""Reserved memory for a log read in pieces: reserve.py's section, from the second pass (stream_pass.py).
+
+Takes what the second pass hands it, piece by piece: the piece's records
+(segment records, ALLOCs) and its new and ended blocks; feeds them to
+reserve_terms.Terms, the computation reserve.py feeds a whole log to, and
+keeps its sums at the timeline's samples (the page's fragmentation band)
+and at the peaks of reserved and allocated, where the pass keeps the
+blocks live (anatomy snapshots, each block with its segment). Gives
+`Reserve` with the same rows and sentences as reserve.reserve.
+
+The replays: as the pass reads the pieces, their replay events
+(trace_stream.to_events, the events `torchalloc replay` feeds) go, after
+those of the blocks from before the log, to one C replay per policy
+(_lib.ReplayRun) on a thread of their own: the replays run beside the pass
+and need no more reading of the log.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any
+
+import numpy as np
+
+from .. import _lib
+from .._records import ALLOC, FREE, PHASE_BEGIN, PHASE_END, SEGMENT_ALLOC, SEGMENT_EXPANDABLE
+from ..log.chunks import ChunkedLog
+from ..log.trace_stream import to_events
+from ..replay.engine import DEFAULT_POLICIES
+from .categorize import CATEGORIES
+from .reserve import Reserve, ReserveMoment, assembled, moment, policy_name, replay_rows, replayed
+from .reserve_terms import Terms, split
+from .stream_ooms import before_log_events
+from .stream_scan import BIT_PERSISTENT, Scan
+from .stream_table import device_pieces
+
+_REPLAYED = (ALLOC, FREE, PHASE_BEGIN, PHASE_END)  # the records a replay is fed (oom_alternatives.events_until's)
+
+
+class ReserveFollower:
+    """The reserve section's part of the second pass (module docstring). Per piece: `new_blocks`, then `step`;
+    `finish` at the end of the log; then `reserve` once the analysis is built."""
+
+    def __init__(self, log: ChunkedLog, scan: Scan) -> None:
+        self.log, self.scan = log, scan
+        self.moments = np.unique(np.array([scan.rpeak_i, scan.peak_i] if scan.n else [], dtype=np.int64))
+        self.terms = Terms(self.moments)
+        self.fragmented = np.zeros(scan.samples.size, dtype=np.int64)  # at the timeline's samples
+        self.sums: dict[int, np.ndarray] = {}  # moment -> Terms' sums after it
+        self.policies = np.zeros(256, dtype=np.int64)  # allocations per policy id
+        self.expandable = False  # an expandable segment was mapped
+        self.replays = _Replays(before_log_events(scan)) if scan.n else None
+
+    def new_blocks(self, t: Any, base: int, rows: np.ndarray) -> np.ndarray:
+        """The piece's records (from event `base`); the segment of each of its new blocks (at rows `rows`)."""
+        kind = t.kind
+        self.terms.segments(base, kind, t.addr, t.size, t.flags)
+        self.policies += np.bincount(t.policy[kind == ALLOC], minlength=256)
+        mapped = (kind == SEGMENT_ALLOC) & ((t.flags & SEGMENT_EXPANDABLE) != 0)
+        self.expandable = self.expandable or bool(mapped.any())
+        if self.replays is not None:
+            self.replays.feed(to_events(t.records[np.isin(kind, _REPLAYED)]))
+        return self.terms.owners(t.addr[rows], base + rows)
+
+    def step(self, bt: dict[str, np.ndarray], nc: int, ended: np.ndarray, end_i: np.ndarray, base: int, m: int) -> None:
+        """The piece's blocks: the new ones (the table's rows from nc on) and those ended (rows `ended`, at
+        events `end_i`); keeps the sums at the samples and the moments in the piece."""
+        persistent = (self.scan.bits[bt["ordinal"][nc:]] & BIT_PERSISTENT) != 0
+        sums = self.terms.step(base, m, (bt["seg"][nc:], bt["alloc_i"][nc:], bt["block_size"][nc:], persistent),
+                               (bt["seg"][ended], end_i, bt["block_size"][ended]))
+        samples = self.scan.samples
+        here = np.flatnonzero((samples >= base) & (samples < base + m))
+        self.fragmented[here] = sums[1, samples[here] - base] - sums[3, samples[here] - base]
+        for i in self.moments[(self.moments >= base) & (self.moments < base + m)].tolist():
+            self.sums[i] = sums[:, i - base].copy()
+
+    def finish(self) -> None:
+        if self.replays is not None:
+            self.replays.done()
+
+    # -- the section ---------------------------------------------------------------------------------
+    def reserve(self, a: Any) -> Reserve:
+        """reserve.reserve for the streamed analysis `a` (its snapshots, levels and sites)."""
+        s = self.scan
+        if not s.n:
+            return Reserve([], "caching", [], [])
+        moments = [self._moment(a, s.rpeak_i, "peak reserved")]
+        if s.peak_i != s.rpeak_i:
+            moments.append(self._moment(a, s.peak_i, "peak allocated"))
+        mine = policy_name(self.policies, self.expandable)
+
+        def replay() -> tuple[str, list[Any]]:
+            assert self.replays is not None
+            names = replayed(mine)
+            results = self.replays.results()
+            if mine not in results:  # a policy outside DEFAULT_POLICIES recorded it: one more reading
+                results[mine] = _replay_again(self.log, s, mine)
+            return mine, replay_rows(mine, names, [results[p] for p in names])
+
+        return assembled(moments, self.terms.count, mine, replay)
+
+    def _moment(self, a: Any, i: int, at: str) -> ReserveMoment:
+        segs = self.terms.at(i)
+        sums = self.sums[i]
+        reserved, allocated = a.reserved_at(i), a.allocated_at(i)
+        fragmented, cached = int(sums[1] - sums[3]), int(sums[0])
+        mapped_free, before_log = split(reserved, allocated, fragmented, cached, int(sums[2] - sums[4]))
+        snap = a.passed.snapshots[i]
+        mine = np.flatnonzero(snap["seg"] >= 0)
+        site, phase, category = snap["site"][mine], snap["phase"][mine], snap["category"][mine]
+
+        def describe(j: int) -> tuple[str, str, str, str]:
+            where = a.site(int(site[j]))
+            return where.label, where.location, a.phase_name(int(phase[j])), str(CATEGORIES[int(category[j])])
+
+        live = {"owner": snap["seg"][mine], "block_size": snap["block_size"][mine], "addr": snap["addr"][mine],
+                "alloc_t": snap["alloc_t"][mine]}
+        terms = (reserved, allocated, fragmented, cached, mapped_free, before_log)
+        return moment(at, i, a.time_s(i), a.passed.levels_at[i][2], terms, segs, live, describe)
+
+
+class _Replays:
+    """One C replay per policy of DEFAULT_POLICIES, fed the same events piece by piece on a thread of their own
+    (ctypes releases the GIL: they run beside the pass). An error (no library, events the replay refuses) is
+    kept and raised when the results are asked for."""
+
+    def __init__(self, head: np.ndarray) -> None:
+        self.error: BaseException | None = None
+        self.runs: dict[str, _lib.ReplayRun] = {}
+        try:
+            self.runs = {p: _lib.ReplayRun(p, 0) for p in DEFAULT_POLICIES}
+        except (_lib.LibraryError, _lib.ReplayError) as e:
+            self.error = e
+        self.got: dict[str, dict[str, Any]] | None = None
+        self.pieces: queue.Queue[np.ndarray | None] = queue.Queue(maxsize=4)
+        self.thread = threading.Thread(target=self._work, name="torchalloc-replays", daemon=True)
+        self.thread.start()
+        self.feed(head)
+
+    def feed(self, events: np.ndarray) -> None:
+        if self.error is None and len(events):
+            self.pieces.put(events)
+
+    def done(self) -> None:
+        self.pieces.put(None)
+
+    def _work(self) -> None:
+        stopped: set[str] = set()  # runs that met an OOM: later events are ignored
+        while True:
+            events = self.pieces.get()
+            if events is None:
+                return
+            if self.error is not None:
+                continue
+            try:
+                for name, run in self.runs.items():
+                    if name not in stopped and run.feed(events.ctypes.data, len(events)):
+                        stopped.add(name)
+            except BaseException as e:  # kept for the results; the pass goes on
+                self.error = e
+
+    def results(self) -> dict[str, dict[str, Any]]:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        if self.got is None:
+            self.got = {name: run.end() for name, run in self.runs.items()}
+        return dict(self.got)
+
+
+def _replay_again(log: ChunkedLog, scan: Scan, policy: str) -> dict[str, Any]:
+    """One more replay, under `policy`, reading the log again."""
+    run = _lib.ReplayRun(policy, 0)
+    head = before_log_events(scan)
+    if not len(head) or not run.feed(head.ctypes.data, len(head)):
+        for piece in device_pieces(log, scan.device):
+            events = to_events(piece.table.records[np.isin(piece.table.kind, _REPLAYED)])
+            if len(events) and run.feed(events.ctypes.data, len(events)):
+                break
+    return run.end()
