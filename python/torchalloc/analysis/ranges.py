@@ -37,14 +37,17 @@ def holders(addr: np.ndarray, at: np.ndarray, start: np.ndarray, size: np.ndarra
     e_values, e_rank = np.unique(F, return_inverse=True)
     span = e_values.size
     live_until = e_values[np.maximum.accumulate(gid * span + e_rank.reshape(-1)) - gid * span]
-    # (start, made) as one sortable key; the questions' indices in the same rank space
-    t_values = np.unique(np.concatenate((A, at)))
-    t_span = t_values.size + 1
-    key = gid * t_span + np.searchsorted(t_values, A)
-    at_rank = np.searchsorted(t_values, at)
+    # (start, made) as one sortable key: made + 1 (>= 0) below a span per start; a question's index caps at the span
+    span_t = int(A.max()) + 2
+    if int(gid[-1]) + 1 > (1 << 62) // span_t:  # (indices too large for one int64 key: ranks instead)
+        t_values = np.unique(np.concatenate((A, at)))
+        span_t = t_values.size + 1
+        key, at_key = gid * span_t + np.searchsorted(t_values, A) + 1, np.searchsorted(t_values, at) + 1
+    else:
+        key, at_key = gid * span_t + A + 1, np.minimum(at + 1, span_t)
 
     def last_made_before(g: np.ndarray, todo: np.ndarray) -> np.ndarray:
-        return np.searchsorted(key, g * t_span + at_rank[todo], side="left") - 1
+        return np.searchsorted(key, g * span_t + at_key[todo], side="left") - 1
 
     todo = np.arange(addr.size)
     g = table.reaching(np.searchsorted(S[first], addr, side="right") - 1, addr)
@@ -80,6 +83,15 @@ class _JumpTable:
 
     def reaching(self, g: np.ndarray, addr: np.ndarray) -> np.ndarray:
         """For each g (a start's rank, -1: none), the highest rank <= g whose ranges end above addr; -1: none."""
+        cur = g.copy()
+        there = (cur >= 0) & (self.levels[0][np.maximum(cur, 0)] > addr)  # most: the start itself reaches
+        if there.all():
+            return cur
+        todo = np.flatnonzero(~there)
+        cur[todo] = self._down(cur[todo], addr[todo])
+        return cur
+
+    def _down(self, g: np.ndarray, addr: np.ndarray) -> np.ndarray:
         cur = g.copy()
         for k in range(len(self.levels) - 1, -1, -1):
             w = 1 << k

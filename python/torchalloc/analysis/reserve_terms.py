@@ -54,27 +54,30 @@ class Segments:
 
 
 class _Rows:
-    """The segment rows still needed, as growing columns in order of their ids (a log may map millions of runs:
-    no Python object per row, and a row goes once it is unmapped and holds no live block)."""
+    """The segment rows still needed, as columns in order of their ids (a log may map millions of runs: no
+    Python object per row, and a row goes once it is unmapped and holds no live block)."""
 
     def __init__(self) -> None:
         self.n = 0
-        self.made = 0  # rows ever made: the next id
         self.cols = {"id": np.zeros(64, np.int64), "start": np.zeros(64, np.uint64), "size": np.zeros(64, np.int64),
                      "alloc_i": np.zeros(64, np.int64), "free_i": np.zeros(64, np.int64),
                      "expandable": np.zeros(64, bool), "count": np.zeros(64, np.int64),
                      "persistent": np.zeros(64, np.int64)}
 
-    def add(self, start: int, size: int, at: int, expandable: bool) -> int:
-        if self.n == len(self.cols["start"]):
-            self.cols = {k: np.concatenate((v, np.zeros_like(v))) for k, v in self.cols.items()}
-        j, k = self.n, self.made
-        c = self.cols
-        c["id"][j], c["start"][j], c["size"][j], c["alloc_i"][j], c["free_i"][j] = k, start, size, at, NEVER
-        c["expandable"][j], c["count"][j], c["persistent"][j] = expandable, 0, 0
-        self.n += 1
-        self.made += 1
-        return k
+    def extend(self, made: list[tuple[int, int, int, int, bool]]) -> None:
+        """New rows: (id, start, size, alloc index, expandable), ids ascending and above those held."""
+        if not made:
+            return
+        need = self.n + len(made)
+        if need > len(self.cols["id"]):
+            self.cols = {k: np.concatenate((v[: self.n], np.zeros(max(need, 2 * self.n), v.dtype)))
+                         for k, v in self.cols.items()}
+        for name, values in zip(("id", "start", "size", "alloc_i", "expandable"), zip(*made)):
+            self.cols[name][self.n: need] = values
+        for name in ("count", "persistent"):
+            self.cols[name][self.n: need] = 0
+        self.cols["free_i"][self.n: need] = NEVER
+        self.n = need
 
     def at(self, ids: Any) -> Any:
         """Positions of rows (by id) in the columns."""
@@ -99,62 +102,68 @@ class Terms:
 
     def __init__(self, moments: Any = ()) -> None:
         self.rows = _Rows()
-        self.live: dict[int, int] = {}  # start -> row id, of the rows still mapped
+        self.count = 0  # segment rows the log made: the next row's id
+        self.live: dict[int, tuple[int, int, bool]] = {}  # start -> (row id, size, expandable) of the mapped rows
         self.starts: list[int] = []  # their starts, sorted
         self.widest = 0  # the largest size a mapped row ever had: how far below a range a row may reach into it
+        self.overlapped = False  # two mapped rows overlapped once (a damaged log): an unmap looks further down
         self.open: set[int] = set()  # rows with no free yet
-        self.made: list[int] = []  # rows made in the current piece
-        self.unmapped: list[int] = []  # rows unmapped in the current piece
+        self.made: list[tuple[int, int, int, int, bool]] = []  # rows made in the current piece (_Rows.extend's)
+        self.unmapped: list[tuple[int, int]] = []  # (row id, free index) of the rows unmapped in it
         self.sums = np.zeros(5, dtype=np.int64)  # cached, occupied, mapped, in plain segments, in expandable ones
         self.moments = np.unique(np.asarray(moments, dtype=np.int64))
         self.captured: dict[int, Segments] = {}
 
     # -- segment records ---------------------------------------------------------------------------
     def segments(self, base: int, kind: np.ndarray, addr: np.ndarray, size: np.ndarray, flags: np.ndarray) -> None:
-        """The piece's records (event indices base + row); only its SEGMENT_ALLOC and SEGMENT_FREE ones count."""
+        """The piece's records (event indices base + row); only its SEGMENT_ALLOC and SEGMENT_FREE ones count.
+        The records are followed in Python dicts; the columns take the piece's rows and unmaps at once."""
         self.made, self.unmapped = [], []
         rows = np.flatnonzero((kind == SEGMENT_ALLOC) | (kind == SEGMENT_FREE))
         for r, k, a, z, f in zip(rows.tolist(), kind[rows].tolist(), addr[rows].tolist(), size[rows].tolist(),
                                  flags[rows].tolist()):
             if k == SEGMENT_ALLOC:
-                self._map(int(a), int(z), base + r, bool(f & SEGMENT_EXPANDABLE))
+                self._map(a, z, base + r, bool(f & SEGMENT_EXPANDABLE))
             else:
-                self._unmap(int(a), int(z), base + r)
+                self._unmap(a, z, base + r)
+        self.rows.extend(self.made)
+        if self.unmapped:
+            ids, at = zip(*self.unmapped)
+            self.rows.cols["free_i"][self.rows.at(np.array(ids, dtype=np.int64))] = at
 
     def _map(self, a: int, z: int, i: int, expandable: bool) -> None:
-        k = self.rows.add(a, z, i, expandable)
+        k = self.count
+        self.count += 1
+        self.made.append((k, a, z, i, expandable))
         if a not in self.live:  # (mapped again over a mapped start: the older row stays mapped, unreachable)
-            bisect.insort(self.starts, a)
-        self.live[a] = k
+            j = bisect.bisect_left(self.starts, a)
+            below = self.starts[j - 1] if j else None
+            if (below is not None and below + self.live[below][1] > a) or \
+                    (j < len(self.starts) and self.starts[j] < a + z):
+                self.overlapped = True
+            self.starts.insert(j, a)
+        self.live[a] = (k, z, expandable)
         self.open.add(k)
-        self.made.append(k)
         self.widest = max(self.widest, z)
 
     def _unmap(self, a: int, z: int, i: int) -> None:
         hi = a + max(z, 1)
-        lo_k = bisect.bisect_right(self.starts, a - self.widest)
+        # mapped rows never overlap in a sound log: only the one starting at or below `a` may reach into the range
+        lo_k = bisect.bisect_right(self.starts, a - self.widest if self.overlapped else a)
+        lo_k = lo_k if self.overlapped else max(lo_k - 1, 0)
         hi_k = bisect.bisect_left(self.starts, hi)
-        r = self.rows
-        size = r["size"]
-        hits = [s for s in self.starts[lo_k:hi_k] if s + int(size[r.at(self.live[s])]) > a]
+        hits = [s for s in self.starts[lo_k:hi_k] if s + self.live[s][1] > a]
         # none: a segment made before the log began
         for s in hits:
-            k = self.live.pop(s)
-            self.starts.remove(s)
-            j = int(r.at(k))
-            r.cols["free_i"][j] = i
+            k, size, x = self.live.pop(s)
+            del self.starts[bisect.bisect_left(self.starts, s)]
             self.open.discard(k)
-            self.unmapped.append(k)
-            e, x = s + int(r["size"][j]), bool(r["expandable"][j])
+            self.unmapped.append((k, i))
+            e = s + size
             if a > s:  # the part before the unmapped range stays mapped
                 self._map(s, a - s, i, x)
             if a + z < e:
                 self._map(a + z, e - a - z, i, x)
-
-    @property
-    def count(self) -> int:
-        """Segment rows the log made."""
-        return self.rows.made
 
     def at(self, i: int) -> Segments:
         """The rows held just after moment i (one of `moments`): every row mapped then, and every row holding a
@@ -164,7 +173,7 @@ class Terms:
     # -- blocks ------------------------------------------------------------------------------------
     def owners(self, addr: np.ndarray, alloc_i: np.ndarray) -> np.ndarray:
         """The segment row (id) of each block allocated in the current piece (-1: none the log saw)."""
-        cand = np.array(sorted(self.open.union(self.unmapped)), dtype=np.int64)
+        cand = np.array(sorted(self.open.union(k for k, _ in self.unmapped)), dtype=np.int64)
         if not cand.size:
             return np.full(len(addr), -1, dtype=np.int64)
         r = self.rows
@@ -206,15 +215,14 @@ class Terms:
             np.add.at(delta[1], at[plain], -became_empty[plain] * z[plain])
             np.add.at(delta[3], at[plain], nbytes[plain])
             np.add.at(delta[4], at[~plain], nbytes[~plain])
-        for k in self.made:  # segment records: few
-            j = int(r.at(k))
-            z, x = int(r["size"][j]), bool(r["expandable"][j])
-            delta[2 if x else 0, int(r["alloc_i"][j]) - base] += z
-        for k in self.unmapped:
-            j = int(r.at(k))
-            z, x = int(r["size"][j]), bool(r["expandable"][j])
+        if self.made:  # the piece's segment records
+            j = r.at(np.array([row[0] for row in self.made], dtype=np.int64))
+            np.add.at(delta, (np.where(r["expandable"][j], 2, 0), r["alloc_i"][j] - base), r["size"][j])
+        if self.unmapped:
+            j = r.at(np.array([k for k, _ in self.unmapped], dtype=np.int64))
             # a plain segment unmapped while it holds a block never freed leaves the occupied bytes
-            delta[2 if x else 0 if r["persistent"][j] == 0 else 1, int(r["free_i"][j]) - base] -= z
+            term = np.where(r["expandable"][j], 2, np.where(r["persistent"][j] == 0, 0, 1))
+            np.subtract.at(delta, (term, r["free_i"][j] - base), r["size"][j])
         sums = self.sums[:, None] + np.cumsum(delta, axis=1)
         if m:
             self.sums = sums[:, -1].copy()

@@ -34,7 +34,8 @@ from .stream_ooms import before_log_events
 from .stream_scan import BIT_PERSISTENT, Scan
 from .stream_table import device_pieces
 
-_REPLAYED = (ALLOC, FREE, PHASE_BEGIN, PHASE_END)  # the records a replay is fed (oom_alternatives.events_until's)
+_REPLAYED = np.zeros(256, dtype=bool)  # the records a replay is fed (oom_alternatives.events_until's), by kind
+_REPLAYED[[ALLOC, FREE, PHASE_BEGIN, PHASE_END]] = True
 
 
 class ReserveFollower:
@@ -59,7 +60,7 @@ class ReserveFollower:
         mapped = (kind == SEGMENT_ALLOC) & ((t.flags & SEGMENT_EXPANDABLE) != 0)
         self.expandable = self.expandable or bool(mapped.any())
         if self.replays is not None:
-            self.replays.feed(to_events(t.records[np.isin(kind, _REPLAYED)]))
+            self.replays.feed(to_events(t.records[_REPLAYED[kind]]))
         return self.terms.owners(t.addr[rows], base + rows)
 
     def step(self, bt: dict[str, np.ndarray], nc: int, ended: np.ndarray, end_i: np.ndarray, base: int, m: int) -> None:
@@ -174,7 +175,7 @@ def _replay_again(log: ChunkedLog, scan: Scan, policy: str) -> dict[str, Any]:
     head = before_log_events(scan)
     if not len(head) or not run.feed(head.ctypes.data, len(head)):
         for piece in device_pieces(log, scan.device):
-            events = to_events(piece.table.records[np.isin(piece.table.kind, _REPLAYED)])
+            events = to_events(piece.table.records[_REPLAYED[piece.table.kind]])
             if len(events) and run.feed(events.ctypes.data, len(events)):
                 break
     return run.end()
