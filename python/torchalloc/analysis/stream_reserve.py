@@ -25,6 +25,7 @@ import numpy as np
 from .. import _lib
 from .._records import ALLOC, FREE, PHASE_BEGIN, PHASE_END, SEGMENT_ALLOC, SEGMENT_EXPANDABLE
 from ..log.chunks import ChunkedLog
+from ..log.trace_events import EVENT_DTYPE
 from ..log.trace_stream import to_events
 from ..replay.engine import DEFAULT_POLICIES
 from .categorize import CATEGORIES
@@ -60,7 +61,7 @@ class ReserveFollower:
         mapped = (kind == SEGMENT_ALLOC) & ((t.flags & SEGMENT_EXPANDABLE) != 0)
         self.expandable = self.expandable or bool(mapped.any())
         if self.replays is not None:
-            self.replays.feed(to_events(t.records[_REPLAYED[kind]]))
+            self.replays.feed(t.records)
         return self.terms.owners(t.addr[rows], base + rows)
 
     def step(self, bt: dict[str, np.ndarray], nc: int, ended: np.ndarray, end_i: np.ndarray, base: int, m: int) -> None:
@@ -122,8 +123,8 @@ class ReserveFollower:
 
 class _Replays:
     """One C replay per policy of DEFAULT_POLICIES, fed the same events piece by piece on a thread of their own
-    (ctypes releases the GIL: they run beside the pass). An error (no library, events the replay refuses) is
-    kept and raised when the results are asked for."""
+    (ctypes releases the GIL: they run beside the pass; the thread also turns the pieces' records into events).
+    An error (no library, events the replay refuses) is kept and raised when the results are asked for."""
 
     def __init__(self, head: np.ndarray) -> None:
         self.error: BaseException | None = None
@@ -134,13 +135,14 @@ class _Replays:
             self.error = e
         self.got: dict[str, dict[str, Any]] | None = None
         self.pieces: queue.Queue[np.ndarray | None] = queue.Queue(maxsize=4)
+        self.pieces.put(head)  # the blocks from before the log come first (as events already)
         self.thread = threading.Thread(target=self._work, name="torchalloc-replays", daemon=True)
         self.thread.start()
-        self.feed(head)
 
-    def feed(self, events: np.ndarray) -> None:
-        if self.error is None and len(events):
-            self.pieces.put(events)
+    def feed(self, records: np.ndarray) -> None:
+        """A piece of the device's records (RECORD_DTYPE, not changed after: the thread reads them later)."""
+        if self.error is None and len(records):
+            self.pieces.put(records)
 
     def done(self) -> None:
         self.pieces.put(None)
@@ -148,12 +150,15 @@ class _Replays:
     def _work(self) -> None:
         stopped: set[str] = set()  # runs that met an OOM: later events are ignored
         while True:
-            events = self.pieces.get()
-            if events is None:
+            records = self.pieces.get()
+            if records is None:
                 return
             if self.error is not None:
                 continue
             try:
+                events = records if records.dtype == EVENT_DTYPE else to_events(records[_REPLAYED[records["kind"]]])
+                if not len(events):
+                    continue
                 for name, run in self.runs.items():
                     if name not in stopped and run.feed(events.ctypes.data, len(events)):
                         stopped.add(name)
