@@ -1,4 +1,5 @@
-"""Build synthetic event tables by hand, for tests of the analysis (no C library, no torch)."""
+"""Build logs by hand, event by event, for tests of the analysis (no C library, no torch): as a file
+(`SynthLog.file`, written by synthfile.py) and analysed (`SynthLog.analyze`)."""
 from __future__ import annotations
 
 import atexit
@@ -111,10 +112,6 @@ class SynthLog:
 
     def mark(self, label: str) -> None:
         self._row(kind=A.MARKER, stack=self._string(label), device=-1)
-
-    def table(self) -> A.EventTable:
-        names = {i: n for n, i in self.phase_ids.items()}
-        return A.EventTable.from_rows(self.rows, strings=self.strings, stacks=self.stacks, phase_names=names, path="synthetic")
 
     def file(self, start_ns: int = 0) -> Path:
         """The events as a log file (synthfile.py: opened at `start_ns`, closed by an end record at its last

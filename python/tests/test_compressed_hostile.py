@@ -3,9 +3,9 @@
 312 KB of xz held a header, one record and 2 GiB of zero slots; `report`,
 `replay` and `export` each inflated it whole and reached 4.3 GB resident,
 because whether to read a log in pieces was decided by its compressed size.
-Now a compressed file is inflated a piece at a time, the decision counts
-what it inflates to (log/chunks.py: is_large_log), and a log decoded whole
-keeps none of the zeros it ends with (log/reader.py, _compressed.py). The
+Now a compressed file is inflated a piece at a time, the tools read every
+log in pieces (log/chunks.py), and a log decoded whole (read_log) keeps
+none of the zeros it ends with (log/reader.py, _compressed.py). The
 memory each tool takes is measured with tracemalloc (numpy's buffers are
 traced too): it must stay far below what the file inflates to.
 """
@@ -30,10 +30,11 @@ from torchalloc.log.reader import read_header  # noqa: E402
 from cli_in_process import cli  # noqa: E402
 
 MiB = 1 << 20
-ZEROS = 128 * MiB  # below report's STREAM_FROM_BYTES (decoded whole), above export's and replay's shares
-# The most a tool may hold for that log, as tracemalloc counts it: decoded whole, its two records and the
-# decompressor's buffers; read in pieces, one piece of 16 MiB (DEFAULT_CHUNK_RECORDS) and what is computed
-# from it (about 70 MiB, whatever the log's size). Inflated whole, as before issue 36, it held 128 MiB and more.
+ZEROS = 128 * MiB  # eight of the tools' pieces of 16 MiB
+# The most a tool may hold for that log, as tracemalloc counts it: read_log, its two records and the
+# decompressor's buffers; the tools, reading in pieces, one piece of 16 MiB (DEFAULT_CHUNK_RECORDS) and what is
+# computed from it (about 70 MiB, whatever the log's size). Inflated whole, as before issue 36, it held 128 MiB
+# and more.
 WHOLE_BOUND, PIECES_BOUND = 16 * MiB, 96 * MiB
 
 
@@ -85,21 +86,7 @@ def test_the_log_decodes_whole_without_its_zeros(bomb: Path) -> None:
     assert peak < 8 * MiB and header.status == 0
 
 
-def test_whole_or_in_pieces_is_decided_by_the_inflated_size(bomb: Path) -> None:
-    from torchalloc.log.chunks import EXPORT_SHARE, REPLAY_SHARE, is_large_log
-
-    large, peak = _peak(lambda: [is_large_log(bomb, share=s) for s in (1, REPLAY_SHARE, EXPORT_SHARE)])
-    assert large == [False, True, True]  # 128 MiB: under report's 256 MiB, over replay's 64 and export's 32
-    assert peak < 8 * MiB
-
-
-def test_report_whole_and_in_pieces_stays_bounded(bomb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (status, out, err), peak = _peak(lambda: cli("report", str(bomb)))
-    assert status == 0, err
-    assert "peak allocated 4.0 MiB" in out and peak < WHOLE_BOUND, f"report held {peak / MiB:.0f} MiB"
-    from torchalloc.log import chunks
-
-    monkeypatch.setattr(chunks, "STREAM_FROM_BYTES", 64 * MiB)  # the same log, past the size read in pieces
+def test_report_stays_bounded(bomb: Path) -> None:
     (status, out, err), peak = _peak(lambda: cli("report", str(bomb)))
     assert status == 0, err
     assert "peak allocated 4.0 MiB" in out and peak < PIECES_BOUND, f"report held {peak / MiB:.0f} MiB"

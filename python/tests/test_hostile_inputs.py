@@ -3,7 +3,7 @@
 - `report --json` on a log read whole took an anatomy per marker label, each
   finding its moment by scanning every marker: quadratic in the steps of a
   run with one 'step N' marker per step. It now lists the first
-  MARKER_ANATOMIES labels, as the streamed path does, each found once.
+  MARKER_ANATOMIES labels, each found once.
 - the OOM sentence said 'as much as' for any free <= requested.
 - the text report printed every marker on one line, and `torchalloc info`
   echoed ESC bytes from a bad TORCHALLOC_CONF.
@@ -25,9 +25,7 @@ import hostile_logs as H
 from synthlog import MiB, SynthLog
 from torchalloc import analysis as A
 from torchalloc.analysis import anatomy as anatomy_module
-from torchalloc.analysis import streamed
-from torchalloc.analysis.derived import Derived
-from torchalloc.analysis.events import EventTable
+from torchalloc.analysis import result
 from torchalloc.analysis.ooms import OomRow
 from torchalloc.analysis.wording import oom_explanation
 from torchalloc.report.text import LABEL_CHARS, render_text
@@ -85,10 +83,6 @@ def _steps_file(path: Path, n: int) -> Path:
 # ---------------------------------------------------------------------------
 
 
-def test_the_cap_is_one_constant_for_both_paths() -> None:
-    assert streamed.MARKER_ANATOMIES is anatomy_module.MARKER_ANATOMIES
-
-
 def test_json_report_lists_at_most_the_cap_of_marker_anatomies() -> None:
     a = _steps(CAP + 200).analyze()
     d = a.to_dict()
@@ -100,40 +94,39 @@ def test_json_report_lists_at_most_the_cap_of_marker_anatomies() -> None:
 
 
 def test_json_report_work_grows_linearly_with_markers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Marker texts read and anatomies built during to_dict: each text once, one anatomy per listed label.
-    Before: every label's lookup read every marker's text (n squared) and every label got an anatomy."""
-    counts = {"label": 0, "live_at": 0}
-    label, live_at = EventTable.label, Derived.live_at
+    """Anatomies built during to_dict: one per listed label and a few for the sections, each from the blocks the
+    analysis' one second pass kept for it (no pass per label); as many for twice the markers. Before: every
+    label's lookup read every marker's text (n squared) and every label got an anatomy."""
+    counts = {"anatomies": 0, "passes": 0}
+    anatomy, more = result.Analysis._anatomy, result.Analysis._more
 
-    def counted_label(self: EventTable, i: int) -> str:
-        counts["label"] += 1
-        return label(self, i)
+    def counted_anatomy(self: result.Analysis, *args: Any) -> Any:
+        counts["anatomies"] += 1
+        return anatomy(self, *args)
 
-    def counted_live_at(self: Derived, i: int) -> Any:
-        counts["live_at"] += 1
-        return live_at(self, i)
+    def counted_more(self: result.Analysis, *args: Any) -> Any:
+        counts["passes"] += 1
+        return more(self, *args)
 
-    monkeypatch.setattr(EventTable, "label", counted_label)
-    monkeypatch.setattr(Derived, "live_at", counted_live_at)
+    monkeypatch.setattr(result.Analysis, "_anatomy", counted_anatomy)
+    monkeypatch.setattr(result.Analysis, "_more", counted_more)
     seen = {}
-    for n in (CAP + 200, 2 * (CAP + 200)):  # the smaller first: today's code fails there, before the larger
+    for n in (CAP + 200, 2 * (CAP + 200)):
         a = _steps(n).analyze()
-        counts.update(label=0, live_at=0)
+        counts.update(anatomies=0, passes=0)
         d = a.to_dict()
-        assert counts["label"] <= n + 10, f"{counts['label']} marker texts read for {n} markers"
         assert len(d["markers"]) == CAP
-        assert counts["live_at"] <= CAP + 1 + 10  # the peak, the listed labels, and a few for the sections
+        assert counts["anatomies"] <= CAP + 1 + 10  # the peak, the listed labels, and a few for the sections
+        assert counts["passes"] == 0, "a listed label needed a pass of its own"
         seen[n] = dict(counts)
     small, large = seen.values()
-    assert large["live_at"] == small["live_at"]  # capped: no more anatomies for more markers
-    assert large["label"] <= 2 * small["label"] + 10  # linear: twice the markers, at most twice the reads
+    assert large["anatomies"] == small["anatomies"]  # capped: no more anatomies for more markers
 
 
-def test_whole_and_streamed_json_list_the_same_marker_anatomies(tmp_path: Path) -> None:
+def test_one_piece_and_pieces_list_the_same_marker_anatomies(tmp_path: Path) -> None:
     path = _steps_file(tmp_path / "steps.talog", CAP + 50)
     whole = A.analyze(path)
     pieces = A.analyze(path, chunk_records=4096)
-    assert isinstance(pieces, streamed.StreamedAnalysis) and not isinstance(whole, streamed.StreamedAnalysis)
     w, s = whole.to_dict(), pieces.to_dict()
     assert [m["at"] for m in w["markers"]] == [m["at"] for m in s["markers"]]
     assert len(w["markers"]) == CAP

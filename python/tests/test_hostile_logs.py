@@ -42,23 +42,19 @@ def named(records: list[int]) -> str:
     return ", ".join(f"record {s} (byte offset {128 + 64 * s})" for s in records)
 
 
-@pytest.fixture(params=["whole", "in pieces"])
+@pytest.fixture(params=["one piece", "in pieces"])
 def pieces(request, monkeypatch) -> bool:
-    """Each tool on the log decoded whole, and read in pieces as a log past STREAM_FROM_BYTES is (log/chunks.py):
-    the same records dropped, the same notes, the same refusal."""
+    """Each tool on the log read in one piece, and in pieces of 3 records (log/chunks.py), so that a phase
+    occurrence begins in one and ends in another: the same records dropped, the same notes, the same refusal."""
     if request.param == "in pieces":
         from torchalloc.log import chunks
 
-        monkeypatch.setattr(chunks, "STREAM_FROM_BYTES", 64)  # every log here is larger: all read in pieces
-        from torchalloc.analysis import result
-        from torchalloc.log import trace_stream
-        from torchalloc.report import export
+        real = chunks.ChunkedLog.__init__
 
-        # pieces of 3 records, so that a phase occurrence begins in one and ends in another
-        monkeypatch.setattr(result, "DEFAULT_CHUNK_RECORDS", 3)
-        monkeypatch.setitem(trace_stream.load_log.__kwdefaults__, "chunk_records", 3)
-        fn = export.to_snapshot
-        monkeypatch.setattr(fn, "__defaults__", fn.__defaults__[:-1] + (3,))
+        def in_pieces_of_3(self, source, chunk_records=0, *rest, **kw):  # type: ignore[no-untyped-def]
+            real(self, source, 3, *rest, **kw)
+
+        monkeypatch.setattr(chunks.ChunkedLog, "__init__", in_pieces_of_3)
     return request.param == "in pieces"
 
 

@@ -209,20 +209,20 @@ def test_no_oom_is_said_so(job_logs: list[Path]) -> None:
 
 
 def test_the_job_is_analysed_one_rank_at_a_time(job_logs: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    """Memory follows one log, not the job: no rank's table is still loaded when the next one is read."""
+    """Memory follows one log, not the job: no rank's analysis is still alive when the next one is made."""
     loaded: list[object] = []
-    real_load = talog_job.load
+    real_analyze = talog_job.analyze
 
-    def counting_load(path: object) -> object:
+    def counting_analyze(path: object, **kw: object) -> object:
         import gc
         gc.collect()
         alive = [ref() for ref in loaded if ref() is not None]
-        assert not alive, f"{len(alive)} earlier tables still in memory while {path} is read"
-        table = real_load(path)
+        assert not alive, f"{len(alive)} earlier analyses still in memory while {path} is read"
+        a = real_analyze(path, **kw)
         import weakref
-        loaded.append(weakref.ref(table))
-        return table
+        loaded.append(weakref.ref(a))
+        return a
 
-    monkeypatch.setattr(talog_job, "load", counting_load)
+    monkeypatch.setattr(talog_job, "analyze", counting_analyze)
     job = talog_job.analyze_job([str(p) for p in job_logs])
     assert len(loaded) == 3 and [r.rank for r in job.ranks] == [0, 1, 2]

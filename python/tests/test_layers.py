@@ -44,22 +44,16 @@ TOOL_PACKAGES = ["log", "replay", "analysis", "report", "integrations", "cli"]
 # The analysis in the order the data flows; a stage imports only its own stage or earlier ones.
 ANALYSIS_STAGES: list[tuple[str, ...]] = [
     ("frames", "roles"),  # what the names in a log mean
-    ("sites",),
-    ("events",),  # the decoded log as an EventTable
-    ("blocks",),  # blocks and phase occurrences
-    ("classify",),  # reasons
-    ("categorize",),  # categories
-    ("timeline", "ranges"),  # levels and samples; which address range held an address when
-    ("derived",),  # the stages above, run for one device
-    ("reserve_terms",),  # segments and the terms of reserved, piece by piece (for both ways of reading a log)
-    ("anatomy", "lifetimes", "phase_summary", "estimate", "ooms", "reserve", "modules"),  # result rows
+    ("sites", "classify", "categorize"),  # allocation sites; the reasons and categories, and their rules
+    ("ranges",),  # which address range held an address when
+    ("reserve_terms",),  # segments and the terms of reserved, piece by piece
+    ("anatomy", "lifetimes", "phase_summary", "estimate", "ooms", "reserve", "modules", "timeline"),  # result rows
     ("wording",),
-    ("sections",),  # the report's sections after the anatomy, in order
-    ("stream_table", "stream_running", "stream_groups", "stream_details"),  # the same for a log read in pieces
-    ("stream_scan",),
+    ("sections",),  # the report's sections after the anatomy, in order, as text and JSON views
+    ("stream_table", "stream_running", "stream_groups", "stream_details"),  # the log's events piece by piece
+    ("stream_scan",),  # the first pass
     ("stream_notes", "stream_blocks", "stream_ooms", "stream_reserve", "stream_modules", "stream_moments"),
-    ("stream_pass",),
-    ("streamed",),
+    ("stream_pass",),  # the second pass, feeding the sections' parts
     ("result",),  # Analysis, analyze
     ("__init__",),  # re-exports
     ("job",),  # several logs (one per rank) analysed together
@@ -148,8 +142,8 @@ def lazy_exports() -> dict[str, str]:
 
 def test_the_import_reader_sees_imports() -> None:
     """The checks below are only as good as imports_of: it must see relative, aliased and lazy imports."""
-    assert {"numpy", "torchalloc.log.reader", "torchalloc._records", "torchalloc.analysis.frames"} <= imports_of(
-        "torchalloc.analysis.events")
+    assert {"numpy", "torchalloc.log.chunks", "torchalloc._records", "torchalloc.analysis.frames"} <= imports_of(
+        "torchalloc.analysis.stream_scan")
     assert "torchalloc.replay.ranks" in imports_of("torchalloc.cli.replay")  # lazy, in a function
     assert "torchalloc._lib" in imports_of("torchalloc.stats")  # from . import _lib
     assert "torch" in imports_of("torchalloc.plug")  # inside a function

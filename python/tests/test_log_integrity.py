@@ -153,7 +153,7 @@ def test_a_normal_exit_closes_the_log(library_path: Path, tmp_path: Path, with_t
 
 
 def test_running_then_killed(library_path: Path, tmp_path: Path) -> None:
-    from torchalloc.analysis import load
+    from torchalloc.analysis import analyze
 
     path = tmp_path / "live.talog"
     child = _child(library_path, path, 'print("ready", flush=True)\ntime.sleep(60)\n')
@@ -161,14 +161,14 @@ def test_running_then_killed(library_path: Path, tmp_path: Path) -> None:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         live = read_log(path)
         assert live.writer == talog.WRITER_RUNNING and live.header.pid == child.pid
-        assert any(f"still being written (process {child.pid} holds it)" in n for n in load(path).notes)
+        assert any(f"still being written (process {child.pid} holds it)" in n for n in analyze(path).notes)
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()
     dead = read_log(path)
     assert dead.writer == talog.WRITER_KILLED and not dead.complete
     assert int((dead.records["kind"] == talog.ALLOC).sum()) == 100
-    assert any(f"its writer (process {child.pid}) was killed" in n for n in load(path).notes)
+    assert any(f"its writer (process {child.pid}) was killed" in n for n in analyze(path).notes)
     copy = read_log(path.read_bytes())  # bytes have no lock to ask
     assert copy.writer == talog.WRITER_UNKNOWN
 

@@ -143,8 +143,6 @@ def test_the_report_counts_in_the_handles_the_allocator_counted_in(clean: None, 
     """With the default `handle` (8 MiB for large requests), or another, the advice counts whole free granules of
     it; the log's oom_device record carries that size, so the whole-log and the streamed report give the very same
     line (with handle:4MiB the pool's default, 8 MiB, would give another)."""
-    from torchalloc.analysis.streamed import analyze_streamed
-
     log = tmp_path / "handle.talog"
     conf = f"backend:sim,warn:0,oom_report:off,sim_capacity:{CAP_MIB}MiB,policy:caching,expandable:off,log:{log}"
     _lib.init(conf + (f",handle:{handle}MiB" if handle else ""))
@@ -156,7 +154,7 @@ def test_the_report_counts_in_the_handles_the_allocator_counted_in(clean: None, 
     assert first.setting == "expandable:reclaim" and f"in whole free {granule >> 20} MiB granules" in first.text
     _lib.teardown()
     (whole,) = analyze(log).ooms()
-    (streamed,) = analyze_streamed(log, chunk_records=4096).ooms()
+    (streamed,) = analyze(log, chunk_records=4096).ooms()
     assert whole.advice[0].text == streamed.advice[0].text == first.text
     assert whole.advice[0].confirmed is True and whole.advice[0].replayed == "caching+reclaim"
 

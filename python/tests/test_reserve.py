@@ -1,25 +1,35 @@
-"""Reserved memory explained (analysis/reserve.py): hand-made logs with known segment layouts, and the bundled trace."""
+"""Reserved memory explained (analysis/reserve.py, stream_reserve.py): hand-made logs with known segment layouts,
+and the bundled trace. The terms are kept at the two peaks (the section's moments) and, for fragmentation, at the
+timeline's samples (the page's band; the log's last event is always one)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import numpy as np
-import pytest
 
 from synthlog import USER, SynthLog
 from torchalloc import analysis as A
 from torchalloc._records import SEGMENT_EXPANDABLE
-from torchalloc.analysis.reserve import reserve, series
 
 MiB = 1 << 20
 DATA = Path(__file__).resolve().parents[1] / "torchalloc" / "data"
 
 
 def _sum_is_reserved(a: A.Analysis) -> None:
-    lv = series(a)
-    total = a.allocated + lv.fragmented + lv.cached + lv.mapped_free + lv.before_log
-    assert np.array_equal(total, a.reserved)
+    """At each moment of the section the terms add up to reserved, none below zero; at every sample the
+    fragmented bytes lie within what reserved holds beyond allocated."""
+    for m in a.reserve().moments:
+        terms = [m.allocated, m.fragmented, m.cached, m.mapped_free, m.before_log]
+        assert sum(terms) == m.reserved and min(terms) >= 0, m.at
+    tl, frag = a.timeline, a.fragmented_samples()
+    assert frag.size == tl.index.size and (frag >= 0).all() and (frag <= tl.reserved - tl.allocated).all()
+
+
+def _at_end(a: A.Analysis) -> tuple[int, int, int, int]:
+    """Reserved, allocated and fragmented after the last event, and the rest (cached + mapped_free + before_log)."""
+    end = a.anatomy("end")
+    fragmented = int(a.fragmented_samples()[-1])
+    return end.reserved, end.allocated, fragmented, end.reserved - end.allocated - fragmented
 
 
 def test_two_segments_one_pinned_one_wholly_free() -> None:
@@ -34,7 +44,7 @@ def test_two_segments_one_pinned_one_wholly_free() -> None:
     log.free(big + 2 * MiB)
     a = log.analyze()
     _sum_is_reserved(a)
-    r = reserve(a, replay=False)
+    r = a.reserve()
     peak_r = r.moments[0]
     assert peak_r.at == "peak reserved" and peak_r.reserved == 14 * MiB
     # reserved peaks when `small` is made: 2+3 MiB live in `big`, `small` empty
@@ -42,8 +52,7 @@ def test_two_segments_one_pinned_one_wholly_free() -> None:
     peak_a = r.moments[1]  # allocated peaks at 9 MiB, with `small` full
     assert (peak_a.allocated, peak_a.fragmented, peak_a.cached) == (9 * MiB, 5 * MiB, 0)
     assert (peak_a.holding, peak_a.empty) == (1, 0)
-    lv = series(a)
-    assert (int(lv.fragmented[-1]), int(lv.cached[-1])) == (8 * MiB, 4 * MiB)  # at the end: only the 2 MiB block
+    assert _at_end(a) == (14 * MiB, 2 * MiB, 8 * MiB, 4 * MiB)  # at the end: only the 2 MiB block, `small` cached
     top = peak_a.pinned[0]
     assert (top.addr, top.free, top.live_blocks) == (big, 5 * MiB, 2)
     assert top.blocks[0].size == 3 * MiB and "keep" in top.blocks[1].site
@@ -64,17 +73,15 @@ def test_a_freed_segment_leaves_the_cache_and_expandable_granules_count_apart() 
     log._row(kind=A.SEGMENT_FREE, addr=exp + 4 * MiB, size=2 * MiB, block_size=2 * MiB, flags=SEGMENT_EXPANDABLE)
     a = log.analyze()
     _sum_is_reserved(a)
-    lv = series(a)
-    assert int(a.reserved[-1]) == 6 * MiB and int(a.allocated[-1]) == 4 * MiB
-    assert (int(lv.mapped_free[-1]), int(lv.cached[-1]), int(lv.fragmented[-1])) == (2 * MiB, 0, 0)
-    assert int(lv.before_log.min()) == 0 and int(lv.before_log.max()) == 0
+    assert _at_end(a) == (6 * MiB, 4 * MiB, 0, 2 * MiB)  # the 2 MiB rest: the free mapped granules
+    peak_r, peak_a = a.reserve().moments
+    assert (peak_r.cached, peak_r.mapped_free, peak_r.before_log) == (8 * MiB, 0, 0)  # the plain segment, empty
+    assert (peak_a.allocated, peak_a.mapped_free, peak_a.cached, peak_a.before_log) == (4 * MiB, 4 * MiB, 0, 0)
 
 
 def test_one_unmap_over_two_mapped_runs_unmaps_both() -> None:
     """An expandable segment maps its granules run by run and may give back several runs with one record: each run
     the record's range covers is unmapped (the second used to stay mapped forever, counted among the segments)."""
-    from torchalloc.analysis.reserve_terms import follow
-
     log = SynthLog()
     exp = 0x40000000
     for k in range(2):
@@ -88,11 +95,10 @@ def test_one_unmap_over_two_mapped_runs_unmaps_both() -> None:
     log.alloc(exp, 1 * MiB)
     a = log.analyze()
     _sum_is_reserved(a)
-    terms, owner, _ = follow(a)
-    assert terms.count == 3 and owner.tolist() == [1, 2, 2]  # each block in the run mapped when it was made
-    lv = series(a)
-    assert (int(a.reserved[-1]), int(lv.mapped_free[-1]), int(lv.before_log[-1])) == (4 * MiB, 2 * MiB, 0)
-    peak_a = reserve(a, replay=False).moments[-1]
+    assert _at_end(a) == (4 * MiB, 2 * MiB, 0, 2 * MiB)
+    peak_r, peak_a = a.reserve().moments
+    assert (peak_r.segments, peak_r.mapped_free) == (2, 4 * MiB)  # the two runs mapped
+    # after the one unmap and the new run: one segment (the second run did not stay mapped), its free bytes pinned
     assert (peak_a.at, peak_a.segments, peak_a.pinned[0].free) == ("peak allocated", 1, 2 * MiB)
 
 
@@ -105,11 +111,10 @@ def test_blocks_from_before_the_log_fall_in_the_before_log_term() -> None:
     a = log.analyze()
     _sum_is_reserved(a)
     # reserved starts at the 2 MiB the pre-log block needs; once it is freed, its unknown segment is free
-    m = reserve(a, replay=False).moments[-1]
+    m = a.reserve().moments[-1]
     assert (m.at, m.reserved, m.allocated, m.fragmented, m.before_log) == ("peak allocated", 6 * MiB, 3 * MiB,
                                                                            3 * MiB, 0)
-    lv = series(a)
-    assert (int(a.allocated[-1]), int(lv.fragmented[-1]), int(lv.before_log[-1])) == (1 * MiB, 3 * MiB, 2 * MiB)
+    assert _at_end(a) == (6 * MiB, 1 * MiB, 3 * MiB, 2 * MiB)  # the rest: the freed pre-log block's segment
 
 
 def test_the_bundled_trace_adds_up_exactly_and_names_the_best_change(library_path: Path) -> None:
@@ -135,14 +140,12 @@ def test_the_bundled_trace_adds_up_exactly_and_names_the_best_change(library_pat
 def test_a_reclaim_log_splits_reserved_with_no_negative_term() -> None:
     """A log recorded on the H100 under the default, expandable:reclaim (examples/record_demo_trace.py): a granule
     is mapped at its new address before its old one is unmapped, so the log's mapped runs outgrow the reserved
-    memory for a while. Every term stays >= 0 and they add up to reserved at every event (the before-log term
-    went to -744 MiB before aliased granules were counted once)."""
+    memory for a while. Every term stays >= 0 and they add up to reserved (the before-log term
+    went to -744 MiB before aliased granules were counted once): at the peaks, and the fragmentation at every
+    sample."""
     d = A.analyze(Path(__file__).parent / "data" / "reclaim_demo.talog.xz")
-    lv = series(d)
-    total = d.allocated + lv.fragmented + lv.cached + lv.mapped_free + lv.before_log
-    assert np.array_equal(total, d.reserved)
-    for name in ("fragmented", "cached", "mapped_free", "before_log"):
-        assert int(getattr(lv, name).min()) >= 0, name
+    _sum_is_reserved(d)
+    assert len(d.reserve().moments) == 2
 
 
 def test_on_a_tie_the_best_change_is_the_one_that_never_waits_for_the_device() -> None:

@@ -1,12 +1,12 @@
-"""Logs of any size in bounded memory (issue 23, finding 8): read in pieces, the tools say what they say whole.
+"""Logs of any size in bounded memory: every tool reads every log in pieces, and the pieces change nothing.
 
-A log past log/chunks.py's STREAM_FROM_BYTES is read piece by piece: the report in
-two passes (analysis/streamed.py), replay fed to C in pieces
-(log/trace_stream.py, torchalloc_replay_feed). Every check here
-forces that path with pieces of a few records -- so that every block, phase
-occurrence, marker and backward span crosses pieces -- on the test logs,
-and compares it with the whole-log path on the same file. No check times
-anything.
+The report reads a log in two passes over pieces (analysis/result.py),
+replay feeds it to C in pieces (log/trace_stream.py, torchalloc_replay_feed),
+export makes two passes (report/export.py); a small log is one piece. Every
+check here reads the test logs in pieces of a few records -- so that every
+block, phase occurrence, marker and backward span crosses pieces -- and
+compares what the tools say with what they say of the same file in one
+piece. No check times anything.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import random
 import struct
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -28,10 +29,11 @@ from torchalloc.log import chunks as log_chunks
 from torchalloc.log import trace_stream
 from torchalloc.analysis import analyze
 from torchalloc.analysis.stream_groups import EXACT_LIFETIMES, Lifetimes
-from torchalloc.analysis.streamed import analyze_streamed
+
 from torchalloc.report.export import to_snapshot
 from torchalloc.log.reader import read_log
 from torchalloc.log.chunks import ChunkedLog
+from torchalloc.analysis.stream_notes import table_notes
 from torchalloc.report.text import render_text
 from torchalloc.report.html import render_html
 
@@ -290,20 +292,6 @@ def test_the_tail_probe_finds_the_last_event(logs: dict[str, Path]) -> None:
         assert ChunkedLog(logs[name]).last_event_time(None) == int(whole.records["time_ns"][-1])
 
 
-def test_large_logs_are_recognised_by_size_and_content(tmp_path: Path) -> None:
-    log = tmp_path / "x.talog"
-    log.write_bytes(synth(40))
-    assert log_chunks.is_large_log(log, threshold=1024)
-    assert not log_chunks.is_large_log(log, threshold=1 << 30)
-    other = tmp_path / "x.txt"
-    other.write_bytes(b"not a log" * 1000)
-    assert not log_chunks.is_large_log(other, threshold=1024)
-    packed = tmp_path / "x.talog.xz"
-    packed.write_bytes(lzma.compress(synth(4000)))
-    assert log_chunks.is_large_log(packed, threshold=packed.stat().st_size * 5)
-    assert not log_chunks.is_large_log(tmp_path / "missing.talog", threshold=1)
-
-
 # ---------------------------------------------------------------------------
 # The report
 # ---------------------------------------------------------------------------
@@ -333,23 +321,24 @@ def test_the_report_in_pieces_is_the_report(logs: dict[str, Path], name: str) ->
 
 def test_moments_named_in_advance_need_no_more_pass(logs: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     path = logs["training"]
-    whole = analyze(path)
     at = ["after forward 1", 2.5e-5, "peak_reserved"]
-    streamed = analyze_streamed(path, chunk_records=5, at=at)
-    from torchalloc.analysis import streamed as module
+    whole = analyze(path)
+    expected = [whole.anatomy(x) for x in at]  # not named in advance: a pass each
+    streamed = analyze(path, chunk_records=5, at=at)
+    from torchalloc.analysis import result as module
 
     def no_pass(*args: object, **kwargs: object) -> None:
         raise AssertionError("a moment named in advance needed another pass")
 
     monkeypatch.setattr(module, "run_pass", no_pass)
     monkeypatch.setattr(module, "scan", no_pass)
-    for x in at:
-        assert streamed.anatomy(x) == whole.anatomy(x)
+    assert [streamed.anatomy(x) for x in at] == expected
 
 
-def test_the_cli_reads_a_large_log_in_pieces(logs: dict[str, Path], tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """Past STREAM_FROM_BYTES `torchalloc report` takes the streamed path; what it prints does not change."""
+def test_the_cli_says_the_same_in_pieces_of_a_few_records(logs: dict[str, Path], tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """`torchalloc report`, `replay` and `export` print and write the same with every log read in pieces of 7
+    records as with the default pieces (the test log is one of those)."""
     path = logs["training"]
 
     def run(*argv: str) -> tuple[int, str, str]:
@@ -368,17 +357,16 @@ def test_the_cli_reads_a_large_log_in_pieces(logs: dict[str, Path], tmp_path: Pa
     before = [run(*a) for a in args]
     page = (tmp_path / "r.html").read_text()
     snap = (tmp_path / "s.pickle").read_bytes()
-    monkeypatch.setattr(log_chunks, "STREAM_FROM_BYTES", 1024)
-    calls = []
-    real = log_chunks.ChunkedLog.chunks
+    sizes = []
+    real = log_chunks.ChunkedLog.__init__
 
-    def counted(self: ChunkedLog):  # type: ignore[no-untyped-def]
-        calls.append(self.chunk_records)
-        return real(self)
+    def in_small_pieces(self: ChunkedLog, source: Any, chunk_records: int = 0, *rest: Any, **kw: Any) -> None:
+        sizes.append(chunk_records)
+        real(self, source, 7, *rest, **kw)
 
-    monkeypatch.setattr(log_chunks.ChunkedLog, "chunks", counted)
+    monkeypatch.setattr(log_chunks.ChunkedLog, "__init__", in_small_pieces)
     after = [run(*a) for a in args]
-    assert calls, "the streamed path was not taken"
+    assert sizes  # every tool read the log through ChunkedLog
     for (s0, o0, e0), (s1, o1, e1) in zip(before, after):
         assert (s1, e1) == (s0, e0)
         if not o0.startswith("trace:"):
@@ -466,8 +454,11 @@ def test_export_in_pieces_is_the_export(logs: dict[str, Path], name: str) -> Non
         assert (s_notes, s_totals) == (notes, totals) and totals == all_totals
         assert snap["device_traces"] == [trace[-cap:] if cap else trace for trace in everything["device_traces"]]
         assert snap["segments"] == everything["segments"]
-        table_notes = __import__("torchalloc.analysis", fromlist=["load"]).load(logs[name]).notes
-        assert notes[:len(table_notes)] == list(table_notes)
+        read = ChunkedLog(logs[name])
+        for _ in read.chunks():  # a whole pass: the log's own notes (its damage, how it ended) are known after one
+            pass
+        log_notes = table_notes(read)
+        assert notes[:len(log_notes)] == log_notes
 
 
 def test_export_keeps_the_last_entries_and_says_so(logs: dict[str, Path], tmp_path: Path) -> None:

@@ -4,9 +4,8 @@ often shipped compressed: the bundled ones are .xz).
 A compressed file is always inflated as a stream, a piece at a time: a few
 hundred kilobytes of xz can hold gigabytes of zeros (issue 36), so what a
 reader keeps must be decided by what the stream holds, never by inflating it
-whole first. `open_decompressed` gives the stream, `inflated_size` how much
-it holds (up to a bound), `read_trimmed` its bytes without the zeros it ends
-with.
+whole first. `open_decompressed` gives the stream, `read_trimmed` its bytes
+without the zeros it ends with.
 """
 from __future__ import annotations
 
@@ -105,20 +104,6 @@ def decompress(raw: bytes) -> bytes:
         return raw
     with stream:
         return stream.read()
-
-
-def inflated_size(path: Source, stop_at: int) -> int:
-    """How many bytes the file's content holds (decompressed when compressed), counting no further than
-    `stop_at`: the size a reader meets, found holding one piece at a time."""
-    n = 0
-    buf = bytearray(_PIECE)
-    with open_decompressed(path) as f:
-        while n < stop_at:
-            got = f.readinto(buf)  # type: ignore[attr-defined]
-            if not got:
-                break
-            n += got
-    return min(n, stop_at)
 
 
 def read_trimmed(stream: BinaryIO, keep_at_least: int = 0, pad: int = 0) -> tuple[bytearray, int]:

@@ -209,26 +209,26 @@ def exercise(source, tools: bool = False) -> str:
         log.label(record)
     log.wall_time_ns()  # a header with absurd clock fields once made this raise OverflowError
     outcome = "decoded, damage reported" if log.warnings else "decoded"
-    return outcome if not tools else outcome + ", " + use_tools(log)
+    return outcome if not tools else outcome + ", " + use_tools(source)
 
 
-def use_tools(log) -> str:
-    """The decoded log through report, export and replay's trace, as the CLI runs them."""
+def use_tools(source) -> str:
+    """The log (a path or its bytes) through report, export and replay's trace, as the CLI runs them: read in
+    pieces, of a few records, so that blocks and phases cross them."""
     from torchalloc.analysis import analyze
-    from torchalloc.analysis.events import table_from_log
     from torchalloc.report.export import to_snapshot
     from torchalloc.report.text import render_text
-    from torchalloc.log.trace_log import from_log
+    from torchalloc.log.trace_stream import load_log
 
     try:
-        a = analyze(log)
+        a = analyze(source, chunk_records=7)
         a.to_dict()
         render_text(a, at=("peak", "end"))
-        to_snapshot(table_from_log(log))
+        to_snapshot(source, 0, chunk_records=7)
     except LogFormatError:
         return "tools refused"
     try:
-        from_log(log)
+        load_log(source, chunk_records=7)
     except (TraceError, LogFormatError):
         return "tools ran, replay refused"
     return "tools ran"

@@ -1,43 +1,30 @@
 """Explain a torchalloc event log: what was live, when, and why it was freed when it was.
 
     from torchalloc.analysis import analyze
-    a = analyze("run.talog")                 # or a decoded Log, or an EventTable
-    a.anatomy("peak"); a.lifetimes(); a.phases(); a.estimate(); a.ooms(); a.to_dict()
+    a = analyze("run.talog")                 # a log's path (or its bytes); any size: it is read in pieces
+    a.anatomy("peak"); a.lifetimes(); a.phases(); a.estimate(); a.reserve(); a.modules(); a.ooms(); a.to_dict()
 
-The analysis is a pipeline; each module is one stage, takes what the stages
-before it give, and can be used and tested alone:
-
-- frames, roles, sites -- what the names in a log mean: Python frames (the
-  user's or a library's), phase names (forward, backward, optimizer, setup),
-  allocation sites;
-- events -- the decoded log as an `EventTable` of parallel numpy arrays,
-  the one adapter between the log format and the analysis;
-- blocks -- one row per block (alloc paired with its free by address), and
-  the occurrences of each phase;
-- classify -- why each block was freed when it was (`Reason`: the rules are
-  in its docstring), with backward detection and allocation sites;
-- categorize -- what each block was for (`Category`): parameters,
-  gradients, optimizer state, optimizer intermediates, activations,
-  temporaries, library workspaces -- the terms of the usual estimate
-  params + optimizer state + max(grads + optimizer intermediates, activations);
-- timeline -- allocated and reserved bytes after every event, allocated
-  split by the phase that allocated each block, the peaks;
-- derived -- runs the stages above for one device (`Derived`);
-- anatomy, lifetimes, phase_summary, estimate, ooms -- the report's
-  sections as rows of numbers: what was live at the peak (or a marker, or a
-  time), per site and reason how long blocks lived, per phase what stayed,
-  was handed on or was transient, the estimate measured, each OOM;
-- wording -- the sentences, from those numbers;
-- result -- `Analysis` (the derived data with one method per section) and
-  `analyze`.
+One pipeline for every log (result.py): a first pass over the log's pieces
+gathers what the second needs (stream_scan.py: the levels, the peaks, the
+phase occurrences, backward, the markers and OOMs, the timeline's
+samples); the second classifies each block as it ends and keeps sums and
+the blocks live at the moments the report shows (stream_pass.py), with its
+parts per section fed as it goes: the reserve and each policy's replay
+(stream_reserve.py, reserve_terms.py), memory by module (stream_modules.py).
+What the names in a log mean: frames, roles, sites; the rules that say why
+a block lived as long as it did and what it was for: classify,
+categorize, stream_blocks; the rows of each section and their types:
+anatomy, lifetimes, phase_summary, estimate, reserve, modules, ooms; the
+sentences: wording; the sections in order, as text and JSON views:
+sections.
 
 Stacks and phases are optional: a log written without stacks gets reasons
 from phases, one without phases gets every stack-based answer, and one
-with neither still gets a report (classify and categorize say how).
+with neither still gets a report (the notes say how).
 """
 from __future__ import annotations
 
-# The record kinds an EventTable's `kind` column holds: tools and tests build tables with them.
+# The record kinds of a log: tools and tests that write or read logs name them.
 from .._records import (
     ALLOC,
     END,
@@ -53,39 +40,35 @@ from .._records import (
     TRUNCATED,
 )
 from .anatomy import Anatomy, AnatomyRow
-from .blocks import NEVER, Blocks, Occurrences, pair_blocks, phase_occurrences
-from .categorize import CATEGORIES, WORKSPACE_SIZES, Category, Classified, categorize
-from .classify import REASONS, Reason, Reasons, StackVerdict, backward_mask, classify, classify_stacks
-from .derived import Derived, derive
+from .categorize import CATEGORIES, WORKSPACE_SIZES, Category
+from .classify import REASONS, Reason
 from .estimate import Estimate
-from .events import EventTable, devices_in, load, table_from_log, time_base_ns
 from .frames import Frame, Stack, is_library_frame, user_suffix
 from .lifetimes import LifetimeRow
 from .modules import ModuleRow, Modules
 from .ooms import OomRow
 from .phase_summary import PhaseRow
+from .reserve import Reserve
 from .result import Analysis, analyze
 from .roles import phase_role
-from .sites import BEFORE_LOG, NO_PYTHON, NO_STACKS, Site, SiteTable
-from .timeline import Timeline, build_timeline
+from .sites import BEFORE_LOG, NO_PYTHON, NO_STACKS, Site
+from .timeline import Timeline
 
 __all__ = [
     "ALLOC", "END", "FREE", "FREE_DEFERRED", "MARKER", "OOM", "PHASE_BEGIN", "PHASE_END", "SEGMENT_ALLOC",
     "SEGMENT_FREE", "TRIM", "TRUNCATED",
     "Anatomy", "AnatomyRow",
-    "NEVER", "Blocks", "Occurrences", "pair_blocks", "phase_occurrences",
-    "CATEGORIES", "WORKSPACE_SIZES", "Category", "Classified", "categorize",
-    "REASONS", "Reason", "Reasons", "StackVerdict", "backward_mask", "classify", "classify_stacks",
-    "Derived", "derive",
+    "CATEGORIES", "WORKSPACE_SIZES", "Category",
+    "REASONS", "Reason",
     "Estimate",
-    "EventTable", "devices_in", "load", "table_from_log", "time_base_ns",
     "Frame", "Stack", "is_library_frame", "user_suffix",
     "LifetimeRow",
     "ModuleRow", "Modules",
     "OomRow",
     "PhaseRow",
+    "Reserve",
     "Analysis", "analyze",
     "phase_role",
-    "BEFORE_LOG", "NO_PYTHON", "NO_STACKS", "Site", "SiteTable",
-    "Timeline", "build_timeline",
+    "BEFORE_LOG", "NO_PYTHON", "NO_STACKS", "Site",
+    "Timeline",
 ]

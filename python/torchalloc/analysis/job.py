@@ -41,9 +41,6 @@ from typing import Any, Sequence
 import numpy as np
 
 from .anatomy import Anatomy
-from .categorize import CATEGORIES
-from .events import load, time_base_ns
-from .ooms import oom_rows
 from .phase_summary import PhaseRow
 from .result import Analysis, analyze
 from .wording import oom_explanation
@@ -200,30 +197,28 @@ def _rank_row(rank: int, a: Analysis, an: Anatomy, top_sites: int) -> RankRow:
     sites: dict[str, int] = defaultdict(int)
     for row in an.rows:
         sites[row.site] += row.bytes
-    phase = a.phase_name(int(t.phase[tl.peak_index])) if len(t) else "-"
+    phase = a.phase_name(a.scan.peak_phase) if len(t) else "-"
     ranked = sorted(sites.items(), key=lambda kv: (-kv[1], kv[0]))[:top_sites]
     ooms = [RankOom(o.t_s, o.requested, o.phase, o.site, o.verdict, oom_explanation(o))
-            for o in oom_rows(a, check_alternatives=False)]
+            for o in a.ooms(check_alternatives=False)]
     return RankRow(rank, t.path, t.pid, a.device, len(t), tl.peak_allocated, tl.peak_t, tl.peak_reserved,
                    tl.peak_reserved_t, phase, ranked, dict(an.by_category), ooms)
 
 
 def _groups_at_peak(a: Analysis) -> tuple[dict[Key, int], dict[Key, str]]:
     """Live blocks at the peak counted by (site, block size), and each group's category."""
-    live = a.live_at(a.timeline.peak_index).tolist() if len(a.table) else []
     counts: dict[Key, int] = defaultdict(int)
     category: dict[Key, str] = {}
-    c, b = a.classified, a.blocks
-    for k in live:
-        key = (a.sites[int(c.site[k])].label, int(b.block_size[k]))
+    for site, size, what in a.live_at_peak():
+        key = (site, size)
         counts[key] += 1
-        category.setdefault(key, str(CATEGORIES[int(c.category[k])]))
+        category.setdefault(key, what)
     return counts, category
 
 
 def _detail(a: Analysis, an: Anatomy, report_top: int | None) -> RankDetail:
     t, tl = a.table, a.timeline
-    return RankDetail(list(a.notes), time_base_ns(t) + t.wall_offset_ns if len(t) else 0, tl.t_s.copy(),
+    return RankDetail(list(a.notes), a.base_ns + t.wall_offset_ns if len(t) else 0, tl.t_s.copy(),
                       tl.allocated.copy(), tl.reserved.copy(), an if len(t) else None, a.phases(),
                       a.to_dict(top=report_top) if report_top is not None else None)
 
@@ -258,7 +253,7 @@ def analyze_job(
     ranks, notes = assign_ranks([h.rank for h in headers])
     rows, details, groups = [], [], []
     for k in sorted(range(len(logs)), key=lambda k: ranks[k]):
-        a = analyze(load(logs[k]), device=device, max_points=max_points)
+        a = analyze(logs[k], device=device, max_points=max_points)
         at_peak = a.anatomy("peak")  # the row and the detail both show it
         rows.append(_rank_row(ranks[k], a, at_peak, top_sites))
         groups.append(_groups_at_peak(a))

@@ -32,12 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from .._records import ALLOC, FREE, MODULE, MODULE_NAME, MODULE_TAG, TAG_GRADIENT, TAG_OPTIMIZER_STATE, TAG_PARAMETER
+from .._records import TAG_GRADIENT, TAG_OPTIMIZER_STATE, TAG_PARAMETER
 from .categorize import CATEGORIES, Category
 from .classify import REASONS, Reason
-from .derived import Derived
-from .ranges import holders
-from .reserve_terms import PIECE
 
 OUTSIDE = "(outside modules)"
 SAVED = "activations saved for backward"
@@ -143,72 +140,3 @@ def module_rows(result: Modules, held: dict[int, dict[str, int]], count: dict[in
         what = dict(sorted(((k, v) for k, v in held[m].items() if v), key=lambda kv: -kv[1])) if m in held else {}
         rows.append(ModuleRow(result.name(m), sum(what.values()), count.get(m, 0), what, by_phase.get(m, {})))
     return rows
-
-
-# ---------------------------------------------------------------------------
-# A whole log
-# ---------------------------------------------------------------------------
-
-
-def _current_module(d: Derived) -> np.ndarray:
-    """Per block, the module current when it was allocated."""
-    t, b = d.table, d.blocks
-    at = np.flatnonzero(t.kind == MODULE)
-    return current_modules(b.alloc_i, at, t.size[at].astype(np.int64))
-
-
-def _apply_tags(d: Derived, module_of: np.ndarray, tag_of: np.ndarray) -> int:
-    """Give each tagged block its tag's module and role; returns the tags no live block holds. The tags are
-    looked up piece by piece among the blocks live in the piece, as a log read in pieces has them."""
-    t, b = d.table, d.blocks
-    tags = np.flatnonzero(t.kind == MODULE_TAG)
-    if not tags.size or not len(b):
-        return int(tags.size)
-    matched = np.full(tags.size, -1, dtype=np.int64)
-    for base in range(0, len(t), PIECE):
-        lo, hi = np.searchsorted(tags, [base, base + PIECE])
-        if lo == hi:
-            continue
-        live = np.flatnonzero((b.alloc_i < base + PIECE) & (b.free_i > base))
-        got = holders(t.addr[tags[lo:hi]], tags[lo:hi], b.addr[live], b.block_size[live], b.alloc_i[live],
-                      b.free_i[live])
-        matched[lo:hi] = np.where(got >= 0, live[np.maximum(got, 0)], -1)
-    for i, j in zip(tags.tolist(), matched.tolist()):  # in log order: a block's later tag wins
-        if j >= 0:
-            module_of[j] = int(t.size[i])
-            tag_of[j] = int(t.flags[i])
-    return int((matched < 0).sum())
-
-
-def _phase_peaks(d: Derived) -> dict[str, int]:
-    """Per phase that allocated or freed a block, the event index where allocated was highest while it was current."""
-    t = d.table
-    ev = np.flatnonzero((t.kind == ALLOC) | (t.kind == FREE))
-    peak_of: dict[int, int] = {}
-    for p in set(t.phase[ev].tolist()):
-        mine = ev[t.phase[ev] == p]
-        peak_of[p] = int(mine[np.argmax(d.allocated[mine])])
-    return named_peaks(peak_of, d.phase_name)
-
-
-def modules(d: Derived, peak_index: int) -> Modules:
-    """Each block's module and what it is to it; per module path, the bytes held at the peak and each phase's peak."""
-    t, b = d.table, d.blocks
-    names = {int(t.size[i]): t.strings.get(int(t.stack[i]), f"module #{int(t.size[i])}")
-             for i in np.flatnonzero(t.kind == MODULE_NAME).tolist()}
-    module_of = _current_module(d)
-    tag_of = np.zeros(len(b), dtype=np.int64)
-    unmatched = _apply_tags(d, module_of, tag_of)
-    what_of = what_codes(d.classified.category, d.classified.reason, tag_of)
-    result = Modules(module_of, what_of, names, peak_index, {}, [], unmatched)
-    if not names and not np.any(module_of):
-        return result  # no module records: a log written without track()'s modules
-    result.phase_peaks = _phase_peaks(d)
-    live = d.live_at(peak_index)
-    held, count = held_at(module_of[live], what_of[live], b.block_size[live])
-    by_phase: dict[int, dict[str, int]] = defaultdict(dict)
-    for phase, i in result.phase_peaks.items():
-        at = d.live_at(i)
-        add_phase(by_phase, phase, module_of[at], b.block_size[at])
-    result.rows = module_rows(result, held, count, by_phase)
-    return result

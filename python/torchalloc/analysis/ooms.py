@@ -38,11 +38,8 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import _lib
-from .._records import ALLOC, OOM, OOM_DEVICE, POLICY_NAMES, SEGMENT_ALLOC, SEGMENT_EXPANDABLE, SEGMENT_FREE
 from ..oom import parse_advice
-from ..replay.oom_alternatives import (AdviceCheck, Alternative, alternatives, check_advice, default_policies,
-                                       events_until)
-from .derived import Derived
+from ..replay.oom_alternatives import (AdviceCheck, Alternative, alternatives, check_advice, default_policies)
 from .frames import user_suffix
 from .sites import NO_PYTHON, NO_STACKS
 
@@ -119,17 +116,6 @@ class OomRow:
         return d
 
 
-def oom_rows(d: Derived, *, check_alternatives: bool = True) -> list[OomRow]:
-    """Each OOM record, diagnosed; the last one also replayed under every policy."""
-    t = d.table
-    indices = np.flatnonzero(t.kind == OOM).tolist()
-    rows = [_row(d, i) for i in indices]
-    if rows and check_alternatives:
-        last = rows[-1]
-        replay_last(last, lambda: events_until(t, last.index, _before_log(d)))
-    return rows
-
-
 def replay_last(last: OomRow, run_until: Callable[[], Any]) -> None:
     """The last OOM's alternatives and its advice checked: `run_until()` gives the run up to the failure, as
     replay events or a Trace read in pieces (streamed.py; its pieces are closed after)."""
@@ -160,21 +146,6 @@ def _note_unreproduced(row: OomRow) -> None:
         row.unknown.append(f"why the run failed where its replay does not: {failing} replayed up to the failure fits "
                            "(the log does not show what else took the room: other streams' pending frees, "
                            "memory freed late)")
-
-
-def _row(d: Derived, i: int) -> OomRow:
-    t = d.table
-    reserved = int(t.block_size[i]) or int(d.reserved[i])
-    largest, nseg, by_segment = _segments_at(d, i)
-    device = _device_record(d, i)
-    facts = None if device is None else (int(t.addr[device]), int(t.size[device]), int(t.stream[device]),
-                                         int(t.flags[device]))
-    granule = handle_for(int(t.size[i]), int(t.stack[device]) if device is not None else 0)
-    policy, expandable = _policy_at(d, i)
-    return oom_row(d.time_s(i), i, int(t.size[i]), int(t.stream[i]), d.phase_name(int(t.phase[i])),
-                   t.stack_of(int(t.stack[i])), reserved, int(d.allocated[i]), largest, nseg, int(t.addr[i]), facts,
-                   d.has_stacks, lambda fragmentation: _blockers(d, i, by_segment if fragmentation else None),
-                   policy, expandable, lambda: _detail_at(d, i, policy, expandable, granule), t.phase_names)
 
 
 def oom_row(t_s: float, i: int, requested: int, stream: int, phase: str, stack: Any, reserved: int, allocated: int,
@@ -220,23 +191,6 @@ def oom_row(t_s: float, i: int, requested: int, stream: int, phase: str, stack: 
     return OomRow(t_s, i, requested, stream, phase, site, reserved, allocated, max(0, reserved - allocated), largest,
                   nseg, total, free, limit, held, on_stream, usable, verdict, source,
                   blockers(verdict == "fragmentation"), [], unknown, "", policy, expandable, advice)
-
-
-def _policy_at(d: Derived, i: int) -> tuple[str, int]:
-    """The policy of the last allocation before event i, and whether expandable segments were seen by then."""
-    t = d.table
-    before = np.flatnonzero(t.kind[:i] == ALLOC)
-    policy = POLICY_NAMES.get(int(t.policy[before[-1]]), "caching") if before.size else "caching"
-    segs = (t.kind[:i] == SEGMENT_ALLOC) & ((t.flags[:i] & SEGMENT_EXPANDABLE) != 0)
-    return policy, int(bool(np.any(segs)))
-
-
-def _detail_at(d: Derived, i: int, policy: str, expandable: int, granule: int) -> dict[str, object]:
-    """torchalloc_oom_detail from the log at event i: the heap's pass (heap_oom.c note_detail) over the
-    segments the log saw, the free ranges being the gaps between the live blocks."""
-    live = d.live_at(i)
-    return oom_detail(_live_segments(d, i), d.blocks.addr[live], d.blocks.block_size[live], d.blocks.alloc_phase[live],
-                      int(d.table.phase[i]), policy, expandable, granule)
 
 
 def oom_detail(segs: dict[int, int], addr: Any, size: Any, phase: Any, request_phase: int, policy: str,
@@ -296,37 +250,6 @@ def _whole_granules(lo: int, hi: int, granule: int) -> int:
     return max(0, last - first)
 
 
-def _live_segments(d: Derived, i: int) -> dict[int, int]:
-    """The segments (address: size) the log saw allocated and not yet freed at event i."""
-    t = d.table
-    upto = np.flatnonzero((np.arange(len(t)) <= i) & ((t.kind == SEGMENT_ALLOC) | (t.kind == SEGMENT_FREE)))
-    segs: dict[int, int] = {}
-    for k in upto.tolist():
-        if t.kind[k] == SEGMENT_ALLOC:
-            segs[int(t.addr[k])] = int(t.size[k])
-        else:
-            segs.pop(int(t.addr[k]), None)
-    return segs
-
-
-def _device_record(d: Derived, i: int) -> int | None:
-    """The oom_device record written right after OOM record i, if the log has it."""
-    t = d.table
-    for k in range(i + 1, min(i + 3, len(t))):
-        if t.kind[k] == OOM_DEVICE:
-            return k
-        if t.kind[k] == OOM:
-            break
-    return None
-
-
-def _segments_at(d: Derived, i: int) -> tuple[int, int, list[tuple[int, int, list[int]]]]:
-    """At event i: the largest gap between live blocks in the live segments, their count, and per segment
-    (free bytes, address, the live blocks in it), most free first."""
-    live = d.live_at(i)
-    return segment_gaps(_live_segments(d, i), live, d.blocks.addr[live], d.blocks.block_size[live])
-
-
 def segment_gaps(segs: dict[int, int], ids: np.ndarray, addr: np.ndarray, size: np.ndarray
                  ) -> tuple[int, int, list[tuple[int, int, list[int]]]]:
     """The largest gap between the live blocks (`ids`, at `addr` of `size` bytes) inside the segments `segs`
@@ -358,20 +281,6 @@ def segment_gaps(segs: dict[int, int], ids: np.ndarray, addr: np.ndarray, size: 
     return largest, int(seg_addr.size), per_segment
 
 
-def _blockers(d: Derived, i: int, by_segment: list[tuple[int, int, list[int]]] | None) -> list[Blocker]:
-    """Fragmentation: the live blocks in the segments with the most free memory; else the largest live blocks."""
-    b = d.blocks
-    now = int(d.table.time_ns[i])
-
-    def blocker(k: int) -> Blocker:
-        site = d.sites[int(d.classified.site[k])]
-        age = (now - int(b.alloc_t[k])) / 1e9 if b.alloc_i[k] >= 0 else -1.0
-        return Blocker(int(b.addr[k]), int(b.block_size[k]), site.label, site.location,
-                       d.phase_name(int(b.alloc_phase[k])), age)
-
-    return blockers_of(d.live_at(i).tolist(), by_segment, lambda k: (-int(b.block_size[k]), int(b.addr[k])), blocker)
-
-
 def blockers_of(live: list[int], by_segment: list[tuple[int, int, list[int]]] | None, order: Any, blocker: Any
                 ) -> list[Blocker]:
     """The blocks to blame (fragmentation: those in the segments with the most free memory, else any live one),
@@ -384,8 +293,3 @@ def blockers_of(live: list[int], by_segment: list[tuple[int, int, list[int]]] | 
     return [blocker(k) for k in chosen[:BLOCKERS_SHOWN]]
 
 
-def _before_log(d: Derived) -> list[tuple[int, int, int, int]]:
-    """(addr, requested size, stream, phase) of the blocks allocated before the log began."""
-    b = d.blocks
-    pre = np.flatnonzero(b.alloc_i < 0)
-    return [(int(b.addr[k]), int(b.size[k]), int(b.stream[k]), 0) for k in pre.tolist() if int(b.size[k]) > 0]

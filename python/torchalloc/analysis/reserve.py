@@ -26,32 +26,18 @@ wording.py.
 """
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from .. import _lib
-from .._records import ALLOC, POLICY_NAMES, SEGMENT_ALLOC, SEGMENT_EXPANDABLE
-from ..replay.engine import DEFAULT_POLICIES, replay_once
-from ..replay.oom_alternatives import events_until
-from .categorize import CATEGORIES
-from .derived import Derived
-from .reserve_terms import Segments, Terms, follow, split
+from .._records import POLICY_NAMES
+from ..replay.engine import DEFAULT_POLICIES
+from .reserve_terms import Segments
 
 PINNED_SHOWN = 5  # segments listed per moment
 BLOCKS_PER_SEGMENT = 4  # pinning blocks listed per segment
-
-
-@dataclasses.dataclass
-class Levels:
-    """The terms of reserved after every event (each an int64 array as long as the event table)."""
-
-    fragmented: np.ndarray
-    cached: np.ndarray
-    mapped_free: np.ndarray
-    before_log: np.ndarray
 
 
 @dataclasses.dataclass
@@ -150,27 +136,6 @@ class Reserve:
                 "unknown": list(self.unknown), "sentences": list(self.sentences)}
 
 
-def _peaks(d: Derived) -> list[int]:
-    """The section's moments: the peak of reserved, then that of allocated when it is another event."""
-    peak_r = int(np.argmax(d.reserved))
-    return [peak_r] + ([d.timeline.peak_index] if d.timeline.peak_index != peak_r else [])
-
-
-def _followed(d: Derived) -> tuple[Terms, np.ndarray, np.ndarray]:
-    """reserve_terms.follow's answer for d, once (the section and the timeline's band both ask)."""
-    cached = d.__dict__.get("_reserve_terms")
-    if cached is None:
-        cached = d.__dict__["_reserve_terms"] = follow(d, _peaks(d) if len(d.table) else ())
-    return cached
-
-
-def levels(d: Derived, sums: np.ndarray) -> Levels:
-    """The terms of reserved after every event, from reserve_terms.follow's sums (see the module's docstring)."""
-    fragmented, cached = sums[1] - sums[3], sums[0]
-    mapped_free, before_log = split(d.reserved, d.allocated, fragmented, cached, sums[2] - sums[4])
-    return Levels(fragmented, cached, mapped_free, before_log)
-
-
 def moment(at: str, i: int, t_s: float, now_ns: int, terms: Sequence[int], segs: Segments,
            live: dict[str, np.ndarray], describe: Callable[[int], tuple[str, str, str, str]]) -> ReserveMoment:
     """The terms at event i (reserved, allocated, fragmented, cached, mapped_free, before_log), and the segments
@@ -202,23 +167,6 @@ def moment(at: str, i: int, t_s: float, now_ns: int, terms: Sequence[int], segs:
                          int(alive.size), holding, empty, pinned[:PINNED_SHOWN])
 
 
-def _moment(d: Derived, lv: Levels, segs: Segments, owner: np.ndarray, i: int, at: str) -> ReserveMoment:
-    """The moment at event i of a whole log (`owner`: each block's segment row)."""
-    b, c = d.blocks, d.classified
-    live = d.live_at(i)
-    mine = live[owner[live] >= 0]
-
-    def describe(j: int) -> tuple[str, str, str, str]:
-        k = int(mine[j])
-        site = d.sites[int(c.site[k])]
-        return site.label, site.location, d.phase_name(int(b.alloc_phase[k])), str(CATEGORIES[int(c.category[k])])
-
-    terms = (d.reserved[i], d.allocated[i], lv.fragmented[i], lv.cached[i], lv.mapped_free[i], lv.before_log[i])
-    return moment(at, i, d.time_s(i), int(d.table.time_ns[i]), terms, segs,
-                  {"owner": owner[mine], "block_size": b.block_size[mine], "addr": b.addr[mine],
-                   "alloc_t": b.alloc_t[mine]}, describe)
-
-
 def policy_name(policies: np.ndarray, expandable: bool) -> str:
     """The policy most allocations name (`policies`: allocations per policy id), with +expandable when the log
     mapped expandable segments."""
@@ -226,13 +174,6 @@ def policy_name(policies: np.ndarray, expandable: bool) -> str:
         return "caching"
     name = POLICY_NAMES.get(int(np.argmax(policies)), "caching")
     return name + "+expandable" if expandable and name != "exact" else name
-
-
-def recording_policy(d: Derived) -> str:
-    """The policy most of the log's allocations name, with +expandable when it mapped expandable segments."""
-    t = d.table
-    segs = (t.kind == SEGMENT_ALLOC) & ((t.flags & SEGMENT_EXPANDABLE) != 0)
-    return policy_name(np.bincount(t.policy[t.kind == ALLOC], minlength=1), bool(np.any(segs)))
 
 
 def replay_rows(mine: str, names: list[str], results: list[dict[str, Any]]) -> list[ReplayRow]:
@@ -246,20 +187,6 @@ def replay_rows(mine: str, names: list[str], results: list[dict[str, Any]]) -> l
 def replayed(mine: str, policies: tuple[str, ...] = DEFAULT_POLICIES) -> list[str]:
     """The policies replayed, the recording one first."""
     return list(dict.fromkeys((mine, *policies)))
-
-
-def replays(d: Derived, policies: tuple[str, ...] = DEFAULT_POLICIES) -> tuple[str, list[ReplayRow]]:
-    """The whole run replayed, without a capacity, under `policies` (the recording one first in the result)."""
-    t = d.table
-    b = d.blocks
-    pre = np.flatnonzero((b.alloc_i < 0) & (b.size > 0))
-    before = [(int(b.addr[k]), int(b.size[k]), int(b.stream[k]), 0) for k in pre.tolist()]
-    events = events_until(t, len(t) - 1, before, request=False)
-    mine = recording_policy(d)
-    names = replayed(mine, policies)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:  # a replay releases the GIL
-        results = list(pool.map(lambda p: replay_once(events, p, 0)[0], names))
-    return mine, replay_rows(mine, names, results)
 
 
 def assembled(moments: list[ReserveMoment], segments: int, mine: str,
@@ -278,17 +205,3 @@ def assembled(moments: list[ReserveMoment], segments: int, mine: str,
     return Reserve(moments, mine, rows, unknown)
 
 
-def reserve(d: Derived, *, replay: bool = True) -> Reserve:
-    """Reserved memory explained at the peaks of reserved and allocated, and the policies' replays."""
-    if not len(d.table):
-        return Reserve([], "caching", [], [])
-    terms, owner, sums = _followed(d)
-    lv = levels(d, sums)
-    moments = [_moment(d, lv, terms.at(i), owner, i, at)
-               for i, at in zip(_peaks(d), ("peak reserved", "peak allocated"))]
-    return assembled(moments, terms.count, recording_policy(d), (lambda: replays(d)) if replay else None)
-
-
-def series(d: Derived) -> Levels:
-    """The terms after every event, for the timeline's bands."""
-    return levels(d, _followed(d)[2])

@@ -30,10 +30,9 @@ from typing import Any
 import numpy as np
 
 from .._records import SEGMENT_ALLOC, SEGMENT_EXPANDABLE, SEGMENT_FREE
-from .blocks import NEVER
 from .ranges import holders
 
-PIECE = 1 << 18  # events per piece when a whole log is fed (the streamed pass's pieces are the log's)
+NEVER = np.iinfo(np.int64).max  # the free index of a segment never unmapped
 
 
 @dataclasses.dataclass
@@ -243,25 +242,3 @@ def split(reserved: Any, allocated: Any, fragmented: Any, cached: Any, mapped_fr
     return mapped_free - aliased, before_log + aliased
 
 
-def follow(d: Any, moments: Any = (), piece: int = PIECE) -> tuple[Terms, np.ndarray, np.ndarray]:
-    """A whole log's `Derived` fed piece by piece: the `Terms` (the rows at `moments`, how many rows), each
-    block's segment row (-1: none) and the sums after every event (5 rows, as Terms.step gives them)."""
-    t, b = d.table, d.blocks
-    n = len(t)
-    terms = Terms(moments)
-    owner = np.full(len(b), -1, dtype=np.int64)
-    by_free = np.argsort(b.free_i, kind="stable")
-    free_sorted = b.free_i[by_free]
-    persistent = b.free_i == NEVER
-    sums = np.zeros((5, n), dtype=np.int64)
-    for base in range(0, n, piece):
-        end = min(n, base + piece)
-        terms.segments(base, t.kind[base:end], t.addr[base:end], t.size[base:end], t.flags[base:end])
-        lo, hi = np.searchsorted(b.alloc_i, [base, end])  # blocks are in allocation order, those before the log first
-        new = np.arange(lo, hi)
-        owner[new] = terms.owners(b.addr[new], b.alloc_i[new])
-        ended = by_free[int(np.searchsorted(free_sorted, base)): int(np.searchsorted(free_sorted, end))]
-        sums[:, base:end] = terms.step(base, end - base,
-                                       (owner[new], b.alloc_i[new], b.block_size[new], persistent[new]),
-                                       (owner[ended], b.free_i[ended], b.block_size[ended]))
-    return terms, owner, sums

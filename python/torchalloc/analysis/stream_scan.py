@@ -27,11 +27,10 @@ import numpy as np
 from .._records import (ALLOC, FREE, MARKER, MODULE, MODULE_TAG, OOM, OOM_DEVICE, PHASE_BEGIN, PHASE_END,
                         POLICY_NAMES, SEGMENT_ALLOC, SEGMENT_EXPANDABLE, SEGMENT_FREE)
 from ..log.chunks import ChunkedLog
-from .events import report_start_ns
 from .frames import BACKWARD_FRAME, Frame, has_frame
 from .roles import phase_role
 from .stream_running import INT_MAX, INT_MIN, AllocPeaks, Backward, Bits, Grow, GrowEnd, Occurrences, Sampler
-from .stream_table import Carry, Piece, PieceTable, pair_piece
+from .stream_table import Carry, Piece, PieceTable, pair_piece, report_start_ns
 
 PHASE_IDS = 1 << 16  # the phase field is a u16
 
@@ -62,6 +61,7 @@ class Scan:
     peak_i: int
     peak_cum: int
     peak_ns: int
+    peak_phase: int  # the phase of the peak's event (its record's)
     rpeak_i: int
     rpeak_raw: int
     rpeak_ns: int
@@ -133,7 +133,7 @@ class _Scanner:
         ordinals = 0
         last_alloc: dict[int, tuple[int, int]] = {}  # tid -> (stack, ordinal) of its last alloc
         cum = raw = 0
-        peak_cum, peak_i, rpeak_raw, rpeak_i = INT_MIN, 0, INT_MIN, 0
+        peak_cum, peak_i, rpeak_raw, rpeak_i, peak_phase = INT_MIN, 0, INT_MIN, 0, 0
         raw_min, gap_max = INT_MAX, INT_MIN
         phase_peak = np.full(PHASE_IDS, INT_MIN, dtype=np.int64)
         alloc_peaks, module_records = AllocPeaks(), 0
@@ -307,6 +307,7 @@ class _Scanner:
             k = int(np.argmax(c))
             if c[k] > peak_cum:
                 peak_cum, peak_i, peak_at = int(c[k]), n + k, (int(c[k]), int(rw[k]), int(t.time_ns[k]))
+                peak_phase = int(t.phase[k])
             k = int(np.argmax(rw))
             if rw[k] > rpeak_raw:
                 rpeak_raw, rpeak_i, rpeak_at = int(rw[k]), n + k, (int(c[k]), int(rw[k]), int(t.time_ns[k]))
@@ -394,7 +395,8 @@ class _Scanner:
         return Scan(
             device=device if device is not None else (devices[0] if devices else 0), devices=devices, n=n,
             first_ns=first_ns, last_ns=last_ns, has_stacks=has_stacks, peak_i=peak_i if n else 0,
-            peak_cum=peak_cum if n else 0, peak_ns=peak_at[2] if n else 0, rpeak_i=rpeak_i if n else 0,
+            peak_cum=peak_cum if n else 0, peak_ns=peak_at[2] if n else 0, peak_phase=peak_phase if n else 0,
+            rpeak_i=rpeak_i if n else 0,
             rpeak_raw=rpeak_raw if n else 0, rpeak_ns=rpeak_at[2] if n else 0,
             initial=initial, offset=offset, blocks=ordinals, bits=bits.array(),
             orphans=orphan_cols, lost_frees=lost, any_freed=any_freed,

@@ -1,13 +1,13 @@
-"""The streamed analysis' common ground: one device's events piece by piece, and blocks paired across pieces.
+"""The analysis' common ground: one device's events piece by piece, and blocks paired across pieces.
 
-Takes the pieces of a `ChunkedLog` (log/chunks.py); gives, per piece, an
-`EventTable` of the device's rows (events.py's columns; `base` is the
-index of its first row in the whole device table) and `pair_piece`, which
-pairs each alloc with the next event on its address as blocks.pair_blocks
-does, carrying the blocks still live from one piece to the next
-(`Carry`). Both passes of the streamed analysis pair the same way, so a
-block has the same ordinal (its alloc's rank among the device's allocs) in
-both.
+Takes the pieces of a `ChunkedLog` (log/chunks.py); gives, per piece, a
+`PieceTable` of the device's rows (the columns below; `base` is the index
+of its first row in the whole device table) and `pair_piece`, which pairs
+each alloc with the next event on its address, carrying the blocks still
+live from one piece to the next (`Carry`). Both passes of the analysis
+pair the same way, so a block has the same ordinal (its alloc's rank among
+the device's allocs) in both. And the report's time zero,
+`report_start_ns`.
 """
 from __future__ import annotations
 
@@ -18,12 +18,36 @@ import numpy as np
 
 from .._records import ALLOC, FREE
 from ..log.chunks import ChunkedLog
-from .events import _COLUMNS
+
+# The columns a piece's rows are read as, and their dtypes; `kind` holds the record kinds of torchalloc._records.
+_COLUMNS: dict[str, Any] = {
+    "kind": np.uint8,
+    "time_ns": np.int64,
+    "addr": np.uint64,
+    "size": np.int64,
+    "block_size": np.int64,
+    "stream": np.uint64,
+    "tid": np.int64,
+    "stack": np.int64,
+    "phase": np.int32,
+    "device": np.int16,
+    "seq": np.int64,
+    "flags": np.uint8,
+    "policy": np.uint8,  # the registry id of the policy that made a block or segment (alloc, free, segment records)
+}
+
+
+def report_start_ns(opened_ns: int | None, first_ns: int) -> int:
+    """Time zero of a report: when the log was opened, unless its first event is before that or more than an
+    hour after (a clock the header does not share: then the first event)."""
+    if opened_ns is not None and 0 <= first_ns - opened_ns < 3600 * 10**9:
+        return opened_ns
+    return first_ns
 
 
 class PieceTable:
-    """One piece's rows as the columns of an EventTable (events.py's names and dtypes), each made when first
-    asked for: most passes read a few of them."""
+    """One piece's rows as columns (_COLUMNS' names and dtypes), each made when first asked for: most passes
+    read a few of them."""
 
     def __init__(self, records: np.ndarray) -> None:
         self._records = records
@@ -48,9 +72,6 @@ class PieceTable:
             col = np.asarray(field).astype(dtype)
         self.__dict__[name] = col
         return col
-
-    def select(self, mask: np.ndarray) -> "PieceTable":
-        return PieceTable(self._records[mask])
 
 
 @dataclasses.dataclass

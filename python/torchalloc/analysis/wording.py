@@ -13,41 +13,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 
 from ..units import fmt_bytes, fmt_seconds
-from .categorize import CATEGORIES, Category
-from .classify import REASONS, Reason
-from .derived import Derived
+from .categorize import Category
+from .classify import Reason
 from .estimate import Estimate
 from .modules import OUTSIDE, Modules
 from .ooms import OomRow
 from .phase_summary import PhaseRow
 from .reserve import PinnedSegment, Reserve, ReserveMoment, ReplayRow
 from .sites import NO_PYTHON
-
-
-def explain_block(d: Derived, b: int) -> str:
-    """Why block b was freed when it was, in words."""
-    c, blocks = d.classified, d.blocks
-    site = d.sites[c.site[b]].label
-    free_site = d.sites[c.free_site[b]].label if c.free_site[b] >= 0 else None
-    fn = c.functions[c.returned[b]] if c.returned[b] >= 0 else None
-    phase = d.phase_name(int(blocks.alloc_phase[b]))
-    free_phase = d.phase_name(int(blocks.free_phase[b])) if blocks.free_phase[b] >= 0 else ""
-    rows = np.flatnonzero(d.occ.phase == blocks.alloc_phase[b])
-    if rows.size > 1 and c.alloc_occ[b] == rows[0]:
-        phase = f"the first occurrence of {phase}"
-    return reason_sentence(REASONS[c.reason[b]], CATEGORIES[c.category[b]], site, free_site, fn, phase, free_phase,
-                           bool(c.rerun[b]), d.has_stacks)
-
-
-def explain_group(d: Derived, b: int, phases: list[str]) -> str:
-    """explain_block for a lifetime row: block b speaks for its group, whose blocks were made in `phases`."""
-    text = explain_block(d, b)
-    if len(phases) == 1:
-        return text
-    return text.replace(f"in {d.phase_name(int(d.blocks.alloc_phase[b]))}", f"in {', '.join(phases)}")
 
 
 def reason_sentence(reason: Reason, category: Category, site: str, free_site: str | None, fn: str | None, phase: str,

@@ -7,7 +7,8 @@
     log.strings, log.stacks, log.phase_names, log.damage, log.truncated, log.writer   # after a whole pass
 
 `read_log` (log/reader.py) decodes a whole file at once; a log of 10^8 records is
-6.4 GB, and its decoded arrays more. This reads the same file
+6.4 GB, and its decoded arrays more. The report, replay and export read
+every log with this instead: the same file
 `chunk_records` slots at a time (plain reads into one buffer, so the
 file's pages never count against the process) and gives exactly what
 read_log gives: the same event records in the same order, the same
@@ -28,8 +29,8 @@ from typing import IO, Any, Iterator, Union
 
 import numpy as np
 
-from .._compressed import inflated_size, is_compressed, open_decompressed
-from .._records import END, FRAME, LOG_MAGIC, MAX_KIND, PHASE_BEGIN, STACK, STATUS_CUT_SHORT, STATUS_NO_SPACE, STRING, TRUNCATED
+from .._compressed import is_compressed, open_decompressed
+from .._records import END, FRAME, MAX_KIND, PHASE_BEGIN, STACK, STATUS_CUT_SHORT, STATUS_NO_SPACE, STRING, TRUNCATED
 from .checks import Checker
 from .reader import (
     _FRAME_DTYPE,
@@ -52,38 +53,13 @@ from .reader import (
 )
 from .trace_events import TraceError
 
-__all__ = ["ChunkedLog", "DEFAULT_CHUNK_RECORDS", "STREAM_FROM_BYTES", "is_large_log"]
+__all__ = ["ChunkedLog", "DEFAULT_CHUNK_RECORDS"]
 
-DEFAULT_CHUNK_RECORDS = 1 << 18  # 16 MiB of log per piece (larger pieces: more memory, no faster)
-# From this size on `torchalloc report` reads a log in pieces: decoded whole, a log takes about 4.5 times its
-# size in memory (1.2 GB at this size). Export (10 times its size whole) and replay give exactly what they give
-# whole when they read in pieces, and do from an eighth and a quarter of it. A compressed log is measured by
-# what it inflates to (issue 36: 312 KB of xz held 2 GiB of zero slots), as the file it decompresses to would be.
-STREAM_FROM_BYTES = 256 << 20
-EXPORT_SHARE, REPLAY_SHARE = 8, 4
+# 16 MiB of log per piece (larger pieces: more memory, no faster). Every tool reads every log this way; a log
+# smaller than a piece is one piece.
+DEFAULT_CHUNK_RECORDS = 1 << 18
 _ITEM = np.dtype((np.void, RECORD_SIZE))
 _STREAM_ERRORS = (EOFError, OSError, lzma.LZMAError, zlib.error, ValueError)  # CompressedError is a ValueError
-
-
-def is_large_log(path: Union[str, os.PathLike[str]], threshold: int | None = None, share: int = 1) -> bool:
-    """Whether `path` is a torchalloc log of `threshold` bytes or more (default: STREAM_FROM_BYTES / `share`): one to
-    read in pieces; False for anything else. A compressed log counts what it inflates to: inflated a piece at a
-    time and no further than `threshold`, so asking costs no memory and at most that much decompression."""
-    if threshold is None:
-        threshold = STREAM_FROM_BYTES // share
-    try:
-        if not os.path.isfile(path):
-            return False
-        with open(path, "rb") as f:
-            head = f.read(8)
-        if is_compressed(head):
-            with open_decompressed(path) as f:
-                if f.read(len(LOG_MAGIC)) != LOG_MAGIC:
-                    return False
-            return inflated_size(path, threshold) >= threshold
-        return head == LOG_MAGIC and os.path.getsize(path) >= threshold
-    except _STREAM_ERRORS:
-        return False
 
 
 def _phase_labels(events: np.ndarray) -> Any:

@@ -1,11 +1,12 @@
 """Would another policy have fit? The run up to an OOM, replayed under each policy.
 
-Takes a log's event table (one device, `analysis.events.EventTable`), the
-index of an OOM record and the capacity torchalloc could use then; builds
-the trace of that run up to the failure -- every allocation, free and phase
-before it, blocks allocated before the log was opened reconstructed at the
-start, and the failed request last -- and replays it through each policy on
-the simulated device (engine.py, the very C code that serves the GPU):
+Takes the trace of the run up to an OOM (analysis/stream_ooms.py builds it
+from the log: every allocation, free and phase before the failure, blocks
+allocated before the log was opened reconstructed at the start, and the
+failed request last, at an address no block uses: `_unused_address`) and
+the capacity torchalloc could use then, and replays it through each
+policy on the simulated device (engine.py, the very C code that serves the
+GPU):
 
 - `needed`: the smallest capacity at which the whole run, the failed
   request included, completes (bisection, as `torchalloc replay` finds it);
@@ -33,7 +34,7 @@ from .. import _records as records
 from ..oom import Advice
 from ..units import fmt_bytes
 from .engine import DEFAULT_POLICIES, min_capacity, replay_once
-from ..log.trace_events import ALLOC, EVENT_DTYPE, FREE, PHASE_BEGIN, PHASE_END, Trace, live_peaks
+from ..log.trace_events import ALLOC, FREE, PHASE_BEGIN, PHASE_END, Trace, live_peaks
 
 _TO_EVENT = np.zeros(256, dtype=np.uint8)
 _TO_EVENT[[records.ALLOC, records.FREE, records.PHASE_BEGIN, records.PHASE_END]] = [ALLOC, FREE, PHASE_BEGIN,
@@ -50,38 +51,6 @@ class Alternative:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def events_until(table: Any, index: int, before_log: Sequence[tuple[int, int, int, int]] = (),
-                 request: bool = True) -> np.ndarray:
-    """Replay events for the run up to record `index`: `before_log` (addr, requested size, stream,
-    phase of blocks allocated before the log began) first, then the log's allocs, frees and phases,
-    then (with `request`, `index` being an OOM record) the failed request."""
-    kind = table.kind[: index + 1]
-    rows = np.flatnonzero(_TO_EVENT[kind] != 0)
-    n_pre = len(before_log)
-    events = np.zeros(n_pre + len(rows) + 1, dtype=EVENT_DTYPE)  # the last slot: the request (dropped without)
-    if n_pre:
-        pre = np.array(before_log, dtype=np.uint64).reshape(-1, 4)
-        events["kind"][:n_pre] = ALLOC
-        events["addr"][:n_pre], events["size"][:n_pre] = pre[:, 0], pre[:, 1]
-        events["stream"][:n_pre], events["phase"][:n_pre] = pre[:, 2], pre[:, 3]
-    body = events[n_pre:-1]
-    body["kind"] = _TO_EVENT[table.kind[rows]]
-    is_block = body["kind"] <= FREE
-    body["addr"] = np.where(is_block, table.addr[rows], 0)
-    body["size"] = np.where(body["kind"] == ALLOC, table.size[rows], 0)
-    body["stream"] = table.stream[rows]
-    body["phase"] = table.phase[rows]
-    if not request:
-        return events[:-1]
-    last = events[-1:]
-    last["kind"] = ALLOC
-    last["addr"] = _unused_address(events["addr"][:-1])
-    last["size"] = int(table.size[index])
-    last["stream"] = int(table.stream[index])
-    last["phase"] = int(table.phase[index])
-    return events
 
 
 def _unused_address(used: np.ndarray) -> int:

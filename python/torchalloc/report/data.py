@@ -26,10 +26,11 @@ as the text of a `<script type="application/json">` element. In it:
 
 Which blocks: a click can only ask for a moment the page knows (a sample,
 the peak, an OOM, a marker). For each of those moments, its `PER_MOMENT`
-largest live blocks are candidates, ranked by their best position at any
-moment; the page keeps the best `TOTAL_BLOCKS` of them, so that at every
-moment it holds at least its `exact` largest live blocks (`exact` is
-`PER_MOMENT` when nothing was cut). The peak's and every OOM's
+largest live blocks are candidates (the analysis' second pass ranks them,
+built with `page=True`, else one more pass does), ranked by their best
+position at any moment; the page keeps the best `TOTAL_BLOCKS` of them, so
+that at every moment it holds at least its `exact` largest live blocks
+(`exact` is `PER_MOMENT` when nothing was cut). The peak's and every OOM's
 `PER_MOMENT` largest are always held (the first `PRIORITY_OOMS` OOMs'):
 they are what the buttons show. The page says so where it lists fewer
 blocks than were live.
@@ -41,13 +42,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .._records import MARKER
-from ..analysis import CATEGORIES, NEVER, REASONS, Analysis, is_library_frame, time_base_ns
-from ..analysis.lifetimes import lifetime_rows
+from ..analysis import CATEGORIES, REASONS, Analysis, is_library_frame
 from ..analysis.modules import WHAT as MODULE_WHAT
+from ..analysis.modules import what_codes
 from .svg import BOTTOM, H, LEFT, MAX_MARKERS, MAX_SPANS, RIGHT, STRIP, TOP, W, phase_colors, plot_extent
 
-__all__ = ["page_data", "embed_json", "lifetime_examples", "module_blocks", "PER_MOMENT", "PER_MODULE", "TOTAL_BLOCKS"]
+__all__ = ["page_data", "embed_json", "PER_MOMENT", "PER_MODULE", "TOTAL_BLOCKS"]
 
 PER_MOMENT = 100  # the largest blocks live at one moment that the page can list
 TOTAL_BLOCKS = 4000  # blocks embedded in all (the lifetimes' examples come on top)
@@ -58,60 +58,6 @@ NO_STACK = -1  # a block's stack id when it has none (no Python frames, or a log
 
 def _r(x: float) -> float:
     return round(float(x), 6)
-
-
-def moments(a: Analysis) -> np.ndarray:
-    """The event indices a click may ask for: the timeline's samples, the peak, every OOM, the markers drawn."""
-    t, tl = a.table, a.timeline
-    marks = np.flatnonzero(t.kind == MARKER)[:MAX_MARKERS]
-    extra = [tl.peak_index] + [o.index for o in a.ooms()]
-    return np.unique(np.concatenate((tl.index, marks, np.asarray(extra, dtype=np.int64)))).astype(np.int64)
-
-
-def live_counts(a: Analysis, indices: np.ndarray) -> np.ndarray:
-    """How many blocks are live just after each event of `indices` (Derived.live_at, counted)."""
-    b = a.blocks
-    made = np.searchsorted(np.sort(b.alloc_i), indices, side="right")
-    gone = np.searchsorted(np.sort(b.free_i), indices, side="right")
-    return (made - gone).astype(np.int64)
-
-
-def choose_blocks(a: Analysis, at: np.ndarray, priority: Sequence[int] = (), per_moment: int = PER_MOMENT,
-                  total: int = TOTAL_BLOCKS) -> tuple[np.ndarray, int]:
-    """The blocks the page holds (indices into a.blocks, ascending) and `exact`: at every moment of `at`
-    the page holds at least its `exact` largest live blocks; at the `priority` moments (the peak, the
-    OOMs: a button away) its `per_moment` largest, whatever the budget."""
-    b = a.blocks
-    size = b.block_size
-    best = np.full(len(b), per_moment, dtype=np.int64)  # best rank at any moment; per_moment = never in a top
-    first = set(int(i) for i in priority)
-    # blocks are sorted by alloc_i: those made by event i are a prefix
-    made = np.searchsorted(b.alloc_i, at, side="right")
-    for i, m in zip(at.tolist(), made.tolist()):
-        live = np.flatnonzero(b.free_i[:m] > i)
-        if live.size > per_moment:
-            live = live[np.argpartition(-size[live], per_moment - 1)[:per_moment]]
-        ranked = live[np.lexsort((live, -size[live]))]
-        np.minimum.at(best, ranked, np.full(ranked.size, -1) if i in first else np.arange(ranked.size))
-    held = np.flatnonzero(best < 0)
-    candidates = np.flatnonzero((best >= 0) & (best < per_moment))
-    order = candidates[np.lexsort((candidates, -size[candidates], best[candidates]))]
-    room = max(0, total - held.size)
-    if order.size <= room:
-        return np.sort(np.concatenate((held, order))), per_moment
-    return np.sort(np.concatenate((held, order[:room]))), int(best[order[room]])
-
-
-def lifetime_examples(a: Analysis) -> list[int]:
-    """The block that speaks for each row of a.lifetimes(), in that order: the stage writes each row's
-    sentence from one block, so ask it which (same rows, same order: the sentence is not a sort key)."""
-    spoke: dict[int, int] = {}
-
-    def record(b: int, phases: list[str]) -> str:
-        spoke[len(spoke)] = b
-        return str(len(spoke) - 1)
-
-    return [spoke[int(r.explanation)] for r in lifetime_rows(a, record)]
 
 
 class _Interner:
@@ -163,51 +109,11 @@ class _Shared:
         }
 
 
-def _block_columns(a: Analysis, held: np.ndarray, shared: _Shared) -> dict[str, list[Any]]:
-    """The held blocks as columns; -1 where there is none (free of a live block, stack, site)."""
-    b, c = a.blocks, a.classified
-    base = time_base_ns(a.table)
-    cols: dict[str, list[Any]] = {k: [] for k in (
-        "id", "addr", "size", "requested", "phase", "free_phase", "site", "free_site", "category", "reason", "why",
-        "alloc_i", "free_i", "alloc_t", "free_t", "alloc_stack", "free_stack")}
-    for k in held.tolist():
-        freed, known = int(b.free_i[k]) != NEVER, int(b.alloc_i[k]) >= 0
-        cols["id"].append(k)
-        cols["addr"].append(hex(int(b.addr[k])))
-        cols["size"].append(int(b.block_size[k]))
-        cols["requested"].append(int(b.size[k]))
-        cols["phase"].append(shared.phase(int(b.alloc_phase[k])))
-        cols["free_phase"].append(shared.phase(int(b.free_phase[k])) if freed else -1)
-        cols["site"].append(shared.site(int(c.site[k])))
-        cols["free_site"].append(shared.site(int(c.free_site[k])))
-        cols["category"].append(int(c.category[k]))
-        cols["reason"].append(int(c.reason[k]))
-        cols["why"].append(shared.sentences.id(a.explanation(k)))
-        cols["alloc_i"].append(int(b.alloc_i[k]))
-        cols["free_i"].append(int(b.free_i[k]) if freed else -1)
-        cols["alloc_t"].append(_r((int(b.alloc_t[k]) - base) / 1e9) if known else -1)
-        cols["free_t"].append(_r((int(b.free_t[k]) - base) / 1e9) if freed else -1)
-        cols["alloc_stack"].append(shared.stack(int(b.alloc_stack[k])))
-        cols["free_stack"].append(shared.stack(int(b.free_stack[k])) if freed else NO_STACK)
-    return cols
-
-
-def module_blocks(a: Analysis, shown: int) -> list[tuple[int, list[int]]]:
-    """For the first `shown` rows of a.modules(): the module's id and its blocks live at the peak, largest first
-    (at most PER_MODULE)."""
-    m, _ = a.modules()
-    if not m.rows:
-        return []
-    live = a.live_at(m.peak_index)
-    return rows_blocks(m.rows[:shown], m.name, np.unique(m.module_of), live, m.module_of[live],
-                       a.blocks.block_size[live])
-
-
 def rows_blocks(rows: Sequence[Any], name: Any, ids: np.ndarray, live: np.ndarray, module: np.ndarray,
                 size: np.ndarray) -> list[tuple[int, list[int]]]:
-    """module_blocks from the blocks live at the peak (`live`, in the blocks' order, with their module and size)
-    and every module id a block has (`ids`, ascending: of two with one name, the later is the row's); the
-    streamed page (data_stream.py) asks it too."""
+    """For each module row: the module's id and its blocks live at the peak, largest first (at most PER_MODULE),
+    from those blocks (`live`, with their module and size) and every module id a block has (`ids`, ascending:
+    of two with one name, the later is the row's)."""
     by_name = {name(int(k)): int(k) for k in ids.tolist()}
     out = []
     for row in rows:
@@ -217,62 +123,135 @@ def rows_blocks(rows: Sequence[Any], name: Any, ids: np.ndarray, live: np.ndarra
     return out
 
 
+def _choose(a: Analysis, priority: list[int], per_moment: int = PER_MOMENT, total: int = TOTAL_BLOCKS
+            ) -> tuple[list[int], int]:
+    """The blocks the page holds (ascending ids) and `exact` (module docstring), from the moments the second pass
+    ranked."""
+    best: dict[int, int] = {}
+    first = set(priority)
+    for i in sorted(a.passed.page):
+        for pos, k in enumerate(a.passed.page[i].tolist()):
+            rank = -1 if i in first else pos
+            best[k] = min(best.get(k, per_moment), rank)
+    size = {k: a.passed.details[k]["block_size"] for k in best}
+    held = [k for k, r in best.items() if r < 0]
+    order = sorted((k for k, r in best.items() if 0 <= r < per_moment), key=lambda k: (best[k], -size[k], k))
+    room = max(0, total - len(held))
+    if len(order) <= room:
+        return sorted(held + order), per_moment
+    return sorted(held + order[:room]), best[order[room]]
+
+
+def _columns(a: Analysis, held: list[int], details: dict[int, dict[str, Any]], shared: _Shared
+             ) -> dict[str, list[Any]]:
+    """The held blocks as columns, from their details; -1 where there is none (free of a live block, stack,
+    site)."""
+    cols: dict[str, list[Any]] = {k: [] for k in (
+        "id", "addr", "size", "requested", "phase", "free_phase", "site", "free_site", "category", "reason", "why",
+        "alloc_i", "free_i", "alloc_t", "free_t", "alloc_stack", "free_stack")}
+    for k in held:
+        d = details[k]
+        freed, known = d["free_i"] >= 0, d["alloc_i"] >= 0
+        cols["id"].append(k)
+        cols["addr"].append(hex(d["addr"]))
+        cols["size"].append(d["block_size"])
+        cols["requested"].append(d["size"])
+        cols["phase"].append(shared.phase(d["phase"]))
+        cols["free_phase"].append(shared.phase(d["free_phase"]) if freed else -1)
+        cols["site"].append(shared.site(int(a.site_map[d["site"]])))
+        cols["free_site"].append(shared.site(int(a.site_map[d["free_site"]]) if d["free_site"] >= 0 else -1))
+        cols["category"].append(d["category"])
+        cols["reason"].append(d["reason"])
+        cols["why"].append(shared.sentences.id(a.explain(d)))
+        cols["alloc_i"].append(d["alloc_i"])
+        cols["free_i"].append(d["free_i"] if freed else -1)
+        cols["alloc_t"].append(_r((d["alloc_t"] - a.base_ns) / 1e9) if known else -1)
+        cols["free_t"].append(_r((d["free_t"] - a.base_ns) / 1e9) if freed else -1)
+        cols["alloc_stack"].append(shared.stack(d["alloc_stack"]))
+        cols["free_stack"].append(shared.stack(d["free_stack"]) if freed else NO_STACK)
+    return cols
+
+
+def _module_blocks(a: Analysis, shown: int) -> tuple[list[tuple[int, list[int]]], dict[int, dict[str, Any]]]:
+    """rows_blocks for the first `shown` rows of a.modules(), from the blocks followed from the peak
+    (stream_modules.py), and their details."""
+    m, _ = a.modules()
+    follower = a.followers[1]
+    if not m.rows or follower is None:
+        return [], {}
+    k, module, _, size = follower.peak_blocks()
+    per_module = rows_blocks(m.rows[:shown], m.name, np.array(sorted(follower.seen), dtype=np.int64),
+                             np.arange(k.size), module, size)
+    positions = sorted({j for _, js in per_module for j in js})
+    details = {int(k[j]): d for j, d in zip(positions, follower.peak_details(positions, a.before_log_site()))}
+    return [(module_id, [int(k[j]) for j in js]) for module_id, js in per_module], details
+
+
 def page_data(a: Analysis, *, lifetimes_shown: int = 60, modules_shown: int = 60) -> dict[str, Any]:
     """Everything the page's script needs (module docstring), as plain lists and numbers."""
-    t, tl, b = a.table, a.timeline, a.blocks
+    a.ensure_page()
+    t, tl, s = a.table, a.timeline, a.scan
     shared = _Shared(a)
     timeline = {
         "t": [_r(x) for x in tl.t_s], "i": tl.index.tolist(), "allocated": tl.allocated.tolist(),
-        "reserved": tl.reserved.tolist(), "live": live_counts(a, tl.index).tolist(),
+        "reserved": tl.reserved.tolist(), "live": [a.passed.live_at[int(i)] for i in tl.index.tolist()],
         "phases": list(tl.by_phase), "by_phase": [v.tolist() for v in tl.by_phase.values()],
         "fragmented": [int(v) for v in a.fragmented_samples()],
     }
     spans = [[shared.names.id(n), _r(t0), _r(t1)] for n, t0, t1 in tl.phase_spans[:MAX_SPANS]]
-    marker_i = np.flatnonzero(t.kind == MARKER)[:MAX_MARKERS].tolist()  # the order timeline.markers has
+    marker_i = [m[0] for m in s.markers[:MAX_MARKERS]]
     markers = [{"t": _r(ts), "label": label, "phase": phase, "i": i}
                for (ts, label, phase), i in zip(tl.markers[:MAX_MARKERS], marker_i)]
 
     def moment(i: int) -> dict[str, Any]:
-        return {"i": i, "t": _r(a.time_s(i)), "allocated": int(a.allocated[i]), "reserved": int(a.reserved[i]),
-                "live": int(live_counts(a, np.array([i]))[0])}
+        return {"i": i, "t": _r(a.time_s(i)), "allocated": a.allocated_at(i), "reserved": a.reserved_at(i),
+                "live": a.passed.live_at[i]}
 
     ooms = [dict(moment(o.index), requested=o.requested, phase=o.phase, site=o.site, verdict=o.verdict,
                  verdict_from=o.verdict_from, explanation=o.explanation,
                  advice=[dict(number=c.number, text=c.text, check=c.check, confirmed=c.confirmed) for c in o.advice])
             for o in a.ooms()]
     priority = ([tl.peak_index] if len(t) else []) + [o.index for o in a.ooms()[:PRIORITY_OOMS]]
-    chosen, exact = choose_blocks(a, moments(a), priority) if len(b) else (np.zeros(0, dtype=np.int64), PER_MOMENT)
-    examples = lifetime_examples(a)[:lifetimes_shown]
-    per_module = module_blocks(a, modules_shown)
+    chosen, exact = _choose(a, priority) if len(a.blocks) else ([], PER_MOMENT)
+    rows = a.lifetime_rows()
+    examples = [rep["k"] for _, rep in rows][:lifetimes_shown]
+    details = dict(a.passed.details)
+    for _, rep in rows[:lifetimes_shown]:
+        details.setdefault(rep["k"], rep)
+    per_module, module_details = _module_blocks(a, modules_shown)
+    for k, d in module_details.items():
+        details.setdefault(k, d)
     module_held = [k for _, ks in per_module for k in ks]
-    held = np.union1d(np.union1d(chosen, np.asarray(examples, dtype=np.int64)), np.asarray(module_held, dtype=np.int64))
-    row_of = {int(k): r for r, k in enumerate(held.tolist())}
+    held = np.union1d(np.union1d(np.asarray(chosen, dtype=np.int64), np.asarray(examples, dtype=np.int64)),
+                      np.asarray(module_held, dtype=np.int64)).tolist()
+    row_of = {int(k): r for r, k in enumerate(held)}
     lifetimes = [{"site": r.site, "location": r.location, "reason": r.reason, "category": r.category,
                   "count": r.count, "bytes": r.bytes, "typical_s": _r(r.typical_lifetime_s), "why": r.explanation,
-                  "block": row_of[k]} for r, k in zip(a.lifetimes()[:lifetimes_shown], examples)]
-    blocks = _block_columns(a, held, shared)
+                  "block": row_of[k]} for (r, _), k in zip(rows[:lifetimes_shown], examples)]
+    blocks = _columns(a, held, details, shared)
     mods, _ = a.modules()
-    names = [mods.name(module) for module, _ in per_module]
     name_of = {module: n for n, (module, _) in enumerate(per_module)}
-    blocks["module"] = [name_of.get(int(mods.module_of[k]), -1) if len(mods.module_of) else -1 for k in held.tolist()]
-    blocks["module_what"] = [int(mods.what_of[k]) if len(mods.what_of) else -1 for k in held.tolist()]
+    blocks["module"] = [name_of.get(details[k]["module"], -1) for k in held]
+    blocks["module_what"] = what_codes(np.array([details[k]["category"] for k in held], dtype=np.int64),
+                                       np.array([details[k]["reason"] for k in held], dtype=np.int64),
+                                       np.array([details[k]["tag"] for k in held], dtype=np.int64)).tolist()
     modules = [{"module": row.module, "at_peak": row.at_peak, "count": row.blocks_at_peak,
                 "blocks": [row_of[k] for k in ks]} for row, (_, ks) in zip(mods.rows, per_module)]
     return {
         **page_frame(t.path, a, tl),
-        "timeline": timeline, "spans": spans, "spans_total": len(tl.phase_spans),
-        "markers": markers, "markers_total": len(tl.markers),
+        "timeline": timeline, "spans": spans, "spans_total": len(s.occ_phase),
+        "markers": markers, "markers_total": s.marker_count,
         "peak": moment(tl.peak_index) if len(t) else None, "ooms": ooms,
-        "blocks": blocks, "lifetimes": lifetimes, "modules": modules, "module_names": names,
+        "blocks": blocks, "lifetimes": lifetimes, "modules": modules,
+        "module_names": [mods.name(module) for module, _ in per_module],
         **shared.to_dict(),
-        "budget": page_budget(len(b), int(held.size), exact, priority),
+        "budget": page_budget(len(a.blocks), len(held), exact, priority),
     }
 
 
 def page_frame(path: str, a: Any, tl: Any) -> dict[str, Any]:
     """The page's fields that do not depend on which blocks it shows: the log, the plot's frame and scales,
-    the phases' colours and the names of reasons, categories and what a module holds. `a` and `tl` are a
-    whole-log or a streamed analysis and its timeline (streamed pages share this with page_data)."""
+    the phases' colours and the names of reasons, categories and what a module holds."""
     x_max, y_max = plot_extent(tl)
     colors = phase_colors(list(tl.by_phase))
     return {

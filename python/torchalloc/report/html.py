@@ -160,12 +160,7 @@ def render_html(a: Analysis, *, at: Sequence[str | float] = (), top: int = 30) -
                 "reserved, and the yellow band above allocated is fragmentation (free bytes in segments that hold "
                 "live blocks). Markers are the labels passed to torchalloc.mark(). "
                 '<a href="#help">Help</a> (at the end of the page) says how to use it.</p>')
-    if isinstance(a, Analysis):
-        data = page_data(a, lifetimes_shown=top * 2, modules_shown=top * 2)
-    else:  # a log analysed in pieces
-        from .data_stream import streamed_page_data
-
-        data = streamed_page_data(a, lifetimes_shown=top * 2, modules_shown=top * 2)
+    data = page_data(a, lifetimes_shown=top * 2, modules_shown=top * 2)
     body.append(_controls_html(data))
     body.append(f'<div class="plot">{render_svg(a)}<div id="tooltip" class="tooltip" role="status" hidden></div></div>')
     body.append(_drawing_note(data))

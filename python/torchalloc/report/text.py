@@ -149,7 +149,7 @@ def render_text(a: Analysis, *, top: int = 15, at: Sequence[str | float] = (), w
                    "(torchalloc.install() must run before the first CUDA tensor).")
         return "\n".join(out) + "\n"
     out.append("== Timeline")
-    at_least = " (at least: the log began mid-run)" if bool((a.blocks.alloc_i < 0).any()) else ""
+    at_least = " (at least: the log began mid-run)" if a.blocks.before_log else ""
     out.append(f"peak allocated {fmt_bytes(tl.peak_allocated)}{at_least} at {fmt_time(tl.peak_t)}; peak reserved "
                f"{fmt_bytes(tl.peak_reserved)} at {fmt_time(tl.peak_reserved_t)}; {fmt_seconds(tl.duration_s)} in all")
     if len(tl.allocated):
