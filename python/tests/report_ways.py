@@ -1,9 +1,9 @@
 """The two ways the report's tests analyse a log, and what they read back from the page.
 
-Every log is analysed as analyze(path) reads it, and read in pieces of PIECES records (the bundled log:
-BUNDLED_PIECES), the way a log too large for memory is (analysis/streamed.py); the report must not tell them
-apart. The tests hold the report against the log itself (log_oracle.py), never against one analysis' per-event
-or per-block arrays, which a log read in pieces does not have.
+Every log is analysed as analyze(path) reads it (pieces of log/chunks.py's DEFAULT_CHUNK_RECORDS: a test log
+is one piece), and in pieces of PIECES records (the bundled log: BUNDLED_PIECES), so that blocks, phase
+occurrences and markers cross pieces; the report must not tell them apart. The tests hold the report against
+the log itself (log_oracle.py), never against per-event or per-block arrays, which the analysis does not keep.
 """
 from __future__ import annotations
 

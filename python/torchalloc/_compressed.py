@@ -21,7 +21,7 @@ _OPENERS: tuple[tuple[bytes, Callable[..., Any]], ...] = (
     (b"\x1f\x8b", gzip.open), (b"\xfd7zXZ\x00", lzma.open), (b"BZh", bz2.open))
 # What a decompressing reader raises on a truncated or corrupt stream (zlib.error: a corrupt gzip body).
 _ERRORS = (EOFError, OSError, lzma.LZMAError, zlib.error, ValueError)
-_PIECE = 1 << 20  # bytes inflated per read: the memory a streamed pass holds at once
+_PIECE = 1 << 20  # bytes inflated per read: the memory a pass over a compressed log holds at once
 _ZEROS = bytes(_PIECE)
 
 Source = Union[str, "os.PathLike[str]"]

@@ -1,9 +1,14 @@
 """Peak anatomy: the blocks live at one moment, grouped by allocation site and phase, largest first.
 
-Takes a `Derived` and a moment -- "peak" (default), "peak_reserved", "end",
-"oom", a marker label or a time in seconds -- and gives an `Anatomy`: the
-allocated and reserved bytes then, one `AnatomyRow` per (site, phase,
-reason, category) group of live blocks, and the live bytes by category and by phase.
+Holds the section's row types -- an `Anatomy`: the allocated and reserved
+bytes at one moment, one `AnatomyRow` per (site, phase, reason, category)
+group of the blocks live then, and the live bytes by category and by phase
+-- and what builds them: `bytes_by` and `dominant` (a row's category and
+reason: the one holding most of its bytes), `some_labels` (marker labels
+named in an error). Analysis.anatomy (result.py) takes the moment --
+"peak" (default), "peak_reserved", "end", "oom", a marker label or a time
+in seconds -- and groups the blocks the second pass kept live then
+(stream_pass.py).
 """
 from __future__ import annotations
 
@@ -14,9 +19,9 @@ import numpy as np
 
 
 
-# The marker labels whose anatomy the JSON report carries (the first ones), for a log read whole and one read in
-# pieces (streamed.py) alike: one 'step N' marker per step gives a label per step, and each anatomy is a pass
-# over the blocks, so without a cap `report --json` grew with steps times blocks.
+# The marker labels whose anatomy the JSON report carries (the first ones): one 'step N' marker per step gives a
+# label per step, and each anatomy keeps and groups the blocks live at its moment, so without a cap
+# `report --json` grew with steps times blocks.
 MARKER_ANATOMIES = 1000
 LABELS_NAMED = 20  # marker labels an error names (the first ones, sorted): a log can hold 10^5 of them
 

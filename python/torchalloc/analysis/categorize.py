@@ -1,9 +1,13 @@
 """What each block was for: parameters, gradients, optimizer state, activations, workspaces...
 
-Takes the event table, the blocks, the phase occurrences and the reasons
-(classify.py); gives `Classified`: the reasons plus each block's `Category`,
-in the terms of the usual estimate params + optimizer state +
-max(grads + optimizer intermediates, activations).
+Holds `Category`, in the terms of the usual estimate params + optimizer
+state + max(grads + optimizer intermediates, activations), and the rules
+below that give a block one. stream_blocks.py applies them
+(`BlockRules.categories`), to each block at its alloc: what they need of
+its future (whether it is ever freed, freed during backward, freed within
+the phase occurrence that made it; whether its thread's allocation before
+or after it has the same stack) the first pass has found already
+(stream_scan.py's `BIT_*`).
 
 The evidence, strongest first: torch frames in the allocation stack
 (``torch.nn`` initialisation, ``torch.optim``), the role of the phase that
@@ -42,7 +46,7 @@ class Category(str, enum.Enum):
 
 
 CATEGORIES: tuple[Category, ...] = tuple(Category)
-CATEGORY_CODE = {c: i for i, c in enumerate(CATEGORIES)}  # Category -> its code in Classified.category
+CATEGORY_CODE = {c: i for i, c in enumerate(CATEGORIES)}  # Category -> its code: a block's category is kept as one
 
 
 # cuBLAS workspaces torch allocates through the current allocator, per

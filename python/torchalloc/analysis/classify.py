@@ -1,11 +1,15 @@
-"""Why each block was freed when it was: backward detection, the stack rules, allocation sites.
+"""Why each block was freed when it was: the reasons, their rules, and the stack rules for one pair of stacks.
 
-Takes the event table, the blocks and the phase occurrences; gives
-`Reasons`: per block a `Reason`, its allocation site and free site (ids in
-a `SiteTable`), the function whose return freed it, and whether it was made
-or freed during backward. Stacks are optional: without them the rules fall
-back to phases (rule 4), and without phases as well every block still gets
-a reason.
+Holds `Reason`, the rules below, and `classify_stacks` (rule 3 for one
+alloc/free stack pair). The analysis applies them block by block as it
+reads the log: the first pass finds backward (stream_scan.py,
+stream_running.Backward) and notes per block what only its end tells
+(`BIT_*`: freed during backward, by autograd, within its phase
+occurrence); the second gives each block its allocation site and, as it
+ends, its reason, free site and returning function (stream_pass.py, with
+stream_blocks.BlockRules). Stacks are optional: without them the rules
+fall back to phases (rule 4), and without phases as well every block still
+gets a reason.
 
 Why a block was freed (`Reason`), in this order of precedence
 -------------------------------------------------------------
@@ -16,12 +20,15 @@ the free stack.
    whole run whatever its phase: allocated before the first phase
    occurrence began and freed after the last one ended, as parameters
    freed at teardown are (a log without phases has no such boundary). Sub-labelled by its category
-   (parameters, gradients, optimizer state, library workspace...).
+   (parameters, gradients, optimizer state, library workspace...). A freed block that lived through
+   the whole run is called persistent only where its reason would otherwise be "other" or
+   phase-based (rule 4): saved for backward, temporary, freed when its function returned and freed
+   on rebinding say better why it was freed.
 2. saved for backward -- allocated outside backward and freed during
    backward. "During backward" means a phase whose name says backward
-   (``torchalloc.phase("backward")``, see roles.py), or, without such
-   phases, a free on a thread without Python frames (autograd's engine)
-   while a Python thread is inside ``Tensor.backward``/
+   (``torchalloc.phase("backward")``, see roles.py), or (also outside such
+   phases: a warm-up step) a free on a thread without Python frames
+   (autograd's engine) while a Python thread is inside ``Tensor.backward``/
    ``torch.autograd.backward`` (seen as records whose stacks hold those
    frames).
 3. Stack rules (both stacks recorded):
@@ -86,12 +93,7 @@ class Reason(str, enum.Enum):
 
 
 REASONS: tuple[Reason, ...] = tuple(Reason)
-REASON_CODE = {r: i for i, r in enumerate(REASONS)}  # Reason -> its code in Reasons.reason
-
-
-# ---------------------------------------------------------------------------
-# Backward detection
-# ---------------------------------------------------------------------------
+REASON_CODE = {r: i for i, r in enumerate(REASONS)}  # Reason -> its code: the number a block's reason is kept as
 
 
 # ---------------------------------------------------------------------------
@@ -135,10 +137,5 @@ def classify_stacks(alloc: Stack, free: Stack) -> StackVerdict:
                 returned = (users[-1] if users else a[len(a) - common - 2]).function
             return StackVerdict(Reason.REBINDING, site, xf, returned=returned)
     return StackVerdict(Reason.OTHER, site, f[0])
-
-
-# ---------------------------------------------------------------------------
-# Every block
-# ---------------------------------------------------------------------------
 
 

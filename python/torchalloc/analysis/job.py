@@ -5,7 +5,7 @@
     job.ranks; job.highest; job.shared; job.differ; job.to_dict()
 
 Each log is one process (`log:run.%r.talog` under torchrun gives one per
-rank) and gets the whole single-log analysis (`torchalloc.analysis`) on its
+rank) and gets the single-log analysis (`torchalloc.analysis`) in full on its
 busiest device. Then, at each rank's own peak of allocated bytes:
 
 - the ranks side by side: peak allocated and reserved, when, in which
@@ -100,7 +100,7 @@ class RankDetail:
     reserved: np.ndarray
     anatomy: Anatomy | None  # at its peak; None without events
     phases: list[PhaseRow]
-    report: dict[str, Any] | None  # its whole single-log report (Analysis.to_dict), when asked for
+    report: dict[str, Any] | None  # its own single-log report, all of it (Analysis.to_dict), when asked for
 
 
 @dataclasses.dataclass

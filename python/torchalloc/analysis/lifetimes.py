@@ -1,10 +1,12 @@
 """Lifetimes: per allocation site and reason, how many blocks, how many bytes, how long they lived.
 
-Takes a `Derived` and the wording stage's `explain(block, phases)` (the
-sentence for a group, from one of its blocks: the rows are numbers, the
-words are wording.py's); gives `LifetimeRow`s, one per group of blocks that
-share site, reason, free site, returning function and category, largest
-first.
+Holds `LifetimeRow`: one per group of blocks that share site, reason, free
+site, returning function, whether the line ran again (rebinding) and
+category, largest first, with the sentence for the group (written from the
+block that speaks for it: the rows are numbers, the words are wording.py's).
+The second pass adds each block to its row as it ends, or at the end of the
+log when it never does (stream_groups.py); Analysis.lifetime_rows
+(result.py) builds the rows.
 """
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
 """Memory by module: which nn.Module each block belongs to, and what it is to it.
 
-Takes a `Derived`; gives `Modules`: per block its module id and what it is
-("activations saved for backward", "temporaries", "gradients",
-"parameters", "optimizer state", "other"), and one `ModuleRow` per module
-path with the bytes its blocks hold at the peak and at each phase's own
-peak (the moment that phase's allocated level was highest).
+Holds `Modules`: one `ModuleRow` per module path with the bytes its blocks
+hold at the peak, by what they are to it ("activations saved for
+backward", "temporaries", "gradients", "parameters", "optimizer state",
+"other"), and at each phase's own peak (the moment that phase's allocated
+level was highest); and the steps stream_modules.py builds it with as the
+second pass reads the log.
 
 The log says which module a block belongs to in two ways
 (docs/LOG_FORMAT.md, "Modules"), both written by `torchalloc.track`:
@@ -21,8 +22,6 @@ The log says which module a block belongs to in two ways
 
 Without a tag, what a block is comes from its reason and category
 (classify.py, categorize.py). Logs without module records give no rows.
-The functions below the first are the steps both analyses share: a log
-read whole (`modules`) and one read in pieces (stream_modules.py).
 """
 from __future__ import annotations
 
@@ -68,8 +67,10 @@ class ModuleRow:
 
 @dataclasses.dataclass
 class Modules:
-    module_of: np.ndarray  # per block: module id (0: none)
-    what_of: np.ndarray  # per block: index into WHAT
+    # Per block: its module id (0: none) and what it is (an index into WHAT). Left empty: the analysis keeps
+    # nothing per block; a block the page lists has its module in its details (stream_details.py).
+    module_of: np.ndarray
+    what_of: np.ndarray
     names: dict[int, str]  # module id -> path
     peak_index: int
     phase_peaks: dict[str, int]  # phase -> the event index of its own peak

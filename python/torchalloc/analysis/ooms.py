@@ -1,6 +1,8 @@
 """Out of memory: for each OOM record, the verdict, the blocks to blame and the check by replay.
 
-Takes a `Derived`; gives one `OomRow` per OOM record:
+Holds `OomRow` and the steps Analysis.ooms (result.py) builds one per OOM
+record with, from the records the first pass found and the blocks and
+segments the second pass kept live at each failure:
 
 - the numbers at the failure: what was asked for (size, stream, phase,
   site), reserved, allocated, free inside reserved and its largest
@@ -118,7 +120,7 @@ class OomRow:
 
 def replay_last(last: OomRow, run_until: Callable[[], Any]) -> None:
     """The last OOM's alternatives and its advice checked: `run_until()` gives the run up to the failure, as
-    replay events or a Trace read in pieces (streamed.py; its pieces are closed after)."""
+    replay events or a Trace read in pieces (stream_ooms.trace_until; its pieces are closed after)."""
     if last.usable is None:
         last.unknown.append("whether another policy would have fit (the log has no device numbers)")
         return

@@ -1,13 +1,15 @@
 """Phase summary: per phase, what it allocated and freed, and what stayed, was handed on, or was transient.
 
-Takes a `Derived`; gives one `PhaseRow` per phase that allocated a block,
-ran, or grew or shrank the reserved memory: allocated / freed / peak /
-reserved growth, and its blocks split into persistent (live at the end),
-handed on (outlived the occurrence that made them) and transient (freed
-within it). The row's sentence is left empty: wording.phase_sentence writes
-it. A phase that never began (the default phase, a log without phases) has
-no occurrences: there, transient means freed while the same phase was
-current.
+Holds `PhaseRow`: one per phase that allocated a block, ran, or grew or
+shrank the reserved memory: allocated / freed / peak / reserved growth,
+and its blocks split into persistent (live at the end), handed on
+(outlived the occurrence that made them) and transient (freed within it).
+A phase that never began (the default phase, a log without phases) has no
+occurrences: there, transient means freed while the same phase was
+current. The first pass finds each phase's peak, rise and reserved growth
+(stream_scan.py), the second its sums (stream_pass.py); Analysis.phases
+(result.py) builds the rows, each sentence written by
+wording.phase_sentence.
 """
 from __future__ import annotations
 

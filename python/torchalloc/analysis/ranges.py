@@ -1,10 +1,10 @@
-"""Which address range held an address at a moment: a block's segment (reserve_terms.py), a tagged block (modules.py).
+"""Which address range held an address at a moment: a block's segment (reserve_terms.py), a tagged block (modules.py,
+stream_modules.py).
 
 `holders` answers many such questions at once, for ranges that each held
-[start, start + size) from one event index to another. Both the analysis
-of a whole log and that of a log read in pieces ask it, piece by piece,
-about the ranges of the piece (those live at some moment in it), so the
-rule is one and the work is bounded by the piece.
+[start, start + size) from one event index to another. The second pass
+asks it piece by piece, about the ranges of the piece (those live at some
+moment in it), so the work is bounded by the piece.
 """
 from __future__ import annotations
 

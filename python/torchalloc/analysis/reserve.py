@@ -1,17 +1,19 @@
 """Reserved memory explained: where the bytes reserved beyond the allocated ones go, and what would have saved them.
 
-Takes a `Derived`; gives a `Reserve`:
+Holds the section's rows -- a `Reserve`, its `ReserveMoment`s (with their
+`PinnedSegment`s and `PinningBlock`s) and `ReplayRow`s -- and the functions
+stream_reserve.py builds them with (`moment`, `policy_name`, `replayed`,
+`replay_rows`, `assembled`):
 
-- `levels` (after every event, exact): reserved = allocated + fragmented
-  (free bytes in segments that hold live blocks) + cached (segments with no
-  live block) + mapped_free (free bytes in the mapped granules of
-  expandable segments) + before_log (segments made before the log began:
-  the log does not know them, so their free bytes and any block outside
-  the segments it saw count here). The terms are cumulative sums of the
-  segment and block records, so they add up by construction.
-- `moments`: those terms at the peak of reserved and at the peak of
-  allocated, with the segments holding the most free bytes that live blocks
-  pin, and those blocks (site, phase, category, age).
+- `moments`: at the peak of reserved and at the peak of allocated,
+  reserved = allocated + fragmented (free bytes in segments that hold live
+  blocks) + cached (segments with no live block) + mapped_free (free bytes
+  in the mapped granules of expandable segments) + before_log (segments
+  made before the log began: the log does not know them, so their free
+  bytes and any block outside the segments it saw count here). The terms
+  come from running sums of the segment and block records, so they add up
+  by construction. With them, the segments holding the most free bytes
+  that live blocks pin, and those blocks (site, phase, category, age).
 - `replays`: the whole run replayed under every policy and variant on the
   simulated device (replay/engine.py, the code that serves the GPU), the
   recording policy's own replay first: what each would have reserved at
@@ -19,10 +21,9 @@ Takes a `Derived`; gives a `Reserve`:
   saved the most.
 
 The segments, which of them holds each block, and the running sums the
-terms come from are computed piece by piece in reserve_terms.py, for a log
-read whole (here) or in pieces (stream_reserve.py); the rows and the
-moments are built from them here, for both. The sentences are left to
-wording.py.
+terms come from are computed piece by piece in reserve_terms.py, which
+stream_reserve.py feeds the second pass' pieces; the moments and the rows
+are built from them here. The sentences are left to wording.py.
 """
 from __future__ import annotations
 
@@ -141,7 +142,7 @@ def moment(at: str, i: int, t_s: float, now_ns: int, terms: Sequence[int], segs:
     """The terms at event i (reserved, allocated, fragmented, cached, mapped_free, before_log), and the segments
     with the most free bytes that live blocks pin. `live`: the blocks live then that a segment holds, in the
     blocks' order (columns owner, block_size, addr, alloc_t); describe(j): the site label, location, phase and
-    category of the j-th of them; `segs`: the rows held then (Terms.at). Both paths build their moments here."""
+    category of the j-th of them; `segs`: the rows held then (Terms.at)."""
     per_seg: dict[int, list[int]] = {}
     for j, s in enumerate(segs.rows(live["owner"]).tolist()):
         per_seg.setdefault(s, []).append(j)

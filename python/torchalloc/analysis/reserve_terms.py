@@ -1,13 +1,12 @@
-"""The terms of reserved memory, computed piece by piece: one computation for a log read whole or in pieces.
+"""The terms of reserved memory, computed piece by piece as the second pass reads the log.
 
 Takes, piece after piece of one device's event table, its segment records
 and its blocks (those allocated in the piece, those that ended in it);
 gives `Terms`: the segments (`Segments` rows), each new block's segment
 (`Terms.owners`), and after every event of the piece the running sums
-reserve.py splits reserved with (`Terms.step`). reserve.py feeds it a
-whole log's `Derived` cut into pieces (`follow`), the streamed analysis
-the pieces of its second pass (stream_reserve.py): the same rows, owners
-and sums either way.
+reserved is split with (`Terms.step`, then `split`). stream_reserve.py
+feeds it the pieces of the second pass (stream_pass.py) and builds
+reserve.py's rows from what it gives.
 
 - A segment row is what one SEGMENT_ALLOC record mapped. A SEGMENT_FREE
   unmaps the range it names from every mapped row it overlaps (with

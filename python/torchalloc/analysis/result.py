@@ -109,7 +109,7 @@ class Analysis:
         self._modules: tuple[Modules, list[str]] | None = None
         self.max_points, self.page_wanted = max_points, page
         header = log.header
-        # Text from the log, escaped as events.table_from_log escapes it (torchalloc.printable).
+        # Text from the log, escaped as every report shows it (torchalloc.printable).
         stacks = {int(k): tuple(Frame(printable(str(f[0])), int(f[1]), printable(str(f[2]))) for f in v)
                   for k, v in log.stacks.items()}
         self.table = StreamTable(log.path, scan_.n, int(header.pid), int(header.rank),
@@ -213,7 +213,8 @@ class Analysis:
         return self.marker_first().get(label)
 
     def index_at(self, at: str | float | int | None = None) -> tuple[int, str]:
-        """anatomy.index_at's answer: "peak", "peak_reserved", "end", "oom", a marker label, or a time."""
+        """The event index of a moment, and its label: "peak", "peak_reserved", "end", "oom" (the first OOM), a
+        marker label (its first marker), or a time in seconds since the log was opened (the last event by then)."""
         s = self.scan
         if s.n == 0:
             return 0, "empty log"
@@ -238,7 +239,7 @@ class Analysis:
                 raise ValueError(f"no marker {at!r}; markers: {named}; or give a time in seconds") from None
         target = float(at)
         end = max((s.last_ns - self.base_ns) / 1e9, 0.0)
-        if not math.isfinite(target) or not 0.0 <= target <= end:  # anatomy.index_at's check
+        if not math.isfinite(target) or not 0.0 <= target <= end:  # outside the log: an error, not its nearest end
             raise ValueError(f"t={target:g} s is not in this log: it covers t=0 s to t={end:.9g} s (seconds since "
                              "it was opened); give a time in that range, or a marker")
         if target not in s.at_time:
@@ -277,12 +278,12 @@ class Analysis:
         return self._anatomy(i, label, top)
 
     def _anatomy(self, i: int, label: str, top: int | None) -> Anatomy:
-        """anatomy.anatomy from the blocks live at moment i."""
+        """The anatomy at moment i, from the blocks the second pass kept live then."""
         if not self.scan.n:
             return Anatomy(label, i, 0.0, 0, 0, [], {}, {})
         snap = self.passed.snapshots[i]
         reason = self._reasons(snap)
-        # one row per (site, phase, reason, category), as anatomy.anatomy groups them
+        # one row per (site, phase, reason, category)
         groups: dict[tuple[int, int, int, int], list[int]] = {}
         for j, key in enumerate(zip(snap["site"].tolist(), snap["phase"].tolist(), reason.tolist(),
                                     snap["category"].tolist())):
@@ -313,7 +314,8 @@ class Analysis:
 
     # -- lifetimes ---------------------------------------------------------------------------
     def explain(self, d: dict[str, Any], phases: list[str] | None = None) -> str:
-        """wording.explain_block (and explain_group with `phases`) for a block's details."""
+        """Why the block of details `d` was freed when it was (wording.reason_sentence, with its names); with
+        `phases`, for a lifetime row: the phases its blocks were allocated in."""
         site = self.site(d["site"]).label
         free_site = self.site(d["free_site"]).label if d["free_site"] >= 0 else None
         fn = self.passed.rules.functions[d["returned"]] if d["returned"] >= 0 else None
@@ -329,7 +331,8 @@ class Analysis:
         return text.replace(f"in {self.phase_name(d['phase'])}", f"in {', '.join(phases)}")
 
     def lifetime_rows(self) -> list[tuple[LifetimeRow, dict[str, Any]]]:
-        """lifetimes.lifetime_rows, each with the details of the block that speaks for it."""
+        """The lifetime rows (stream_groups.py's, their sites in the report's order), largest first, each with
+        the details of the block that speaks for it."""
         if self._lifetimes is None:
             canonical = []
             for key, g in self.passed.groups.items():
@@ -358,7 +361,7 @@ class Analysis:
 
     # -- phases, the estimate ------------------------------------------------------------------
     def _parameters(self) -> int:
-        """estimate.category_total(PARAMETERS): the parameters live at the end, else their peak."""
+        """The parameters' bytes the phase sentences compare with: those live at the end, else their peak."""
         return int(self.passed.persistent_total[CATEGORY_CODE[Category.PARAMETERS]]) or self.passed.term_peak["parameters"]
 
     def phases(self) -> list[PhaseRow]:
@@ -521,7 +524,7 @@ def analyze(
         raise ValueError(f"no events for device {device}; the log has devices {s.devices}")
     if s.samples is None:  # the span of the timeline was not known in advance: a second first pass
         s = scan(log, s.device, max_points=max_points, last_ns=s.last_ns, at_times=times, progress=bar)
-    if len(s.orphans["addr"]):  # opened mid-run: derive's 'log opened' row first, and the first pass again
+    if len(s.orphans["addr"]):  # opened mid-run: a 'log opened' row first (_opening_row), and the first pass again
         log.opening = _opening_row(log, s)
         s = scan(log, s.device, max_points=max_points, last_ns=s.last_ns, at_times=times, progress=bar)
     notes = derive_notes(log, table_notes(log), s)

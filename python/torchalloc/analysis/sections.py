@@ -6,8 +6,11 @@ rows of strings, the sentence under each row), the sentences under the
 table, and its JSON -- or None when there is nothing to show. The text
 report (report/text.py), the HTML page (report/html.py) and the JSON
 (`Analysis.to_dict`) loop over SECTIONS; none of them names a section. A new
-section is a row stage (anatomy.py, lifetimes.py, ...), its sentences in
-wording.py, a method on Analysis, and an entry here.
+section is its row types (a module as anatomy.py, lifetimes.py, ...), what
+the second pass gathers for its rows (stream_pass.py, or a part of the
+section's own fed the pieces as the pass goes, as stream_reserve.py and
+stream_modules.py are), its sentences in wording.py, a method on Analysis
+(result.py) building the rows, and an entry here.
 """
 from __future__ import annotations
 
@@ -211,12 +214,12 @@ def sections_json(a: Analyzed, top: int) -> dict[str, Any]:
 
 
 def report_dict(a: Any, top: int, markers: Sequence[str], labels: int) -> dict[str, Any]:
-    """The report as plain data (what `torchalloc report --json` prints), for a whole-log analysis or a
-    streamed one alike: the headline, the timeline, the anatomy at the peak and at each marker in
-    `markers` (the first of the log's `labels` marker labels), then every section's JSON."""
+    """The report as plain data (what `torchalloc report --json` prints): the headline, the timeline, the
+    anatomy at the peak and at each marker in `markers` (the first of the log's `labels` marker labels), then
+    every section's JSON."""
     t = a.table
     notes = list(a.notes)
-    if labels > len(markers):  # said, as the streamed notes say what they left out
+    if labels > len(markers):  # said, as the notes say what else the report lists in part (stream_notes.py)
         notes.append(f"the anatomies at markers are those of the first {len(markers)} of {labels} marker labels "
                      "(--at LABEL gives any other)")
     return {

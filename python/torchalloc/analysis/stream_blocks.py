@@ -1,20 +1,20 @@
-"""classify.py's and categorize.py's rules, block by block: for the streamed analysis' second pass.
+"""classify.py's and categorize.py's rules, block by block, for the second pass (stream_pass.py).
 
 Takes the log's stacks and phase names and what the first pass found
 (stream_scan.py: has the log stacks, where the first forward/backward/
 optimizer phase began, the sizes of the persistent parameters, and each
-block's `BIT_*` byte); gives, for a batch of blocks, what the in-memory
-stages give each one: its allocation site, its category (at its alloc:
-everything it depends on is known by then), and at its end its reason,
-free site and returning function. Each rule is the in-memory stage's,
-applied per distinct stack or stack pair and cached. `LineRuns` keeps,
-piece by piece, where each frame chain's allocating line changed (the
-"freed on rebinding" rule needs it at a block's end).
+block's `BIT_*` byte); gives, for a batch of blocks, each one's allocation
+site, its category (at its alloc: everything it depends on is known by
+then), and at its end its reason, free site and returning function. The
+rules are those the module docstrings of classify.py and categorize.py
+state, applied per distinct stack or stack pair and cached. `LineRuns`
+keeps, piece by piece, where each frame chain's allocating line changed
+(the "freed on rebinding" rule needs it at a block's end).
 
 Site and function ids here are in first-use order; `canonical` gives the
-in-memory stages' order (classify: the allocation stacks' sites in stack
-id order, then BEFORE_LOG, then the free sites in (alloc stack, free
-stack) order), which decides how ties are listed.
+order the report lists them in (the allocation stacks' sites in stack id
+order, then BEFORE_LOG, then the free sites in (alloc stack, free stack)
+order), which decides how ties are listed.
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ class BlockRules:
 
     def __init__(self, stacks: dict[int, Any], phase_names: dict[int, str], has_stacks: bool,
                  first_begin: dict[int, int]) -> None:
-        # shown escaped, as events.table_from_log shows them (torchalloc.printable)
+        # shown escaped, as every report shows text from the log (torchalloc.printable)
         self.stacks: dict[int, Stack] = {int(k): tuple(Frame(printable(str(f[0])), int(f[1]), printable(str(f[2])))
                                                        for f in v) for k, v in stacks.items()}
         phase_names = {k: printable(v) for k, v in phase_names.items()}
@@ -78,7 +78,8 @@ class BlockRules:
 
     # -- per stack -------------------------------------------------------
     def site_ids(self, alloc_stacks: np.ndarray) -> np.ndarray:
-        """classify's allocation site of each block (by its alloc stack)."""
+        """The allocation site of each block (by its alloc stack): its first user frame, else NO_PYTHON (NO_STACKS
+        in a log without stacks)."""
         uniq, inv = np.unique(alloc_stacks, return_inverse=True)
         out = np.empty(uniq.size, dtype=np.int64)
         for k, sid in enumerate(uniq.tolist()):
@@ -102,7 +103,8 @@ class BlockRules:
         return nn[inv], opt[inv]
 
     def chain_and_line(self, alloc_stacks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """classify._chain_and_line: per alloc stack, its frame chain id (-1: no user frames) and its line."""
+        """Per alloc stack, its frame chain id (its innermost user frame's function and the frames outside it;
+        -1: no user frames) and that frame's line: what LineRuns follows."""
         uniq, inv = np.unique(alloc_stacks, return_inverse=True)
         chain = np.empty(uniq.size, dtype=np.int64)
         line = np.empty(uniq.size, dtype=np.int64)
@@ -118,10 +120,10 @@ class BlockRules:
         inv = inv.reshape(-1)
         return chain[inv], line[inv]
 
-    # -- categories (categorize.categorize), at the alloc --------------------------
+    # -- categories (categorize.py's rules), at the alloc --------------------------
     def params_flags(self, stacks: np.ndarray, phases: np.ndarray, alloc_i: np.ndarray
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(params, optim, setup) per block: categorize's evidence from stacks, phase roles and time."""
+        """(params, optim, setup) per block: categorize.py's evidence from stacks, phase roles and time."""
         nn, opt_frame = self._stack_flags(stacks)
         role = self.role[phases]
         optim = (role == _ROLES.index("optimizer")) | opt_frame
@@ -134,7 +136,8 @@ class BlockRules:
         return params, optim, setup
 
     def set_param_sizes(self, persistent: dict[str, np.ndarray]) -> None:
-        """categorize's param_sizes: the sizes of the persistent blocks that are parameters."""
+        """The sizes of the persistent blocks that are parameters: a block of one of them made during backward
+        is a gradient, not a workspace."""
         if not len(persistent["ordinal"]):
             return
         params, _, _ = self.params_flags(persistent["stack"], persistent["phase"], persistent["alloc_i"])
@@ -142,7 +145,7 @@ class BlockRules:
 
     def categories(self, bits: np.ndarray, stacks: np.ndarray, phases: np.ndarray, alloc_i: np.ndarray,
                    block_size: np.ndarray, size: np.ndarray) -> np.ndarray:
-        """Each new block's category, as categorize assigns it (its bits say how it will end)."""
+        """Each new block's category, by categorize.py's rules (its bits say how it will end)."""
         params, optim, setup = self.params_flags(stacks, phases, alloc_i)
         persistent = (bits & BIT_PERSISTENT) != 0
         alloc_bw = (bits & BIT_ALLOC_BW) != 0
@@ -168,12 +171,12 @@ class BlockRules:
         return cat
 
     def saved(self, bits: np.ndarray) -> np.ndarray:
-        """classify's "saved for backward" (for blocks that end): made outside backward, freed by autograd during it."""
+        """classify.py's rule 2 (for blocks that end): made outside backward, freed by autograd during it."""
         autograd = ((bits & BIT_AUTOGRAD_FREE) != 0) | (not self.has_stacks)
         return (((bits & BIT_FREE_BW) != 0) & ((bits & BIT_ALLOC_BW) == 0) & autograd
                 & ((bits & BIT_PERSISTENT) == 0))
 
-    # -- reasons (classify.classify), at the end ---------------------------------
+    # -- reasons (classify.py's rules), at the end ---------------------------------
     def stack_rules(self, alloc_stacks: np.ndarray, free_stacks: np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """classify_stacks per block (cached per pair): reason code, free site id, returned function id, and
@@ -198,10 +201,10 @@ class BlockRules:
         inv = inv.reshape(-1)
         return reason[inv], free_site[inv], returned[inv], reason[inv] == R[Reason.TEMPORARY]
 
-    # -- the in-memory order of sites and functions ----------------------------------
+    # -- the report's order of sites and functions ----------------------------------
     def canonical(self, alloc_stacks: np.ndarray, rest_pairs: np.ndarray) -> tuple[list[Site], np.ndarray, np.ndarray]:
-        """The in-memory SiteTable's sites (classify's interning order), and the maps from this object's
-        site and function ids to that order's. `alloc_stacks`: every block's alloc stack (unique, sorted;
+        """The sites in the report's order (module docstring), and the maps from this object's site and function
+        ids to that order's. `alloc_stacks`: every block's alloc stack (unique, sorted;
         0 for blocks allocated before the log); `rest_pairs`: the (alloc, free) stack pairs that went through
         the stack rules (unique, sorted)."""
         table = SiteTable()
@@ -222,7 +225,7 @@ class BlockRules:
 
 
 class LineRuns:
-    """Per frame chain, where its allocating line changed (classify._line_ran_again's "the line ran again"), piece
+    """Per frame chain, where its allocating line changed ("the line ran again": classify.py's note on loops), piece
     by piece: the changes of the current piece, and each chain's last change and line before it."""
 
     def __init__(self) -> None:

@@ -1,13 +1,13 @@
-"""A block's details in the streamed analysis: what explains it and what the HTML page lists of it.
+"""A block's details: what explains it and what the HTML page lists of it.
 
 One dict per block shown (a lifetime row's block, a block the page can
-list), with the keys report/data_stream.py and StreamedAnalysis.explain
-read: `k` (its index in the blocks' order: those from before the log
-first), where and when it was allocated, and, once it ended, where and
-when and why. Built from the second pass' block table (stream_pass.py:
-one column per name below, one row per block), from the first pass'
-blocks allocated before the log (`Scan.orphans`), or from the columns
-stream_modules.py keeps of the blocks live at the peak (the same names).
+list), with the keys report/data.py and Analysis.explain read: `k` (its
+index in the blocks' order: those from before the log first), where and
+when it was allocated, and, once it ended, where and when and why. Built
+from the second pass' block table (stream_pass.py: one column per name
+below, one row per block), from the first pass' blocks allocated before
+the log (`Scan.orphans`), or from the columns stream_modules.py keeps of
+the blocks live at the peak (the same names).
 `module` and `tag` are its module and its tag's role, final once it ended.
 """
 from __future__ import annotations

@@ -1,8 +1,7 @@
-"""The streamed analysis' lifetime rows as they fill: per row its blocks' count, bytes, phases and lifetimes.
+"""The lifetime rows as they fill: per row its blocks' count, bytes, phases and lifetimes.
 
 Takes, piece by piece, the blocks that ended (or, at the end of the log,
-the persistent ones) with their row's key -- lifetimes.lifetime_rows' key:
-site, reason, free site, returning function, rerun, category -- and keeps
+the persistent ones) with their row's key -- site, reason, free site, returning function, rerun, category -- and keeps
 per row what the row shows: counts and sums, the set of allocating phases,
 the block that speaks for it (the lowest block index), and the lifetimes
 for the typical one: exact while few (`EXACT_LIFETIMES` per row,
@@ -97,14 +96,14 @@ def _bin_value(key: int) -> float:
 
 @dataclasses.dataclass
 class Group:
-    """The blocks of one lifetime row so far (lifetimes.lifetime_rows' groups)."""
+    """The blocks of one lifetime row so far."""
 
     count: int = 0
     bytes: int = 0
     largest: int = 0
     phases: set[int] = dataclasses.field(default_factory=set)
     persistent: bool = False
-    negative: bool = False  # a lifetime below 0 (clocks of two threads): lifetime_rows then says -1
+    negative: bool = False  # a lifetime below 0 (clocks of two threads): the row's typical lifetime is then -1
     lives: Lifetimes = dataclasses.field(default_factory=Lifetimes)
     first: int = INT_MAX  # the lowest block index: the block that speaks for the row
     rep: dict[str, Any] = dataclasses.field(default_factory=dict)

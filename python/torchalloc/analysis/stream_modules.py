@@ -1,10 +1,9 @@
-"""Memory by module for a log read in pieces: modules.py's section, from the second pass (stream_pass.py).
+"""Memory by module: modules.py's section, from the second pass (stream_pass.py).
 
 Takes what the second pass hands it, piece by piece: the piece's module
 records, its new blocks, its ended blocks (each with its final module and
 tag, once its reason is known), and at the peak the blocks live then;
-gives `Modules` and its sentences, with the same rows as modules.modules
-gives for the log read whole (the shared steps are modules.py's):
+gives `Modules`, its rows built with modules.py's steps:
 
 - a block's module is the current one at its ALLOC (modules.current_modules),
   carried with the block while it lives, and a tag (ranges.holders, among
@@ -95,7 +94,8 @@ class ModulesFollower:
         return module, np.zeros(rows.size, dtype=np.int64)
 
     def tags(self, bt: dict[str, np.ndarray], t: Any, base: int) -> None:
-        """The piece's tags: each names the block live then that holds its address (modules._apply_tags)."""
+        """The piece's tags: each names the block live then that holds its address (ranges.holders: the one
+        starting highest); a block's later tag beats an earlier one."""
         rows = np.flatnonzero(t.kind == MODULE_TAG)
         if not rows.size:
             return
@@ -168,7 +168,8 @@ class ModulesFollower:
 
     # -- the section ---------------------------------------------------------------------------------
     def modules(self, strings: dict[int, str], phase_name: Callable[[int], str], peak: int) -> Modules:
-        """The section's `Modules` (modules.modules' rows; per block only those followed)."""
+        """The section's `Modules`: its rows (its per-block columns left empty: only the blocks live at the peak
+        are followed)."""
         names = {m: strings.get(s, f"module #{m}") for m, s in self.names}
         empty = np.zeros(0, dtype=np.int64)
         result = Modules(empty, empty, names, peak, {}, [], self.unmatched)

@@ -1,4 +1,4 @@
-"""The moments the streamed analysis' second pass keeps the live blocks at, known after the first pass.
+"""The moments the second pass keeps the live blocks at, known after the first pass.
 
 Takes the first pass' `Scan` (and the log's strings, for marker labels);
 gives the anatomies' moments (the peaks, the first marker of each of the
@@ -17,12 +17,12 @@ from ..printable import printable
 from .anatomy import MARKER_ANATOMIES
 from .stream_scan import Scan
 
-PAGE_MAX_MARKERS = 200  # report_svg.MAX_MARKERS: the markers the page draws
-PRIORITY_OOMS = 10  # report_data.PRIORITY_OOMS
+PAGE_MAX_MARKERS = 200  # report/svg.py's MAX_MARKERS: the markers the page draws (the analysis imports no report)
+PRIORITY_OOMS = 10  # report/data.py's PRIORITY_OOMS
 
 
 def is_time(x: Any) -> bool:
-    """Whether index_at would read `x` as a time (a number, or text that parses as one once "s" is cut)."""
+    """Whether Analysis.index_at would read `x` as a time (a number, or text that parses as one once "s" is cut)."""
     if isinstance(x, (int, float)):
         return True
     if x in ("peak", "peak_reserved", "end", "oom"):
@@ -65,7 +65,8 @@ def anatomy_moments(log: ChunkedLog, s: Scan, at: Sequence[str | float]) -> list
 
 
 def page_moments(s: Scan) -> tuple[np.ndarray, set[int]]:
-    """report_data.moments: the samples, the first markers, the peak and every OOM; the priority ones."""
+    """The page's moments (report/data.py's): the samples, the first markers, the peak and every OOM; and those
+    whose largest blocks the page always holds (the peak, the first OOMs)."""
     marks = [m[0] for m in s.markers[:PAGE_MAX_MARKERS]]
     ooms = [int(o["index"]) for o in s.ooms]
     moments = np.unique(np.concatenate((s.samples, np.asarray(marks, dtype=np.int64),

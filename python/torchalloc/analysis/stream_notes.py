@@ -1,8 +1,11 @@
-"""The notes a log read in pieces gets: events.table_from_log's (its damage, how its writer ended), then derive's.
+"""The report's notes: the log's own (its damage, how its writer ended), then the analysis'.
 
-Takes the `ChunkedLog` after a whole pass and the first pass' `Scan`; gives
-the same lines, in the same order, as the in-memory analysis writes, and
-the notes on what the streamed report lists only in part.
+Takes the `ChunkedLog` after a full pass and the first pass' `Scan`; gives
+the notes in the order the report lists them: what reading the log found
+(`table_notes`), then what the analysis found (`derive_notes`: the
+devices, blocks from before the log, lost frees, no stacks, no backward)
+and what the report lists only in part (markers, OOMs and phase
+occurrences past those it keeps).
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ SPANS_KEPT = 100_000  # phase occurrences the timeline lists (about 6 MB of JSON
 
 
 def table_notes(log: ChunkedLog) -> list[str]:
-    """events.table_from_log's notes for a log read in pieces (after a whole pass): its damage, how it ended."""
+    """The log's own notes (after a full pass): its damage, the records dropped, how its writer ended."""
     notes = list(log.damage) + [f"{log.path}: dropped {n}; a damaged or hand-made log" for n in log.dropped]
     header = log.header
     pid = header.pid
@@ -34,7 +37,7 @@ def table_notes(log: ChunkedLog) -> list[str]:
 
 
 def derive_notes(log: ChunkedLog, notes: list[str], s: Scan) -> list[str]:
-    """derive's notes after the table's."""
+    """The analysis' notes, after the log's own (`notes`)."""
     if len(s.devices) > 1:
         notes.append(f"the log has devices {s.devices}; this is device {s.device} (--device picks another)")
     before = len(s.orphans["addr"])
@@ -60,7 +63,8 @@ def derive_notes(log: ChunkedLog, notes: list[str], s: Scan) -> list[str]:
 
 
 def backward_from(phase_names: dict[int, str], s: Scan) -> str:
-    """classify.backward_mask's "how": from phase names, stacks, both, or none."""
+    """How backward was found (classify.py, rule 2): from phase names ("phase"), stacks ("stacks"), both
+    ("phase+stacks"), or "none"."""
     by_phase = any(phase_role(name) == "backward" for name in phase_names.values())
     if s.stack_backward:
         return "phase+stacks" if by_phase else "stacks"

@@ -1,6 +1,6 @@
-"""The run up to the last OOM of a log read in pieces (streamed.py), as a trace fed piece by piece to
-ooms.replay_last, which replays it under every policy and checks the advice's lines (as for a whole log);
-and the replay events of the blocks allocated before the log, which every replay of it starts with."""
+"""The run up to the last OOM, as a trace fed piece by piece to ooms.replay_last, which replays it under every
+policy and checks the advice's lines; and the replay events of the blocks allocated before the log, which every
+replay of it starts with (the reserve section's replays too, stream_reserve.py)."""
 from __future__ import annotations
 
 from typing import Any
@@ -12,8 +12,8 @@ from .stream_scan import Scan
 
 
 def before_log_events(scan: Scan) -> np.ndarray:
-    """oom_alternatives.events_until's `before_log` events: an alloc of each block allocated before the log (of a
-    known size), in the blocks' order, in phase 0."""
+    """The replay events that stand for the blocks allocated before the log: an alloc of each (of a known size),
+    in the blocks' order, in phase 0."""
     from ..log.trace_events import ALLOC as EV_ALLOC
     from ..log.trace_events import EVENT_DTYPE
 
@@ -26,8 +26,8 @@ def before_log_events(scan: Scan) -> np.ndarray:
 
 
 def trace_until(log: ChunkedLog, scan: Scan, path: Any, index: int) -> Any:
-    """oom_alternatives.events_until as a Trace in pieces: the blocks from before the log, the device's events
-    up to OOM record `index`, then the failed request."""
+    """The run up to OOM record `index` as a Trace in pieces: the blocks from before the log, the device's
+    events up to the record, then the failed request (at an address no event uses)."""
     from ..log.trace_events import ALLOC as EV_ALLOC
     from ..log.trace_events import EVENT_DTYPE, Trace
     from ..log.trace_stream import SpilledEvents, _Live, log_events

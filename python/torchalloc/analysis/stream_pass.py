@@ -1,4 +1,4 @@
-"""The streamed analysis' second pass: every block classified as it ends, the report's sums, and the moments.
+"""The second pass: every block classified as it ends, the report's sums, and the moments.
 
 Takes a `ChunkedLog`, the first pass' `Scan` (stream_scan.py) and the
 moments the report shows (`Wanted`); reads the log again piece by piece
@@ -8,8 +8,8 @@ and gives a `Passed`:
   and as it ends (or at the end of the log, when it never does) its reason;
   what the lifetimes and the phase table add up (`Group`s, phase sums);
 - the peak over time of each estimate term's live bytes;
-- at each wanted moment, the blocks live then (in the in-memory blocks
-  order: blocks allocated before the log first, then by allocation): all of
+- at each wanted moment, the blocks live then (in the blocks' order:
+  blocks allocated before the log first, then by allocation): all of
   them for an anatomy or an OOM, the `PER_MOMENT` largest for the HTML
   page; a block still live at the moment gets its reason when it ends;
 - at the timeline's samples, allocated per phase and the live block count;
@@ -43,7 +43,7 @@ from .stream_scan import BIT_WITHIN, INT_MAX, PHASE_IDS, Scan
 from .stream_table import Carry, Piece, device_pieces, pair_piece
 
 R = REASON_CODE
-# The estimate's terms (estimate.estimate), each the categories whose live bytes peak together.
+# The estimate's terms (estimate.Estimate's fields), each the categories whose live bytes peak together.
 ESTIMATE_TERMS: dict[str, tuple[Category, ...]] = {
     "parameters": (Category.PARAMETERS,),
     "gradients": (Category.GRADIENTS,),
@@ -197,7 +197,8 @@ class _Pass:
                       self.segments, self.reasons, self.levels_at, self.persistent_total)
 
     def _term_floor(self, name: str) -> int:
-        """estimate.category_peak: 0 when no block has the term's categories, else at least the initial level."""
+        """The floor of a term's peak: 0 when no block has the term's categories, else at least its level at the
+        start (the blocks from before the log, for the term that holds them)."""
         if not self.cat_seen[self.terms[name]].any():
             return 0
         return self.term_level_initial(name)
@@ -259,7 +260,7 @@ class _Pass:
         return out
 
     def _occurrences(self, phases: np.ndarray, alloc_i: np.ndarray) -> np.ndarray:
-        """Occurrences.of: the latest occurrence of each block's phase begun at or before its alloc."""
+        """The latest occurrence of each block's phase begun at or before its alloc (-1: none)."""
         s = self.scan
         out = np.full(phases.size, -1, dtype=np.int64)
         for p in np.unique(phases).tolist():
@@ -273,7 +274,8 @@ class _Pass:
 
     def _ended(self, bt: dict[str, np.ndarray], ended: np.ndarray, rows: np.ndarray, real: np.ndarray, t: Any,
                base: int) -> None:
-        """Blocks that ended in this piece: their reason (classify), their lifetime row, the phase sums."""
+        """Blocks that ended in this piece: their reason (classify.py's rules), their lifetime row, the phase
+        sums."""
         if not ended.size:
             return
         rules = self.rules
@@ -304,6 +306,8 @@ class _Pass:
             occ = bt["occ"][ended][rest]
             within = np.where(occ >= 0, (bits[rest] & BIT_WITHIN) != 0, free_phase[rest] == alloc_phase[rest])
             reason[rest] = np.where(within, R[Reason.SAME_PHASE], R[Reason.LATER_PHASE])
+        # a phase-based reason ("freed within its phase") is wrong for a block that outlived all the work; a stack
+        # rule (rebinding, a function's return) still says better why it was freed
         by_phase = np.isin(reason, [R[r] for r in (Reason.SAME_PHASE, Reason.LATER_PHASE, Reason.OTHER)])
         reason[self._whole_run(bt["alloc_i"][ended], base + rows) & by_phase] = R[Reason.PERSISTENT]
         bt["reason"][ended], bt["free_site"][ended], bt["returned"][ended] = reason, free_site, returned
@@ -343,8 +347,8 @@ class _Pass:
         self._resolve(bt, ended, rows, real, t, base, reason, free_site, returned, rerun)
 
     def _whole_run(self, alloc_i: np.ndarray, free_i: np.ndarray) -> np.ndarray:
-        """classify.whole_run: freed blocks made before the first phase occurrence began and freed after the last
-        one ended (persistent, whatever their phase says); none in a log without phases."""
+        """Freed blocks that lived through the whole run (classify.py, rule 1): made before the first phase
+        occurrence began and freed after the last one ended; none in a log without phases."""
         s = self.scan
         if not s.occ_begin.size:
             return np.zeros(alloc_i.size, dtype=bool)
@@ -388,7 +392,7 @@ class _Pass:
 
     def _group(self, cols: dict[str, np.ndarray], k: np.ndarray, size: np.ndarray, phase: np.ndarray,
                life: np.ndarray | None, persistent: bool, detail: Any) -> None:
-        """Add blocks to their lifetime rows (lifetimes.lifetime_rows' key)."""
+        """Add blocks to their lifetime rows (stream_groups.group_keys: each row's key)."""
         uniq, inv = group_keys(cols)
         order = np.argsort(inv, kind="stable")
         bounds = np.flatnonzero(np.concatenate(([True], inv[order][1:] != inv[order][:-1], [True])))
@@ -479,8 +483,8 @@ class _Pass:
 
     def _phase_curves(self, bt: dict[str, np.ndarray], new: np.ndarray, ended: np.ndarray, end_rows: np.ndarray,
                       orow: np.ndarray, t: Any, base: int, m: int, samples: np.ndarray) -> None:
-        """timeline.build_timeline's by_phase: allocated per allocating phase, at the samples (`samples`: those
-        in this piece, as positions in self.samples); every piece moves the levels."""
+        """The timeline's by_phase: allocated per allocating phase, at the samples (`samples`: those in this
+        piece, as positions in self.samples); every piece moves the levels."""
         at = self.samples[samples] - base
         p_new, p_end = bt["phase"][new], bt["phase"][ended]
         moved = np.unique(np.concatenate((p_new, p_end))).tolist()
@@ -558,7 +562,7 @@ class _Pass:
                             int(bt["reason"][b]), int(bt["free_site"][b]), int(bt["returned"][b]), bool(bt["rerun"][b]))
 
     def _segments(self, t: Any, base: int) -> None:
-        """The segments live, for the OOM moments (ooms._segments_at)."""
+        """The segments live, for the OOM moments (the largest free range at each failure)."""
         rows = np.flatnonzero((t.kind == SEGMENT_ALLOC) | (t.kind == SEGMENT_FREE))
         if not rows.size or not self.wanted.ooms:
             return

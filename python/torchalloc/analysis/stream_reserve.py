@@ -1,12 +1,12 @@
-"""Reserved memory for a log read in pieces: reserve.py's section, from the second pass (stream_pass.py).
+"""Reserved memory: reserve.py's section, from the second pass (stream_pass.py).
 
 Takes what the second pass hands it, piece by piece: the piece's records
 (segment records, ALLOCs) and its new and ended blocks; feeds them to
-reserve_terms.Terms, the computation reserve.py feeds a whole log to, and
-keeps its sums at the timeline's samples (the page's fragmentation band)
-and at the peaks of reserved and allocated, where the pass keeps the
-blocks live (anatomy snapshots, each block with its segment). Gives
-`Reserve` with the same rows and sentences as reserve.reserve.
+reserve_terms.Terms, and keeps its sums at the timeline's samples (the
+page's fragmentation band) and at the peaks of reserved and allocated,
+where the pass keeps the blocks live (anatomy snapshots, each block with
+its segment). Gives `Reserve`, its rows built with reserve.py's
+functions.
 
 The replays: as the pass reads the pieces, their replay events
 (trace_stream.to_events, the events `torchalloc replay` feeds) go, after
@@ -35,7 +35,7 @@ from .stream_ooms import before_log_events
 from .stream_scan import BIT_PERSISTENT, Scan
 from .stream_table import device_pieces
 
-_REPLAYED = np.zeros(256, dtype=bool)  # the records a replay is fed (oom_alternatives.events_until's), by kind
+_REPLAYED = np.zeros(256, dtype=bool)  # the records a replay is fed (allocs, frees, phase begins and ends), by kind
 _REPLAYED[[ALLOC, FREE, PHASE_BEGIN, PHASE_END]] = True
 
 
@@ -82,7 +82,7 @@ class ReserveFollower:
 
     # -- the section ---------------------------------------------------------------------------------
     def reserve(self, a: Any) -> Reserve:
-        """reserve.reserve for the streamed analysis `a` (its snapshots, levels and sites)."""
+        """The section, for the analysis `a` (its snapshots, levels and sites)."""
         s = self.scan
         if not s.n:
             return Reserve([], "caching", [], [])

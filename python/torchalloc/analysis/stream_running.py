@@ -1,15 +1,16 @@
-"""Running state for the streamed analysis' first pass: what it carries from one piece of the log to the next.
+"""Running state for the first pass (stream_scan.py): what it carries from one piece of the log to the next.
 
 - `Bits`, `Grow`, `GrowEnd`: arrays that grow as blocks and phase
   occurrences are met (a byte per block; an end index and its time per
   occurrence);
-- `Occurrences`: blocks.phase_occurrences' rule (an occurrence ends at the
+- `Occurrences`: the phase occurrences' rule (an occurrence ends at the
   first phase_end of its phase and number anywhere in the log), keeping
   only the open occurrences;
-- `Backward`: classify.backward_mask's stack part, per thread;
+- `Backward`: backward detection's stack part (classify.py, rule 2), per
+  thread;
 - `AllocPeaks`: per phase, the moment of its highest allocated among its
   allocs and frees (the moments memory by module is taken at);
-- `Sampler`: timeline._sample's rule (per time bucket the highest and the
+- `Sampler`: the timeline's samples (per time bucket the highest and the
   last event) with the span known in advance.
 """
 from __future__ import annotations
@@ -71,7 +72,7 @@ class GrowEnd:
 
 
 class Occurrences:
-    """blocks.phase_occurrences' ends, in one pass: an occurrence ends at the first phase_end of its (phase,
+    """Phase occurrences' ends, in one pass: an occurrence ends at the first phase_end of its (phase,
     occurrence number) anywhere in the log. Only the open occurrences are kept by key; a key seen again (a
     damaged or hand-made log: an end before its begin, a begin repeated) is looked up among the rows."""
 
@@ -131,7 +132,7 @@ class Grow:
 
 class AllocPeaks:
     """Per phase, the first event index where allocated was highest among the phase's allocs and frees
-    (modules._phase_peaks' moments), piece by piece."""
+    (memory by module's moments, stream_modules.py), piece by piece."""
 
     def __init__(self) -> None:
         self.top: dict[int, int] = {}
@@ -150,13 +151,14 @@ class AllocPeaks:
 
 
 # ---------------------------------------------------------------------------
-# Backward detection (classify.backward_mask's stack part), running over pieces
+# Backward detection's stack part (classify.py, rule 2), running over pieces
 # ---------------------------------------------------------------------------
 
 
 class Backward:
-    """Per thread, whether a span "inside Tensor.backward" is open; per event, whether it is covered and
-    counts (no stack, or a flagged one): classify.backward_mask's rule, piece by piece."""
+    """Per thread, whether a span "inside Tensor.backward" is open (from a with-stack event whose stack holds a
+    backward frame, frames.BACKWARD_FRAME, to the thread's next with-stack event without one); per event, whether
+    a span covers it and it counts (no stack: autograd's engine; or a flagged one), piece by piece."""
 
     def __init__(self, stack_of: Any) -> None:
         self.stack_of = stack_of
@@ -203,13 +205,13 @@ class Backward:
 
 
 # ---------------------------------------------------------------------------
-# Timeline samples (timeline._sample), running over pieces
+# Timeline samples, running over pieces
 # ---------------------------------------------------------------------------
 
 
 class Sampler:
-    """timeline._sample with the span known in advance: per time bucket the highest event (the last among
-    equals) and the last event of each run of one bucket."""
+    """The timeline's samples with the span known in advance: per time bucket (max_points / 2 of them) the
+    highest event (the last among equals) and the last event of each run of one bucket."""
 
     def __init__(self, first_ns: int, last_ns: int, base_ns: int, max_points: int) -> None:
         self.base = base_ns

@@ -1,21 +1,22 @@
-"""The streamed analysis' first pass: the facts about one device's events that the second pass needs.
+"""The first pass: the facts about one device's events that the second pass needs.
 
 Takes a `ChunkedLog` and a device; reads the log once, piece by piece
 (stream_table.py), and gives a `Scan`: how many events, the levels'
 peaks (allocated = the blocks' cumulated sizes, reserved = the segments',
-as timeline.levels computes them, kept as running sums and their
-extremes), every phase occurrence with its end, per phase its peak, its
-highest rise in an occurrence and its reserved growth, the markers and
-OOMs, the blocks allocated before the log (`orphans`), the timeline's
-sample indices (timeline._sample's rule: per time bucket the highest and
-the last event) with the levels there, and per block (by ordinal) a byte
-of facts that only its end or the end of the log tells (`BIT_*`): the
-second pass needs them to give a block its category the moment it is
-allocated.
+kept as running sums and their extremes), every phase occurrence with its
+end, per phase its peak, its highest rise in an occurrence and its
+reserved growth, the markers and OOMs, the blocks allocated before the
+log (`orphans`), the timeline's sample indices (per time bucket the
+highest and the last event) with the levels there, and per block (by
+ordinal) a byte of facts that only its end or the end of the log tells
+(`BIT_*`): the second pass needs them to give a block its category the
+moment it is allocated.
 
-What the in-memory stages compute from whole arrays is computed here from
-running values, with the same rules: derived.py, blocks.py, classify.py's
-backward detection, categorize.py's inputs, timeline.py, phase_summary.py.
+Each fact is a running value carried from piece to piece
+(stream_running.py): the blocks paired across pieces
+(stream_table.pair_piece), backward found as classify.py's rule 2 says,
+what categorize.py's rules need of a block's future, the timeline's levels
+and samples, the phase table's peaks and rises.
 """
 from __future__ import annotations
 
@@ -35,10 +36,10 @@ from .stream_table import Carry, Piece, PieceTable, pair_piece, report_start_ns
 PHASE_IDS = 1 << 16  # the phase field is a u16
 
 # Per block (by ordinal): what the first pass learns of it.
-BIT_ALLOC_BW = 1  # allocated during backward (classify.backward_mask: a backward phase, or a Python thread inside
+BIT_ALLOC_BW = 1  # allocated during backward (classify.py, rule 2: a backward phase, or a Python thread inside
 #                   Tensor.backward; phase names as far as read: every phase_begin precedes its events)
 BIT_FREE_BW = 2  # ended during backward
-BIT_AUTOGRAD_FREE = 4  # its free has no stack, or a stack inside backward (classify: free_by_autograd)
+BIT_AUTOGRAD_FREE = 4  # its free has no stack, or a stack inside backward (classify.py, rule 2: by autograd)
 BIT_WITHIN = 8  # ended before the occurrence of the phase that allocated it ended
 BIT_SAME = 16  # the thread's allocation before or after it has the same stack (categorize: workspaces)
 BIT_PERSISTENT = 32  # never ended: live at the end of the log
@@ -69,7 +70,7 @@ class Scan:
     offset: int
     blocks: int  # allocs (ordinals 0 .. blocks - 1)
     bits: np.ndarray  # uint8 per ordinal
-    orphans: dict[str, np.ndarray]  # blocks allocated before the log, in the in-memory blocks order
+    orphans: dict[str, np.ndarray]  # blocks allocated before the log, in the blocks' order (address, free index)
     lost_frees: int
     any_freed: bool
     occ_phase: np.ndarray
@@ -160,7 +161,7 @@ class _Scanner:
         ooms: list[dict[str, Any]] = []
         oom_count = 0
         pending_oom: list[tuple[dict[str, Any], int]] = []  # waiting for an oom_device record in the next events
-        last_policy = -1  # ooms._policy_at: the policy of the last alloc so far, and expandable segments seen
+        last_policy = -1  # an OOM's policy: that of the last alloc before it; and whether expandable segments were seen
         expandable_seen = False
         device = self.device
         counts: dict[int, int] = {}
@@ -373,7 +374,7 @@ class _Scanner:
         ends = occ_end.arr[:occ_count].copy()
         ends[ends == INT_MAX] = n
         orphan_cols = {k: (np.concatenate(v) if v else np.zeros(0, dtype=np.int64)) for k, v in orphans.items()}
-        if orphan_cols["addr"].size:  # the in-memory blocks order: by address, then free index
+        if orphan_cols["addr"].size:  # the blocks' order for those from before the log: by address, then free index
             o = np.lexsort((orphan_cols["free_i"], orphan_cols["addr"]))
             orphan_cols = {k: v[o] for k, v in orphan_cols.items()}
         initial = int(orphan_cols["block_size"].sum()) if orphan_cols["block_size"].size else 0
@@ -432,8 +433,8 @@ class _Scanner:
     @staticmethod
     def _rises(open_rise: dict[int, tuple[int, int, int, int]], occ_end: "GrowEnd", new_rows: np.ndarray,
                begin_rows: np.ndarray, phases: np.ndarray, base: int, c: np.ndarray, phase_rise: dict[int, int]) -> None:
-        """phase_summary's rise: per occurrence, the highest allocated from its begin to its end (inclusive)
-        above the allocated at its begin; the running highest of the open ones is carried."""
+        """The phase table's rise (PhaseRow.peak_over_start): per occurrence, the highest allocated from its begin
+        to its end (inclusive) above the allocated at its begin; the running highest of the open ones is carried."""
         for row, r, p_ in zip(new_rows.tolist(), begin_rows.tolist(), phases.tolist()):
             open_rise[row] = (base + r, int(c[r]), int(c[r]), p_)
         if not open_rise:
@@ -462,7 +463,8 @@ class _Scanner:
 
     @staticmethod
     def _device_records(pending: list[tuple[dict[str, Any], int]], t: Any, start: int) -> list[tuple[dict[str, Any], int]]:
-        """ooms._device_record: the oom_device record among the next two events, before another OOM."""
+        """Each pending OOM's oom_device record: among the next two events, before another OOM (the allocator
+        writes it right after its oom record)."""
         out = []
         for row, left in pending:
             k = start
@@ -490,7 +492,7 @@ def _scatter(paired: Any, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 def _devices(counts: dict[int, int], present: set[int]) -> list[int]:
-    """events.devices_in: devices with allocs, most first (ties: the lower id); else every device seen."""
+    """The log's devices: those with allocs, most first (ties: the lower id); else every device seen."""
     if not counts:
         return sorted(present)
     return [d for d, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]

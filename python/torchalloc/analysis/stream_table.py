@@ -144,9 +144,9 @@ class Paired:
 
 
 def pair_piece(piece: Piece, carry: Carry, next_ordinal: int) -> Paired:
-    """Pair the piece's allocs and frees with each other and with the carried live blocks (blocks.pair_blocks'
-    rules: an alloc ends at the next event on its address, a free with no live alloc before it is a block
-    allocated before the log)."""
+    """Pair the piece's allocs and frees with each other and with the carried live blocks (the rules: an alloc
+    ends at the next event on its address, a free with no live alloc before it is a block allocated before the
+    log)."""
     t = piece.table
     kind = t.kind
     is_alloc_row = kind == ALLOC

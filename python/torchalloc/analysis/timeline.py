@@ -1,12 +1,15 @@
-"""Allocated and reserved bytes over time: the levels after every event, and the timeline to draw.
+"""Allocated and reserved bytes over time: the timeline the report draws.
 
-Takes the event table, the blocks and the phase occurrences; gives the
-allocated and reserved bytes after every event (`levels`: numpy cumsums of
-the blocks' and segments' sizes) and a `Timeline` sampled for drawing:
-allocated split by the phase that allocated each block, phase spans,
-markers, OOMs and the peaks. A log opened mid-run lacks the segments made
-before it: reserved starts from the smallest level that keeps it at or
-above allocated.
+Holds `Timeline`: the allocated and reserved bytes sampled for drawing
+(every event when few; else per time bucket the highest and the last
+event), allocated split by the phase that allocated each block, phase
+spans, markers, OOMs and the peaks. The levels are running sums of the
+blocks' and the segments' sizes. A log opened mid-run lacks the segments
+made before it: reserved starts from the smallest level that keeps it at
+or above allocated. The first pass computes the levels and picks the
+samples (stream_scan.py, stream_running.Sampler), the second gives
+allocated per phase at them (stream_pass.py); Analysis (result.py) builds
+the Timeline.
 """
 from __future__ import annotations
 

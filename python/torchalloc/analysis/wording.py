@@ -1,13 +1,16 @@
-"""The words: every sentence of the report, from the numbers the earlier stages give.
+"""The words: every sentence of the report, from the numbers the analysis gives.
 
-Takes a `Derived` and the result rows (lifetimes, phase_summary, estimate,
-ooms); gives the sentences: why a block was freed when it was
-(`explain_block`, `explain_group`), what a phase kept and threw away
-(`phase_sentence`), how the estimate compares with the measured peak
-(`estimate_sentence`), where the reserve went and what would have saved
-it (`reserve_sentences`), which modules hold the peak (`module_sentences`), and why an OOM happened, who to blame and what the
-replays showed (`oom_explanation`). Nothing here computes a figure; a sentence says what is
-missing (stacks, phases) when its figures come from less.
+Takes a block's reason, category, sites and phases, and the section rows
+(phase_summary, estimate, reserve, modules, ooms); gives the sentences:
+why a block was freed when it was (`reason_sentence`: Analysis.explain
+gives it a block's names, and a lifetime row's every allocating phase),
+what a phase kept and threw away (`phase_sentence`), how the estimate
+compares with the measured peak (`estimate_sentence`), where the reserve
+went and what would have saved it (`reserve_sentences`), which modules
+hold the peak (`module_sentences`), and why an OOM happened, who to blame
+and what the replays showed (`oom_explanation`). Nothing here computes a
+figure; a sentence says what is missing (stacks, phases) when its figures
+come from less.
 """
 from __future__ import annotations
 
@@ -52,13 +55,13 @@ def reason_sentence(reason: Reason, category: Category, site: str, free_site: st
             Category.WORKSPACE: (f"a library workspace (cuBLAS's, per thread and stream), allocated at the first "
                                  f"matmul in {phase} and never freed"),
         }.get(category, f"allocated in {phase}, still referenced when the log ended")
-        if free_phase:  # freed, but only after the run's work ended (classify.whole_run)
+        if free_phase:  # freed, but only after the run's work ended (classify.py, rule 1: the whole run)
             return (f"persistent: lived through the whole run, freed only after its last phase ended (in "
                     f"{free_phase}) -- {detail.replace(', still referenced when the log ended', '')}")
         return f"persistent: still live at the end of the log -- {detail}"
     no_stacks = " (logged without stacks:1: only phases are known)" if not has_stacks else ""
     if reason is Reason.SAME_PHASE:
-        if phase.startswith("the first occurrence of "):  # explain_block's wording for a phase that repeats
+        if phase.startswith("the first occurrence of "):  # Analysis.explain's wording for a phase that repeats
             return f"freed within {phase}, which allocated it{no_stacks}"
         return f"freed within the same occurrence of {phase} that allocated it{no_stacks}"
     if reason is Reason.LATER_PHASE:
@@ -76,8 +79,9 @@ def reason_sentence(reason: Reason, category: Category, site: str, free_site: st
 
 
 def phase_sentence(row: PhaseRow, params: int) -> str:
-    """The phase's row in words, `params` the parameters' bytes (category_total). E.g. "optimizer: reserved
-    6.3 GiB more; 4.2 GiB is optimizer state that stays (2.0 × parameters), 2.1 GiB transient"."""
+    """The phase's row in words, `params` the parameters' bytes (live at the end, else their peak). E.g.
+    "optimizer: reserved 6.3 GiB more; 4.2 GiB is optimizer state that stays (2.0 × parameters), 2.1 GiB
+    transient"."""
     growth = row.reserved_growth
     if growth > 0:
         head = f"{row.phase}: reserved {fmt_bytes(growth)} more"

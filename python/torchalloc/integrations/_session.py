@@ -215,7 +215,7 @@ class Session:
     def finish(self, why: str = "training ended") -> ReportFiles | None:
         """Close every phase we opened, mark the end, write the report (if asked and a log exists).
 
-        Each end of training (a second train() in one process) writes the report anew, of the whole log.
+        Each end of training (a second train() in one process) writes the report anew, of all the log holds.
         """
         if not self.active:
             return None

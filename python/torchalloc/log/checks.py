@@ -143,7 +143,7 @@ def impossible(records: np.ndarray, *, header_size: int = HEADER_SIZE, path: str
 
 class Checker:
     """`impossible` over a log read in pieces (log/chunks.py), in order: `piece` gives each piece's mask,
-    `notes` the same lines `impossible` gives for the whole log once every piece was seen. The phase rule
+    `notes` the same lines `impossible` gives for all the records at once, once every piece was seen. The phase rule
     carries across pieces (PhaseStates); the sum is checked as it grows, so a log past MAX_SUM is refused
     at the piece that takes it there."""
 

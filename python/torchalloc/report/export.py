@@ -69,7 +69,7 @@ def _frames(stack: Stack) -> list[dict[str, Any]]:
 def to_snapshot(source: str | os.PathLike[str] | bytes, max_entries: int = 0,
                 chunk_records: int = DEFAULT_CHUNK_RECORDS) -> tuple[dict[str, Any], list[str], list[int]]:
     """The snapshot, the notes (the log's, then what had to be made up), and per device how many trace entries
-    the whole log has (the snapshot keeps the last `max_entries` of them; 0: all)."""
+    the log has in all (the snapshot keeps the last `max_entries` of them; 0: all)."""
     log = ChunkedLog(source, chunk_records, check="drop")
     totals: dict[int, int] = {}
     top = -1

@@ -66,8 +66,8 @@ def phase_colors(names: Sequence[str]) -> dict[str, str]:
 
 
 def plot_extent(tl: Any) -> tuple[float, float]:
-    """The plot's right end in seconds and its top in bytes (room above the highest curve), for a whole-log
-    or a streamed timeline: the SVG and the page's script draw to the same scales."""
+    """The plot's right end in seconds and its top in bytes (room above the highest curve): the SVG and the
+    page's script draw to the same scales."""
     x_max = max(tl.duration_s, float(tl.t_s[-1]) if len(tl.t_s) else 0.0) or 1.0
     return x_max, max(tl.peak_reserved, tl.peak_allocated, 1) * 1.08
 

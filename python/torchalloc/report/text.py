@@ -14,9 +14,9 @@ From Python the same data:
     data = report("run.talog")                   # dict, as --json prints it
     print(render_text(analyze("run.talog")))     # the text
 
-The analysis itself is the torchalloc.analysis package (its docstring lists
-the stages; torchalloc.analysis.classify's gives the rules behind every
-reason). The command line is cli/report.py.
+The analysis itself is the torchalloc.analysis package (its docstring
+describes the two passes over the log; torchalloc.analysis.classify's gives
+the rules behind every reason). The command line is cli/report.py.
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def report(
     at: Sequence[str | float] = (),
     top: int = 50,
 ) -> dict[str, Any]:
-    """The report as plain data (what `torchalloc report --json` prints), for a log path or a decoded log."""
+    """The report as plain data (what `torchalloc report --json` prints), for a log's path (or its bytes)."""
     a = analyze(log, device=device, at=at)
     data = a.to_dict(top=top)
     data["at"] = [a.anatomy(x, top=top).to_dict() for x in at]
