@@ -61,20 +61,25 @@ SCRIPT = textwrap.dedent(
 def test_bytes_per_layer(library_path: Path, tmp_path: Path) -> None:
     log_path = run_logged_script(SCRIPT, library_path, tmp_path)
 
+    from torchalloc.report.data import page_data
+
     a = A.analyze(log_path)
     m, _ = a.modules()
     rows = {r.module: r for r in m.rows}
-    b = a.blocks
-    by_id = {v: k for k, v in m.names.items()}
+    # Per block, as the HTML page lists them: its module and what it is to it (a short run: the page holds them all)
+    d = page_data(a)
+    b = d["blocks"]
+    assert len(b["id"]) == len(a.blocks), "the page does not hold every block of this run"
+    module = [d["module_names"][i] if i >= 0 else None for i in b["module"]]
+    what = [d["module_what"][w] for w in b["module_what"]]
+    phase = [d["phase_names"][p] for p in b["phase"]]
     for k in range(3):
         name = f"model.{k}"
         assert rows[name].by_phase["forward"] == ACTIVATION + PARAM, (name, rows[name])
-        mine = m.module_of == by_id[name]
-        what = [A.modules.WHAT[w] for w in m.what_of[mine].tolist()]
-        sizes = b.block_size[mine].tolist()
-        owned = sorted((w, s) for w, s in zip(what, sizes) if s == PARAM)  # the parameter-sized blocks
+        mine = [j for j, n in enumerate(module) if n == name]
+        owned = sorted((what[j], b["size"][j]) for j in mine if b["size"][j] == PARAM)  # the parameter-sized blocks
         assert owned == [("gradients", PARAM), ("optimizer state", PARAM), ("optimizer state", PARAM),
                          ("parameters", PARAM)], (name, owned)
-        in_backward = [s for s, p in zip(sizes, b.alloc_phase[mine].tolist()) if a.phase_name(p) == "backward"]
+        in_backward = [b["size"][j] for j in mine if phase[j] == "backward"]
         assert ACTIVATION in in_backward, (name, in_backward)
     assert m.tags_unmatched == 0

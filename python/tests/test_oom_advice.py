@@ -141,8 +141,8 @@ def test_fragmentation_advice_names_expandable_and_following_it_completes(clean:
 @pytest.mark.parametrize("handle", [0, 4])
 def test_the_report_counts_in_the_handles_the_allocator_counted_in(clean: None, tmp_path: Path, handle: int) -> None:
     """With the default `handle` (8 MiB for large requests), or another, the advice counts whole free granules of
-    it; the log's oom_device record carries that size, so the whole-log and the streamed report give the very same
-    line (with handle:4MiB the pool's default, 8 MiB, would give another)."""
+    it; the log's oom_device record carries that size, so the report gives the very same line, in one piece or
+    in pieces (with handle:4MiB the pool's default, 8 MiB, would give another)."""
     log = tmp_path / "handle.talog"
     conf = f"backend:sim,warn:0,oom_report:off,sim_capacity:{CAP_MIB}MiB,policy:caching,expandable:off,log:{log}"
     _lib.init(conf + (f",handle:{handle}MiB" if handle else ""))

@@ -11,12 +11,7 @@ log when it never does (stream_groups.py); Analysis.lifetime_rows
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
-
-
-
-# Why block b was freed when it was, for a group whose blocks were allocated in `phases`.
-Explain = Callable[[int, list[str]], str]
+from typing import Any
 
 
 @dataclasses.dataclass

@@ -67,10 +67,9 @@ class ModuleRow:
 
 @dataclasses.dataclass
 class Modules:
-    # Per block: its module id (0: none) and what it is (an index into WHAT). Left empty: the analysis keeps
-    # nothing per block; a block the page lists has its module in its details (stream_details.py).
-    module_of: np.ndarray
-    what_of: np.ndarray
+    """The section: its rows, and the module names they use. Nothing per block: a block the page lists has its
+    module in its details (stream_details.py)."""
+
     names: dict[int, str]  # module id -> path
     peak_index: int
     phase_peaks: dict[str, int]  # phase -> the event index of its own peak

@@ -477,8 +477,7 @@ class Analysis:
             if follower is not None:
                 m = follower.modules(self.table.strings, self.phase_name, peak)
             else:  # no module records
-                empty = np.zeros(0, dtype=np.int64)
-                m = Modules(empty, empty, {}, peak, {}, [], 0)
+                m = Modules({}, peak, {}, [], 0)
             self._modules = (m, module_sentences(m, self.allocated_at(peak) if self.scan.n else 0))
         return self._modules
 

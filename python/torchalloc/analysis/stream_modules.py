@@ -168,11 +168,10 @@ class ModulesFollower:
 
     # -- the section ---------------------------------------------------------------------------------
     def modules(self, strings: dict[int, str], phase_name: Callable[[int], str], peak: int) -> Modules:
-        """The section's `Modules`: its rows (its per-block columns left empty: only the blocks live at the peak
-        are followed)."""
+        """The section's `Modules`: its rows, from the blocks live at the peak (followed to their end) and the
+        bytes per module at each phase's peak."""
         names = {m: strings.get(s, f"module #{m}") for m, s in self.names}
-        empty = np.zeros(0, dtype=np.int64)
-        result = Modules(empty, empty, names, peak, {}, [], self.unmatched)
+        result = Modules(names, peak, {}, [], self.unmatched)
         if not names and not any(self.seen):
             return result  # no module records: a log written without track()'s modules
         result.phase_peaks = named_peaks(self.scan.alloc_peaks, phase_name)
