@@ -1,12 +1,14 @@
-"""The run up to the last OOM, as a trace fed piece by piece to ooms.replay_last, which replays it under every
-policy and checks the advice's lines; and the replay events of the blocks allocated before the log, which every
-replay of it starts with (the reserve section's replays too, stream_reserve.py)."""
+"""The OOM section's part of the passes: the run up to the last OOM, as a trace fed piece by piece to
+ooms.replay_last, which replays it under every policy and checks the advice's lines; the replay events of the
+blocks allocated before the log, which every replay of it starts with (the reserve section's replays too,
+stream_reserve.py); and the segments live at each OOM (follow_segments)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
+from .._records import SEGMENT_ALLOC, SEGMENT_FREE
 from ..log.chunks import ChunkedLog
 from .stream_scan import Scan
 
@@ -61,3 +63,26 @@ def trace_until(log: ChunkedLog, scan: Scan, path: Any, index: int) -> Any:
                   peak_requested=int(peaks.peak[0]), peak_rounded=int(peaks.peak[1]))
     trace.chunks = spilled
     return trace
+
+
+def follow_segments(segs: dict[int, int], at_ooms: dict[int, dict[int, int]], ooms: Sequence[int], t: Any,
+                    base: int) -> None:
+    """The segments live (address -> size), moved on by a piece's segment records (`t`, its first row event
+    `base`): `segs` after the piece, and `at_ooms[i]` at each OOM `i` of `ooms` inside it (the largest free range
+    at each failure; the pass takes the OOM moments before the piece's segments move, so those are redone)."""
+    rows = np.flatnonzero((t.kind == SEGMENT_ALLOC) | (t.kind == SEGMENT_FREE))
+    if not rows.size or not ooms:
+        return
+    for i in [x for x in ooms if base <= x < base + len(t)]:
+        at = dict(segs)
+        for r in rows[rows <= i - base].tolist():
+            if t.kind[r] == SEGMENT_ALLOC:
+                at[int(t.addr[r])] = int(t.size[r])
+            else:
+                at.pop(int(t.addr[r]), None)
+        at_ooms[i] = at
+    for r in rows.tolist():
+        if t.kind[r] == SEGMENT_ALLOC:
+            segs[int(t.addr[r])] = int(t.size[r])
+        else:
+            segs.pop(int(t.addr[r]), None)

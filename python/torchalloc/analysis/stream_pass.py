@@ -38,7 +38,9 @@ from .stream_blocks import BlockRules, LineRuns
 from .stream_details import detail_alloc, detail_ended, detail_orphan
 from .stream_groups import EXACT_BUDGET, Group, group_keys
 from .stream_modules import ModulesFollower, end_columns
+from .stream_ooms import follow_segments
 from .stream_reserve import ReserveFollower
+from .stream_running import INT_MIN, add_bytes, add_counted
 from .stream_scan import BIT_WITHIN, INT_MAX, PHASE_IDS, Scan
 from .stream_table import Carry, Piece, device_pieces, pair_piece
 
@@ -146,7 +148,7 @@ class _Pass:
         self.terms = {name: np.array([CATEGORY_CODE[c] for c in cats]) for name, cats in ESTIMATE_TERMS.items()}
         self.term_level = {name: (scan.initial if Category.BEFORE_LOG in cats else 0)
                            for name, cats in ESTIMATE_TERMS.items()}
-        self.term_peak = {name: INT_MIN_ for name in ESTIMATE_TERMS}
+        self.term_peak = {name: INT_MIN for name in ESTIMATE_TERMS}
         self.cat_seen = np.zeros(len(CATEGORIES), dtype=bool)
         if self.O:
             self.cat_seen[CATEGORY_CODE[Category.BEFORE_LOG]] = True
@@ -244,7 +246,7 @@ class _Pass:
         self.alloc_stack_set.append(np.unique(new["stack"]))
         self.lines.piece(bt["chain"][nc:], bt["line"][nc:], bt["alloc_i"][nc:])
         self.cat_seen[np.unique(new["category"])] = True
-        _add(self.allocated, new["phase"], new["block_size"])
+        add_counted(self.allocated, new["phase"], new["block_size"])
         # ended blocks: reasons, sums
         self._ended(bt, ended, end_rows, paired.ended_real, t, base)
         orow = paired.orphan_rows
@@ -253,7 +255,7 @@ class _Pass:
             self.reserve.step(bt, nc, ended, base + end_rows, base, m)
         # levels per estimate term, the timeline's per-phase curves and live counts, the moments
         self._levels(bt, nc, ended, end_rows, orow, t, base, m)
-        self._segments(t, base)
+        follow_segments(self.segs, self.segments, self.wanted.ooms, t, base)
         live = np.flatnonzero(bt["end"] == INT_MAX)
         out = Carry({c: bt[c][live] for c in _BT_COLUMNS})
         out.columns["_next"] = np.int64(next_ordinal + nr.size)  # type: ignore[assignment]
@@ -322,11 +324,11 @@ class _Pass:
         if self.modules is not None:
             self.modules.ended(bt, ended, end_columns(t, base, rows, real, free_site, returned, rerun, reason))
         # the phase table
-        _add(self.freed, free_phase, size)
+        add_counted(self.freed, free_phase, size)
         within = np.where(self.has_occ[alloc_phase], (bits & BIT_WITHIN) != 0, free_phase == alloc_phase)
-        _add_bytes(self.transient, alloc_phase[within], size[within])
+        add_bytes(self.transient, alloc_phase[within], size[within])
         handed = ~within
-        _add_bytes(self.handed, alloc_phase[handed], size[handed])
+        add_bytes(self.handed, alloc_phase[handed], size[handed])
         if handed.any():
             names = self.rules.phase_names
             hp, hf = alloc_phase[handed], free_phase[handed]
@@ -372,7 +374,7 @@ class _Pass:
         if self.modules is not None:
             self.modules.orphans_ended(k, base + orow)
         self._group(cols, k, size, np.full(n_, -1), life, False, lambda j: self._orphan_detail(int(k[j])))
-        _add(self.freed, t.phase[orow].astype(np.int64), size)
+        add_counted(self.freed, t.phase[orow].astype(np.int64), size)
         for kk, r in zip(k.tolist(), reason.tolist()):
             if kk in self.details or kk in self.reasons:
                 self.reasons[kk] = r
@@ -561,26 +563,6 @@ class _Pass:
                             self.O, bt, b, int(bt["end"][b]) - self._base, bool(bt["real"][b]), self._t, self._base,
                             int(bt["reason"][b]), int(bt["free_site"][b]), int(bt["returned"][b]), bool(bt["rerun"][b]))
 
-    def _segments(self, t: Any, base: int) -> None:
-        """The segments live, for the OOM moments (the largest free range at each failure)."""
-        rows = np.flatnonzero((t.kind == SEGMENT_ALLOC) | (t.kind == SEGMENT_FREE))
-        if not rows.size or not self.wanted.ooms:
-            return
-        # the OOM moments are taken in _levels before this piece's segments: redo those inside the piece
-        for i in [x for x in self.wanted.ooms if base <= x < base + len(t)]:
-            segs = dict(self.segs)
-            for r in rows[rows <= i - base].tolist():
-                if t.kind[r] == SEGMENT_ALLOC:
-                    segs[int(t.addr[r])] = int(t.size[r])
-                else:
-                    segs.pop(int(t.addr[r]), None)
-            self.segments[i] = segs
-        for r in rows.tolist():
-            if t.kind[r] == SEGMENT_ALLOC:
-                self.segs[int(t.addr[r])] = int(t.size[r])
-            else:
-                self.segs.pop(int(t.addr[r]), None)
-
     # -- the end of the log: persistent blocks --------------------------------------------------------
     def _finish(self, carry: Carry) -> None:
         bt = carry.columns
@@ -612,28 +594,3 @@ class _Pass:
                                                  minlength=len(CATEGORIES))
             first = self.first_occ.get(p, -1)
             self.first_occ_persistent[p] = int(size[sel & (occ == first)].sum()) if first >= 0 else int(size[sel].sum())
-
-
-INT_MIN_ = np.iinfo(np.int64).min
-def _add(sums: dict[int, list[int]], keys: np.ndarray, values: np.ndarray) -> None:
-    """sums[key] += [value, 1] per element."""
-    if not keys.size:
-        return
-    uniq, inv = np.unique(keys, return_inverse=True)
-    totals = np.zeros(uniq.size, dtype=np.int64)
-    np.add.at(totals, inv.reshape(-1), values)
-    counts = np.bincount(inv.reshape(-1), minlength=uniq.size)
-    for k, v, c in zip(uniq.tolist(), totals.tolist(), counts.tolist()):
-        slot = sums.setdefault(k, [0, 0])
-        slot[0] += v
-        slot[1] += c
-
-
-def _add_bytes(sums: dict[int, int], keys: np.ndarray, values: np.ndarray) -> None:
-    if not keys.size:
-        return
-    uniq, inv = np.unique(keys, return_inverse=True)
-    totals = np.zeros(uniq.size, dtype=np.int64)
-    np.add.at(totals, inv.reshape(-1), values)
-    for k, v in zip(uniq.tolist(), totals.tolist()):
-        sums[k] = sums.get(k, 0) + v

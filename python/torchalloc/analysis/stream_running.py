@@ -254,3 +254,29 @@ class Sampler:
         by_index = dict(sorted((p[0], p) for p in picks))
         rows = np.array(list(by_index.values()), dtype=np.int64).reshape(-1, 4)
         return rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3]
+
+
+# Sums per key (a phase), piece by piece.
+def add_counted(sums: dict[int, list[int]], keys: np.ndarray, values: np.ndarray) -> None:
+    """sums[key] += [value, 1] per element."""
+    if not keys.size:
+        return
+    uniq, inv = np.unique(keys, return_inverse=True)
+    totals = np.zeros(uniq.size, dtype=np.int64)
+    np.add.at(totals, inv.reshape(-1), values)
+    counts = np.bincount(inv.reshape(-1), minlength=uniq.size)
+    for k, v, c in zip(uniq.tolist(), totals.tolist(), counts.tolist()):
+        slot = sums.setdefault(k, [0, 0])
+        slot[0] += v
+        slot[1] += c
+
+
+def add_bytes(sums: dict[int, int], keys: np.ndarray, values: np.ndarray) -> None:
+    """sums[key] += value per element."""
+    if not keys.size:
+        return
+    uniq, inv = np.unique(keys, return_inverse=True)
+    totals = np.zeros(uniq.size, dtype=np.int64)
+    np.add.at(totals, inv.reshape(-1), values)
+    for k, v in zip(uniq.tolist(), totals.tolist()):
+        sums[k] = sums.get(k, 0) + v
