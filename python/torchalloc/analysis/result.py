@@ -8,9 +8,10 @@ Every log, of any size, is read the same way: in pieces (log/chunks.py; a
 small log is one piece), twice -- a first pass for the facts the second
 needs (stream_scan.py), a second that classifies each block as it ends and
 keeps only sums, and the blocks live at the moments the report shows
-(stream_pass.py), with the segments and the terms of reserved
-(stream_reserve.py; every policy's replay fed the events as they are
-read, on a thread of its own) and each block's module (stream_modules.py).
+(stream_pass.py), feeding each section's part of it as it goes
+(sections.pass_parts: the segments and the terms of reserved,
+stream_reserve.py, every policy's replay fed the events as they are read
+on a thread of its own; each block's module, stream_modules.py).
 Memory follows what the report shows, not the log's length: about 2
 minutes and under 1 GB for 10^8 records on a 2-core machine
 (bench/bench_scale.py). What that costs in exactness, and only for long
@@ -46,12 +47,11 @@ from .lifetimes import LifetimeRow
 from .modules import Modules
 from .ooms import Blocker, OomRow, blockers_of, handle_for, oom_detail, oom_row, replay_last, segment_gaps
 from .reserve import Reserve
-from .stream_modules import ModulesFollower
-from .stream_reserve import ReserveFollower
-from .sections import report_dict
+from .sections import pass_parts, report_dict
 from .phase_summary import PhaseRow
 from .roles import phase_role
 from .sites import BEFORE_LOG, Site
+from .stream_follow import Follower
 from .stream_pass import Passed, Wanted, run_pass
 from .stream_moments import anatomy_moments, is_time, page_moments
 from .stream_ooms import trace_until
@@ -59,8 +59,7 @@ from .stream_notes import SPANS_KEPT, backward_from, derive_notes, table_notes
 from .stream_scan import Scan, scan
 from .stream_table import report_start_ns
 from .timeline import Timeline
-from .wording import (estimate_sentence, module_sentences, oom_explanation, phase_sentence, reason_sentence,
-                      reserve_sentences)
+from .wording import estimate_sentence, oom_explanation, phase_sentence, reason_sentence
 
 
 
@@ -101,12 +100,10 @@ class Analysis:
     `analyze`."""
 
     def __init__(self, log: ChunkedLog, scan_: Scan, passed: Passed, wanted: Wanted, notes: list[str],
-                 backward_from: str, max_points: int, page: bool, reserve: ReserveFollower,
-                 modules: ModulesFollower | None) -> None:
+                 backward_from: str, max_points: int, page: bool, followers: dict[str, Follower | None]) -> None:
         self.log, self.scan, self.passed, self.wanted = log, scan_, passed, wanted
-        self.followers = (reserve, modules)  # what the pass gathered for the reserve and module sections
-        self._reserve: Reserve | None = None
-        self._modules: tuple[Modules, list[str]] | None = None
+        self.followers = followers  # part key -> what the pass gathered for its sections (None: nothing to follow)
+        self._section_rows: dict[str, Any] = {}  # part key -> its rows, built once
         self.max_points, self.page_wanted = max_points, page
         header = log.header
         # Text from the log, escaped as every report shows it (torchalloc.printable).
@@ -264,9 +261,10 @@ class Analysis:
             return
         moments, priority = page_moments(self.scan)
         extra = Wanted(anatomy=[], page=moments, priority=priority, ooms=[], samples=self.scan.samples)
-        # the blocks' modules too (the page lists each module's blocks): a follower of this pass's own
-        modules = ModulesFollower(self.scan) if self.scan.module_records else None
-        more = run_pass(self.log, self.scan, extra, rules=self.passed.rules, modules=modules)
+        # the columns blocks' details show too (their modules: the page lists each module's blocks), from followers
+        # of this pass's own
+        shown = [p.follow(self.log, self.scan) for p in pass_parts() if p.in_details]
+        more = run_pass(self.log, self.scan, extra, rules=self.passed.rules, followers=[f for f in shown if f])
         for name in ("page", "details", "live_at", "levels_at", "reasons"):
             getattr(self.passed, name).update(getattr(more, name))
         self.page_wanted = True
@@ -461,29 +459,25 @@ class Analysis:
                        self.table.stack_of(o["stack"]), reserved, self.allocated_at(i), largest, nseg, o["addr"], facts,
                        self.has_stacks, pick, policy, expandable, detail, self.table.phase_names)
 
-    # -- reserved memory, memory by module (stream_reserve.py, stream_modules.py) ------------------------
+    # -- the sections fed by the pass (sections.pass_parts) ---------------------------------------
+    def section_rows(self, key: str) -> Any:
+        """The rows of the part `key` of the pass (stream_follow.Part), built once from its follower."""
+        if key not in self._section_rows:
+            part = next(p for p in pass_parts() if p.key == key)
+            self._section_rows[key] = part.rows(self, self.followers.get(key))
+        return self._section_rows[key]
+
     def reserve(self) -> Reserve:
-        """Reserved memory split at the peaks, and the replays (run beside the pass)."""
-        if self._reserve is None:
-            self._reserve = self.followers[0].reserve(self)
-            self._reserve.sentences = reserve_sentences(self._reserve, self.timeline.peak_reserved)
-        return self._reserve
+        """Reserved memory split at the peaks, and the replays (run beside the pass; stream_reserve.py)."""
+        return self.section_rows("reserve")  # type: ignore[no-any-return]
 
     def modules(self) -> tuple[Modules, list[str]]:
-        """Memory by module, and its sentences."""
-        if self._modules is None:
-            peak = self.scan.peak_i if self.scan.n else 0
-            follower = self.followers[1]
-            if follower is not None:
-                m = follower.modules(self.table.strings, self.phase_name, peak)
-            else:  # no module records
-                m = Modules({}, peak, {}, [], 0)
-            self._modules = (m, module_sentences(m, self.allocated_at(peak) if self.scan.n else 0))
-        return self._modules
+        """Memory by module, and its sentences (stream_modules.py)."""
+        return self.section_rows("modules")  # type: ignore[no-any-return]
 
     def fragmented_samples(self) -> np.ndarray:
-        """At the timeline's samples, the free bytes in segments holding live blocks."""
-        return self.followers[0].fragmented
+        """At the timeline's samples, the free bytes in segments holding live blocks (the page's band)."""
+        return self.followers["reserve"].fragmented  # type: ignore[union-attr]
 
     # -- all of it -----------------------------------------------------------------------------
     def marker_labels(self) -> list[str]:
@@ -533,12 +527,11 @@ def analyze(
                     ooms=[int(o["index"]) for o in s.ooms], samples=s.samples)
     if page and s.n:
         wanted.page, wanted.priority = page_moments(s)
-    reserve = ReserveFollower(log, s)
-    modules = ModulesFollower(s) if s.module_records else None
-    passed = run_pass(log, s, wanted, progress=bar, reserve=reserve, modules=modules)
+    followers = {p.key: p.follow(log, s) for p in pass_parts()}  # every section's part of the pass
+    passed = run_pass(log, s, wanted, progress=bar, followers=[f for f in followers.values() if f is not None])
     if bar is not None:
         bar.close()
-    return Analysis(log, s, passed, wanted, notes, backward_from_, max_points, page, reserve, modules)
+    return Analysis(log, s, passed, wanted, notes, backward_from_, max_points, page, followers)
 
 
 # The kind of the row put first in a log opened mid-run (no record has kind 0): the log's opening, the one moment

@@ -5,12 +5,15 @@ what the section shows of an analysis as plain data -- its table (headers,
 rows of strings, the sentence under each row), the sentences under the
 table, and its JSON -- or None when there is nothing to show. The text
 report (report/text.py), the HTML page (report/html.py) and the JSON
-(`Analysis.to_dict`) loop over SECTIONS; none of them names a section. A new
-section is its row types (a module as anatomy.py, lifetimes.py, ...), what
-the second pass gathers for its rows (stream_pass.py, or a part of the
-section's own fed the pieces as the pass goes, as stream_reserve.py and
-stream_modules.py are), its sentences in wording.py, a method on Analysis
-(result.py) building the rows, and an entry here.
+(`Analysis.to_dict`) loop over SECTIONS; none of them names a section.
+
+A section whose rows need the second pass names its `part`
+(stream_follow.Part, declared once in the section's module, as
+stream_reserve.RESERVE and stream_modules.MODULES are): `analyze` makes
+each part's follower and hands it to the pass (`pass_parts`), and its view
+reads the rows with `a.section_rows(key)`. A new such section is that one
+module (its follower, its rows), its sentences in wording.py, and an entry
+here; the lifetimes, phases and estimate come from the pass' own sums.
 """
 from __future__ import annotations
 
@@ -24,6 +27,9 @@ from .modules import Modules
 from .ooms import OomRow
 from .phase_summary import PhaseRow
 from .reserve import Reserve
+from .stream_follow import Part
+from .stream_modules import MODULES
+from .stream_reserve import RESERVE
 from .wording import pinned_lines, replay_note, setting_of, what_words
 
 
@@ -36,6 +42,7 @@ class Analyzed(Protocol):
     def reserve(self) -> Reserve: ...
     def modules(self) -> tuple[Modules, list[str]]: ...
     def ooms(self) -> list[OomRow]: ...
+    def section_rows(self, key: str) -> Any: ...  # the rows of a section's part of the pass (stream_follow.Part)
 
 
 @dataclasses.dataclass
@@ -80,6 +87,7 @@ class Section:
     title: str
     intro: str  # a line under the title in the HTML page ("" for none)
     view: Callable[[Analyzed, int], SectionView | None]  # (analysis, rows to show) -> what to show, or None
+    part: Part | None = None  # its part of the second pass, when its rows need one (module docstring)
 
 
 def _lifetimes(a: Analyzed, top: int) -> SectionView:
@@ -193,15 +201,20 @@ SECTIONS: list[Section] = [
     Section("estimate", "The usual estimate, measured", "", _estimate),
     Section("reserve", "Reserved memory: allocated, fragmentation and cache",
             "Reserved = allocated + free bytes in segments that hold live blocks + segments with no live block; "
-            "under each moment, the segments with the most free bytes that live blocks pin.", _reserve),
+            "under each moment, the segments with the most free bytes that live blocks pin.", _reserve, RESERVE),
     Section("reserve_replays", "What each policy would have reserved on the same events",
-            "The whole run replayed on the simulated device with no memory limit.", _reserve_replays),
+            "The whole run replayed on the simulated device with no memory limit.", _reserve_replays, RESERVE),
     Section("modules", "Memory by module",
             "The bytes each nn.Module's blocks hold (torchalloc.track): what was allocated inside its forward or "
             "backward, and its parameters, their gradients and optimizer state. With JavaScript, click a module "
-            "for its blocks at the peak.", _modules),
+            "for its blocks at the peak.", _modules, MODULES),
     Section("ooms", "Out of memory", "", _ooms),
 ]
+
+
+def pass_parts() -> list[Part]:
+    """The sections' parts of the second pass, each once, in SECTIONS' order (the order the pass feeds them)."""
+    return list({id(s.part): s.part for s in SECTIONS if s.part is not None}.values())
 
 
 def sections_json(a: Analyzed, top: int) -> dict[str, Any]:

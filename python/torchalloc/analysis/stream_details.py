@@ -8,7 +8,9 @@ from the second pass' block table (stream_pass.py: one column per name
 below, one row per block), from the first pass' blocks allocated before
 the log (`Scan.orphans`), or from the columns stream_modules.py keeps of
 the blocks live at the peak (the same names).
-`module` and `tag` are its module and its tag's role, final once it ended.
+`module` and `tag` are its module and its tag's role, final once it ended:
+columns the modules section's follower adds to the block table
+(stream_follow.py), 0 in a pass without it (`SHOWN`).
 """
 from __future__ import annotations
 
@@ -20,6 +22,9 @@ from .categorize import CATEGORY_CODE, Category
 from .classify import REASON_CODE, Reason
 
 R = REASON_CODE
+# The columns a follower adds (stream_follow.Follower.columns) that a block's details show, with their value where
+# no follower of the pass gives them.
+SHOWN = {"module": 0, "tag": 0}
 
 
 def detail_alloc(first: int, bt: Mapping[str, np.ndarray], b: int) -> dict[str, Any]:
@@ -29,7 +34,8 @@ def detail_alloc(first: int, bt: Mapping[str, np.ndarray], b: int) -> dict[str, 
             "category": int(bt["category"][b]), "occ": int(bt["occ"][b]), "alloc_i": int(bt["alloc_i"][b]),
             "alloc_t": int(bt["time"][b]), "alloc_stack": int(bt["stack"][b]), "free_i": -1, "free_t": -1,
             "free_phase": -1, "free_stack": 0, "free_site": -1, "returned": -1, "rerun": False,
-            "reason": R[Reason.PERSISTENT], "module": int(bt["module"][b]), "tag": int(bt["tag"][b])}
+            "reason": R[Reason.PERSISTENT],
+            **{c: int(bt[c][b]) if c in bt else default for c, default in SHOWN.items()}}
 
 
 def with_end(d: dict[str, Any], free_i: int, free_t: int, free_phase: int, free_stack: int, free_site: int,
@@ -47,12 +53,14 @@ def detail_ended(first: int, bt: Mapping[str, np.ndarray], b: int, row: int, rea
                     int(t.stack[row]) if real else 0, free_site, returned, rerun, reason)
 
 
-def detail_orphan(orphans: Mapping[str, np.ndarray], k: int, site: int, first_ns: int, reason: int, module: int = 0,
-                  tag: int = 0) -> dict[str, Any]:
-    """Block k, allocated before the log (`orphans`: Scan.orphans; `site`: the before-the-log site's id)."""
+def detail_orphan(orphans: Mapping[str, np.ndarray], k: int, site: int, first_ns: int, reason: int,
+                  shown: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """Block k, allocated before the log (`orphans`: Scan.orphans; `site`: the before-the-log site's id; `shown`:
+    its values of SHOWN's columns, from the followers, default where absent)."""
     o = orphans
     return {"k": k, "addr": int(o["addr"][k]), "size": int(o["size"][k]), "block_size": int(o["block_size"][k]),
             "phase": -1, "site": site, "category": CATEGORY_CODE[Category.BEFORE_LOG], "occ": -1, "alloc_i": -1,
             "alloc_t": first_ns, "alloc_stack": 0, "free_i": int(o["free_i"][k]), "free_t": int(o["free_t"][k]),
             "free_phase": int(o["free_phase"][k]), "free_stack": int(o["free_stack"][k]), "free_site": -1,
-            "returned": -1, "rerun": False, "reason": int(reason), "module": int(module), "tag": int(tag)}
+            "returned": -1, "rerun": False, "reason": int(reason),
+            **{c: int((shown or {}).get(c, default)) for c, default in SHOWN.items()}}

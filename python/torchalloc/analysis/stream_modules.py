@@ -18,7 +18,9 @@ gives `Modules`, its rows built with modules.py's steps:
   tag and reason give the rows, and the HTML page lists the largest of
   each module from them.
 
-Nothing is kept per block but the followed blocks' columns.
+Nothing is kept per block but the followed blocks' columns. `MODULES` is
+the section's part of the pass (stream_follow.Part), named by its entry in
+sections.SECTIONS.
 """
 from __future__ import annotations
 
@@ -28,13 +30,16 @@ from typing import Any, Callable
 import numpy as np
 
 from .._records import MODULE, MODULE_NAME, MODULE_TAG
+from ..log.chunks import ChunkedLog
 from .categorize import CATEGORY_CODE, Category
 from .classify import REASON_CODE, Reason
 from .modules import Modules, add_phase, current_modules, held_at, module_rows, named_peaks, what_codes
 from .ranges import holders
 from .stream_details import detail_alloc, detail_orphan, with_end
+from .stream_follow import Follower, Part, end_columns
 from .stream_running import INT_MAX
 from .stream_scan import Scan
+from .wording import module_sentences
 
 # The block table's columns a followed block keeps (stream_details.detail_alloc reads them), then its end.
 _ALLOC_COLUMNS = ("ordinal", "addr", "size", "block_size", "phase", "site", "category", "occ", "alloc_i", "time",
@@ -64,9 +69,11 @@ class Followed:
             self.cols[name][pos[hit]] = values[hit]
 
 
-class ModulesFollower:
-    """The modules section's part of the second pass (module docstring). Per piece: `new_blocks`, then `tags`,
-    then `ended` and `orphans_ended`; `capture` at the peak; `finish` at the end of the log."""
+class ModulesFollower(Follower):
+    """The modules section's part of the second pass (module docstring). Per piece: `new_blocks`, then `piece`
+    (the tags), then `ended` and `orphans_ended`; `at_moment` at the peak; `finish` at the end of the log."""
+
+    columns = {"module": 0, "tag": 0}  # a block's module, and its tag's role (0: none)
 
     def __init__(self, scan: Scan) -> None:
         self.scan = scan
@@ -82,7 +89,7 @@ class ModulesFollower:
         self.followed: Followed | None = None
 
     # -- pieces --------------------------------------------------------------------------------------
-    def new_blocks(self, t: Any, base: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def new_blocks(self, t: Any, base: int, rows: np.ndarray) -> dict[str, np.ndarray]:
         """The module (current at the alloc) and tag (none yet) of the piece's new blocks, at its rows `rows`."""
         kind = t.kind
         for r in np.flatnonzero(kind == MODULE_NAME).tolist():
@@ -91,9 +98,9 @@ class ModulesFollower:
         module = current_modules(base + rows, base + at, t.size[at].astype(np.int64), self.current)
         if at.size:
             self.current = int(t.size[at[-1]])
-        return module, np.zeros(rows.size, dtype=np.int64)
+        return {"module": module, "tag": np.zeros(rows.size, dtype=np.int64)}
 
-    def tags(self, bt: dict[str, np.ndarray], t: Any, base: int) -> None:
+    def piece(self, bt: dict[str, np.ndarray], t: Any, base: int) -> None:
         """The piece's tags: each names the block live then that holds its address (ranges.holders: the one
         starting highest); a block's later tag beats an earlier one."""
         rows = np.flatnonzero(t.kind == MODULE_TAG)
@@ -129,16 +136,21 @@ class ModulesFollower:
         """Blocks from before the log (their indices) freed in this piece, at `free_i`."""
         self._live(self.orphan_module[k], self.scan.orphans["block_size"][k], np.full(k.size, -1), free_i)
 
-    def capture(self, bt: dict[str, np.ndarray], rows: np.ndarray, orphans: np.ndarray, orphan_reasons: np.ndarray,
-                t: Any, base: int) -> None:
-        """The peak, in piece t (its first event: `base`): the table's blocks live then (positions `rows`) and
-        those from before the log (indices `orphans`, with their reasons). Those that ended later in the piece
-        have their end."""
+    def at_moment(self, i: int, bt: dict[str, np.ndarray], rows: np.ndarray, orphans: np.ndarray,
+                  orphan_reasons: np.ndarray, t: Any, base: int) -> None:
+        """At the peak, in piece t (its first event: `base`): the table's blocks live then (positions `rows`) and
+        those from before the log (indices `orphans`, with their reasons), followed to their end. Those that ended
+        later in the piece have their end."""
+        if i != self.scan.peak_i:
+            return
         self.followed = Followed(bt, rows, orphans, orphan_reasons)
         done = rows[bt["end"][rows] != INT_MAX]
         self.followed.ended(bt["ordinal"][done], end_columns(t, base, bt["end"][done] - base, bt["real"][done] > 0,
                                                              bt["free_site"][done], bt["returned"][done],
                                                              bt["rerun"][done], bt["reason"][done]))
+
+    def orphan(self, k: int) -> dict[str, int]:
+        return {"module": int(self.orphan_module[k]), "tag": int(self.orphan_tag[k])}
 
     def finish(self, bt: dict[str, np.ndarray]) -> None:
         """The end of the log: the blocks still live."""
@@ -210,7 +222,7 @@ class ModulesFollower:
             if j < f.orphans.size:
                 k = int(f.orphans[j])
                 out.append(detail_orphan(self.scan.orphans, k, site, self.scan.first_ns, int(f.orphan_reasons[j]),
-                                         int(self.orphan_module[k]), int(self.orphan_tag[k])))
+                                         self.orphan(k)))
                 continue
             b = j - f.orphans.size
             d = detail_alloc(first, f.cols, b)
@@ -220,11 +232,19 @@ class ModulesFollower:
         return out
 
 
+def _rows(a: Any, follower: Follower | None) -> tuple[Modules, list[str]]:
+    """The section's rows and sentences, for the analysis `a` (result.Analysis)."""
+    peak = a.scan.peak_i if a.scan.n else 0
+    if isinstance(follower, ModulesFollower):
+        m = follower.modules(a.table.strings, a.phase_name, peak)
+    else:  # no module records
+        m = Modules({}, peak, {}, [], 0)
+    return m, module_sentences(m, a.allocated_at(peak) if a.scan.n else 0)
 
-def end_columns(t: Any, base: int, rows: np.ndarray, real: np.ndarray, free_site: np.ndarray, returned: np.ndarray,
-                rerun: np.ndarray, reason: np.ndarray) -> dict[str, np.ndarray]:
-    """The end columns (Followed's) of blocks that ended at rows `rows` of piece t (its first event: `base`),
-    by a free where `real`, with their reason and what it names."""
-    return {"free_i": base + rows, "free_t": t.time_ns[rows], "free_phase": t.phase[rows].astype(np.int64),
-            "free_stack": np.where(real, t.stack[rows], 0), "free_site": free_site, "returned": returned,
-            "rerun": np.asarray(rerun).astype(np.int64), "reason": reason}
+
+def _follow(log: ChunkedLog, scan: Scan) -> ModulesFollower | None:
+    return ModulesFollower(scan) if scan.module_records else None  # a log without track()'s modules: nothing
+
+
+# Memory by module's part of the second pass; its blocks' modules show in their details, so the page's pass has it too.
+MODULES = Part("modules", _follow, _rows, in_details=True)

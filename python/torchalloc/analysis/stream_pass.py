@@ -13,10 +13,10 @@ and gives a `Passed`:
   them for an anatomy or an OOM, the `PER_MOMENT` largest for the HTML
   page; a block still live at the moment gets its reason when it ends;
 - at the timeline's samples, allocated per phase and the live block count;
-- for the reserve and module sections, the pieces handed to their
-  modules as it goes (stream_reserve.py: each new block's segment, the
-  terms of reserved, the replays; stream_modules.py: each block's module
-  and tag, carried with it while it lives).
+- for the sections that need more of the pass, the pieces handed to
+  their followers as it goes (stream_follow.py says which hooks, when;
+  the report's are stream_reserve.py's and stream_modules.py's): the pass
+  names none of them, and carries the columns each adds to its blocks.
 
 Nothing is kept per block but a few bytes (`Scan.bits`); a block's details
 (stream_details.py) are kept only when a moment, a lifetime row or the
@@ -25,7 +25,7 @@ page shows it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -36,10 +36,9 @@ from .classify import REASON_CODE, Reason
 from .sites import BEFORE_LOG
 from .stream_blocks import BlockRules, LineRuns
 from .stream_details import detail_alloc, detail_ended, detail_orphan
+from .stream_follow import Follower, end_columns
 from .stream_groups import EXACT_BUDGET, Group, group_keys
-from .stream_modules import ModulesFollower, end_columns
 from .stream_ooms import follow_segments
-from .stream_reserve import ReserveFollower
 from .stream_running import INT_MIN, add_bytes, add_counted
 from .stream_scan import BIT_WITHIN, INT_MAX, PHASE_IDS, Scan
 from .stream_table import Carry, Piece, device_pieces, pair_piece
@@ -58,8 +57,7 @@ ESTIMATE_TERMS: dict[str, tuple[Category, ...]] = {
     "other": (Category.OTHER_PERSISTENT, Category.OTHER, Category.BEFORE_LOG),
 }
 _BT_COLUMNS = ("ordinal", "addr", "alloc_i", "size", "block_size", "stream", "phase", "stack", "tid", "time", "site",
-               "category", "occ", "bits", "chain", "line", "end", "reason", "free_site", "returned", "rerun", "real",
-               "seg", "module", "tag")
+               "category", "occ", "bits", "chain", "line", "end", "reason", "free_site", "returned", "rerun", "real")
 
 
 @dataclasses.dataclass
@@ -105,18 +103,21 @@ class Passed:
 
 
 def run_pass(log: ChunkedLog, scan: Scan, wanted: Wanted, progress: Any = None, rules: BlockRules | None = None,
-             reserve: ReserveFollower | None = None, modules: ModulesFollower | None = None) -> Passed:
+             followers: Sequence[Follower] = ()) -> Passed:
     """The second pass; `rules`: those of an earlier pass over the same log (a pass for more moments), so that
-    site ids mean the same; `reserve`, `modules`: the sections' parts of the pass (stream_reserve.py,
-    stream_modules.py), fed as it goes."""
-    return _Pass(log, scan, wanted, progress, rules, reserve, modules).run()
+    site ids mean the same; `followers`: the sections' parts of the pass (stream_follow.py), fed as it goes, in
+    this order."""
+    return _Pass(log, scan, wanted, progress, rules, followers).run()
 
 
 class _Pass:
     def __init__(self, log: ChunkedLog, scan: Scan, wanted: Wanted, progress: Any, rules: BlockRules | None,
-                 reserve: ReserveFollower | None, modules: ModulesFollower | None) -> None:
+                 followers: Sequence[Follower]) -> None:
         self.log, self.scan, self.wanted, self.progress = log, scan, wanted, progress
-        self.reserve, self.modules = reserve, modules
+        self.followers = list(followers)
+        extra = [c for f in self.followers for c in f.columns]  # the block table's columns the followers add
+        assert len(set(extra)) == len(extra) and not set(extra) & set(_BT_COLUMNS), f"columns named twice: {extra}"
+        self.columns = _BT_COLUMNS + tuple(extra)
         if rules is None:
             rules = BlockRules(log.stacks, log.phase_names, scan.has_stacks, scan.first_begin)
             rules.set_param_sizes(scan.persistent)
@@ -178,7 +179,7 @@ class _Pass:
     # ------------------------------------------------------------------
     def run(self) -> Passed:
         scan = self.scan
-        carry = Carry({c: np.zeros(0, dtype=np.int64) for c in _BT_COLUMNS})
+        carry = Carry({c: np.zeros(0, dtype=np.int64) for c in self.columns})
         carry.columns["addr"] = np.zeros(0, dtype=np.uint64)
         ordinals = 0
         for piece in device_pieces(self.log, scan.device):
@@ -187,8 +188,8 @@ class _Pass:
             if self.progress is not None:
                 self.progress(piece.base + len(piece))
         self._finish(carry)
-        if self.reserve is not None:
-            self.reserve.finish()
+        for f in self.followers:
+            f.finish(carry.columns)
         alloc_stacks = np.unique(np.concatenate(self.alloc_stack_set)) if self.alloc_stack_set else np.zeros(0, np.int64)
         rest_pairs = (np.unique(np.concatenate(self.rest_pair_set), axis=0) if self.rest_pair_set
                       else np.zeros((0, 2), dtype=np.int64))
@@ -232,17 +233,18 @@ class _Pass:
         new["end"] = np.full(nr.size, INT_MAX, dtype=np.int64)
         for name in ("reason", "free_site", "returned", "rerun", "real"):  # set when it ends
             new[name] = np.full(nr.size, -1, dtype=np.int64)
-        new["seg"] = self.reserve.new_blocks(t, base, nr) if self.reserve else np.full(nr.size, -1)
-        new["module"], new["tag"] = (self.modules.new_blocks(t, base, nr) if self.modules
-                                     else (np.zeros(nr.size, np.int64), np.zeros(nr.size, np.int64)))
-        bt = {c: np.concatenate((carry[c], new[c])) for c in _BT_COLUMNS}
+        for f in self.followers:  # every piece, new blocks or not: a follower reads the piece's records too
+            got = f.new_blocks(t, base, nr)
+            for c, default in f.columns.items():
+                new[c] = got[c] if c in got else np.full(nr.size, default, dtype=np.int64)
+        bt = {c: np.concatenate((carry[c], new[c])) for c in self.columns}
         is_alloc_rel = t.kind[paired.rel] == ALLOC
         bt_of = np.concatenate((np.arange(nc), np.where(is_alloc_rel, nc + np.cumsum(is_alloc_rel) - 1, -1)))
         ended = bt_of[paired.ended_src]
         end_rows = paired.ended_at
         bt["end"][ended] = base + end_rows
-        if self.modules is not None:  # a block's tags before its end are known before its end is handled
-            self.modules.tags(bt, t, base)
+        for f in self.followers:  # what a follower learns of a block before its end is known before its end
+            f.piece(bt, t, base)
         self.alloc_stack_set.append(np.unique(new["stack"]))
         self.lines.piece(bt["chain"][nc:], bt["line"][nc:], bt["alloc_i"][nc:])
         self.cat_seen[np.unique(new["category"])] = True
@@ -251,13 +253,13 @@ class _Pass:
         self._ended(bt, ended, end_rows, paired.ended_real, t, base)
         orow = paired.orphan_rows
         self._orphans(orow, t, base)
-        if self.reserve is not None:
-            self.reserve.step(bt, nc, ended, base + end_rows, base, m)
+        for f in self.followers:
+            f.step(bt, nc, ended, base + end_rows, base, m)
         # levels per estimate term, the timeline's per-phase curves and live counts, the moments
         self._levels(bt, nc, ended, end_rows, orow, t, base, m)
         follow_segments(self.segs, self.segments, self.wanted.ooms, t, base)
         live = np.flatnonzero(bt["end"] == INT_MAX)
-        out = Carry({c: bt[c][live] for c in _BT_COLUMNS})
+        out = Carry({c: bt[c][live] for c in self.columns})
         out.columns["_next"] = np.int64(next_ordinal + nr.size)  # type: ignore[assignment]
         return out
 
@@ -321,8 +323,10 @@ class _Pass:
                 "rerun": rerun.astype(np.int64), "category": bt["category"][ended]}
         self._group(cols, k, size, alloc_phase, life, False, lambda j: detail_ended(
             self.O, bt, ended[j], rows[j], real[j], t, base, reason[j], free_site[j], returned[j], rerun[j]))
-        if self.modules is not None:
-            self.modules.ended(bt, ended, end_columns(t, base, rows, real, free_site, returned, rerun, reason))
+        if self.followers:
+            ends = end_columns(t, base, rows, real, free_site, returned, rerun, reason)
+            for f in self.followers:
+                f.ended(bt, ended, ends)
         # the phase table
         add_counted(self.freed, free_phase, size)
         within = np.where(self.has_occ[alloc_phase], (bits & BIT_WITHIN) != 0, free_phase == alloc_phase)
@@ -371,8 +375,8 @@ class _Pass:
                 "free_site": np.full(n_, -1), "returned": np.full(n_, -1), "rerun": np.zeros(n_, dtype=np.int64),
                 "category": np.full(n_, CATEGORY_CODE[Category.BEFORE_LOG])}
         life = t.time_ns[orow] - self.scan.first_ns
-        if self.modules is not None:
-            self.modules.orphans_ended(k, base + orow)
+        for f in self.followers:
+            f.orphans_ended(k, base + orow)
         self._group(cols, k, size, np.full(n_, -1), life, False, lambda j: self._orphan_detail(int(k[j])))
         add_counted(self.freed, t.phase[orow].astype(np.int64), size)
         for kk, r in zip(k.tolist(), reason.tolist()):
@@ -387,10 +391,9 @@ class _Pass:
         return np.where(whole, R[Reason.PERSISTENT], R[Reason.OTHER]).astype(np.int64)
 
     def _orphan_detail(self, k: int) -> dict[str, Any]:
-        m = self.modules
-        owner = (int(m.orphan_module[k]), int(m.orphan_tag[k])) if m is not None else (0, 0)
+        shown = {c: v for f in self.followers for c, v in f.orphan(k).items()}
         return detail_orphan(self.scan.orphans, k, self.rules.sites.id(BEFORE_LOG), self.scan.first_ns,
-                             int(self._orphan_reasons(np.array([k]))[0]), *owner)
+                             int(self._orphan_reasons(np.array([k]))[0]), shown)
 
     def _group(self, cols: dict[str, np.ndarray], k: np.ndarray, size: np.ndarray, phase: np.ndarray,
                life: np.ndarray | None, persistent: bool, detail: Any) -> None:
@@ -530,10 +533,9 @@ class _Pass:
                 "reason": np.concatenate((self._orphan_reasons(live_o), bt["reason"][live_b])),
                 "addr": np.concatenate((o["addr"][live_o], bt["addr"][live_b])),
                 "alloc_t": np.concatenate((np.full(live_o.size, self.scan.first_ns), bt["time"][live_b])),
-                "seg": np.concatenate((np.full(live_o.size, -1), bt["seg"][live_b])),  # (reserve's moments)
             }
-            if self.modules is not None and i == self.scan.peak_i:  # followed to their end
-                self.modules.capture(bt, live_b, live_o, self._orphan_reasons(live_o), self._t, self._base)
+            for f in self.followers:
+                f.at_moment(i, bt, live_b, live_o, snap["reason"][:live_o.size].copy(), self._t, self._base)
             self.snapshots[i] = snap
             for j in np.flatnonzero(snap["reason"] < 0).tolist():
                 kk = int(k[j])
@@ -574,8 +576,6 @@ class _Pass:
         if not n_:
             return
         np.add.at(self.persistent_total, bt["category"], bt["block_size"])
-        if self.modules is not None:
-            self.modules.finish(bt)
         idx = np.arange(n_)
         k = self.O + bt["ordinal"]
         cols = {"site": bt["site"], "reason": np.full(n_, R[Reason.PERSISTENT]), "free_site": np.full(n_, -1),

@@ -13,6 +13,9 @@ The replays: as the pass reads the pieces, their replay events
 those of the blocks from before the log, to one C replay per policy
 (_lib.ReplayRun) on a thread of their own: the replays run beside the pass
 and need no more reading of the log.
+
+`RESERVE` is the section's part of the pass (stream_follow.Part), named by
+its entries in sections.SECTIONS.
 """
 from __future__ import annotations
 
@@ -31,17 +34,21 @@ from ..replay.engine import DEFAULT_POLICIES
 from .categorize import CATEGORIES
 from .reserve import Reserve, ReserveMoment, assembled, moment, policy_name, replay_rows, replayed
 from .reserve_terms import Terms, split
+from .stream_follow import Follower, Part
 from .stream_ooms import before_log_events
 from .stream_scan import BIT_PERSISTENT, Scan
 from .stream_table import device_pieces
+from .wording import reserve_sentences
 
 _REPLAYED = np.zeros(256, dtype=bool)  # the records a replay is fed (allocs, frees, phase begins and ends), by kind
 _REPLAYED[[ALLOC, FREE, PHASE_BEGIN, PHASE_END]] = True
 
 
-class ReserveFollower:
+class ReserveFollower(Follower):
     """The reserve section's part of the second pass (module docstring). Per piece: `new_blocks`, then `step`;
-    `finish` at the end of the log; then `reserve` once the analysis is built."""
+    `at_moment` at the peaks; `finish` at the end of the log; then `reserve` once the analysis is built."""
+
+    columns = {"seg": -1}  # the segment holding a block (its index in Terms; -1: none known)
 
     def __init__(self, log: ChunkedLog, scan: Scan) -> None:
         self.log, self.scan = log, scan
@@ -49,11 +56,12 @@ class ReserveFollower:
         self.terms = Terms(self.moments)
         self.fragmented = np.zeros(scan.samples.size, dtype=np.int64)  # at the timeline's samples
         self.sums: dict[int, np.ndarray] = {}  # moment -> Terms' sums after it
+        self.segs: dict[int, np.ndarray] = {}  # moment -> the segment of each block live then (the snapshot's order)
         self.policies = np.zeros(256, dtype=np.int64)  # allocations per policy id
         self.expandable = False  # an expandable segment was mapped
         self.replays = _Replays(before_log_events(scan)) if scan.n else None
 
-    def new_blocks(self, t: Any, base: int, rows: np.ndarray) -> np.ndarray:
+    def new_blocks(self, t: Any, base: int, rows: np.ndarray) -> dict[str, np.ndarray]:
         """The piece's records (from event `base`); the segment of each of its new blocks (at rows `rows`)."""
         kind = t.kind
         self.terms.segments(base, kind, t.addr, t.size, t.flags)
@@ -62,7 +70,7 @@ class ReserveFollower:
         self.expandable = self.expandable or bool(mapped.any())
         if self.replays is not None:
             self.replays.feed(t.records)
-        return self.terms.owners(t.addr[rows], base + rows)
+        return {"seg": self.terms.owners(t.addr[rows], base + rows)}
 
     def step(self, bt: dict[str, np.ndarray], nc: int, ended: np.ndarray, end_i: np.ndarray, base: int, m: int) -> None:
         """The piece's blocks: the new ones (the table's rows from nc on) and those ended (rows `ended`, at
@@ -76,7 +84,14 @@ class ReserveFollower:
         for i in self.moments[(self.moments >= base) & (self.moments < base + m)].tolist():
             self.sums[i] = sums[:, i - base].copy()
 
-    def finish(self) -> None:
+    def at_moment(self, i: int, bt: dict[str, np.ndarray], rows: np.ndarray, orphans: np.ndarray,
+                  orphan_reasons: np.ndarray, t: Any, base: int) -> None:
+        """At the peaks: each live block's segment, beside the pass' snapshot (blocks from before the log have
+        none)."""
+        if i in self.moments:
+            self.segs[i] = np.concatenate((np.full(orphans.size, -1, dtype=np.int64), bt["seg"][rows]))
+
+    def finish(self, bt: dict[str, np.ndarray]) -> None:
         if self.replays is not None:
             self.replays.done()
 
@@ -107,18 +122,30 @@ class ReserveFollower:
         reserved, allocated = a.reserved_at(i), a.allocated_at(i)
         fragmented, cached = int(sums[1] - sums[3]), int(sums[0])
         mapped_free, before_log = split(reserved, allocated, fragmented, cached, int(sums[2] - sums[4]))
-        snap = a.passed.snapshots[i]
-        mine = np.flatnonzero(snap["seg"] >= 0)
+        snap, seg = a.passed.snapshots[i], self.segs[i]
+        mine = np.flatnonzero(seg >= 0)
         site, phase, category = snap["site"][mine], snap["phase"][mine], snap["category"][mine]
 
         def describe(j: int) -> tuple[str, str, str, str]:
             where = a.site(int(site[j]))
             return where.label, where.location, a.phase_name(int(phase[j])), str(CATEGORIES[int(category[j])])
 
-        live = {"owner": snap["seg"][mine], "block_size": snap["block_size"][mine], "addr": snap["addr"][mine],
+        live = {"owner": seg[mine], "block_size": snap["block_size"][mine], "addr": snap["addr"][mine],
                 "alloc_t": snap["alloc_t"][mine]}
         terms = (reserved, allocated, fragmented, cached, mapped_free, before_log)
         return moment(at, i, a.time_s(i), a.passed.levels_at[i][2], terms, segs, live, describe)
+
+
+def _rows(a: Any, follower: Follower | None) -> Reserve:
+    """The section's rows and sentences, for the analysis `a` (result.Analysis)."""
+    assert isinstance(follower, ReserveFollower)
+    r = follower.reserve(a)
+    r.sentences = reserve_sentences(r, a.timeline.peak_reserved)
+    return r
+
+
+# Reserved memory's part of the second pass: every log has one (the replays run on any log).
+RESERVE = Part("reserve", ReserveFollower, _rows)
 
 
 class _Replays:

@@ -45,6 +45,7 @@ import numpy as np
 from ..analysis import CATEGORIES, REASONS, Analysis, is_library_frame
 from ..analysis.modules import WHAT as MODULE_WHAT
 from ..analysis.modules import what_codes
+from ..analysis.stream_modules import ModulesFollower
 from .svg import BOTTOM, H, LEFT, MAX_MARKERS, MAX_SPANS, RIGHT, STRIP, TOP, W, phase_colors, plot_extent
 
 __all__ = ["page_data", "embed_json", "PER_MOMENT", "PER_MODULE", "TOTAL_BLOCKS"]
@@ -176,8 +177,8 @@ def _module_blocks(a: Analysis, shown: int) -> tuple[list[tuple[int, list[int]]]
     """rows_blocks for the first `shown` rows of a.modules(), from the blocks followed from the peak
     (stream_modules.py), and their details."""
     m, _ = a.modules()
-    follower = a.followers[1]
-    if not m.rows or follower is None:
+    follower = a.followers.get("modules")
+    if not m.rows or not isinstance(follower, ModulesFollower):
         return [], {}
     k, module, _, size = follower.peak_blocks()
     per_module = rows_blocks(m.rows[:shown], m.name, np.array(sorted(follower.seen), dtype=np.int64),
