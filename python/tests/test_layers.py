@@ -49,9 +49,10 @@ ANALYSIS_STAGES: list[tuple[str, ...]] = [
     ("reserve_terms",),  # segments and the terms of reserved, piece by piece
     ("anatomy", "lifetimes", "phase_summary", "estimate", "ooms", "reserve", "modules", "timeline"),  # result rows
     ("wording",),
+    ("views",),  # what a section shows, as plain data
     ("stream_table", "stream_running", "stream_groups", "stream_details"),  # the log's events piece by piece
     ("stream_scan",),  # the first pass
-    ("stream_follow",),  # what a section hands the second pass: its follower's hooks, declared in a Part
+    ("stream_follow",),  # what a section declares: its entry, its follower of the second pass and the Part naming it
     ("stream_notes", "stream_blocks", "stream_ooms", "stream_reserve", "stream_modules", "stream_moments"),
     ("sections",),  # the report's sections after the anatomy, in order, as views; their parts of the pass
     ("stream_pass",),  # the second pass, feeding the sections' parts

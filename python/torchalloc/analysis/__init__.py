@@ -9,14 +9,15 @@ gathers what the second needs (stream_scan.py: the levels, the peaks, the
 phase occurrences, backward, the markers and OOMs, the timeline's
 samples); the second classifies each block as it ends and keeps sums and
 the blocks live at the moments the report shows (stream_pass.py), with its
-parts per section fed as it goes: the reserve and each policy's replay
+parts per section fed as it goes (stream_follow.py: a section's follower of
+the pass, and the Part declaring it): the reserve and each policy's replay
 (stream_reserve.py, reserve_terms.py), memory by module (stream_modules.py).
 What the names in a log mean: frames, roles, sites; the rules that say why
 a block lived as long as it did and what it was for: classify,
 categorize, stream_blocks; the rows of each section and their types:
 anatomy, lifetimes, phase_summary, estimate, reserve, modules, ooms; the
 sentences: wording; the sections in order, as text and JSON views:
-sections.
+sections (what a view gives: views).
 
 Stacks and phases are optional: a log written without stacks gets reasons
 from phases, one without phases gets every stack-based answer, and one

@@ -1,93 +1,31 @@
 """The report's sections after the timeline and the anatomy, in order: the one place to add one.
 
-Each `Section` has a key (its name in `--json`), a title, and `view(a, top)`:
-what the section shows of an analysis as plain data -- its table (headers,
-rows of strings, the sentence under each row), the sentences under the
-table, and its JSON -- or None when there is nothing to show. The text
-report (report/text.py), the HTML page (report/html.py) and the JSON
-(`Analysis.to_dict`) loop over SECTIONS; none of them names a section.
+Each `Section` (stream_follow.py) has a key (its name in `--json`), a
+title, and `view(a, top)`: what the section shows of an analysis as plain
+data (views.py) -- its table (headers, rows of strings, the sentence under
+each row), the sentences under the table, and its JSON -- or None when
+there is nothing to show. The text report (report/text.py), the HTML page
+(report/html.py) and the JSON (`Analysis.to_dict`) loop over SECTIONS;
+none of them names a section.
 
-A section whose rows need the second pass names its `part`
-(stream_follow.Part, declared once in the section's module, as
-stream_reserve.RESERVE and stream_modules.MODULES are): `analyze` makes
-each part's follower and hands it to the pass (`pass_parts`), and its view
-reads the rows with `a.section_rows(key)`. A new such section is that one
-module (its follower, its rows), its sentences in wording.py, and an entry
-here; the lifetimes, phases and estimate come from the pass' own sums.
+A section whose rows need the second pass is one module holding its
+follower of the pass, its `Part` (stream_follow.py), its rows and its
+view, and declaring its entries (stream_reserve.SECTIONS,
+stream_modules.SECTION): `analyze` makes each part's follower and hands it
+to the pass (`pass_parts`). A new one is that module, its sentences in
+wording.py, and one line here. The lifetimes, phases, estimate and OOMs,
+answered from the pass' own sums and moments by Analysis, have their views
+below.
 """
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Sequence
 
 from ..units import fmt_bytes, fmt_seconds, fmt_time
-from .estimate import Estimate
-from .lifetimes import LifetimeRow
-from .modules import Modules
-from .ooms import OomRow
-from .phase_summary import PhaseRow
-from .reserve import Reserve
-from .stream_follow import Part
-from .stream_modules import MODULES
-from .stream_reserve import RESERVE
-from .wording import pinned_lines, replay_note, setting_of, what_words
-
-
-class Analyzed(Protocol):
-    """What a section reads of an analysis (result.Analysis answers it)."""
-
-    def lifetimes(self, top: int | None = None) -> list[LifetimeRow]: ...
-    def phases(self) -> list[PhaseRow]: ...
-    def estimate(self) -> Estimate: ...
-    def reserve(self) -> Reserve: ...
-    def modules(self) -> tuple[Modules, list[str]]: ...
-    def ooms(self) -> list[OomRow]: ...
-    def section_rows(self, key: str) -> Any: ...  # the rows of a section's part of the pass (stream_follow.Part)
-
-
-@dataclasses.dataclass
-class Table:
-    headers: Sequence[str]
-    rows: list[Sequence[str]]  # cells as shown
-    right: Sequence[int] = ()  # columns aligned right (numbers)
-    css: str = ""  # the HTML table's class
-    row_notes: list[list[str]] = dataclasses.field(default_factory=list)  # lines under each row (may be empty)
-    more: str = ""  # what the rows leave out, when they were cut
-    row_key: str = ""  # HTML: the first cell of row k gets the attribute row_key=k (the page's script uses it)
-    row_titles: list[str] = dataclasses.field(default_factory=list)  # HTML: the first cell's hover text per row
-
-
-@dataclasses.dataclass
-class CheckedLine:
-    """A numbered statement (a line of advice, say) and what checked it."""
-    number: int
-    text: str
-    check: str
-    status: str  # "confirmed", "refuted" or "unchecked"
-
-
-@dataclasses.dataclass
-class CheckedList:
-    title: str
-    lines: list[CheckedLine]
-    css: str = ""  # the HTML list's class
-
-
-@dataclasses.dataclass
-class SectionView:
-    table: Table | None
-    sentences: list[str]
-    json: Any
-    lists: list[CheckedList] = dataclasses.field(default_factory=list)  # under the sentences
-
-
-@dataclasses.dataclass(frozen=True)
-class Section:
-    key: str  # its name in the JSON
-    title: str
-    intro: str  # a line under the title in the HTML page ("" for none)
-    view: Callable[[Analyzed, int], SectionView | None]  # (analysis, rows to show) -> what to show, or None
-    part: Part | None = None  # its part of the second pass, when its rows need one (module docstring)
+from .stream_follow import Part, Section
+from .stream_modules import SECTION as MODULES_SECTION
+from .stream_reserve import SECTIONS as RESERVE_SECTIONS
+from .views import Analyzed, CheckedLine, CheckedList, SectionView, Table
 
 
 def _lifetimes(a: Analyzed, top: int) -> SectionView:
@@ -145,69 +83,13 @@ def _ooms(a: Analyzed, top: int) -> SectionView | None:
     return SectionView(table, [], [o.to_dict() for o in ooms], lists)
 
 
-def _reserve(a: Analyzed, top: int) -> SectionView | None:
-    r = a.reserve()
-    if not r.moments:
-        return None
-    optional = [(key, head) for key, head in (("mapped_free", "mapped free (expandable)"),
-                                              ("before_log", "before the log"))
-                if any(getattr(m, key) for m in r.moments)]
-    headers = ["at", "reserved", "allocated", "fragmentation (free in segments with live blocks)",
-               "cache (wholly free segments)", *[head for _, head in optional]]
-    cells = [(m.at, fmt_bytes(m.reserved), fmt_bytes(m.allocated), fmt_bytes(m.fragmented), fmt_bytes(m.cached),
-              *[fmt_bytes(getattr(m, key)) for key, _ in optional]) for m in r.moments]
-    notes = [[line for p in m.pinned for line in pinned_lines(p)] for m in r.moments]
-    table = Table(headers, cells, right=range(1, len(headers)), css="reserve", row_notes=notes)
-    moments = [s for s in r.sentences if s.startswith("At the ")]
-    return SectionView(table, moments, {"moments": [m.to_dict() for m in r.moments], "unknown": list(r.unknown)})
-
-
-def _reserve_replays(a: Analyzed, top: int) -> SectionView | None:
-    r = a.reserve()
-    if not r.replays:
-        return None
-    base = r.replays[0]
-    cells = [(x.policy, setting_of(x.policy), fmt_bytes(x.peak_reserved), fmt_bytes(x.peak_allocated),
-              replay_note(x, base)) for x in r.replays]
-    table = Table(["policy", "TORCHALLOC_CONF", "peak reserved", "peak allocated", ""], cells, right=(2, 3),
-                  css="reserve-replays")
-    best = r.best
-    return SectionView(table, [s for s in r.sentences if not s.startswith("At the ")],
-                       {"recording_policy": r.recording_policy, "replays": [x.to_dict() for x in r.replays],
-                        "best": best.policy if best else None})
-
-
-def _modules(a: Analyzed, top: int) -> SectionView | None:
-    m, sentences = a.modules()
-    if not m.rows:
-        return None
-    phases = list(m.phase_peaks)
-    shown = m.rows[:top]
-    cells = [(r.module, fmt_bytes(r.at_peak), str(r.blocks_at_peak),
-              *[fmt_bytes(r.by_phase.get(p, 0)) for p in phases]) for r in shown]
-    more = (f"... {len(m.rows) - top} more modules, {fmt_bytes(sum(r.at_peak for r in m.rows[top:]))} at the peak"
-            if len(m.rows) > top else "")
-    table = Table(["module", "at the peak", "blocks", *[f"at {p}'s peak" for p in phases]], cells,
-                  right=range(1, 3 + len(phases)), css="modules", row_notes=[[what_words(r.what_at_peak)] for r in shown],
-                  more=more, row_key="data-module")
-    return SectionView(table, sentences, {"phase_peaks": m.phase_peaks, "tags_unmatched": m.tags_unmatched,
-                                          "modules": [r.to_dict() for r in m.rows]})
-
-
 SECTIONS: list[Section] = [
     Section("lifetimes", "Lifetimes: per allocation site, why its blocks were freed when they were",
             "With JavaScript, click a site for the stacks of the block its sentence speaks for.", _lifetimes),
     Section("phases", "Phases", "", _phases),
     Section("estimate", "The usual estimate, measured", "", _estimate),
-    Section("reserve", "Reserved memory: allocated, fragmentation and cache",
-            "Reserved = allocated + free bytes in segments that hold live blocks + segments with no live block; "
-            "under each moment, the segments with the most free bytes that live blocks pin.", _reserve, RESERVE),
-    Section("reserve_replays", "What each policy would have reserved on the same events",
-            "The whole run replayed on the simulated device with no memory limit.", _reserve_replays, RESERVE),
-    Section("modules", "Memory by module",
-            "The bytes each nn.Module's blocks hold (torchalloc.track): what was allocated inside its forward or "
-            "backward, and its parameters, their gradients and optimizer state. With JavaScript, click a module "
-            "for its blocks at the peak.", _modules, MODULES),
+    *RESERVE_SECTIONS,  # reserved memory at the peaks; what each policy would have reserved
+    MODULES_SECTION,
     Section("ooms", "Out of memory", "", _ooms),
 ]
 

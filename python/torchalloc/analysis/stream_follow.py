@@ -1,4 +1,4 @@
-"""What a report section hands the second pass to be fed as it reads the log: a `Follower`, declared in a `Part`.
+"""What a report section declares: its `Section` entry, and when its rows need the second pass, its `Follower`.
 
 The second pass (stream_pass.py) reads the log piece by piece and calls
 each follower's hooks, in this order, per piece:
@@ -19,10 +19,11 @@ block from before the log's values of the columns that a block's details
 show (stream_details.py). Every hook does nothing unless the follower says
 otherwise, so a follower writes only those it needs.
 
-A section whose rows need the pass declares one `Part` (its key, how to
-make its follower from the log and the first pass' Scan, how to build its
-rows from the analysis and the follower) and names it in its entries of
-sections.SECTIONS; result.py asks the registry, not the section.
+A section is declared once, in its own module, by its `Section` entry
+(its key, title, view) that sections.SECTIONS lists; when its rows need
+the pass, the entry names its `Part` (its key, how to make its follower
+from the log and the first pass' Scan, how to build its rows from the
+analysis and the follower). result.py asks the registry, not the section.
 """
 from __future__ import annotations
 
@@ -33,8 +34,9 @@ import numpy as np
 
 from ..log.chunks import ChunkedLog
 from .stream_scan import Scan
+from .views import Analyzed, SectionView
 
-Table = dict[str, np.ndarray]  # the pass' block table: one column per name, one row per block live in the piece
+Blocks = dict[str, np.ndarray]  # the pass' block table: one column per name, one row per block live in the piece
 
 
 class Follower(Protocol):
@@ -46,20 +48,20 @@ class Follower(Protocol):
         """Piece `t` (its first event: `base`); its new blocks at rows `rows`: their values of `columns`."""
         return {}
 
-    def piece(self, bt: Table, t: Any, base: int) -> None:
+    def piece(self, bt: Blocks, t: Any, base: int) -> None:
         """The piece's blocks (carried first, then new), each with its end (INT_MAX: live after the piece)."""
 
-    def ended(self, bt: Table, ended: np.ndarray, ends: dict[str, np.ndarray]) -> None:
+    def ended(self, bt: Blocks, ended: np.ndarray, ends: dict[str, np.ndarray]) -> None:
         """Blocks of the table (positions `ended`) ended in this piece; `ends`: their end columns (end_columns)."""
 
     def orphans_ended(self, k: np.ndarray, free_i: np.ndarray) -> None:
         """Blocks from before the log (their indices) freed in this piece, at events `free_i`."""
 
-    def step(self, bt: Table, nc: int, ended: np.ndarray, end_i: np.ndarray, base: int, m: int) -> None:
+    def step(self, bt: Blocks, nc: int, ended: np.ndarray, end_i: np.ndarray, base: int, m: int) -> None:
         """The piece (`m` events from `base`): its new blocks (table rows from nc on) and those ended (rows `ended`,
         at events `end_i`)."""
 
-    def at_moment(self, i: int, bt: Table, rows: np.ndarray, orphans: np.ndarray, orphan_reasons: np.ndarray,
+    def at_moment(self, i: int, bt: Blocks, rows: np.ndarray, orphans: np.ndarray, orphan_reasons: np.ndarray,
                   t: Any, base: int) -> None:
         """Anatomy moment i, in piece t: the table's blocks live then (positions `rows`), those from before the log
         (indices `orphans`, with their reasons); the snapshot's order is the orphans', then the rows'."""
@@ -68,7 +70,7 @@ class Follower(Protocol):
         """Block k from before the log: its values of the columns a block's details show (stream_details)."""
         return {}
 
-    def finish(self, bt: Table) -> None:
+    def finish(self, bt: Blocks) -> None:
         """The end of the log: the blocks still live."""
 
 
@@ -89,3 +91,14 @@ def end_columns(t: Any, base: int, rows: np.ndarray, real: np.ndarray, free_site
     return {"free_i": base + rows, "free_t": t.time_ns[rows], "free_phase": t.phase[rows].astype(np.int64),
             "free_stack": np.where(real, t.stack[rows], 0), "free_site": free_site, "returned": returned,
             "rerun": np.asarray(rerun).astype(np.int64), "reason": reason}
+
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+    """A section of the report after the timeline and the anatomy (sections.SECTIONS lists them in order)."""
+
+    key: str  # its name in the JSON
+    title: str
+    intro: str  # a line under the title in the HTML page ("" for none)
+    view: Callable[[Analyzed, int], SectionView | None]  # (analysis, rows to show) -> what to show, or None
+    part: Part | None = None  # its part of the second pass, when its rows need one

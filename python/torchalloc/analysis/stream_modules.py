@@ -19,8 +19,8 @@ gives `Modules`, its rows built with modules.py's steps:
   each module from them.
 
 Nothing is kept per block but the followed blocks' columns. `MODULES` is
-the section's part of the pass (stream_follow.Part), named by its entry in
-sections.SECTIONS.
+the section's part of the pass (stream_follow.Part), `SECTION` its entry
+of sections.SECTIONS, with its view.
 """
 from __future__ import annotations
 
@@ -31,15 +31,17 @@ import numpy as np
 
 from .._records import MODULE, MODULE_NAME, MODULE_TAG
 from ..log.chunks import ChunkedLog
+from ..units import fmt_bytes
 from .categorize import CATEGORY_CODE, Category
 from .classify import REASON_CODE, Reason
 from .modules import Modules, add_phase, current_modules, held_at, module_rows, named_peaks, what_codes
 from .ranges import holders
 from .stream_details import detail_alloc, detail_orphan, with_end
-from .stream_follow import Follower, Part, end_columns
+from .stream_follow import Follower, Part, Section, end_columns
 from .stream_running import INT_MAX
 from .stream_scan import Scan
-from .wording import module_sentences
+from .views import Analyzed, SectionView, Table
+from .wording import module_sentences, what_words
 
 # The block table's columns a followed block keeps (stream_details.detail_alloc reads them), then its end.
 _ALLOC_COLUMNS = ("ordinal", "addr", "size", "block_size", "phase", "site", "category", "occ", "alloc_i", "time",
@@ -232,6 +234,7 @@ class ModulesFollower(Follower):
         return out
 
 
+# -- the section: its rows, its part of the pass, its view --------------------------------------------------
 def _rows(a: Any, follower: Follower | None) -> tuple[Modules, list[str]]:
     """The section's rows and sentences, for the analysis `a` (result.Analysis)."""
     peak = a.scan.peak_i if a.scan.n else 0
@@ -248,3 +251,26 @@ def _follow(log: ChunkedLog, scan: Scan) -> ModulesFollower | None:
 
 # Memory by module's part of the second pass; its blocks' modules show in their details, so the page's pass has it too.
 MODULES = Part("modules", _follow, _rows, in_details=True)
+
+
+def _view(a: Analyzed, top: int) -> SectionView | None:
+    m, sentences = a.section_rows(MODULES.key)
+    if not m.rows:
+        return None
+    phases = list(m.phase_peaks)
+    shown = m.rows[:top]
+    cells = [(r.module, fmt_bytes(r.at_peak), str(r.blocks_at_peak),
+              *[fmt_bytes(r.by_phase.get(p, 0)) for p in phases]) for r in shown]
+    more = (f"... {len(m.rows) - top} more modules, {fmt_bytes(sum(r.at_peak for r in m.rows[top:]))} at the peak"
+            if len(m.rows) > top else "")
+    table = Table(["module", "at the peak", "blocks", *[f"at {p}'s peak" for p in phases]], cells,
+                  right=range(1, 3 + len(phases)), css="modules", row_notes=[[what_words(r.what_at_peak)] for r in shown],
+                  more=more, row_key="data-module")
+    return SectionView(table, sentences, {"phase_peaks": m.phase_peaks, "tags_unmatched": m.tags_unmatched,
+                                          "modules": [r.to_dict() for r in m.rows]})
+
+
+SECTION = Section("modules", "Memory by module",
+                  "The bytes each nn.Module's blocks hold (torchalloc.track): what was allocated inside its forward "
+                  "or backward, and its parameters, their gradients and optimizer state. With JavaScript, click a "
+                  "module for its blocks at the peak.", _view, MODULES)

@@ -14,8 +14,9 @@ those of the blocks from before the log, to one C replay per policy
 (_lib.ReplayRun) on a thread of their own: the replays run beside the pass
 and need no more reading of the log.
 
-`RESERVE` is the section's part of the pass (stream_follow.Part), named by
-its entries in sections.SECTIONS.
+`RESERVE` is the section's part of the pass (stream_follow.Part), and
+`SECTIONS` its two entries of sections.SECTIONS (the split of reserved at
+the peaks; the replays), with their views.
 """
 from __future__ import annotations
 
@@ -31,14 +32,16 @@ from ..log.chunks import ChunkedLog
 from ..log.trace_events import EVENT_DTYPE
 from ..log.trace_stream import to_events
 from ..replay.engine import DEFAULT_POLICIES
+from ..units import fmt_bytes
 from .categorize import CATEGORIES
 from .reserve import Reserve, ReserveMoment, assembled, moment, policy_name, replay_rows, replayed
 from .reserve_terms import Terms, split
-from .stream_follow import Follower, Part
+from .stream_follow import Follower, Part, Section
 from .stream_ooms import before_log_events
 from .stream_scan import BIT_PERSISTENT, Scan
 from .stream_table import device_pieces
-from .wording import reserve_sentences
+from .views import Analyzed, SectionView, Table
+from .wording import pinned_lines, replay_note, reserve_sentences, setting_of
 
 _REPLAYED = np.zeros(256, dtype=bool)  # the records a replay is fed (allocs, frees, phase begins and ends), by kind
 _REPLAYED[[ALLOC, FREE, PHASE_BEGIN, PHASE_END]] = True
@@ -136,18 +139,6 @@ class ReserveFollower(Follower):
         return moment(at, i, a.time_s(i), a.passed.levels_at[i][2], terms, segs, live, describe)
 
 
-def _rows(a: Any, follower: Follower | None) -> Reserve:
-    """The section's rows and sentences, for the analysis `a` (result.Analysis)."""
-    assert isinstance(follower, ReserveFollower)
-    r = follower.reserve(a)
-    r.sentences = reserve_sentences(r, a.timeline.peak_reserved)
-    return r
-
-
-# Reserved memory's part of the second pass: every log has one (the replays run on any log).
-RESERVE = Part("reserve", ReserveFollower, _rows)
-
-
 class _Replays:
     """One C replay per policy of DEFAULT_POLICIES, fed the same events piece by piece on a thread of their own
     (ctypes releases the GIL: they run beside the pass; the thread also turns the pieces' records into events).
@@ -211,3 +202,57 @@ def _replay_again(log: ChunkedLog, scan: Scan, policy: str) -> dict[str, Any]:
             if len(events) and run.feed(events.ctypes.data, len(events)):
                 break
     return run.end()
+
+
+# -- the section: its rows, its part of the pass, its views ------------------------------------------------
+def _rows(a: Any, follower: Follower | None) -> Reserve:
+    """The section's rows and sentences, for the analysis `a` (result.Analysis)."""
+    assert isinstance(follower, ReserveFollower)
+    r = follower.reserve(a)
+    r.sentences = reserve_sentences(r, a.timeline.peak_reserved)
+    return r
+
+
+# Reserved memory's part of the second pass: every log has one (the replays run on any log).
+RESERVE = Part("reserve", ReserveFollower, _rows)
+
+
+def _view(a: Analyzed, top: int) -> SectionView | None:
+    r: Reserve = a.section_rows(RESERVE.key)
+    if not r.moments:
+        return None
+    optional = [(key, head) for key, head in (("mapped_free", "mapped free (expandable)"),
+                                              ("before_log", "before the log"))
+                if any(getattr(m, key) for m in r.moments)]
+    headers = ["at", "reserved", "allocated", "fragmentation (free in segments with live blocks)",
+               "cache (wholly free segments)", *[head for _, head in optional]]
+    cells = [(m.at, fmt_bytes(m.reserved), fmt_bytes(m.allocated), fmt_bytes(m.fragmented), fmt_bytes(m.cached),
+              *[fmt_bytes(getattr(m, key)) for key, _ in optional]) for m in r.moments]
+    notes = [[line for p in m.pinned for line in pinned_lines(p)] for m in r.moments]
+    table = Table(headers, cells, right=range(1, len(headers)), css="reserve", row_notes=notes)
+    moments = [s for s in r.sentences if s.startswith("At the ")]
+    return SectionView(table, moments, {"moments": [m.to_dict() for m in r.moments], "unknown": list(r.unknown)})
+
+
+def _replays_view(a: Analyzed, top: int) -> SectionView | None:
+    r: Reserve = a.section_rows(RESERVE.key)
+    if not r.replays:
+        return None
+    base = r.replays[0]
+    cells = [(x.policy, setting_of(x.policy), fmt_bytes(x.peak_reserved), fmt_bytes(x.peak_allocated),
+              replay_note(x, base)) for x in r.replays]
+    table = Table(["policy", "TORCHALLOC_CONF", "peak reserved", "peak allocated", ""], cells, right=(2, 3),
+                  css="reserve-replays")
+    best = r.best
+    return SectionView(table, [s for s in r.sentences if not s.startswith("At the ")],
+                       {"recording_policy": r.recording_policy, "replays": [x.to_dict() for x in r.replays],
+                        "best": best.policy if best else None})
+
+
+SECTIONS = [
+    Section("reserve", "Reserved memory: allocated, fragmentation and cache",
+            "Reserved = allocated + free bytes in segments that hold live blocks + segments with no live block; "
+            "under each moment, the segments with the most free bytes that live blocks pin.", _view, RESERVE),
+    Section("reserve_replays", "What each policy would have reserved on the same events",
+            "The whole run replayed on the simulated device with no memory limit.", _replays_view, RESERVE),
+]

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..analysis import Analysis, Anatomy
-from ..analysis.sections import SECTIONS, CheckedList, SectionView
+from ..analysis.sections import SECTIONS
+from ..analysis.views import CheckedList, SectionView
 from .data import embed_json, page_data
 from .page_help import help_html
 from .svg import PALETTE, phase_colors, render_svg

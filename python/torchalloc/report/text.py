@@ -25,7 +25,8 @@ import shutil
 from typing import Any, Sequence
 
 from ..analysis import Analysis, Anatomy, analyze
-from ..analysis.sections import SECTIONS, SectionView
+from ..analysis.sections import SECTIONS
+from ..analysis.views import SectionView
 from ..printable import printable
 from ..units import fmt_bytes, fmt_seconds, fmt_time
 from .text_table import text_table
