@@ -1,17 +1,27 @@
 """Running state for the first pass (stream_scan.py): what it carries from one piece of the log to the next.
 
+The pass's parts here (`Devices`, `Levels`, `PhaseLevels`, `Timeline`;
+stream_scan.py holds the others) each carry their own running values,
+take each piece with `piece(...)` and give their fields of the `Scan` at
+the end (`fields()`); the rest are their building blocks:
+
+- `Devices`: the log's devices and which records of a piece the pass
+  reads;
+- `Levels`: allocated's and reserved's running sums and their extremes;
+  `PhaseLevels`: per phase its peak, reserved growth and highest moment
+  among its allocs and frees (`AllocPeaks`: memory by module's moments);
 - `Bits`, `Grow`, `GrowEnd`: arrays that grow as blocks and phase
   occurrences are met (a byte per block; an end index and its time per
   occurrence);
 - `Occurrences`: the phase occurrences' rule (an occurrence ends at the
   first phase_end of its phase and number anywhere in the log), keeping
-  only the open occurrences;
+  only the open occurrences; `Rises`: per phase the highest rise in an
+  occurrence;
 - `Backward`: backward detection's stack part (classify.py, rule 2), per
   thread;
-- `AllocPeaks`: per phase, the moment of its highest allocated among its
-  allocs and frees (the moments memory by module is taken at);
-- `Sampler`: the timeline's samples (per time bucket the highest and the
-  last event) with the span known in advance.
+- `Timeline`: the timeline's samples (`Sampler`: per time bucket the
+  highest and the last event, the span known in advance) and the --at
+  times' indices.
 """
 from __future__ import annotations
 
@@ -19,11 +29,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .._records import ALLOC, FREE
+from .._records import ALLOC, FREE, SEGMENT_ALLOC, SEGMENT_FREE
 from .frames import BACKWARD_FRAME, has_frame
 
 INT_MIN = np.iinfo(np.int64).min
 INT_MAX = np.iinfo(np.int64).max
+PHASE_IDS = 1 << 16  # the phase field is a u16
 
 
 class Bits:
@@ -115,6 +126,50 @@ class Occurrences:
                 self.orphan_ends[key] = (i, ns)
 
 
+class Rises:
+    """The phase table's rise (PhaseRow.peak_over_start): per occurrence, the highest cum from its begin to its end
+    (inclusive) above the cum at its begin; the running highest of the open occurrences is carried."""
+
+    def __init__(self) -> None:
+        self.open: dict[int, tuple[int, int, int, int]] = {}  # row -> (begin index, cum at it, highest since, phase)
+        self.rise: dict[int, int] = {}  # phase -> its highest rise in an occurrence ended so far
+
+    def piece(self, ends: GrowEnd, new_rows: np.ndarray, begin_rows: np.ndarray, phases: np.ndarray, base: int,
+              c: np.ndarray) -> None:
+        """The piece's occurrences (`new_rows`, begun at `begin_rows` in `phases`) and its cum (`c`)."""
+        for row, r, p in zip(new_rows.tolist(), begin_rows.tolist(), phases.tolist()):
+            self.open[row] = (base + r, int(c[r]), int(c[r]), p)
+        if not self.open:
+            return
+        m = len(c)
+        rows = list(self.open)
+        lo = np.array([max(self.open[r][0], base) - base for r in rows], dtype=np.int64)
+        end = ends.arr[np.array(rows, dtype=np.int64)]
+        hi = np.minimum(end, base + m - 1) - base  # inclusive
+        valid = hi >= lo
+        highs = np.full(len(rows), INT_MIN, dtype=np.int64)
+        if valid.any():
+            idx = np.empty(2 * int(valid.sum()), dtype=np.int64)
+            idx[0::2], idx[1::2] = lo[valid], hi[valid] + 1
+            padded = np.concatenate((c, [INT_MIN]))
+            highs[valid] = np.maximum.reduceat(padded, idx)[0::2]
+        for k, r in enumerate(rows):
+            begin, start, high, p = self.open[r]
+            high = max(high, int(highs[k]))
+            if end[k] < base + m:  # it ended in this piece (or before its begin: a damaged log, no rise)
+                del self.open[r]
+                if end[k] >= begin:
+                    self.rise[p] = max(self.rise.get(p, 0), high - start)
+            else:
+                self.open[r] = (begin, start, high, p)
+
+    def result(self) -> dict[int, int]:
+        """Per phase its highest rise, the occurrences open at the end of the log included."""
+        for _, start, high, p in self.open.values():
+            self.rise[p] = max(self.rise.get(p, 0), high - start)
+        return self.rise
+
+
 class Grow:
     """An int64 (or other) array that grows by appending pieces."""
 
@@ -148,6 +203,122 @@ class AllocPeaks:
         for p, j in zip(phases.tolist(), at_top[first].tolist()):
             if int(top[p]) > self.top.get(p, INT_MIN):  # an equal top later is not a new peak
                 self.top[p], self.index[p] = int(top[p]), int(index[j])
+
+
+# ---------------------------------------------------------------------------
+# Devices; the levels
+# ---------------------------------------------------------------------------
+
+
+class Devices:
+    """The log's devices (those with allocs, by their allocs), and the device the pass reads: the one asked for,
+    or (None) the device of the first record about one."""
+
+    def __init__(self, device: int | None) -> None:
+        self.device = device
+        self.counts: dict[int, int] = {}  # device -> its allocs
+        self.present: set[int] = set()
+
+    def piece(self, records: np.ndarray) -> np.ndarray:
+        """The piece's records the pass reads: those about its device or about none."""
+        dev = records["device"]
+        about = dev >= 0
+        if self.device is None and about.any():
+            self.device = int(dev[np.argmax(about)])
+        if len(self.present) < 2 or not about.all():  # (most logs: one device, every record about it)
+            self.present.update(np.unique(dev[about]).tolist())
+        allocs_dev = dev[records["kind"] == ALLOC]
+        if allocs_dev.size:
+            lo, hi = int(allocs_dev.min()), int(allocs_dev.max())
+            if lo == hi:
+                self.counts[lo] = self.counts.get(lo, 0) + int(allocs_dev.size)
+            else:
+                u, c = np.unique(allocs_dev, return_counts=True)
+                for d, k in zip(u.tolist(), c.tolist()):
+                    self.counts[d] = self.counts.get(d, 0) + k
+        mine = (dev == self.device) | (dev < 0) if self.device is not None else dev < 0
+        return records if mine.all() else records[mine]
+
+    def fields(self) -> dict[str, Any]:
+        """The devices, those with allocs most first (ties: the lower id), else every device seen; the device read
+        (none seen: the first of them, or 0)."""
+        if self.counts:
+            devices = [d for d, _ in sorted(self.counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+        else:
+            devices = sorted(self.present)
+        device = self.device if self.device is not None else (devices[0] if devices else 0)
+        return {"device": device, "devices": devices}
+
+
+class Levels:
+    """The levels as running sums: cum (the blocks' sizes: allocated less the blocks from before the log) and raw
+    (the segments': reserved less an offset known at the end); each one's first highest event with the levels and
+    time there, raw's lowest and the highest cum - raw (the offset's bounds)."""
+
+    def __init__(self) -> None:
+        self.cum = self.raw = 0  # after the last piece
+        self.peak_cum, self.peak_i, self.peak_phase = INT_MIN, 0, 0
+        self.rpeak_raw, self.rpeak_i = INT_MIN, 0
+        self.peak_at = self.rpeak_at = (0, 0, 0)  # (cum, raw, time_ns) at each peak
+        self.raw_min, self.gap_max = INT_MAX, INT_MIN
+
+    def piece(self, t: Any, base: int, delta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per event (`delta`: its change of cum): cum and raw after it, and its change of raw."""
+        kind = t.kind
+        c = self.cum + np.cumsum(delta)
+        segd = np.where(kind == SEGMENT_ALLOC, t.size, 0) - np.where(kind == SEGMENT_FREE, t.size, 0)
+        rw = self.raw + np.cumsum(segd)
+        k = int(np.argmax(c))
+        if c[k] > self.peak_cum:
+            self.peak_cum, self.peak_i, self.peak_at = int(c[k]), base + k, (int(c[k]), int(rw[k]), int(t.time_ns[k]))
+            self.peak_phase = int(t.phase[k])
+        k = int(np.argmax(rw))
+        if rw[k] > self.rpeak_raw:
+            self.rpeak_raw, self.rpeak_i, self.rpeak_at = int(rw[k]), base + k, (int(c[k]), int(rw[k]),
+                                                                                  int(t.time_ns[k]))
+        self.raw_min = min(self.raw_min, int(rw.min()))
+        self.gap_max = max(self.gap_max, int((c - rw).max()))
+        self.cum, self.raw = int(c[-1]), int(rw[-1])
+        return c, rw, segd
+
+    def fields(self, n: int, initial: int) -> dict[str, Any]:
+        """The peaks, and reserved's offset: the least that keeps reserved >= 0 and >= allocated (`initial`: the
+        blocks from before the log)."""
+        if not n:
+            return {"peak_i": 0, "peak_cum": 0, "peak_ns": 0, "peak_phase": 0, "rpeak_i": 0, "rpeak_raw": 0,
+                    "rpeak_ns": 0, "offset": 0}
+        return {"peak_i": self.peak_i, "peak_cum": self.peak_cum, "peak_ns": self.peak_at[2],
+                "peak_phase": self.peak_phase, "rpeak_i": self.rpeak_i, "rpeak_raw": self.rpeak_raw,
+                "rpeak_ns": self.rpeak_at[2], "offset": max(0, initial + self.gap_max, -self.raw_min)}
+
+
+class PhaseLevels:
+    """Per phase: the highest cum at its alloc, free and segment events, its reserved growth (its segment events'
+    sum), whether it has any, and its moment of highest cum among its allocs and frees (AllocPeaks)."""
+
+    def __init__(self) -> None:
+        self.peak = np.full(PHASE_IDS, INT_MIN, dtype=np.int64)
+        self.growth = np.zeros(PHASE_IDS, dtype=np.int64)
+        self.segments = np.zeros(PHASE_IDS, dtype=bool)
+        self.alloc_peaks = AllocPeaks()
+
+    def piece(self, t: Any, base: int, c: np.ndarray, segd: np.ndarray) -> None:
+        """`c`: cum after each event; `segd`: each event's change of raw."""
+        kind = t.kind
+        is_mem = (kind == ALLOC) | (kind == FREE) | (kind == SEGMENT_ALLOC) | (kind == SEGMENT_FREE)
+        np.maximum.at(self.peak, t.phase[is_mem], c[is_mem])
+        blocks_ev = np.flatnonzero((kind == ALLOC) | (kind == FREE))
+        self.alloc_peaks.piece(t.phase[blocks_ev], c[blocks_ev], base + blocks_ev)
+        is_seg = (kind == SEGMENT_ALLOC) | (kind == SEGMENT_FREE)
+        np.add.at(self.growth, t.phase[is_seg], segd[is_seg])
+        self.segments[t.phase[is_seg]] = True
+
+    def fields(self) -> dict[str, Any]:
+        seen = self.peak > INT_MIN
+        return {"phase_peak": {int(p): int(v) for p, v in zip(np.flatnonzero(seen).tolist(), self.peak[seen].tolist())},
+                "phase_growth": {int(p): int(self.growth[p]) for p in np.flatnonzero(self.segments).tolist()},
+                "segment_phases": set(np.flatnonzero(self.segments).tolist()),
+                "alloc_peaks": self.alloc_peaks.index}
 
 
 # ---------------------------------------------------------------------------
@@ -254,6 +425,55 @@ class Sampler:
         by_index = dict(sorted((p[0], p) for p in picks))
         rows = np.array(list(by_index.values()), dtype=np.int64).reshape(-1, 4)
         return rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3]
+
+
+class Timeline:
+    """The timeline's samples and the --at times' indices. With the span known in advance (`last_hint`: the time
+    of the log's last event, a guess the end checks) a Sampler draws them; a log of at most max_points events keeps
+    every event (`head`, the levels and time of its first max_points + 1 events)."""
+
+    def __init__(self, max_points: int, last_hint: int | None, at_times: Sequence[float]) -> None:
+        self.max_points, self.last_hint = max_points, last_hint
+        self.sampler: Sampler | None = None
+        self.head: list[np.ndarray] = []  # while base <= max_points: (cum, raw, ns) of every event
+        self.at_count = {x: 0 for x in at_times}  # --at time -> the events at or before it
+        self.base_ns = 0
+
+    def start(self, first_ns: int, base_ns: int) -> None:
+        """At the first event (`base_ns`: the report's time zero)."""
+        self.base_ns = base_ns
+        if self.last_hint is not None:
+            self.sampler = Sampler(first_ns, self.last_hint, base_ns, self.max_points)
+
+    def piece(self, base: int, time_ns: np.ndarray, c: np.ndarray, rw: np.ndarray) -> None:
+        if self.sampler is not None:
+            self.sampler.piece(base, time_ns, c, rw)
+        if base <= self.max_points:
+            self.head.append(np.stack((c, rw, time_ns))[:, : self.max_points + 1 - base])
+        if self.at_count:
+            rel_s = (time_ns - self.base_ns) / 1e9
+            for x in self.at_count:
+                self.at_count[x] += int(np.count_nonzero(rel_s <= x))
+
+    def fields(self, n: int, last_ns: int, levels: Levels) -> dict[str, Any]:
+        """The samples (None: the span guessed was not the log's: scan again) with the levels and time at each
+        (the peaks and the first and last events always among them); per --at time its last event at or before."""
+        samples = sample_cum = sample_raw = sample_ns = None
+        if n and n <= self.max_points:
+            h = np.concatenate(self.head, axis=1)[:, :n]
+            samples, sample_cum, sample_raw, sample_ns = np.arange(n), h[0], h[1], h[2]
+        elif n and self.sampler is not None and last_ns == self.last_hint:
+            extra = [(0,) + tuple(int(x) for x in np.concatenate(self.head, axis=1)[:, 0]),
+                     (n - 1, levels.cum, levels.raw, last_ns), (levels.peak_i,) + levels.peak_at,
+                     (levels.rpeak_i,) + levels.rpeak_at]
+            samples, sample_cum, sample_raw, sample_ns = self.sampler.finish(extra)
+        empty = np.zeros(0, dtype=np.int64)
+        if not n:
+            samples = empty
+        return {"samples": samples, "sample_cum": sample_cum if sample_cum is not None else empty,
+                "sample_raw": sample_raw if sample_raw is not None else empty,
+                "sample_ns": sample_ns if sample_ns is not None else empty,
+                "at_time": {x: max(0, min(k - 1, n - 1)) for x, k in self.at_count.items()}}
 
 
 # Sums per key (a phase), piece by piece.

@@ -12,11 +12,15 @@ ordinal) a byte of facts that only its end or the end of the log tells
 (`BIT_*`): the second pass needs them to give a block its category the
 moment it is allocated.
 
-Each fact is a running value carried from piece to piece
-(stream_running.py): the blocks paired across pieces
-(stream_table.pair_piece), backward found as classify.py's rule 2 says,
-what categorize.py's rules need of a block's future, the timeline's levels
-and samples, the phase table's peaks and rises.
+`scan` is the loop over the pieces. Each fact is kept by one part, which
+carries its running values from piece to piece, takes each piece
+(`piece(...)`) and gives its fields of the Scan at the end (`fields()`):
+here `Phases` (names, occurrences, rises, the occurrence a block was made
+in), `Blocks` (paired across pieces by stream_table.pair_piece, with their
+bits: backward found as classify.py's rule 2 says, what categorize.py's
+rules need of a block's future; `SameStack`, `Orphans`), `Markers` and
+`Ooms`; in stream_running.py `Devices`, `Levels`, `PhaseLevels`,
+`Backward` (the stack part of backward) and `Timeline`.
 """
 from __future__ import annotations
 
@@ -25,15 +29,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .._records import (ALLOC, FREE, MARKER, MODULE, MODULE_TAG, OOM, OOM_DEVICE, PHASE_BEGIN, PHASE_END,
-                        POLICY_NAMES, SEGMENT_ALLOC, SEGMENT_EXPANDABLE, SEGMENT_FREE)
+from .._records import (ALLOC, MARKER, MODULE, MODULE_TAG, OOM, OOM_DEVICE, PHASE_BEGIN, PHASE_END, POLICY_NAMES,
+                        SEGMENT_ALLOC, SEGMENT_EXPANDABLE)
 from ..log.chunks import ChunkedLog
 from .frames import BACKWARD_FRAME, Frame, has_frame
 from .roles import phase_role
-from .stream_running import INT_MAX, INT_MIN, AllocPeaks, Backward, Bits, Grow, GrowEnd, Occurrences, Sampler
-from .stream_table import Carry, Piece, PieceTable, pair_piece, report_start_ns
-
-PHASE_IDS = 1 << 16  # the phase field is a u16
+from .stream_running import (INT_MAX, PHASE_IDS, Backward, Bits, Devices, Grow, GrowEnd, Levels, Occurrences,
+                             PhaseLevels, Rises, Timeline)
+from .stream_table import Carry, Paired, Piece, PieceTable, pair_piece, report_start_ns
 
 # Per block (by ordinal): what the first pass learns of it.
 BIT_ALLOC_BW = 1  # allocated during backward (classify.py, rule 2: a backward phase, or a Python thread inside
@@ -111,388 +114,366 @@ class Scan:
 
 def scan(log: ChunkedLog, device: int | None, *, max_points: int = 1500, last_ns: int | None = None,
          at_times: Sequence[float] = (), progress: Any = None) -> Scan:
-    """One pass over `log` for `device` (None: the device of the first record about one)."""
-    return _Scanner(log, device, max_points, last_ns, at_times, progress).run()
+    """One pass over `log` for `device` (None: the device of the first record about one). `last_ns`: the time of
+    the log's last event as guessed (the timeline's span), `at_times`: the --at times asked for in advance,
+    `progress`: called with the events read so far after each piece.
+
+    Each part takes the piece in this order (a part reads what those before it made of it) and gives its fields
+    of the Scan at the end."""
+    devices, phases, backward = Devices(device), Phases(log), Backward(log.stack_now)
+    blocks, levels, per_phase = Blocks(log), Levels(), PhaseLevels()
+    markers, ooms = Markers(MARKERS_KEPT), Ooms(OOMS_KEPT)
+    timeline = Timeline(max_points, last_ns, at_times)
+    n = first_ns = last_read_ns = module_records = 0
+    for _, records in log.chunks():
+        t = PieceTable(devices.piece(records))
+        if not len(t):
+            continue
+        if n == 0:
+            first_ns = int(t.time_ns[0])
+            timeline.start(first_ns, report_start_ns(log.header.created_monotonic_ns, first_ns))
+        phases.piece(t, n)
+        in_bw = phases.backward[t.phase] | backward.piece(t)  # per event: inside backward
+        delta = blocks.piece(Piece(t, n), in_bw, phases)
+        c, rw, segd = levels.piece(t, n, delta)
+        per_phase.piece(t, n, c, segd)
+        phases.rise(n, c)
+        markers.piece(t, n)
+        ooms.piece(t, n, c, rw)
+        timeline.piece(n, t.time_ns, c, rw)
+        module_records += int(np.count_nonzero((t.kind >= MODULE) & (t.kind <= MODULE_TAG)))
+        last_read_ns = int(t.time_ns[-1])
+        n += len(t)
+        if progress is not None:
+            progress(n)
+    found = blocks.fields()
+    return Scan(n=n, first_ns=first_ns, last_ns=last_read_ns, **devices.fields(), **found,
+                **levels.fields(n, found["initial"]), **phases.fields(n, last_read_ns), **per_phase.fields(),
+                **markers.fields(), **ooms.fields(), stack_backward=backward.seen_flag,
+                **timeline.fields(n, last_read_ns, levels), module_records=module_records)
 
 
-class _Scanner:
-    def __init__(self, log: ChunkedLog, device: int | None, max_points: int, last_ns: int | None,
-                 at_times: Sequence[float], progress: Any) -> None:
-        self.log, self.device, self.max_points, self.last_hint = log, device, max_points, last_ns
-        self.at_times = list(at_times)
-        self.progress = progress
+# ---------------------------------------------------------------------------
+# The phases' occurrences
+# ---------------------------------------------------------------------------
 
-    def run(self) -> Scan:  # noqa: C901 (one pass, one place: the state it carries is listed here)
-        log = self.log
-        names: dict[int, str] = {0: "default"}  # phase names as far as read (begins precede their events)
-        backward = Backward(log.stack_now)
-        bw_phase = np.zeros(PHASE_IDS, dtype=bool)
-        autograd: dict[int, bool] = {}
-        carry = Carry.empty({"addr": np.uint64, "ordinal": np.int64, "block_size": np.int64, "occ": np.int64,
-                             "stack": np.int64, "phase": np.int64, "alloc_i": np.int64})
-        bits = Bits()
-        ordinals = 0
-        last_alloc: dict[int, tuple[int, int]] = {}  # tid -> (stack, ordinal) of its last alloc
-        cum = raw = 0
-        peak_cum, peak_i, rpeak_raw, rpeak_i, peak_phase = INT_MIN, 0, INT_MIN, 0, 0
-        raw_min, gap_max = INT_MAX, INT_MIN
-        phase_peak = np.full(PHASE_IDS, INT_MIN, dtype=np.int64)
-        alloc_peaks, module_records = AllocPeaks(), 0
-        phase_growth = np.zeros(PHASE_IDS, dtype=np.int64)
-        seg_phase = np.zeros(PHASE_IDS, dtype=bool)
-        phase_rise: dict[int, int] = {}
-        occ_phase, occ_epoch, occ_begin = Grow(np.int64), Grow(np.int64), Grow(np.int64)
-        occ_begin_ns = Grow(np.int64)
-        occ_count = 0
-        occ_end = GrowEnd()  # occurrence row -> its end (the first end of its key), INT_MAX until known
-        open_rise: dict[int, tuple[int, int, int, int]] = {}  # row -> (begin index, cum at it, highest since, phase)
-        current_occ: dict[int, int] = {}  # phase -> its latest occurrence row
-        occ = Occurrences(occ_end, occ_phase, occ_epoch, occ_begin)
-        first_begin = occ.first_begin
-        orphans: dict[str, list[np.ndarray]] = {k: [] for k in ("addr", "free_i", "size", "block_size", "stream",
-                                                                "free_phase", "free_stack", "free_tid", "free_t",
-                                                                "deferred")}
-        lost = 0
-        any_freed = False
-        has_stacks = False
-        markers: list[tuple[int, int, int, int]] = []
-        marker_first: dict[int, int] = {}
-        marker_count = 0
-        ooms: list[dict[str, Any]] = []
-        oom_count = 0
-        pending_oom: list[tuple[dict[str, Any], int]] = []  # waiting for an oom_device record in the next events
-        last_policy = -1  # an OOM's policy: that of the last alloc before it; and whether expandable segments were seen
-        expandable_seen = False
-        device = self.device
-        counts: dict[int, int] = {}
-        present: set[int] = set()
-        n = 0
-        first_ns = last_ns = 0
-        sampler: Sampler | None = None
-        head: list[np.ndarray] = []  # while n <= max_points: (cum, raw, ns) of every event
-        at_count = {x: 0 for x in self.at_times}
-        base_ns = 0
-        for _, records in log.chunks():
-            dev = records["device"]
-            about = dev >= 0
-            if device is None and about.any():
-                device = int(dev[np.argmax(about)])
-            if len(present) < 2 or not about.all():  # (most logs: one device, every record about it)
-                present.update(np.unique(dev[about]).tolist())
-            kinds = records["kind"]
-            allocs_dev = dev[kinds == ALLOC]
-            if allocs_dev.size:
-                lo, hi = int(allocs_dev.min()), int(allocs_dev.max())
-                if lo == hi:
-                    counts[lo] = counts.get(lo, 0) + int(allocs_dev.size)
-                else:
-                    u, c = np.unique(allocs_dev, return_counts=True)
-                    for d, k in zip(u.tolist(), c.tolist()):
-                        counts[d] = counts.get(d, 0) + k
-            mine = (dev == device) | (dev < 0) if device is not None else dev < 0
-            t = PieceTable(records if mine.all() else records[mine])
-            if not len(t):
+
+class Phases:
+    """The phases as far as read: their names (every phase_begin precedes its events) and which are backward by
+    name (classify.py, rule 2); their occurrences, with Occurrences' rule for their ends; the occurrence each new
+    block is allocated in; per phase the highest rise in an occurrence (Rises)."""
+
+    def __init__(self, log: ChunkedLog) -> None:
+        self.log = log
+        self.names: dict[int, str] = {0: "default"}
+        self.backward = np.zeros(PHASE_IDS, dtype=bool)  # per phase id: a backward phase by its name
+        self.phase, self.epoch, self.begin, self.begin_ns = (Grow(np.int64) for _ in range(4))  # per occurrence
+        self.count = 0
+        self.ends = GrowEnd()  # occurrence row -> its end (the first end of its key), INT_MAX until known
+        self.occurrences = Occurrences(self.ends, self.phase, self.epoch, self.begin)
+        self.current: dict[int, int] = {}  # phase -> its latest occurrence row
+        self.rises = Rises()
+        # The last piece's begins: their rows in the piece, their occurrence rows and phases.
+        self.piece_begins = self.piece_rows = self.piece_phases = np.zeros(0, dtype=np.int64)
+
+    def piece(self, t: PieceTable, base: int) -> None:
+        """The piece's phase_begin and phase_end records."""
+        kind = t.kind
+        begin_rows = np.flatnonzero(kind == PHASE_BEGIN)
+        for r in begin_rows.tolist():
+            ph = int(t.phase[r])
+            if ph not in self.names:
+                self.names[ph] = self.log.string_now(int(t.stack[r]), f"phase{ph}")
+                self.backward[ph] = phase_role(self.names[ph]) == "backward"
+        new_rows = np.arange(self.count, self.count + begin_rows.size)
+        self.ends.extend(begin_rows.size)
+        if begin_rows.size:
+            self.phase.add(t.phase[begin_rows].astype(np.int64))
+            self.epoch.add(t.size[begin_rows].astype(np.int64))
+            self.begin.add(base + begin_rows)
+            self.begin_ns.add(t.time_ns[begin_rows])
+        end_rows = np.flatnonzero(kind == PHASE_END)
+        if begin_rows.size or end_rows.size:
+            self.occurrences.piece(t, base, begin_rows, end_rows, new_rows)
+            self.count += begin_rows.size
+        self.piece_begins, self.piece_rows, self.piece_phases = begin_rows, new_rows, t.phase[begin_rows]
+
+    def occurrence_of(self, t: PieceTable, rows: np.ndarray) -> np.ndarray:
+        """Per alloc of the piece (`rows`, in order), the occurrence row of its phase it was made in (-1: none);
+        once per piece, after `piece`."""
+        begin_rows, new_rows, phases = self.piece_begins, self.piece_rows, self.piece_phases
+        out = np.full(rows.size, -1, dtype=np.int64)
+        alloc_phase = t.phase[rows].astype(np.int64)
+        for ph in np.unique(alloc_phase).tolist():
+            sel = alloc_phase == ph
+            mine_b = np.flatnonzero(phases == ph)
+            before = self.current.get(ph, -1)
+            if mine_b.size == 0:
+                out[sel] = before
                 continue
-            p = Piece(t, n)
-            m = len(t)
-            if n == 0:
-                first_ns = int(t.time_ns[0])
-                start = log.header.created_monotonic_ns
-                base_ns = report_start_ns(start, first_ns)
-                if self.last_hint is not None:
-                    sampler = Sampler(first_ns, self.last_hint, base_ns, self.max_points)
-            kind = t.kind
-            # phases: names, occurrences and their ends
-            begin_rows = np.flatnonzero(kind == PHASE_BEGIN)
-            for r in begin_rows.tolist():
-                ph = int(t.phase[r])
-                if ph not in names:
-                    names[ph] = log.string_now(int(t.stack[r]), f"phase{ph}")
-                    bw_phase[ph] = phase_role(names[ph]) == "backward"
-            new_occ_rows = np.arange(occ_count, occ_count + begin_rows.size)
-            occ_end.extend(begin_rows.size)
-            if begin_rows.size:
-                occ_phase.add(t.phase[begin_rows].astype(np.int64))
-                occ_epoch.add(t.size[begin_rows].astype(np.int64))
-                occ_begin.add(n + begin_rows)
-                occ_begin_ns.add(t.time_ns[begin_rows])
-            end_rows = np.flatnonzero(kind == PHASE_END)
-            if begin_rows.size or end_rows.size:
-                occ.piece(t, n, begin_rows, end_rows, new_occ_rows)
-                occ_count += begin_rows.size
-            # backward: the stack part per event
-            in_bw = bw_phase[t.phase] | backward.piece(t)
-            # pairing
-            paired = pair_piece(p, carry, ordinals)
-            nr = paired.new_rows
-            has_stacks = has_stacks or bool(np.any(t.stack[nr] != 0))
-            # the occurrence each new block was allocated in (Occurrences.of)
-            new_occ = np.full(nr.size, -1, dtype=np.int64)
-            alloc_phase = t.phase[nr].astype(np.int64)
-            for ph in np.unique(alloc_phase).tolist():
-                sel = alloc_phase == ph
-                mine_b = np.flatnonzero(t.phase[begin_rows] == ph)
-                before = current_occ.get(ph, -1)
-                if mine_b.size == 0:
-                    new_occ[sel] = before
-                    continue
-                k = np.searchsorted(begin_rows[mine_b], nr[sel], side="right") - 1
-                new_occ[sel] = np.where(k >= 0, new_occ_rows[mine_b][np.maximum(k, 0)], before)
-            for r, ph in zip(new_occ_rows.tolist(), t.phase[begin_rows].tolist()):
-                current_occ[ph] = r
-            # the new blocks' bits: allocated inside backward, and the same stack as the thread's neighbour
-            b_new = np.where(in_bw[nr], BIT_ALLOC_BW, 0).astype(np.uint8)
-            tid_new, stack_new = t.tid[nr], t.stack[nr]
-            order = np.lexsort((nr, tid_new))
-            ts, ss = tid_new[order], stack_new[order]
-            pair = np.zeros(order.size, dtype=bool)
-            if order.size > 1:
-                pair[1:] = (ts[1:] == ts[:-1]) & (ss[1:] == ss[:-1])
-            same = np.zeros(order.size, dtype=bool)
-            same[pair] = True
-            same[:-1] |= pair[1:]
-            first_of_tid = np.ones(order.size, dtype=bool)
-            first_of_tid[1:] = ts[1:] != ts[:-1]
-            for k in np.flatnonzero(first_of_tid).tolist():
-                prev = last_alloc.get(int(ts[k]))
-                if prev is not None and prev[0] == int(ss[k]):
-                    same[k] = True
-                    bits.set(np.array([prev[1]]), np.array([BIT_SAME], dtype=np.uint8))
-            last_of_tid = np.ones(order.size, dtype=bool)
-            last_of_tid[:-1] = ts[1:] != ts[:-1]
-            for k in np.flatnonzero(last_of_tid).tolist():
-                last_alloc[int(ts[k])] = (int(ss[k]), ordinals + int(order[k]))
-            b_new[order[same]] |= BIT_SAME
-            bits.append(b_new)
-            # levels
-            delta = np.zeros(m, dtype=np.int64)
-            delta[nr] += t.block_size[nr]
-            comb_size = paired.combined(carry["block_size"], t.block_size)
-            comb_ord = paired.ordinals(carry["ordinal"])
-            comb_occ = np.concatenate((carry["occ"], _scatter(paired, nr, new_occ)))
-            es, ea = paired.ended_src, paired.ended_at
-            delta[ea] -= comb_size[es]
-            orow = paired.orphan_rows
-            delta[orow] -= t.block_size[orow]
-            c = cum + np.cumsum(delta)
-            segd = np.where(kind == SEGMENT_ALLOC, t.size, 0) - np.where(kind == SEGMENT_FREE, t.size, 0)
-            rw = raw + np.cumsum(segd)
-            # ended blocks: their bits
-            e_ord = comb_ord[es]
-            e_bits = np.where(in_bw[ea], BIT_FREE_BW, 0).astype(np.uint8)
-            free_stack = np.where(paired.ended_real, t.stack[ea], 0)
-            e_bits |= np.where(self._autograd(autograd, free_stack, log), BIT_AUTOGRAD_FREE, 0).astype(np.uint8)
-            occ_of = comb_occ[es]
-            ends_of = np.where(occ_of >= 0, occ_end.arr[np.maximum(occ_of, 0)], INT_MAX) if occ_end.n else \
-                np.full(occ_of.size, INT_MAX, dtype=np.int64)
-            e_bits |= np.where(n + ea < ends_of, BIT_WITHIN, 0).astype(np.uint8)
-            bits.set(e_ord, e_bits)
-            lost += int((~paired.ended_real).sum())
-            any_freed = any_freed or bool(es.size) or bool(orow.size)
-            if orow.size:
-                for name, values in (("addr", t.addr[orow]), ("free_i", n + orow), ("size", t.size[orow]),
-                                     ("block_size", t.block_size[orow]), ("stream", t.stream[orow]),
-                                     ("free_phase", t.phase[orow]), ("free_stack", t.stack[orow]),
-                                     ("free_tid", t.tid[orow]), ("free_t", t.time_ns[orow]),
-                                     ("deferred", (t.flags[orow] & 1) != 0)):
-                    orphans[name].append(np.asarray(values))
-            # the carry: blocks live after this piece
-            ls = paired.live_src
-            carry = Carry({"addr": np.concatenate((carry["addr"], t.addr[paired.rel]))[ls],
-                           "ordinal": comb_ord[ls], "block_size": comb_size[ls], "occ": comb_occ[ls],
-                           "stack": paired.combined(carry["stack"], t.stack)[ls],
-                           "phase": paired.combined(carry["phase"], t.phase.astype(np.int64))[ls],
-                           "alloc_i": paired.combined(carry["alloc_i"], n + np.arange(m, dtype=np.int64))[ls]})
-            ordinals += nr.size
-            # extremes of the levels
-            k = int(np.argmax(c))
-            if c[k] > peak_cum:
-                peak_cum, peak_i, peak_at = int(c[k]), n + k, (int(c[k]), int(rw[k]), int(t.time_ns[k]))
-                peak_phase = int(t.phase[k])
-            k = int(np.argmax(rw))
-            if rw[k] > rpeak_raw:
-                rpeak_raw, rpeak_i, rpeak_at = int(rw[k]), n + k, (int(c[k]), int(rw[k]), int(t.time_ns[k]))
-            raw_min = min(raw_min, int(rw.min()))
-            gap_max = max(gap_max, int((c - rw).max()))
-            # per phase: peak, reserved growth
-            is_mem = (kind == ALLOC) | (kind == FREE) | (kind == SEGMENT_ALLOC) | (kind == SEGMENT_FREE)
-            np.maximum.at(phase_peak, t.phase[is_mem], c[is_mem])
-            blocks_ev = np.flatnonzero((kind == ALLOC) | (kind == FREE))
-            alloc_peaks.piece(t.phase[blocks_ev], c[blocks_ev], n + blocks_ev)
-            module_records += int(np.count_nonzero((kind >= MODULE) & (kind <= MODULE_TAG)))
-            is_seg = (kind == SEGMENT_ALLOC) | (kind == SEGMENT_FREE)
-            np.add.at(phase_growth, t.phase[is_seg], segd[is_seg])
-            seg_phase[t.phase[is_seg]] = True
-            # rises in occurrences: from each begin to its end (inclusive), the highest cum above the begin's
-            self._rises(open_rise, occ_end, new_occ_rows, begin_rows, t.phase[begin_rows], n, c, phase_rise)
-            # markers, OOMs
-            for r in np.flatnonzero(kind == MARKER).tolist():
-                label = int(t.stack[r])
-                marker_first.setdefault(label, n + r)
-                if len(markers) < MARKERS_KEPT:
-                    markers.append((n + r, label, int(t.phase[r]), int(t.time_ns[r])))
-                marker_count += 1
-            pending_oom = self._device_records(pending_oom, t, 0)  # those of the piece before
-            allocs = np.flatnonzero(kind == ALLOC)
-            expandable_rows = np.flatnonzero((kind == SEGMENT_ALLOC) & ((t.flags & SEGMENT_EXPANDABLE) != 0))
-            for r in np.flatnonzero(kind == OOM).tolist():
-                oom_count += 1
-                if len(ooms) >= OOMS_KEPT:
-                    continue
-                before = int(np.searchsorted(allocs, r)) - 1
-                code = int(t.policy[allocs[before]]) if before >= 0 else last_policy
-                row = {"policy": POLICY_NAMES.get(code, "caching") if code >= 0 else "caching",
-                       "expandable": int(expandable_seen or bool(expandable_rows.size and expandable_rows[0] < r)),
-"index": n + r, "size": int(t.size[r]), "block_size": int(t.block_size[r]),
-                       "addr": int(t.addr[r]), "stream": int(t.stream[r]), "stack": int(t.stack[r]),
-                       "phase": int(t.phase[r]), "time_ns": int(t.time_ns[r]), "cum": int(c[r]), "raw": int(rw[r]),
-                       "device": None}
-                ooms.append(row)
-                pending_oom += self._device_records([(row, 2)], t, r + 1)
-            if allocs.size:
-                last_policy = int(t.policy[allocs[-1]])
-            expandable_seen = expandable_seen or bool(expandable_rows.size)
-            # samples, --at times
-            if sampler is not None:
-                sampler.piece(n, t.time_ns, c, rw)
-            if n <= self.max_points:
-                head.append(np.stack((c, rw, t.time_ns))[:, : self.max_points + 1 - n])
-            if at_count:
-                rel_s = (t.time_ns - base_ns) / 1e9
-                for x in at_count:
-                    at_count[x] += int(np.count_nonzero(rel_s <= x))
-            cum, raw = int(c[-1]), int(rw[-1])
-            last_ns = int(t.time_ns[-1])
-            n += m
-            if self.progress is not None:
-                self.progress(n)
-        # the end of the log: live blocks are persistent; open occurrences end at n
-        bits.set(carry["ordinal"], np.full(len(carry), BIT_PERSISTENT, dtype=np.uint8))
-        phase_of = occ_phase.array()
-        for _, start, high, p_ in open_rise.values():
-            phase_rise[p_] = max(phase_rise.get(p_, 0), high - start)
-        ends = occ_end.arr[:occ_count].copy()
-        ends[ends == INT_MAX] = n
-        orphan_cols = {k: (np.concatenate(v) if v else np.zeros(0, dtype=np.int64)) for k, v in orphans.items()}
-        if orphan_cols["addr"].size:  # the blocks' order for those from before the log: by address, then free index
-            o = np.lexsort((orphan_cols["free_i"], orphan_cols["addr"]))
-            orphan_cols = {k: v[o] for k, v in orphan_cols.items()}
-        initial = int(orphan_cols["block_size"].sum()) if orphan_cols["block_size"].size else 0
-        offset = 0
-        if n:
-            offset = max(0, initial + gap_max, -raw_min)
-        devices = _devices(counts, present)
-        samples = sample_cum = sample_raw = sample_ns = None
-        if n and n <= self.max_points:
-            h = np.concatenate(head, axis=1)[:, :n]
-            samples, sample_cum, sample_raw, sample_ns = np.arange(n), h[0], h[1], h[2]
-        elif n and sampler is not None and last_ns == self.last_hint:
-            extra = [(0,) + tuple(int(x) for x in np.concatenate(head, axis=1)[:, 0]), (n - 1, cum, raw, last_ns),
-                     (peak_i,) + peak_at, (rpeak_i,) + rpeak_at]
-            samples, sample_cum, sample_raw, sample_ns = sampler.finish(extra)
-        empty = np.zeros(0, dtype=np.int64)
-        if not n:
-            samples = empty
-        return Scan(
-            device=device if device is not None else (devices[0] if devices else 0), devices=devices, n=n,
-            first_ns=first_ns, last_ns=last_ns, has_stacks=has_stacks, peak_i=peak_i if n else 0,
-            peak_cum=peak_cum if n else 0, peak_ns=peak_at[2] if n else 0, peak_phase=peak_phase if n else 0,
-            rpeak_i=rpeak_i if n else 0,
-            rpeak_raw=rpeak_raw if n else 0, rpeak_ns=rpeak_at[2] if n else 0,
-            initial=initial, offset=offset, blocks=ordinals, bits=bits.array(),
-            orphans=orphan_cols, lost_frees=lost, any_freed=any_freed,
-            occ_phase=phase_of, occ_epoch=occ_epoch.array(), occ_begin=occ_begin.array(), occ_end=ends,
-            occ_begin_ns=occ_begin_ns.array(),
-            occ_end_ns=np.where(occ_end.arr[:occ_count] == INT_MAX, last_ns, occ_end.ns[:occ_count]),
-            first_begin=first_begin,
-            phase_peak={int(p_): int(v) for p_, v in zip(np.flatnonzero(phase_peak > INT_MIN).tolist(),
-                                                         phase_peak[phase_peak > INT_MIN].tolist())},
-            phase_rise=phase_rise,
-            phase_growth={int(p_): int(phase_growth[p_]) for p_ in np.flatnonzero(seg_phase).tolist()},
-            segment_phases=set(np.flatnonzero(seg_phase).tolist()),
-            markers=markers, marker_count=marker_count, marker_first=marker_first, ooms=ooms, oom_count=oom_count,
-            stack_backward=backward.seen_flag,
-            samples=samples, sample_cum=sample_cum if sample_cum is not None else empty,
-            sample_raw=sample_raw if sample_raw is not None else empty,
-            sample_ns=sample_ns if sample_ns is not None else empty,
-            at_time={x: max(0, min(k - 1, n - 1)) for x, k in at_count.items()},
-            phase_names=names,
-            persistent={k: carry[k] for k in ("ordinal", "block_size", "stack", "phase", "alloc_i")},
-            alloc_peaks=alloc_peaks.index, module_records=module_records,
-        )
+            k = np.searchsorted(begin_rows[mine_b], rows[sel], side="right") - 1
+            out[sel] = np.where(k >= 0, new_rows[mine_b][np.maximum(k, 0)], before)
+        for r, ph in zip(new_rows.tolist(), phases.tolist()):
+            self.current[ph] = r
+        return out
 
-    @staticmethod
-    def _autograd(cache: dict[int, bool], stacks: np.ndarray, log: ChunkedLog) -> np.ndarray:
+    def rise(self, base: int, c: np.ndarray) -> None:
+        """The piece's cum (`c`, after each event) for the rises; after `piece`."""
+        self.rises.piece(self.ends, self.piece_rows, self.piece_begins, self.piece_phases, base, c)
+
+    def fields(self, n: int, last_ns: int) -> dict[str, Any]:
+        """The occurrences (an end n, and the last event's time, when it never ended), the phases' names and
+        rises."""
+        ends = self.ends.arr[:self.count].copy()
+        ends[ends == INT_MAX] = n
+        return {"occ_phase": self.phase.array(), "occ_epoch": self.epoch.array(), "occ_begin": self.begin.array(),
+                "occ_end": ends, "occ_begin_ns": self.begin_ns.array(),
+                "occ_end_ns": np.where(self.ends.arr[:self.count] == INT_MAX, last_ns, self.ends.ns[:self.count]),
+                "first_begin": self.occurrences.first_begin, "phase_rise": self.rises.result(),
+                "phase_names": self.names}
+
+
+# ---------------------------------------------------------------------------
+# The blocks
+# ---------------------------------------------------------------------------
+
+
+class Blocks:
+    """The blocks, paired across pieces (stream_table.pair_piece): their ordinals and BIT_* facts, the blocks live
+    after each piece (the carry; at the end, the persistent ones), those from before the log (Orphans), and how
+    many ended without a free (a lost free: the next alloc of the address ended it)."""
+
+    def __init__(self, log: ChunkedLog) -> None:
+        self.log = log
+        self.carry = Carry.empty({"addr": np.uint64, "ordinal": np.int64, "block_size": np.int64, "occ": np.int64,
+                                  "stack": np.int64, "phase": np.int64, "alloc_i": np.int64})
+        self.bits = Bits()
+        self.ordinals = 0  # blocks made so far
+        self.same = SameStack()
+        self.orphans = Orphans()
+        self.autograd: dict[int, bool] = {}  # free stack -> none, or inside backward
+        self.lost = 0
+        self.any_freed = self.has_stacks = False
+
+    def piece(self, p: Piece, in_bw: np.ndarray, phases: Phases) -> np.ndarray:
+        """Pairs the piece's allocs and frees (`in_bw`: per event, inside backward); gives each event's change of
+        cum."""
+        t, n, carry = p.table, p.base, self.carry
+        paired = pair_piece(p, carry, self.ordinals)
+        nr, es, ea, orow = paired.new_rows, paired.ended_src, paired.ended_at, paired.orphan_rows
+        self.has_stacks = self.has_stacks or bool(np.any(t.stack[nr] != 0))
+        new_occ = phases.occurrence_of(t, nr)
+        self._made(t, nr, in_bw)
+        delta = np.zeros(len(t), dtype=np.int64)
+        delta[nr] += t.block_size[nr]
+        comb_size = paired.combined(carry["block_size"], t.block_size)
+        comb_ord = paired.ordinals(carry["ordinal"])
+        comb_occ = np.concatenate((carry["occ"], _scatter(paired, nr, new_occ)))
+        delta[ea] -= comb_size[es]
+        delta[orow] -= t.block_size[orow]
+        self._ended(t, n, paired, comb_ord[es], comb_occ[es], in_bw, phases.ends)
+        self.orphans.piece(t, n, orow)
+        ls = paired.live_src
+        self.carry = Carry({"addr": np.concatenate((carry["addr"], t.addr[paired.rel]))[ls],
+                            "ordinal": comb_ord[ls], "block_size": comb_size[ls], "occ": comb_occ[ls],
+                            "stack": paired.combined(carry["stack"], t.stack)[ls],
+                            "phase": paired.combined(carry["phase"], t.phase.astype(np.int64))[ls],
+                            "alloc_i": paired.combined(carry["alloc_i"], n + np.arange(len(t), dtype=np.int64))[ls]})
+        self.ordinals += nr.size
+        return delta
+
+    def _made(self, t: PieceTable, rows: np.ndarray, in_bw: np.ndarray) -> None:
+        """The new blocks' bits (made at `rows`): allocated inside backward; the same stack as the thread's
+        allocation before or after (the one before gets the bit too)."""
+        made = np.where(in_bw[rows], BIT_ALLOC_BW, 0).astype(np.uint8)
+        same, earlier = self.same.piece(t.tid[rows], t.stack[rows], rows, self.ordinals)
+        self.bits.set(np.array(earlier, dtype=np.int64), np.full(len(earlier), BIT_SAME, dtype=np.uint8))
+        made[same] |= BIT_SAME
+        self.bits.append(made)
+
+    def _ended(self, t: PieceTable, base: int, paired: Paired, ordinals: np.ndarray, occs: np.ndarray,
+               in_bw: np.ndarray, ends: GrowEnd) -> None:
+        """The bits of the blocks that ended in the piece (`ordinals`; `occs`: the occurrence each was made in):
+        freed inside backward, freed by autograd, ended within its occurrence."""
+        ea = paired.ended_at
+        e_bits = np.where(in_bw[ea], BIT_FREE_BW, 0).astype(np.uint8)
+        free_stack = np.where(paired.ended_real, t.stack[ea], 0)
+        e_bits |= np.where(self._autograd(free_stack), BIT_AUTOGRAD_FREE, 0).astype(np.uint8)
+        ends_of = np.where(occs >= 0, ends.arr[np.maximum(occs, 0)], INT_MAX) if ends.n else \
+            np.full(occs.size, INT_MAX, dtype=np.int64)
+        e_bits |= np.where(base + ea < ends_of, BIT_WITHIN, 0).astype(np.uint8)
+        self.bits.set(ordinals, e_bits)
+        self.lost += int((~paired.ended_real).sum())
+        self.any_freed = self.any_freed or bool(paired.ended_src.size) or bool(paired.orphan_rows.size)
+
+    def _autograd(self, stacks: np.ndarray) -> np.ndarray:
         """Per free stack: none, or one inside backward (classify: freed by autograd)."""
         uniq, inv = np.unique(stacks, return_inverse=True)
         for s in uniq.tolist():
-            if s not in cache:
-                cache[s] = s == 0 or has_frame(tuple(Frame(*f) for f in log.stack_now(s)), BACKWARD_FRAME)
-        return np.array([cache[s] for s in uniq.tolist()], dtype=bool)[inv.reshape(-1)]
+            if s not in self.autograd:
+                self.autograd[s] = s == 0 or has_frame(tuple(Frame(*f) for f in self.log.stack_now(s)), BACKWARD_FRAME)
+        return np.array([self.autograd[s] for s in uniq.tolist()], dtype=bool)[inv.reshape(-1)]
 
-    @staticmethod
-    def _rises(open_rise: dict[int, tuple[int, int, int, int]], occ_end: "GrowEnd", new_rows: np.ndarray,
-               begin_rows: np.ndarray, phases: np.ndarray, base: int, c: np.ndarray, phase_rise: dict[int, int]) -> None:
-        """The phase table's rise (PhaseRow.peak_over_start): per occurrence, the highest allocated from its begin
-        to its end (inclusive) above the allocated at its begin; the running highest of the open ones is carried."""
-        for row, r, p_ in zip(new_rows.tolist(), begin_rows.tolist(), phases.tolist()):
-            open_rise[row] = (base + r, int(c[r]), int(c[r]), p_)
-        if not open_rise:
+    def fields(self) -> dict[str, Any]:
+        """At the end of the log: the blocks live then are persistent."""
+        self.bits.set(self.carry["ordinal"], np.full(len(self.carry), BIT_PERSISTENT, dtype=np.uint8))
+        orphans = self.orphans.columns()
+        return {"has_stacks": self.has_stacks, "blocks": self.ordinals, "bits": self.bits.array(),
+                "orphans": orphans,
+                "initial": int(orphans["block_size"].sum()) if orphans["block_size"].size else 0,
+                "lost_frees": self.lost, "any_freed": self.any_freed,
+                "persistent": {k: self.carry[k] for k in ("ordinal", "block_size", "stack", "phase", "alloc_i")}}
+
+
+class SameStack:
+    """Per thread, the stack and ordinal of its last alloc: which allocs have the same stack as the thread's alloc
+    just before or after (categorize.py: workspaces)."""
+
+    def __init__(self) -> None:
+        self.last: dict[int, tuple[int, int]] = {}  # tid -> (stack, ordinal) of its last alloc
+
+    def piece(self, tid: np.ndarray, stack: np.ndarray, rows: np.ndarray, first: int) -> tuple[np.ndarray, list[int]]:
+        """The piece's allocs (at `rows`, ordinals from `first`): the positions among them with the same stack as a
+        neighbour, and the ordinals of earlier pieces' allocs that have it."""
+        order = np.lexsort((rows, tid))
+        ts, ss = tid[order], stack[order]
+        pair = np.zeros(order.size, dtype=bool)
+        if order.size > 1:
+            pair[1:] = (ts[1:] == ts[:-1]) & (ss[1:] == ss[:-1])
+        same = np.zeros(order.size, dtype=bool)
+        same[pair] = True
+        same[:-1] |= pair[1:]
+        earlier = []
+        first_of_tid = np.ones(order.size, dtype=bool)
+        first_of_tid[1:] = ts[1:] != ts[:-1]
+        for k in np.flatnonzero(first_of_tid).tolist():
+            prev = self.last.get(int(ts[k]))
+            if prev is not None and prev[0] == int(ss[k]):
+                same[k] = True
+                earlier.append(prev[1])
+        last_of_tid = np.ones(order.size, dtype=bool)
+        last_of_tid[:-1] = ts[1:] != ts[:-1]
+        for k in np.flatnonzero(last_of_tid).tolist():
+            self.last[int(ts[k])] = (int(ss[k]), first + int(order[k]))
+        return order[same], earlier
+
+
+class Orphans:
+    """The blocks allocated before the log (a free of an address not live): their frees' columns."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, list[np.ndarray]] = {k: [] for k in ("addr", "free_i", "size", "block_size", "stream",
+                                                                   "free_phase", "free_stack", "free_tid", "free_t",
+                                                                   "deferred")}
+
+    def piece(self, t: PieceTable, base: int, rows: np.ndarray) -> None:
+        if not rows.size:
             return
-        m = len(c)
-        rows = list(open_rise)
-        lo = np.array([max(open_rise[r][0], base) - base for r in rows], dtype=np.int64)
-        end = occ_end.arr[np.array(rows, dtype=np.int64)]
-        hi = np.minimum(end, base + m - 1) - base  # inclusive
-        valid = hi >= lo
-        highs = np.full(len(rows), INT_MIN, dtype=np.int64)
-        if valid.any():
-            idx = np.empty(2 * int(valid.sum()), dtype=np.int64)
-            idx[0::2], idx[1::2] = lo[valid], hi[valid] + 1
-            padded = np.concatenate((c, [INT_MIN]))
-            highs[valid] = np.maximum.reduceat(padded, idx)[0::2]
-        for k, r in enumerate(rows):
-            begin, start, high, p_ = open_rise[r]
-            high = max(high, int(highs[k]))
-            if end[k] < base + m:  # it ended in this piece (or before its begin: a damaged log, no rise)
-                del open_rise[r]
-                if end[k] >= begin:
-                    phase_rise[p_] = max(phase_rise.get(p_, 0), high - start)
-            else:
-                open_rise[r] = (begin, start, high, p_)
+        for name, values in (("addr", t.addr[rows]), ("free_i", base + rows), ("size", t.size[rows]),
+                             ("block_size", t.block_size[rows]), ("stream", t.stream[rows]),
+                             ("free_phase", t.phase[rows]), ("free_stack", t.stack[rows]), ("free_tid", t.tid[rows]),
+                             ("free_t", t.time_ns[rows]), ("deferred", (t.flags[rows] & 1) != 0)):
+            self.parts[name].append(np.asarray(values))
 
-    @staticmethod
-    def _device_records(pending: list[tuple[dict[str, Any], int]], t: Any, start: int) -> list[tuple[dict[str, Any], int]]:
-        """Each pending OOM's oom_device record: among the next two events, before another OOM (the allocator
-        writes it right after its oom record)."""
-        out = []
-        for row, left in pending:
-            k = start
-            while left and k < len(t):
-                if t.kind[k] == OOM_DEVICE:
-                    row["device"] = {"addr": int(t.addr[k]), "size": int(t.size[k]), "stream": int(t.stream[k]),
-                                     "flags": int(t.flags[k]), "handle": int(t.stack[k])}
-                    left = 0
-                    break
-                if t.kind[k] == OOM:
-                    left = 0
-                    break
-                k += 1
-                left -= 1
-            if left:
-                out.append((row, left))
-        return out
+    def columns(self) -> dict[str, np.ndarray]:
+        """In the blocks' order for those from before the log: by address, then free index."""
+        cols = {k: (np.concatenate(v) if v else np.zeros(0, dtype=np.int64)) for k, v in self.parts.items()}
+        if cols["addr"].size:
+            o = np.lexsort((cols["free_i"], cols["addr"]))
+            cols = {k: v[o] for k, v in cols.items()}
+        return cols
 
 
-def _scatter(paired: Any, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+def _scatter(paired: Paired, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
     """A per-row value of the piece's allocs as a column over the piece's alloc and free rows."""
     out = np.full(paired.rel.size, -1, dtype=np.int64)
     out[np.searchsorted(paired.rel, rows)] = values
     return out
 
 
-def _devices(counts: dict[int, int], present: set[int]) -> list[int]:
-    """The log's devices: those with allocs, most first (ties: the lower id); else every device seen."""
-    if not counts:
-        return sorted(present)
-    return [d for d, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+# ---------------------------------------------------------------------------
+# Markers and OOMs
+# ---------------------------------------------------------------------------
+
+
+class Markers:
+    """The markers: the first `kept` as (index, label id, phase, time_ns), how many, and each label's first."""
+
+    def __init__(self, kept: int) -> None:
+        self.kept = kept
+        self.rows: list[tuple[int, int, int, int]] = []
+        self.first: dict[int, int] = {}  # label id -> its first marker's index
+        self.count = 0
+
+    def piece(self, t: Any, base: int) -> None:
+        for r in np.flatnonzero(t.kind == MARKER).tolist():
+            label = int(t.stack[r])
+            self.first.setdefault(label, base + r)
+            if len(self.rows) < self.kept:
+                self.rows.append((base + r, label, int(t.phase[r]), int(t.time_ns[r])))
+            self.count += 1
+
+    def fields(self) -> dict[str, Any]:
+        return {"markers": self.rows, "marker_count": self.count, "marker_first": self.first}
+
+
+class Ooms:
+    """The OOM records: the first `kept` as rows for the diagnosis, and how many. An OOM's policy is that of the
+    last alloc before it; `expandable`: whether an expandable segment was made before it; `device`: its oom_device
+    record, among the next two events before another OOM (the allocator writes it right after its oom record)."""
+
+    def __init__(self, kept: int) -> None:
+        self.kept = kept
+        self.rows: list[dict[str, Any]] = []
+        self.count = 0
+        self.pending: list[tuple[dict[str, Any], int]] = []  # (row, events left) waiting for an oom_device record
+        self.last_policy = -1  # of the last alloc read
+        self.expandable_seen = False
+
+    def piece(self, t: Any, base: int, c: np.ndarray, rw: np.ndarray) -> None:
+        """`c`, `rw`: cum and raw after each event."""
+        kind = t.kind
+        self.pending = _device_records(self.pending, t, 0)  # those of the piece before
+        allocs = np.flatnonzero(kind == ALLOC)
+        expandable_rows = np.flatnonzero((kind == SEGMENT_ALLOC) & ((t.flags & SEGMENT_EXPANDABLE) != 0))
+        for r in np.flatnonzero(kind == OOM).tolist():
+            self.count += 1
+            if len(self.rows) >= self.kept:
+                continue
+            before = int(np.searchsorted(allocs, r)) - 1
+            code = int(t.policy[allocs[before]]) if before >= 0 else self.last_policy
+            row = {"policy": POLICY_NAMES.get(code, "caching") if code >= 0 else "caching",
+                   "expandable": int(self.expandable_seen or bool(expandable_rows.size and expandable_rows[0] < r)),
+                   "index": base + r, "size": int(t.size[r]), "block_size": int(t.block_size[r]),
+                   "addr": int(t.addr[r]), "stream": int(t.stream[r]), "stack": int(t.stack[r]),
+                   "phase": int(t.phase[r]), "time_ns": int(t.time_ns[r]), "cum": int(c[r]), "raw": int(rw[r]),
+                   "device": None}
+            self.rows.append(row)
+            self.pending += _device_records([(row, 2)], t, r + 1)
+        if allocs.size:
+            self.last_policy = int(t.policy[allocs[-1]])
+        self.expandable_seen = self.expandable_seen or bool(expandable_rows.size)
+
+    def fields(self) -> dict[str, Any]:
+        return {"ooms": self.rows, "oom_count": self.count}
+
+
+def _device_records(pending: list[tuple[dict[str, Any], int]], t: Any, start: int) -> list[tuple[dict[str, Any], int]]:
+    """Each pending OOM's oom_device record, looked for from row `start` on: the rows still waiting."""
+    out = []
+    for row, left in pending:
+        k = start
+        while left and k < len(t):
+            if t.kind[k] == OOM_DEVICE:
+                row["device"] = {"addr": int(t.addr[k]), "size": int(t.size[k]), "stream": int(t.stream[k]),
+                                 "flags": int(t.flags[k]), "handle": int(t.stack[k])}
+                left = 0
+                break
+            if t.kind[k] == OOM:
+                left = 0
+                break
+            k += 1
+            left -= 1
+        if left:
+            out.append((row, left))
+    return out
