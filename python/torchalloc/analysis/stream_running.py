@@ -1,6 +1,6 @@
 """Running state for the first pass (stream_scan.py): what it carries from one piece of the log to the next.
 
-The pass's parts here (`Devices`, `Levels`, `PhaseLevels`, `Timeline`;
+The pass's parts here (`Devices`, `Levels`, `PhaseLevels`, `TimelineSamples`;
 stream_scan.py holds the others) each carry their own running values,
 take each piece with `piece(...)` and give their fields of the `Scan` at
 the end (`fields()`); the rest are their building blocks:
@@ -19,7 +19,7 @@ the end (`fields()`); the rest are their building blocks:
   occurrence;
 - `Backward`: backward detection's stack part (classify.py, rule 2), per
   thread;
-- `Timeline`: the timeline's samples (`Sampler`: per time bucket the
+- `TimelineSamples`: the timeline's samples (`Sampler`: per time bucket the
   highest and the last event, the span known in advance) and the --at
   times' indices.
 """
@@ -427,7 +427,7 @@ class Sampler:
         return rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3]
 
 
-class Timeline:
+class TimelineSamples:
     """The timeline's samples and the --at times' indices. With the span known in advance (`last_hint`: the time
     of the log's last event, a guess the end checks) a Sampler draws them; a log of at most max_points events keeps
     every event (`head`, the levels and time of its first max_points + 1 events)."""

@@ -20,7 +20,7 @@ in), `Blocks` (paired across pieces by stream_table.pair_piece, with their
 bits: backward found as classify.py's rule 2 says, what categorize.py's
 rules need of a block's future; `SameStack`, `Orphans`), `Markers` and
 `Ooms`; in stream_running.py `Devices`, `Levels`, `PhaseLevels`,
-`Backward` (the stack part of backward) and `Timeline`.
+`Backward` (the stack part of backward) and `TimelineSamples`.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from ..log.chunks import ChunkedLog
 from .frames import BACKWARD_FRAME, Frame, has_frame
 from .roles import phase_role
 from .stream_running import (INT_MAX, PHASE_IDS, Backward, Bits, Devices, Grow, GrowEnd, Levels, Occurrences,
-                             PhaseLevels, Rises, Timeline)
+                             PhaseLevels, Rises, TimelineSamples)
 from .stream_table import Carry, Paired, Piece, PieceTable, pair_piece, report_start_ns
 
 # Per block (by ordinal): what the first pass learns of it.
@@ -123,7 +123,7 @@ def scan(log: ChunkedLog, device: int | None, *, max_points: int = 1500, last_ns
     devices, phases, backward = Devices(device), Phases(log), Backward(log.stack_now)
     blocks, levels, per_phase = Blocks(log), Levels(), PhaseLevels()
     markers, ooms = Markers(MARKERS_KEPT), Ooms(OOMS_KEPT)
-    timeline = Timeline(max_points, last_ns, at_times)
+    timeline = TimelineSamples(max_points, last_ns, at_times)
     n = first_ns = last_read_ns = module_records = 0
     for _, records in log.chunks():
         t = PieceTable(devices.piece(records))
