@@ -389,6 +389,16 @@ typedef struct help_row {
   char key[32], values[160], default_value[32], help[200];
 } help_row;
 
+/* `src` into `dst` (`n` bytes); -1 when it does not fit (memcpy: the
+ * compiler cannot bound a %s into a field, and a cut field would hide a
+ * wrong description). */
+static int copy_field(char *dst, size_t n, const char *src) {
+  size_t len = strlen(src);
+  if (len >= n) return -1;
+  memcpy(dst, src, len + 1);
+  return 0;
+}
+
 /* Split the "key\tvalues\tdefault\thelp\n" lines into `rows`. Returns the
  * number of rows, or -1 (reported) when a line does not have four fields. */
 static int read_help(help_row *rows, int max) {
@@ -410,10 +420,15 @@ static int read_help(help_row *rows, int max) {
       g_failures++;
       return -1;
     }
-    snprintf(rows[n].key, sizeof rows[n].key, "%s", field[0]);
-    snprintf(rows[n].values, sizeof rows[n].values, "%s", field[1]);
-    snprintf(rows[n].default_value, sizeof rows[n].default_value, "%s", field[2]);
-    snprintf(rows[n].help, sizeof rows[n].help, "%s", field[3]);
+    if (copy_field(rows[n].key, sizeof rows[n].key, field[0]) || copy_field(rows[n].values, sizeof rows[n].values,
+                                                                            field[1]) ||
+        copy_field(rows[n].default_value, sizeof rows[n].default_value, field[2]) ||
+        copy_field(rows[n].help, sizeof rows[n].help, field[3])) {
+      fprintf(stderr, "  torchalloc_config_help line %d has a field longer than this test reads: \"%s\"\n", n + 1,
+              start);
+      g_failures++;
+      return -1;
+    }
     start = end + 1;
   }
   return n;
@@ -442,8 +457,8 @@ TEST(config_help_values_are_what_a_bad_value_is_told) {
   REQUIRE(n > 0);
   for (int i = 0; i < n; i++) {
     char conf[128], needle[256];
-    snprintf(conf, sizeof conf, "backend:sim,%s:", rows[i].key);
-    snprintf(needle, sizeof needle, "'%s' (expected %s)", rows[i].key, rows[i].values);
+    snprintf(conf, sizeof conf, "backend:sim,%.31s:", rows[i].key); /* the fields' sizes bound them */
+    snprintf(needle, sizeof needle, "'%.31s' (expected %.159s)", rows[i].key, rows[i].values);
     check_refused(conf, needle);
   }
 }
@@ -459,10 +474,11 @@ TEST(config_help_defaults_are_accepted_and_in_force) {
   for (int i = 0; i < n; i++) {
     if (strcmp(rows[i].default_value, "none") == 0) continue; /* log: no value means no log */
     char conf[160];
-    snprintf(conf, sizeof conf, "%s:%s,backend:sim,warn:0,oom_report:off", rows[i].key, rows[i].default_value);
+    snprintf(conf, sizeof conf, "%.31s:%.31s,backend:sim,warn:0,oom_report:off", rows[i].key,
+             rows[i].default_value);
     torchalloc_teardown();
     check_accepted(conf);
-    used += (size_t)snprintf(all + used, sizeof all - used, "%s:%s,", rows[i].key, rows[i].default_value);
+    used += (size_t)snprintf(all + used, sizeof all - used, "%.31s:%.31s,", rows[i].key, rows[i].default_value);
   }
   REQUIRE(used < sizeof all);
   snprintf(all + used, sizeof all - used, "backend:sim,warn:0,oom_report:off");
