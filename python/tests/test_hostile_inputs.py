@@ -245,3 +245,20 @@ def test_info_escapes_a_bad_conf(library_path: Path) -> None:
     assert "\x1b" not in done.stdout + done.stderr
     assert "bad value '\\x1b[31mred\\x0aforged: line' for key 'policy'" in done.stderr
     assert not any(line.startswith("forged") for line in done.stderr.splitlines())
+
+
+def test_an_event_timed_before_the_first_is_sampled_in_the_first_bucket() -> None:
+    """A damaged log whose clock went back: the timeline's sampler put such an event in a negative bucket and the
+    report failed (IndexError; fuzz_log_decode found it once every log was read in pieces)."""
+    import numpy as np
+
+    from torchalloc.analysis.stream_running import Sampler
+
+    s = Sampler(first_ns=10**10, last_ns=10**10 + 40_000, base_ns=10**10, max_points=10)
+    times = 10**10 + 1000 * np.arange(40, dtype=np.int64)
+    times[20] = 10**10 - 2 * 10**9  # two seconds before the first event
+    cum = np.arange(40, dtype=np.int64) * MiB
+    s.piece(0, times, cum, cum)
+    index, levels, _, _ = s.finish([(39, int(cum[-1]), int(cum[-1]), int(times[-1]))])
+    assert 20 in index.tolist()  # the highest of the first bucket
+    assert levels.max() == 39 * MiB and index[-1] == 39

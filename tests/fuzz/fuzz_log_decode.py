@@ -213,22 +213,25 @@ def exercise(source, tools: bool = False) -> str:
 
 
 def use_tools(source) -> str:
-    """The log (a path or its bytes) through report, export and replay's trace, as the CLI runs them: read in
-    pieces, of a few records, so that blocks and phases cross them."""
+    """The log (its bytes, or the path of a compressed one) through report, export and replay's trace, as the
+    CLI runs them: read in pieces, so that blocks and phases cross them. A mutated log's own bytes are small:
+    pieces of 7 records; a compressed one may inflate to many megabytes of zeros: pieces of 4096 (7 would cost
+    seconds per input in piece overhead alone; the tools' own pieces are 262144)."""
     from torchalloc.analysis import analyze
     from torchalloc.report.export import to_snapshot
     from torchalloc.report.text import render_text
     from torchalloc.log.trace_stream import load_log
 
+    piece = 7 if isinstance(source, (bytes, bytearray)) else 4096
     try:
-        a = analyze(source, chunk_records=7)
+        a = analyze(source, chunk_records=piece)
         a.to_dict()
         render_text(a, at=("peak", "end"))
-        to_snapshot(source, 0, chunk_records=7)
+        to_snapshot(source, 0, chunk_records=piece)
     except LogFormatError:
         return "tools refused"
     try:
-        load_log(source, chunk_records=7)
+        load_log(source, chunk_records=piece)
     except (TraceError, LogFormatError):
         return "tools ran, replay refused"
     return "tools ran"

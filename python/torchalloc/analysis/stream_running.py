@@ -399,7 +399,8 @@ class Sampler:
     def piece(self, base: int, time_ns: np.ndarray, cum: np.ndarray, raw: np.ndarray) -> None:
         n = len(time_ns)
         time_s = (time_ns - self.base) / 1e9
-        b = np.minimum(((time_s - self.t0) / self.span * self.buckets).astype(np.int64), self.buckets - 1)
+        # an event timed before the first one (a clock that went back, a damaged log) counts in the first bucket
+        b = np.clip(((time_s - self.t0) / self.span * self.buckets).astype(np.int64), 0, self.buckets - 1)
         order = np.lexsort((cum, b))
         last_of_bucket = np.flatnonzero(np.concatenate((b[order][1:] != b[order][:-1], [True])))
         top = order[last_of_bucket]
