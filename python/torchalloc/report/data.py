@@ -38,7 +38,7 @@ blocks than were live.
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import numpy as np
 
@@ -177,8 +177,8 @@ def _module_blocks(a: Analysis, shown: int) -> tuple[list[tuple[int, list[int]]]
     """rows_blocks for the first `shown` rows of a.modules(), from the blocks followed from the peak
     (stream_modules.py), and their details."""
     m, _ = a.modules()
-    follower = a.followers.get("modules")
-    if not m.rows or not isinstance(follower, ModulesFollower):
+    follower = cast("ModulesFollower | None", a.followers.get("modules"))  # the modules section's part, if any
+    if not m.rows or follower is None:
         return [], {}
     k, module, _, size = follower.peak_blocks()
     per_module = rows_blocks(m.rows[:shown], m.name, np.array(sorted(follower.seen), dtype=np.int64),
