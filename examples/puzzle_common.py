@@ -67,35 +67,26 @@ def finish(log: str) -> Any:
     return analyze(log)
 
 
-def blocks_at(a: Any, file: str, line: int) -> list[int]:
-    """Indices of the blocks allocated at file:line (the user's frame)."""
-    base = os.path.basename(file)
-    out = []
-    for b in range(len(a.blocks)):
-        frame = a.sites[a.classified.site[b]].frame
-        if frame is not None and os.path.basename(frame.filename) == base and frame.line == line:
-            out.append(b)
-    return out
-
-
 def reasons_at(a: Any, file: str, line: int) -> dict[str, int]:
-    """{reason: block bytes} for the blocks allocated at file:line."""
-    from torchalloc.analysis import REASONS
-
+    """{reason: block bytes} for the blocks allocated at file:line (the report's lifetime rows of that line)."""
     out: dict[str, int] = {}
-    for b in blocks_at(a, file, line):
-        key = str(REASONS[a.classified.reason[b]])
-        out[key] = out.get(key, 0) + int(a.blocks.block_size[b])
+    for r in rows_at(a, file, line):
+        out[r.reason] = out.get(r.reason, 0) + r.bytes
     return out
+
+
+def rows_at(a: Any, file: str, line: int) -> list[Any]:
+    """The report's lifetime rows (every one, not only the top) whose allocation site is file:line."""
+    base = os.path.basename(file)
+    return [r for r in a.lifetimes() if r.site.startswith(f"{base}:{line} ")]
 
 
 def explain_line(a: Any, file: str, line: int, what: str) -> list[dict[str, Any]]:
     """Print the report's lifetime rows for file:line; return them as dicts."""
     from torchalloc.units import fmt_bytes
 
-    base = os.path.basename(file)
-    rows = [r for r in a.lifetimes() if r.site.startswith(f"{base}:{line} ")]
-    print(f"\n{what}  [{base}:{line}]")
+    rows = rows_at(a, file, line)
+    print(f"\n{what}  [{os.path.basename(file)}:{line}]")
     for r in rows:
         print(f"  {r.count} blocks, {fmt_bytes(r.bytes)}: {r.explanation}")
     if not rows:
