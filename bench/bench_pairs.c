@@ -118,6 +118,20 @@ static double bench(const char *policy, int threads, int devices) {
   return worst;
 }
 
+static const char usage[] =
+    "usage: bench_pairs [PAIRS] [EXTRA_CONF]     e.g. bench_pairs 4000000 log:/tmp/bench.talog\n"
+    "       bench_pairs --one POLICY mixed|repeat THREADS DEVICES [PAIRS] [EXTRA_CONF]\n"
+    "PAIRS: malloc+free pairs per thread, a positive whole number\n";
+
+/* PAIRS from the command line: a positive whole number (atol read "--help" as 0 pairs and printed "inf ns"). */
+static int set_pairs(const char *text) {
+  char *end = NULL;
+  pairs_per_thread = strtol(text, &end, 10);
+  if (end != text && *end == '\0' && pairs_per_thread > 0) return 0;
+  fprintf(stderr, "bench_pairs: PAIRS %s: give a positive whole number\n%s", text, usage);
+  return 2;
+}
+
 static int run_one(int argc, char **argv) {
   if (argc < 6) {
     fprintf(stderr, "usage: bench_pairs --one POLICY mixed|repeat THREADS DEVICES [PAIRS] [EXTRA_CONF]\n");
@@ -129,7 +143,7 @@ static int run_one(int argc, char **argv) {
     fprintf(stderr, "bench_pairs: THREADS is 1-%d, DEVICES 1 or 2\n", MAX_THREADS);
     return 2;
   }
-  if (argc > 6) pairs_per_thread = atol(argv[6]);
+  if (argc > 6 && set_pairs(argv[6])) return 2;
   if (argc > 7) extra_conf = argv[7];
   printf("%.1f\n", bench(argv[2], threads, devices));
   return 0;
@@ -137,8 +151,12 @@ static int run_one(int argc, char **argv) {
 
 int main(int argc, char **argv) {
   make_sizes();
+  if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+    fputs(usage, stdout);
+    return 0;
+  }
   if (argc > 1 && strcmp(argv[1], "--one") == 0) return run_one(argc, argv);
-  if (argc > 1) pairs_per_thread = atol(argv[1]);
+  if (argc > 1 && set_pairs(argv[1])) return 2;
   if (argc > 2) extra_conf = argv[2];
   const char *policies[] = {"caching", "phase_arena"};
   printf("%-20s %10s %21s %21s %22s   (ns per malloc+free pair, per thread)\n", "policy / pattern", "1 thread",

@@ -13,6 +13,7 @@ import lzma
 import math
 import os
 import sys
+import tempfile
 import zlib
 from typing import NoReturn, Sequence
 
@@ -89,6 +90,11 @@ def output_problem(path: str) -> str | None:
         return f"{path}: directory {parent} does not exist"
     if not os.access(parent, os.W_OK):
         return f"{path}: cannot write in {parent} (permission denied)"
+    try:  # access() says yes where creating says no (/proc, a read-only mount): ask by creating, before the work
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=".torchalloc-probe-"):
+            pass
+    except OSError as e:
+        return f"{path}: cannot create a file in {parent} ({e.strerror or e})"
     return None
 
 

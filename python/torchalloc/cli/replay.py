@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -21,7 +22,7 @@ from ..replay.engine import (
     run,
 )
 from ..printable import printable
-from ..units import parse_bytes
+from ..units import fmt_bytes, parse_bytes
 from .args import expand_logs, fail, output_problem, with_negative_values
 
 
@@ -65,6 +66,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         capacity = parse_bytes(args.capacity)
     except ValueError as e:
         fail(prog, f"--capacity: {e}; 0 means unlimited")
+    decimal = re.fullmatch(r"\s*[\d.]+\s*([kmgt]b)\s*", args.capacity, re.IGNORECASE)
+    if decimal:  # as TORCHALLOC_CONF reads it, but 40GB meant as 40GiB is 7% short: said, not guessed
+        binary = decimal.group(1)[0].upper() + "iB"
+        print(printable(f"{prog}: note: --capacity {args.capacity.strip()} is decimal: {capacity:,} bytes "
+                        f"({fmt_bytes(capacity, 2)}); write {args.capacity.strip()[:-2].strip()}{binary} for "
+                        f"{parse_bytes(args.capacity.strip()[:-2] + binary):,}"), file=sys.stderr)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     if not policies:
         fail(prog, "--policies is empty")

@@ -332,8 +332,15 @@ def _xor_folded(rows: np.ndarray) -> np.ndarray:
     return (x & np.uint64(0xFF)).astype(np.uint8)
 
 
+def empty_file(path: object) -> str:
+    """What every tool says of a file with no bytes (its content, when compressed), whichever reads it."""
+    return f"{path}: empty file (0 bytes): neither a torchalloc log nor a PyTorch snapshot"
+
+
 def _parse_header(path: str, data: np.ndarray) -> LogHeader:
     head = data[:HEADER_SIZE].tobytes()
+    if not head:
+        raise LogFormatError(empty_file(path))
     if len(head) < len(MAGIC) or head[: len(MAGIC)] != MAGIC:
         raise LogFormatError(
             f"{path}: not a torchalloc log (it starts with {head[:8]!r}; a torchalloc log starts with {MAGIC!r})"

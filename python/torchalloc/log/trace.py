@@ -42,6 +42,7 @@ from .trace_events import (  # noqa: F401  (the trace's vocabulary, imported fro
     live_peaks,
 )
 from .trace_snapshot import from_snapshot, load_snapshot, looks_like_pickle, safe_unpickle  # noqa: F401
+from .reader import empty_file
 
 __all__ = [
     "ALLOC", "FREE", "PHASE_BEGIN", "PHASE_END", "EVENT_DTYPE", "MAX_PHASES", "MAX_REQUEST",
@@ -56,7 +57,7 @@ def load_trace(path: str | os.PathLike[str], *, device: int | None = None, prelu
     p = Path(path)
     head = _read(p, 8)
     if not head:
-        raise TraceError(f"{p}: empty file")
+        raise TraceError(empty_file(p))
     compressed = is_compressed(head)
     if compressed:  # never inflated whole (issue 36: a small file can inflate to gigabytes)
         try:
@@ -103,7 +104,7 @@ def read_bytes(path: str | os.PathLike[str]) -> bytes:
     p = Path(path)
     raw = _read(p)
     if not raw:
-        raise TraceError(f"{p}: empty file")
+        raise TraceError(empty_file(p))
     try:
         return decompress(raw)
     except CompressedError as e:
