@@ -46,7 +46,7 @@ def write_screenshot(out: Path) -> None:
         page = Path(tmp) / "report.html"
         write_html(demo_log().analyze(), page)
         headless.screenshot(binary, headless.page_url(page, SCREENSHOT_STEPS), out, Path(tmp) / "profile",
-                            size=(1200, 1120))
+                            size=(1200, 1700))  # the summary, the timeline, the panels
 
 
 if __name__ == "__main__":

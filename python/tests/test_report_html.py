@@ -96,9 +96,10 @@ def test_timeline_draws_in_headless_chromium(tmp_path: Path, script: bool) -> No
     html = render_html(training_log().analyze())
     page.write_text(html if script else headless.without_script(html), encoding="utf-8")
     shot = tmp_path / "shot.png"
-    headless.screenshot(browser, headless.page_url(page), shot, tmp_path / "profile")
+    # tall enough for the summary above the timeline
+    headless.screenshot(browser, headless.page_url(page), shot, tmp_path / "profile", size=(1200, 1400))
     width, height, rows = decode_png(shot.read_bytes())
-    assert (width, height) == (1200, 900)
+    assert (width, height) == (1200, 1400)
 
     # Find the plot: the SVG's light background box (#fbfbfd) begins at the first row that has a long run of it.
     bg = _hex("#fbfbfd")

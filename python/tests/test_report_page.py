@@ -32,7 +32,7 @@ from synthlog import USER, MiB, SynthLog  # noqa: E402
 
 from torchalloc import analysis as A  # noqa: E402
 from torchalloc.report.data import PER_MOMENT  # noqa: E402
-from torchalloc.report.html import render_html  # noqa: E402
+from torchalloc.report.html import marker_groups, render_html  # noqa: E402
 from torchalloc.report.svg import LEFT, RIGHT, W  # noqa: E402
 
 @pytest.fixture(scope="module")
@@ -314,6 +314,14 @@ def chromium() -> str:
     return binary
 
 
+def plot_span(tl: Any) -> tuple[float, float]:
+    """The times at the plot's left and right edges in the whole-run view: 1 % of the logged activity before its
+    first event (not the log's opening), and the log's end."""
+    x1 = max(tl.duration_s, float(tl.t_s[-1]))
+    first = min([float(tl.t_s[0])] + [m[0] for m in tl.markers[:1]] + [s[1] for s in tl.phase_spans[:1]])
+    return max(0.0, first - 0.01 * (x1 - first)), x1
+
+
 def run_steps(chromium: str, a: Any, steps: str, tmp: Path) -> headless.Node:
     page = tmp / "report.html"
     page.write_text(render_html(a), encoding="utf-8")
@@ -396,10 +404,11 @@ def test_zoom_pan_click_and_hover_on_the_timeline(chromium: str, demo: Any, demo
     steps = "zoom-in,wheel-in:0.25,drag:0.2,click-at:0.5,hover-at:0.5"
     dom = run_steps(chromium, a, steps, tmp_path)
     trace = json.loads(dom.one("body").attrs["data-test-trace"])
-    xmax = max(tl.duration_s, float(tl.t_s[-1]))
+    x0, x1 = plot_span(tl)
     span = [s["v1"] - s["v0"] for s in trace]
     zoom, wheel, drag, click, hover = trace
-    assert span[0] == pytest.approx(xmax / 2, rel=1e-6) and zoom["v0"] == pytest.approx(xmax / 4, rel=1e-6)
+    assert span[0] == pytest.approx((x1 - x0) / 2, rel=1e-6)
+    assert zoom["v0"] == pytest.approx(x0 + (x1 - x0) / 4, rel=1e-6)
     assert span[1] == pytest.approx(span[0] * 0.8, rel=1e-6)
     pointer = zoom["v0"] + 0.25 * span[0]  # the wheel zooms about the time under the pointer: it stays there
     assert wheel["v0"] + 0.25 * span[1] == pytest.approx(pointer, rel=1e-3)
@@ -441,8 +450,8 @@ def test_every_click_lists_exactly_the_blocks_live_then(chromium: str, demo: Any
     made by it is there). A step of no width (the log's end record, at its last event's time) has no middle."""
     a, o = demo, demo_oracle
     tl = a.timeline
-    xmax = max(tl.duration_s, float(tl.t_s[-1]))
-    middles = (tl.t_s[:-1] + tl.t_s[1:]) / 2 / xmax
+    x0, x1 = plot_span(tl)
+    middles = ((tl.t_s[:-1] + tl.t_s[1:]) / 2 - x0) / (x1 - x0)
     dom = run_steps(chromium, a, ",".join(f"click-at:{f:.6f}" for f in middles), tmp_path)
     trace = json.loads(dom.one("body").attrs["data-test-trace"])
     assert len(trace) == len(tl.index) - 1
@@ -465,7 +474,7 @@ def test_whole_run_view_matches_the_static_timeline(chromium: str, demo: Any, tm
     assert [p.attrs["data-phase"] for p in svg.all("path", "phase-area")] == list(demo.timeline.by_phase)
     assert len(svg.all("g", "marker")) == len(demo.timeline.markers)
     assert len(svg.all("g", "peak-marker")) == 1 and len(svg.all("g", "oom-marker")) == 1
-    assert float(svg.attrs["data-view"].split()[0]) == 0.0
+    assert tuple(map(float, svg.attrs["data-view"].split())) == pytest.approx(plot_span(demo.timeline))
 
 
 def test_without_javascript_the_static_page_stands(chromium: str, demo: Any, tmp_path: Path) -> None:
@@ -479,7 +488,8 @@ def test_without_javascript_the_static_page_stands(chromium: str, demo: Any, tmp
     assert len(svg.all("path", "phase-area")) == 4 and len(svg.all("g", "peak-marker")) == 1
     assert "interactive" not in svg.classes()
     assert len(dom.all("table", "lifetimes")) == 1
-    assert len(dom.all("table", "anatomy")) == 1 + len(demo.timeline.markers)  # the peak's, each marker's
+    # the peak's, and one per group of markers with the same table (folded, but there without the script)
+    assert len(dom.all("table", "anatomy")) == 1 + len(marker_groups(demo)) == 1 + len(dom.all("details"))
 
 
 def test_bundled_log_peak_says_what_the_page_left_out(chromium: str, way: str, tmp_path: Path) -> None:

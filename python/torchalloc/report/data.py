@@ -46,7 +46,9 @@ from ..analysis import CATEGORIES, REASONS, Analysis, is_library_frame
 from ..analysis.modules import WHAT as MODULE_WHAT
 from ..analysis.modules import what_codes
 from ..analysis.stream_modules import ModulesFollower
-from .svg import BOTTOM, H, LEFT, MAX_MARKERS, MAX_SPANS, RIGHT, STRIP, TOP, W, phase_colors, plot_extent
+from .labels import GAP
+from .svg import (BOTTOM, CACHE_FILL, FRAG_FILL, H, LABEL_ROWS, LEFT, MAX_MARKERS, MAX_SPANS, RIGHT, ROW_H, STRIP, TOP,
+                  W, phase_colors, plot_extent, plot_top)
 
 __all__ = ["page_data", "embed_json", "PER_MOMENT", "PER_MODULE", "TOTAL_BLOCKS"]
 
@@ -253,12 +255,15 @@ def page_data(a: Analysis, *, lifetimes_shown: int = 60, modules_shown: int = 60
 def page_frame(path: str, a: Any, tl: Any) -> dict[str, Any]:
     """The page's fields that do not depend on which blocks it shows: the log, the plot's frame and scales,
     the phases' colours and the names of reasons, categories and what a module holds."""
-    x_max, y_max = plot_extent(tl)
+    x_min, x_max, y_max = plot_extent(tl)
     colors = phase_colors(list(tl.by_phase))
+    top = plot_top(bool(tl.markers))
     return {
         "log": path, "device": a.device, "has_stacks": a.has_stacks,
-        "layout": {"w": W, "h": H, "left": LEFT, "right": RIGHT, "top": TOP, "bottom": BOTTOM, "strip": STRIP},
-        "xmax": x_max, "ymax": y_max,
+        "layout": {"w": W, "h": H + top - TOP, "left": LEFT, "right": RIGHT, "top": top, "bottom": BOTTOM,
+                   "strip": STRIP, "label_rows": LABEL_ROWS, "row_h": ROW_H, "label_gap": GAP,
+                   "frag_fill": FRAG_FILL, "cache_fill": CACHE_FILL},
+        "xmin": x_min, "xmax": x_max, "ymax": y_max,
         "colors": [colors[n] for n in tl.by_phase],
         "module_what": list(MODULE_WHAT),
         "reasons": [str(r) for r in REASONS], "categories": [str(x) for x in CATEGORIES],

@@ -13,8 +13,13 @@ artifact. Its parts:
   or a site's stacks and reason, buttons for the peak and each OOM. Its
   controls and panels carry `needs-script` and stay hidden without it.
 
-The page ends with its help (page_help.py, from the packaged page_help.md);
-docs/REPORT.md shows the page.
+It leads with the answer (summary_html.py: the peak, the reserve split,
+what is live at the peak, a line per marker, the change that would save the
+most, the OOM's verdict), then the timeline, the peak's anatomy and the
+sections the summary links to (out of memory, reserved memory, the
+policies); each marker's anatomy follows folded (<details>), markers with the
+same table sharing one. The page ends with its help (page_help.py, from the
+packaged page_help.md); docs/REPORT.md shows the page.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from ..analysis.sections import SECTIONS
 from ..analysis.views import CheckedList, SectionView
 from .data import embed_json, page_data
 from .page_help import help_html
+from .summary_html import summary_html
 from .svg import PALETTE, phase_colors, render_svg
 from ..units import fmt_bytes, fmt_time
 
@@ -120,9 +126,25 @@ def _drawing_note(data: dict[str, Any]) -> str:
     return f'<p class="note">The timeline draws {" and ".join(cuts)}.</p>' if cuts else ""
 
 
-def _section_html(title: str, intro: str, view: SectionView) -> str:
+def _notes_html(notes: Sequence[str]) -> str:
+    """A row's notes: an indented line belongs to the line above it (a segment's blocks under the segment), so
+    indented lines become a list nested under theirs; notes without indentation stay lines."""
+    if not any(n[:1].isspace() for n in notes):
+        return "<br>".join(_e(n) for n in notes)
+    items: list[tuple[str, list[str]]] = []
+    for n in notes:
+        if n[:1].isspace() and items:
+            items[-1][1].append(n.strip())
+        else:
+            items.append((n.strip(), []))
+    return '<ul class="tree">' + "".join(
+        f"<li>{_e(head)}" + (f'<ul>{"".join(f"<li>{_e(c)}</li>" for c in children)}</ul>' if children else "")
+        + "</li>" for head, children in items) + "</ul>"
+
+
+def _section_html(key: str, title: str, intro: str, view: SectionView) -> str:
     """One section of SECTIONS: its title, its table (each row's notes in a row under it), its sentences."""
-    parts = [f"<h2>{_e(title)}</h2>"]
+    parts = [f'<h2 id="{_e(key)}">{_e(title)}</h2>']
     if intro:
         parts.append(f"<p class=small>{_e(intro)}</p>")
     table = view.table
@@ -138,13 +160,48 @@ def _section_html(title: str, intro: str, view: SectionView) -> str:
             rows.append(f"<tr>{cells}</tr>")
             notes = table.row_notes[k] if k < len(table.row_notes) else []
             if notes:
-                rows.append(f"<tr class=why><td colspan={len(table.headers)}>{'<br>'.join(_e(n) for n in notes)}</td></tr>")
+                rows.append(f"<tr class=why><td colspan={len(table.headers)}>{_notes_html(notes)}</td></tr>")
         parts.append(f'<table class="{table.css}"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>')
         if table.more:
             parts.append(f"<p class=small>{_e(table.more)}</p>")
     parts += [f'<p class="sentence">{_e(s)}</p>' for s in view.sentences]
     parts += [_checked_html(checked) for checked in view.lists]
     return "".join(parts)
+
+
+def _same_table(an: Anatomy) -> tuple[Any, ...]:
+    """What an anatomy's table shows: two markers with the same are listed once."""
+    return (an.allocated, an.reserved, tuple((r.bytes, r.count, r.phase, r.category, r.reason, r.site)
+                                            for r in an.rows))
+
+
+def marker_groups(a: Analysis) -> list[list[tuple[str, Anatomy]]]:
+    """The markers' anatomies (each label's first marker, as the text report lists them), those with the same
+    table in one group, in the order of each group's first marker."""
+    groups: dict[tuple[Any, ...], list[tuple[str, Anatomy]]] = {}
+    for label in a.marker_labels():
+        an = a.anatomy(label)
+        groups.setdefault(_same_table(an), []).append((label, an))
+    return list(groups.values())
+
+
+def _markers_html(groups: Sequence[Sequence[tuple[str, Anatomy]]], top: int) -> str:
+    """Each group's anatomy, folded: its summary line names every marker it stands for."""
+    parts = ['<h2 id="markers">At each marker</h2><p class=small>The blocks live at each marker, grouped as in the '
+             "peak anatomy; click a line to open its table. Markers with the same table share one.</p>"]
+    for group in groups:
+        an = group[0][1]
+        names = ", ".join(f"<b>{_e(label)}</b> ({_e(fmt_time(m.t_s))})" for label, m in group)
+        parts.append(f'<details class="marker-anatomy" data-markers="{_e(chr(10).join(label for label, _ in group))}">'
+                     f"<summary>At marker{'s' if len(group) > 1 else ''} {names}: {_e(fmt_bytes(an.allocated))} "
+                     f"allocated, {_e(fmt_bytes(an.reserved))} reserved</summary>"
+                     f'{_anatomy_html(an, "anatomy marker-anatomy", top)}</details>')
+    return "".join(parts)
+
+
+# The sections the summary links to, put right after the peak's anatomy (in this order); the others follow the
+# markers' anatomies in the order of SECTIONS.
+FIRST_SECTIONS = ("ooms", "reserve", "reserve_replays")
 
 
 def render_html(a: Analysis, *, at: Sequence[str | float] = (), top: int = 30) -> str:
@@ -156,11 +213,15 @@ def render_html(a: Analysis, *, at: Sequence[str | float] = (), top: int = 30) -
             f"<b>{_e(fmt_bytes(tl.peak_allocated))}</b> at {fmt_time(tl.peak_t)}, peak reserved "
             f"<b>{_e(fmt_bytes(tl.peak_reserved))}</b> at {fmt_time(tl.peak_reserved_t)}.</p>"]
     body += [f'<p class="note">{_e(n)}</p>' for n in a.notes]
-    body.append("<h2>Timeline</h2>")
-    body.append("<p class=small>Allocated bytes stacked by the phase that allocated them; the dashed line is "
-                "reserved, and the yellow band above allocated is fragmentation (free bytes in segments that hold "
-                "live blocks). Markers are the labels passed to torchalloc.mark(). "
-                '<a href="#help">Help</a> (at the end of the page) says how to use it.</p>')
+    peak = a.anatomy("peak") if len(t) else None
+    groups = marker_groups(a)
+    if peak is not None:
+        body.append(summary_html(a, peak, groups))
+    body.append('<h2>Timeline</h2>')
+    body.append("<p class=small>Allocated bytes stacked by the phase that allocated them; above them, the yellow band "
+                "is fragmentation (free bytes in segments that hold live blocks) and the blue band the cache (segments "
+                "with no live block), up to the dashed line, reserved. Markers are the labels passed to "
+                'torchalloc.mark(). <a href="#help">Help</a> (at the end of the page) says how to use it.</p>')
     data = page_data(a, lifetimes_shown=top * 2, modules_shown=top * 2)
     body.append(_controls_html(data))
     body.append(f'<div class="plot">{render_svg(a)}<div id="tooltip" class="tooltip" role="status" hidden></div></div>')
@@ -168,22 +229,26 @@ def render_html(a: Analysis, *, at: Sequence[str | float] = (), top: int = 30) -
     body.append(_panels_html(data))
     body.append(f'<script type="application/json" id="report-data">{embed_json(data)}</script>')
 
-    if len(t):
-        body.append("<h2>Peak anatomy</h2>")
-        body.append(_anatomy_html(a.anatomy("peak"), "anatomy", top))
-    for label in [m[1] for m in tl.markers][:20]:
-        body.append(f"<h2>At marker {_e(label)}</h2>")
-        body.append(_anatomy_html(a.anatomy(label), "anatomy marker-anatomy", top))
+    if peak is not None:
+        body.append('<h2 id="peak-anatomy">Peak anatomy</h2>')
+        body.append(_anatomy_html(peak, "anatomy", top))
+    first = sorted((s for s in SECTIONS if s.key in FIRST_SECTIONS), key=lambda s: FIRST_SECTIONS.index(s.key))
+    for section in first:
+        view = section.view(a, top * 2)
+        if view is not None:
+            body.append(_section_html(section.key, section.title, section.intro, view))
+    if groups:
+        body.append(_markers_html(groups, top))
+    labels = {label for group in groups for label, _ in group}
     for x in at:
-        if isinstance(x, str) and x in [m[1] for m in tl.markers][:20]:
+        if isinstance(x, str) and x in labels:
             continue
         body.append(f"<h2>At {_e(x)}</h2>")
         body.append(_anatomy_html(a.anatomy(x), "anatomy", top))
-
-    for section in SECTIONS:
+    for section in (s for s in SECTIONS if s.key not in FIRST_SECTIONS):
         view = section.view(a, top * 2)
         if view is not None:
-            body.append(_section_html(section.title, section.intro, view))
+            body.append(_section_html(section.key, section.title, section.intro, view))
     body.append(help_html())
 
     return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"

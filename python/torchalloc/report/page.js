@@ -24,9 +24,10 @@
   if (!TL.t.length) return;
   var NS = svg.namespaceURI;
   var PW = L.w - L.left - L.right, PH = L.h - L.top - L.bottom;
-  var MIN_SPAN = D.xmax / 1e6; // the deepest zoom: a millionth of the run
+  var RUN = D.xmax - D.xmin; // the plot spans the logged activity, not the time before the first event
+  var MIN_SPAN = RUN / 1e6; // the deepest zoom: a millionth of the run
   var PAGE = 25; // rows of a moment's listing shown at a time
-  var view = { v0: 0, v1: D.xmax };
+  var view = { v0: D.xmin, v1: D.xmax };
   var selected = null; // the selected moment: {i, t, allocated, reserved, live, label, oom}
   var testing = false; // set by the test hook: no scrolling (the screenshot shows the page's top)
 
@@ -112,6 +113,74 @@
     return pts;
   }
   function pathOf(pts) { return pts.map(function (p) { return f2(p[0]) + ',' + f2(Y(p[1])); }).join(' L'); }
+  // The closed path between two step curves over samples j0..j1.
+  function bandPath(lowerAt, upperAt, j0, j1) {
+    return 'M' + pathOf(stepPoints(upperAt, j0, j1)) + ' L' + pathOf(stepPoints(lowerAt, j0, j1).reverse()) + ' Z';
+  }
+
+  // ---- marker labels: rows above the plot, none overlapping (report/labels.py does the same) ----
+  function fits(widths) {
+    var sum = 0;
+    widths.forEach(function (w) { sum += w; });
+    return sum + L.label_gap * Math.max(widths.length - 1, 0) <= PW;
+  }
+  // One row's left edges: each centred on its marker, pushed right past the one before, pulled back inside.
+  function pack(xs, widths) {
+    var lo = L.left, hi = L.left + PW, lefts = xs.map(function (x, k) {
+      return Math.min(Math.max(x - widths[k] / 2, lo), hi - widths[k]);
+    });
+    for (var k = 1; k < lefts.length; k++) lefts[k] = Math.max(lefts[k], lefts[k - 1] + widths[k - 1] + L.label_gap);
+    for (k = lefts.length - 1; k >= 0; k--) {
+      var end = k === lefts.length - 1 ? hi : lefts[k + 1] - L.label_gap;
+      lefts[k] = Math.min(lefts[k], end - widths[k]);
+    }
+    return lefts;
+  }
+  // Each label's {row, left}, or null where not even L.label_rows rows hold every label: then every second
+  // (third, ...) marker keeps its label. The fewest labels left out, then the fewest rows.
+  function placeLabels(xs, widths) {
+    var n = xs.length;
+    for (var stride = 1; stride <= n; stride++) {
+      var shown = [];
+      for (var k = 0; k < n; k += stride) shown.push(k);
+      for (var used = 1; used <= L.label_rows; used++) {
+        var members = [];
+        for (var r = 0; r < used; r++) members.push(shown.filter(function (_, m) { return m % used === r; }));
+        var ok = members.every(function (m) { return fits(m.map(function (j) { return widths[j]; })); });
+        if (!ok) continue;
+        var out = xs.map(function () { return null; });
+        members.forEach(function (m, row) {
+          var lefts = pack(m.map(function (j) { return xs[j]; }), m.map(function (j) { return widths[j]; }));
+          m.forEach(function (j, q) { out[j] = { row: row, left: lefts[q] }; });
+        });
+        return out;
+      }
+    }
+    return xs.map(function () { return null; });
+  }
+  function drawMarkers(plot) {
+    var shown = D.markers.filter(function (m) { return m.t >= view.v0 && m.t <= view.v1; });
+    var labels = shown.map(function (m) { // measured as drawn, then placed
+      var t = svgNode('text', { x: 0, y: 0, 'class': 'marker-label' }, m.label);
+      svg.appendChild(t);
+      return t;
+    });
+    var widths = labels.map(function (t) { return t.getComputedTextLength(); });
+    labels.forEach(function (t) { svg.removeChild(t); });
+    var xs = shown.map(function (m) { return X(m.t); }), places = placeLabels(xs, widths);
+    shown.forEach(function (m, k) {
+      var x = xs[k], g = svgNode('g', { 'class': 'marker', 'data-label': m.label }), p = places[k];
+      g.appendChild(svgNode('line', { x1: f2(x), x2: f2(x), y1: L.top, y2: L.top + PH, stroke: '#6b4fa0', 'stroke-width': 1,
+        'stroke-dasharray': '2 2' }));
+      if (p) {
+        var base = L.top - 14 - (L.label_rows - 1 - p.row) * L.row_h; // row 0 at the top, as svg.py
+        g.appendChild(svgNode('line', { 'class': 'marker-leader', x1: f2(p.left + widths[k] / 2), y1: base + 3, x2: f2(x),
+          y2: L.top, stroke: '#6b4fa0', 'stroke-width': 0.7, 'stroke-opacity': 0.6 }));
+        g.appendChild(svgNode('text', { x: f2(p.left), y: base, 'class': 'marker-label', 'data-row': p.row }, m.label));
+      }
+      plot.appendChild(titled(g, 'marker ' + m.label + ' at ' + fmtTime(m.t) + ' (' + m.phase + ')'));
+    });
+  }
 
   function render() {
     clear(svg);
@@ -150,14 +219,23 @@
       }
       lower = upper;
     });
-    if (TL.fragmented && TL.fragmented.length === TL.t.length && Math.max.apply(null, TL.fragmented) > 0) {
-      // free bytes in segments that hold live blocks, on top of allocated; cache is the rest up to reserved
+    if (TL.fragmented && TL.fragmented.length === TL.t.length) {
+      // free bytes in segments that hold live blocks, on top of allocated; the cache above it, up to reserved
       var base = lower;
-      var ftop = stepPoints(function (j) { return base[j - j0] + TL.fragmented[j]; }, j0, j1);
-      var fbottom = stepPoints(function (j) { return base[j - j0]; }, j0, j1).reverse();
-      plot.appendChild(titled(svgNode('path', { 'class': 'fragmented-area', fill: '#f2c14e', 'fill-opacity': '0.55',
-        stroke: '#b07a00', 'stroke-width': '0.5', d: 'M' + pathOf(ftop) + ' L' + pathOf(fbottom) + ' Z' }),
-        'free in segments that hold live blocks (fragmentation); above it up to reserved: wholly free segments (cache)'));
+      var fragTop = function (j) { return base[j - j0] + TL.fragmented[j]; };
+      var cacheTop = function (j) { return Math.max(TL.reserved[j], fragTop(j)); };
+      if (Math.max.apply(null, TL.fragmented) > 0) {
+        plot.appendChild(titled(svgNode('path', { 'class': 'fragmented-area', fill: L.frag_fill, 'fill-opacity': '0.55',
+          stroke: '#b07a00', 'stroke-width': '0.5', d: bandPath(function (j) { return base[j - j0]; }, fragTop, j0, j1) }),
+          'free in segments that hold live blocks (fragmentation)'));
+      }
+      var cached = false;
+      for (var j = j0; j <= j1 && !cached; j++) cached = cacheTop(j) > fragTop(j);
+      if (cached) {
+        plot.appendChild(titled(svgNode('path', { 'class': 'cache-area', fill: L.cache_fill, 'fill-opacity': '0.55',
+          stroke: '#5b7fb0', 'stroke-width': '0.5', d: bandPath(fragTop, cacheTop, j0, j1) }),
+          'wholly free segments (cache): reserved, and no live block in them'));
+      }
     }
     plot.appendChild(titled(svgNode('path', { 'class': 'reserved-line', fill: 'none', stroke: '#222', 'stroke-width': '1.6',
       'stroke-dasharray': '6 3', d: 'M' + pathOf(stepPoints(function (j) { return TL.reserved[j]; }, j0, j1)) }),
@@ -169,14 +247,7 @@
         width: f2(Math.max(x1 - x0, 0.8)), height: L.strip, fill: D.colors[s[0]] || '#999' }),
         name + ': ' + fmtTime(s[1]) + ' to ' + fmtSeconds(s[2])));
     });
-    D.markers.forEach(function (m, k) {
-      if (m.t < view.v0 || m.t > view.v1) return;
-      var x = X(m.t), g = svgNode('g', { 'class': 'marker', 'data-label': m.label });
-      g.appendChild(svgNode('line', { x1: f2(x), x2: f2(x), y1: L.top, y2: L.top + PH, stroke: '#6b4fa0', 'stroke-width': 1,
-        'stroke-dasharray': '2 2' }));
-      g.appendChild(svgNode('text', { x: f2(x + 3), y: L.top + 12 + (k % 4) * 13, 'class': 'marker-label' }, m.label));
-      plot.appendChild(titled(g, 'marker ' + m.label + ' at ' + fmtTime(m.t) + ' (' + m.phase + ')'));
-    });
+    drawMarkers(plot);
     var peakReserved = Math.max.apply(null, TL.reserved);
     D.ooms.forEach(function (o) {
       if (o.t < view.v0 || o.t > view.v1) return;
@@ -208,22 +279,25 @@
       svg.appendChild(svgNode('text', { x: lx + 16, y: ly, 'class': 'legend' }, name));
       lx += 28 + 7 * name.length;
     });
-    svg.appendChild(svgNode('rect', { x: lx, y: ly - 9, width: 12, height: 10, fill: '#f2c14e', 'fill-opacity': '0.55',
-      stroke: '#b07a00' }));
-    svg.appendChild(svgNode('text', { x: lx + 16, y: ly, 'class': 'legend' }, 'fragmentation'));
-    lx += 28 + 7 * 'fragmentation'.length;
+    [['legend-fragmentation', L.frag_fill, '#b07a00', 'fragmentation'],
+      ['legend-cache', L.cache_fill, '#5b7fb0', 'cache (free segments)']].forEach(function (b) {
+      svg.appendChild(svgNode('rect', { 'class': b[0], x: lx, y: ly - 9, width: 12, height: 10, fill: b[1],
+        'fill-opacity': '0.55', stroke: b[2] }));
+      svg.appendChild(svgNode('text', { x: lx + 16, y: ly, 'class': 'legend' }, b[3]));
+      lx += 28 + 7 * b[3].length;
+    });
     svg.appendChild(svgNode('line', { x1: lx, x2: lx + 22, y1: ly - 4, y2: ly - 4, stroke: '#222', 'stroke-width': 1.6,
       'stroke-dasharray': '6 3' }));
     svg.appendChild(svgNode('text', { x: lx + 26, y: ly, 'class': 'legend' }, 'reserved'));
-    var zoomed = view.v1 - view.v0 < D.xmax * (1 - 1e-9);
+    var zoomed = view.v1 - view.v0 < RUN * (1 - 1e-9);
     svg.appendChild(svgNode('text', { x: L.w - L.right, y: ly, 'text-anchor': 'end', 'class': 'legend view-range' },
       zoomed ? 'showing ' + fmtTime(view.v0) + ' to ' + fmtTime(view.v1) : ''));
   }
 
   // ---- zoom and pan -------------------------------------------------------
   function setView(v0, v1) {
-    var span = Math.min(Math.max(v1 - v0, MIN_SPAN), D.xmax);
-    v0 = Math.min(Math.max(v0, 0), D.xmax - span);
+    var span = Math.min(Math.max(v1 - v0, MIN_SPAN), RUN);
+    v0 = Math.min(Math.max(v0, D.xmin), D.xmax - span);
     view = { v0: v0, v1: v0 + span };
     render();
   }
@@ -269,7 +343,7 @@
   svg.addEventListener('keydown', function (ev) {
     var keys = { '+': function () { zoom(0.5); }, '=': function () { zoom(0.5); }, '-': function () { zoom(2); },
       ArrowLeft: function () { pan(-0.1); }, ArrowRight: function () { pan(0.1); },
-      Home: function () { setView(0, D.xmax); },
+      Home: function () { setView(D.xmin, D.xmax); },
       Enter: function () { selectMoment(sampleMoment(sampleAt((view.v0 + view.v1) / 2))); } };
     if (keys[ev.key]) { keys[ev.key](); ev.preventDefault(); }
   });
@@ -297,7 +371,8 @@
     if (drag || !inPlot(x)) { hideTooltip(); return; }
     var t = timeAtX(x), j = sampleAt(t), phase = phaseAt(t), marker = nearestMarker(t);
     var lines = [fmtTime(t), 'allocated ' + fmtBytes(TL.allocated[j]) + ', reserved ' + fmtBytes(TL.reserved[j]) +
-      (TL.fragmented ? ', fragmentation ' + fmtBytes(TL.fragmented[j]) : ''),
+      (TL.fragmented ? ', fragmentation ' + fmtBytes(TL.fragmented[j]) + ', cache ' +
+        fmtBytes(Math.max(TL.reserved[j] - TL.allocated[j] - TL.fragmented[j], 0)) : ''),
       TL.live[j] + ' live blocks', 'phase: ' + (phase || 'none'),
       marker ? 'nearest marker: ' + marker.label + ' at ' + fmtTime(marker.t) : 'no markers'];
     clear(tooltip);
@@ -512,7 +587,7 @@
   });
   on('zoom-in', function () { zoom(0.5, selected && selected.t); });
   on('zoom-out', function () { zoom(2, selected && selected.t); });
-  on('zoom-reset', function () { setView(0, D.xmax); });
+  on('zoom-reset', function () { setView(D.xmin, D.xmax); });
   [].forEach.call(document.querySelectorAll('table.lifetimes td[data-lifetime]'), function (td) {
     var r = +td.getAttribute('data-lifetime');
     if (!D.lifetimes[r]) return;
