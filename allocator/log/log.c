@@ -55,10 +55,11 @@ void ta_log_free(int device, const ta_block *b, int phase, uint8_t flags) {
   ta_log_end(s, sum, TA_LOG_FREE);
 }
 
-void ta_log_segment(uint8_t kind, int device, const ta_segment *s, uintptr_t addr, size_t size, int phase) {
+void ta_log_segment(uint8_t kind, int device, const ta_segment *s, uintptr_t addr, size_t size, int phase,
+                    uint8_t flags) {
   ta_log_record r = {.addr = addr, .size = size, .block_size = size, .stream = (uintptr_t)s->stream,
                      .phase = (uint16_t)phase, .device = (int8_t)device, .policy = s->policy, .pool = s->pool,
-                     .flags = s->expansion ? TA_LOG_SEGMENT_EXPANDABLE : 0, .kind = kind};
+                     .flags = flags, .kind = kind};
   ta_log_write(&r);
 }
 

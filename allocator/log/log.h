@@ -21,7 +21,9 @@ ta_internal void ta_log_close(void);
 ta_internal void ta_log_alloc(int device, ta_block *b);
 ta_internal void ta_log_free(int device, const ta_block *b, int phase, uint8_t flags);
 /* [addr, addr + size) of segment `s` became device memory or stopped being it. */
-ta_internal void ta_log_segment(uint8_t kind, int device, const ta_segment *s, uintptr_t addr, size_t size, int phase);
+/* `flags`: TA_LOG_SEGMENT_* */
+ta_internal void ta_log_segment(uint8_t kind, int device, const ta_segment *s, uintptr_t addr, size_t size, int phase,
+                                uint8_t flags);
 /* OOM and its OOM_DEVICE record (the numbers and the verdict behind it,
  * and the handle size the advice counted whole free granules in, so that
  * `torchalloc report` gives the same advice). */

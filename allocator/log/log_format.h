@@ -59,6 +59,8 @@ enum { TA_LOG_TAG_PARAMETER = 1, TA_LOG_TAG_GRADIENT = 2, TA_LOG_TAG_OPTIMIZER_S
 #define TA_LOG_FREE_DEFERRED 1 /* other streams used it: reused once their work completes */
 /* flags of a SEGMENT_ALLOC / SEGMENT_FREE record */
 #define TA_LOG_SEGMENT_EXPANDABLE 1 /* a range an expandable segment grew or shrank by */
+#define TA_LOG_SEGMENT_COMPACT 2    /* ... of a policy in compact mode (expandable:2, and reclaim) */
+#define TA_LOG_SEGMENT_RECLAIM 4    /* ... of a policy in reclaim mode (expandable:3): the replay names the variant */
 /* flags of a TRIM record: what released the cached segments */
 enum { TA_LOG_TRIM_EMPTY_CACHE = 0, TA_LOG_TRIM_OOM_RETRY = 1, TA_LOG_TRIM_ARENA = 2 };
 /* flags of a TRUNCATED record, and the header's status */

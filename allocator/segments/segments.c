@@ -153,6 +153,15 @@ fail:
   return NULL;
 }
 
+/* An expandable segment's records say its policy's mode, so that a report
+ * replays the variant that recorded the log (all three map the same way). */
+static uint8_t log_flags(const ta_segment *s) {
+  if (!s->expansion) return 0;
+  unsigned mode = s->policy_instance ? s->policy_instance->flags : 0;
+  return (uint8_t)(TA_LOG_SEGMENT_EXPANDABLE | (mode & TA_POLICY_COMPACT ? TA_LOG_SEGMENT_COMPACT : 0) |
+                   (mode & TA_POLICY_RECLAIM ? TA_LOG_SEGMENT_RECLAIM : 0));
+}
+
 void ta_segments_account(ta_segments *seg, const ta_segment *s, uintptr_t addr, size_t bytes, int sign) {
   if (sign > 0) {
     seg->stats->num_device_alloc++;
@@ -166,7 +175,7 @@ void ta_segments_account(ta_segments *seg, const ta_segment *s, uintptr_t addr, 
     ta_stats_sub(seg->stats->reserved_bytes, s->pool, (int64_t)bytes);
   }
   uint8_t kind = sign > 0 ? TA_LOG_SEGMENT_ALLOC : TA_LOG_SEGMENT_FREE;
-  if (LOGGING(seg)) ta_log_segment(kind, seg->device, s, addr, bytes, seg->phase);
+  if (LOGGING(seg)) ta_log_segment(kind, seg->device, s, addr, bytes, seg->phase, log_flags(s));
   if (seg->logged)
     ta_observe_segment(seg->device, sign > 0 ? TORCHALLOC_SEGMENT_ALLOC : TORCHALLOC_SEGMENT_FREE, addr, bytes,
                        s->stream);

@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+import pytest
 
 from synthlog import USER, SynthLog
 from torchalloc import analysis as A
-from torchalloc._records import SEGMENT_EXPANDABLE
+from torchalloc._records import SEGMENT_COMPACT, SEGMENT_EXPANDABLE, SEGMENT_RECLAIM
+from torchalloc.analysis.reserve import policy_name
 
 MiB = 1 << 20
 DATA = Path(__file__).resolve().parents[1] / "torchalloc" / "data"
@@ -156,3 +159,35 @@ def test_on_a_tie_the_best_change_is_the_one_that_never_waits_for_the_device() -
             ReplayRow("phase_arena+reclaim", 60, 50, False, False, 0)]
     r = Reserve(moments=[], recording_policy="caching", replays=rows, unknown=[])
     assert r.best is not None and r.best.policy == "phase_arena+reclaim"
+
+
+@pytest.mark.parametrize("mode, variant", [("1", "caching+expandable"), ("2", "caching+compact"),
+                                           ("3", "caching+reclaim"), ("off", "caching")])
+def test_the_recording_variant_is_read_from_the_log(library_path: Path, tmp_path: Path, mode: str,
+                                                    variant: str) -> None:
+    """The library's segment records carry their policy's mode, so the report replays the variant that recorded
+    the log as the recording one (a log of the default, reclaim, was replayed as caching+expandable)."""
+    from torchalloc import _lib
+
+    path = tmp_path / "run.talog"
+    _lib.init(f"backend:sim,sim_capacity:1GiB,warn:0,oom_report:off,expandable:{mode},log:{path}")
+    try:
+        lib = _lib.lib()
+        blocks = [lib.torchalloc_malloc(size << 20, 0, None) for size in (3, 9, 30, 1)]
+        assert all(blocks)
+        for p, size in zip(blocks, (3, 9, 30, 1)):
+            lib.torchalloc_free(p, size << 20, 0, None)
+    finally:
+        _lib.teardown()  # closes the log
+    r = A.analyze(path).reserve()
+    assert r.recording_policy == variant
+    assert r.replays[0].policy == variant and r.replays[0].recording
+
+
+def test_a_log_before_the_mode_flags_names_the_expandable_variant() -> None:
+    policies = np.zeros(256, dtype=np.int64)
+    policies[0] = 5  # caching
+    assert policy_name(policies, 0) == "caching"
+    assert policy_name(policies, SEGMENT_EXPANDABLE) == "caching+expandable"
+    assert policy_name(policies, SEGMENT_EXPANDABLE | SEGMENT_COMPACT) == "caching+compact"
+    assert policy_name(policies, SEGMENT_EXPANDABLE | SEGMENT_COMPACT | SEGMENT_RECLAIM) == "caching+reclaim"

@@ -74,6 +74,8 @@ FREE_DEFERRED = 1
 
 # Flags of a SEGMENT_ALLOC / SEGMENT_FREE record: a run of an expandable segment's granules mapped / unmapped.
 SEGMENT_EXPANDABLE = 1
+SEGMENT_COMPACT = 2  # the expandable segment's policy ran in compact mode (expandable:2)
+SEGMENT_RECLAIM = 4  # ... in reclaim mode (expandable:3); logs written before these flags have neither
 # Flags of a TRIM record: what released the cached segments.
 TRIM_REASONS = {0: "empty_cache", 1: "oom_retry", 2: "arena_trim"}
 # flags of a MODULE_TAG record (TA_LOG_TAG_*): what the tagged block is to its module

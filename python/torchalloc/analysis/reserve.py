@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .. import _lib
-from .._records import POLICY_NAMES
+from .._records import POLICY_NAMES, SEGMENT_COMPACT, SEGMENT_RECLAIM
 from ..replay.engine import DEFAULT_POLICIES
 from .reserve_terms import Segments
 
@@ -168,13 +168,17 @@ def moment(at: str, i: int, t_s: float, now_ns: int, terms: Sequence[int], segs:
                          int(alive.size), holding, empty, pinned[:PINNED_SHOWN])
 
 
-def policy_name(policies: np.ndarray, expandable: bool) -> str:
-    """The policy most allocations name (`policies`: allocations per policy id), with +expandable when the log
-    mapped expandable segments."""
+def policy_name(policies: np.ndarray, expandable: int) -> str:
+    """The policy most allocations name (`policies`: allocations per policy id), with its variant when the log
+    mapped expandable segments (`expandable`: their SEGMENT_* flags or-ed; logs before the mode flags say only
+    +expandable)."""
     if not policies.any():
         return "caching"
     name = POLICY_NAMES.get(int(np.argmax(policies)), "caching")
-    return name + "+expandable" if expandable and name != "exact" else name
+    if not expandable or name == "exact":
+        return name
+    return name + ("+reclaim" if expandable & SEGMENT_RECLAIM else "+compact" if expandable & SEGMENT_COMPACT
+                   else "+expandable")
 
 
 def replay_rows(mine: str, names: list[str], results: list[dict[str, Any]]) -> list[ReplayRow]:

@@ -61,7 +61,7 @@ class ReserveFollower(Follower):
         self.sums: dict[int, np.ndarray] = {}  # moment -> Terms' sums after it
         self.segs: dict[int, np.ndarray] = {}  # moment -> the segment of each block live then (the snapshot's order)
         self.policies = np.zeros(256, dtype=np.int64)  # allocations per policy id
-        self.expandable = False  # an expandable segment was mapped
+        self.expandable = 0  # the flags of every expandable segment mapped, or-ed (0: none)
         self.replays = _Replays(before_log_events(scan)) if scan.n else None
 
     def new_blocks(self, t: Any, base: int, rows: np.ndarray) -> dict[str, np.ndarray]:
@@ -70,7 +70,8 @@ class ReserveFollower(Follower):
         self.terms.segments(base, kind, t.addr, t.size, t.flags)
         self.policies += np.bincount(t.policy[kind == ALLOC], minlength=256)
         mapped = (kind == SEGMENT_ALLOC) & ((t.flags & SEGMENT_EXPANDABLE) != 0)
-        self.expandable = self.expandable or bool(mapped.any())
+        if mapped.any():
+            self.expandable |= int(np.bitwise_or.reduce(t.flags[mapped]))
         if self.replays is not None:
             self.replays.feed(t.records)
         return {"seg": self.terms.owners(t.addr[rows], base + rows)}
