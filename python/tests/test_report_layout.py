@@ -24,10 +24,13 @@ from report_demo import demo_log  # noqa: E402
 from report_ways import embedded  # noqa: E402
 from synthlog import MiB, SynthLog  # noqa: E402
 
+from torchalloc.analysis import analyze  # noqa: E402
 from torchalloc.report.html import marker_groups, render_html  # noqa: E402
 from torchalloc.report.labels import GAP, place_labels  # noqa: E402
 from torchalloc.report.svg import LEFT, RIGHT, W  # noqa: E402
 from torchalloc.units import fmt_bytes, fmt_time  # noqa: E402
+
+BUNDLED_DEMO = Path(__file__).resolve().parents[1] / "torchalloc" / "data" / "demo_trace.talog.xz"
 
 # Appended to a page: every marker's line x, its label's box and its leader, and the SVG's size, on <body>.
 MEASURE = """<script>
@@ -208,9 +211,13 @@ def demo() -> Any:
     return demo_log().analyze()
 
 
-def test_the_page_leads_with_the_summary(demo: Any) -> None:
-    """The summary comes first, before the timeline: the peak's figures, the reserve split, the largest groups
+@pytest.mark.parametrize("log", ["synthetic", "bundled"])
+def test_the_page_leads_with_the_summary(demo: Any, log: str) -> None:
+    """The summary comes first, before the timeline: the peak's figures, the reserve split (its rarer terms,
+    free granules of expandable segments in the bundled demo, named when there are any), the largest groups
     live at the peak, a line per group of markers, the change that saves the most, the OOM's verdict."""
+    if log == "bundled":
+        demo = analyze(BUNDLED_DEMO)
     page = render_html(demo)
     assert page.index('<section id="summary"') < page.index('<svg id="timeline"') < page.index('id="peak-anatomy"')
     assert page.index('id="peak-anatomy"') < page.index('id="reserve"') < page.index('id="markers"')
@@ -221,14 +228,19 @@ def test_the_page_leads_with_the_summary(demo: Any) -> None:
     splits = summary.all("div", "split")
     assert [s.attrs["data-at"] for s in splits] == [m.at for m in demo.reserve().moments]
     for s, m in zip(splits, demo.reserve().moments):
+        rare = [f" + {fmt_bytes(v)} {name}" for v, name in ((m.mapped_free, "mapped free (expandable)"),
+                                                            (m.before_log, "before the log")) if v]
         assert s.one("span", "split-words").text() == (
             f"{fmt_bytes(m.reserved)} reserved = {fmt_bytes(m.allocated)} allocated + {fmt_bytes(m.fragmented)} "
-            f"fragmentation + {fmt_bytes(m.cached)} cache")
+            f"fragmentation + {fmt_bytes(m.cached)} cache" + "".join(rare))
+        assert m.allocated + m.fragmented + m.cached + m.mapped_free + m.before_log == m.reserved
     groups = summary.one("ol", "summary-groups").all("li")
     assert [g.one("b").text() for g in groups] == [fmt_bytes(r.bytes) for r in demo.anatomy("peak").rows[:3]]
     assert len(summary.one("ul", "summary-markers").all("li")) == len(marker_groups(demo))
-    oom = demo.ooms()[0]
-    assert summary.one("dd", "summary-oom").one("b", "verdict").text() == oom.verdict
+    if demo.ooms():
+        assert summary.one("dd", "summary-oom").one("b", "verdict").text() == demo.ooms()[0].verdict
+    else:
+        assert not summary.all("dd", "summary-oom")
 
 
 def test_identical_marker_tables_are_one_folded_table(demo: Any) -> None:

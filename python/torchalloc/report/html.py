@@ -220,8 +220,9 @@ def render_html(a: Analysis, *, at: Sequence[str | float] = (), top: int = 30) -
     body.append('<h2>Timeline</h2>')
     body.append("<p class=small>Allocated bytes stacked by the phase that allocated them; above them, the yellow band "
                 "is fragmentation (free bytes in segments that hold live blocks) and the blue band the cache (segments "
-                "with no live block), up to the dashed line, reserved. Markers are the labels passed to "
-                'torchalloc.mark(). <a href="#help">Help</a> (at the end of the page) says how to use it.</p>')
+                "with no live block, and free mapped granules of expandable segments), up to the dashed line, "
+                'reserved. Markers are the labels passed to torchalloc.mark(). <a href="#help">Help</a> (at the end of '
+                "the page) says how to use it.</p>")
     data = page_data(a, lifetimes_shown=top * 2, modules_shown=top * 2)
     body.append(_controls_html(data))
     body.append(f'<div class="plot">{render_svg(a)}<div id="tooltip" class="tooltip" role="status" hidden></div></div>')

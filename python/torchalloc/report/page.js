@@ -234,7 +234,8 @@
       if (cached) {
         plot.appendChild(titled(svgNode('path', { 'class': 'cache-area', fill: L.cache_fill, 'fill-opacity': '0.55',
           stroke: '#5b7fb0', 'stroke-width': '0.5', d: bandPath(fragTop, cacheTop, j0, j1) }),
-          'wholly free segments (cache): reserved, and no live block in them'));
+          'wholly free segments (cache) and free mapped granules of expandable segments: reserved, no live block ' +
+          'in them'));
       }
     }
     plot.appendChild(titled(svgNode('path', { 'class': 'reserved-line', fill: 'none', stroke: '#222', 'stroke-width': '1.6',

@@ -25,9 +25,12 @@ from ..units import fmt_bytes, fmt_time
 
 __all__ = ["summary_html", "phase_at"]
 
-# The reserve split's parts: (ReserveMoment field, its name on the page, its CSS class).
+# The reserve split's parts: (ReserveMoment field, its name on the page, its CSS class). The last two (free
+# granules of expandable segments, free bytes in segments from before the log) are named only when not zero.
 SPLIT = (("allocated", "allocated", "split-allocated"), ("fragmented", "fragmentation", "split-fragmentation"),
-         ("cached", "cache", "split-cache"))
+         ("cached", "cache", "split-cache"), ("mapped_free", "mapped free (expandable)", "split-mapped"),
+         ("before_log", "before the log", "split-before"))
+ALWAYS = 3  # the first three parts are named even when zero
 TOP_GROUPS = 3  # the peak's largest groups of live blocks the summary names
 
 
@@ -62,7 +65,8 @@ def _split_bars(a: Analysis) -> str:
     scale = max(m.reserved for m in r.moments) or 1
     rows = []
     for m in r.moments:
-        parts = [(getattr(m, key), name, cls) for key, name, cls in SPLIT]
+        parts = [(getattr(m, key), name, cls) for k, (key, name, cls) in enumerate(SPLIT)
+                 if k < ALWAYS or getattr(m, key)]
         bar = "".join(f'<span class="{cls}" style="width:{100 * v / scale:.2f}%" title="{_e(name)} '
                       f'{_e(fmt_bytes(v))}"></span>' for v, name, cls in parts if v > 0)
         words = " + ".join(f'<span class="key {cls}"></span>{_e(fmt_bytes(v))} {_e(name)}' for v, name, cls in parts)

@@ -200,7 +200,8 @@ def render_svg(a: Analysis) -> str:
         if (reserved > frag_top).any():
             parts.append(f'<path class="cache-area" fill="{CACHE_FILL}" fill-opacity="0.55" stroke="#5b7fb0" '
                          f'stroke-width="0.5" d="{_band(xs, Y, frag_top, reserved)}"><title>wholly free segments '
-                         f'(cache): reserved, and no live block in them</title></path>')
+                         f'(cache) and free mapped granules of expandable segments: reserved, no live block in '
+                         f'them</title></path>')
     # reserved
     if len(xs):
         pts = " L".join(f"{x:.2f},{y:.2f}" for x, y in zip(xs, Y(step(tl.reserved))))
