@@ -63,8 +63,9 @@ def reports(folder: Path, name: str) -> dict[str, str]:
     """Each output of OUTPUTS for `folder/name`, run from `folder` (a file's bytes as latin-1 text)."""
     from cli_in_process import cli
 
-    here = os.getcwd()
+    here, columns = os.getcwd(), os.environ.get("COLUMNS")
     os.chdir(folder)
+    os.environ["COLUMNS"] = "100"  # the text fits the terminal: recorded at the width a pipe gets
     try:
         out: dict[str, str] = {}
         for fmt, (args, written) in OUTPUTS.items():
@@ -76,6 +77,10 @@ def reports(folder: Path, name: str) -> dict[str, str]:
         return out
     finally:
         os.chdir(here)
+        if columns is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = columns
 
 
 def digest(text: str) -> str:

@@ -4,7 +4,9 @@ An empty file got two messages ("not a torchalloc log (it starts with
 b'')" from report, "empty file" from replay); `export -o /proc/x.pickle`
 exited 1 with the OS's message where every other bad output names its flag
 and exits 2; `--capacity 40GB` was read as decimal without a word;
-`bench_pairs --help` ran the benchmark with 0 pairs and printed "inf ns".
+`bench_pairs --help` ran the benchmark with 0 pairs and printed "inf ns";
+two moments one event apart read the same time with different figures; the
+policy table's last column had no header.
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import hostile_logs as H  # noqa: E402
 from cli_in_process import cli  # noqa: E402
+
+from torchalloc.units import fmt_times  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -59,6 +63,24 @@ def test_a_decimal_capacity_is_said(log: Path, library_path: Path) -> None:
     assert "--capacity 40GB is decimal: 40,000,000,000 bytes (37.25 GiB); write 40GiB for 42,949,672,960" in err
     status, out, err = cli("replay", str(log), "--capacity", "40GiB", "--no-search")
     assert status == 0 and "decimal" not in err, err
+
+
+def test_moments_that_differ_read_differently() -> None:
+    # the phases trace: the peak reserved is the event before the peak allocated, 372 ns earlier
+    assert fmt_times([21.815759004, 21.815758632]) == ["t=21.8157590 s", "t=21.8157586 s"]
+    assert fmt_times([1.5, 2.5]) == ["t=1.500 s", "t=2.500 s"]  # three decimals when they tell them apart
+    assert fmt_times([1.5, 1.5]) == ["t=1.500 s", "t=1.500 s"]  # one moment twice: the same
+
+
+def test_every_column_of_every_section_has_a_header(library_path: Path) -> None:
+    from torchalloc.analysis import analyze
+    from torchalloc.analysis.sections import SECTIONS
+
+    a = analyze(REPO / "python" / "torchalloc" / "data" / "demo_trace.talog.xz")
+    tables = [v.table for v in (s.view(a, 15) for s in SECTIONS) if v is not None and v.table is not None]
+    assert any("TORCHALLOC_CONF" in t.headers for t in tables)  # the policy table is among them
+    for t in tables:
+        assert all(h.strip() for h in t.headers), t.headers
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")

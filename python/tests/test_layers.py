@@ -53,8 +53,9 @@ ANALYSIS_STAGES: list[tuple[str, ...]] = [
     ("stream_table", "stream_running", "stream_groups", "stream_details"),  # the log's events piece by piece
     ("stream_scan",),  # the first pass
     ("stream_follow",),  # what a section declares: its entry, its follower of the second pass and the Part naming it
-    ("stream_notes", "stream_blocks", "stream_ooms", "stream_reserve", "stream_modules", "stream_moments"),
-    ("sections",),  # the report's sections after the anatomy, in order, as views; their parts of the pass
+    ("stream_notes", "stream_blocks", "stream_ooms", "stream_reserve", "stream_modules", "stream_moments",
+     "stream_markers"),
+    ("sections", "summary"),  # the report's sections after the anatomy, in order, as views; their parts of the pass
     ("stream_pass",),  # the second pass, feeding the sections' parts
     ("result",),  # Analysis, analyze
     ("__init__",),  # re-exports

@@ -5,6 +5,7 @@
     fmt_bytes(None)               -> "-"         (a figure that is not known)
     fmt_seconds(0.0034)           -> "3.4 ms"
     fmt_time(1.25)                -> "t=1.250 s"
+    fmt_times([1.25, 1.2501])     -> ["t=1.2500 s", "t=1.2501 s"]  (moments that differ read differently)
     parse_bytes("1.5GiB")         -> 1610612736  (the size syntax of TORCHALLOC_CONF)
 
 Plain Python, no numpy: usable anywhere in the package.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import re
 from fractions import Fraction
+from typing import Sequence
 
 KiB, MiB, GiB, TiB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
 
@@ -54,6 +56,17 @@ def fmt_seconds(s: float) -> str:
 def fmt_time(s: float) -> str:
     """A moment: "t=1.250 s", "t=3.4 ms"."""
     return f"t={fmt_seconds(s) if s < 1 else f'{s:.3f} s'}"
+
+
+def fmt_times(moments: Sequence[float]) -> list[str]:
+    """Moments as fmt_time writes them, with as many more decimals as it takes for two different moments not to
+    read the same ("t=21.8157586 s", "t=21.8157590 s": the peak reserved one event before the peak allocated)."""
+    decimals = 3
+    out = [fmt_time(s) for s in moments]
+    while len(set(out)) < len(set(moments)) and decimals < 9:
+        decimals += 1
+        out = [f"t={s:.{decimals}f} s" for s in moments]
+    return out
 
 
 def fmt_axis_seconds(value: float, span: float) -> str:

@@ -130,6 +130,17 @@ class Reserve:
         best = min(self.replays, key=ReplayRow.rank)
         return best if best.peak_reserved < base.peak_reserved and not best.recording else None
 
+    def best_cached(self) -> ReplayRow | None:
+        """When the best is exact (no cache: every request goes to the device), the best policy that keeps a
+        cache and still reserves less than the recording one; else None."""
+        best = self.best
+        if best is None or best.policy != "exact":
+            return None
+        base = self.replays[0]
+        cached = [x for x in self.replays if x.policy != "exact" and not x.recording and not x.oom
+                  and x.peak_reserved < base.peak_reserved]
+        return min(cached, key=ReplayRow.rank) if cached else None
+
     def to_dict(self) -> dict[str, Any]:
         best = self.best
         return {"moments": [m.to_dict() for m in self.moments], "recording_policy": self.recording_policy,

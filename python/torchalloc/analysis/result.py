@@ -58,6 +58,7 @@ from .stream_ooms import trace_until
 from .stream_notes import SPANS_KEPT, backward_from, derive_notes, table_notes
 from .stream_scan import Scan, scan
 from .stream_table import report_start_ns
+from .summary import Summary, summary
 from .timeline import Timeline
 from .wording import estimate_sentence, oom_explanation, phase_sentence, reason_sentence
 
@@ -131,6 +132,7 @@ class Analysis:
         self._ooms: list[OomRow] | None = None
         self._ooms_replayed = False
         self._marker_first: dict[str, int] | None = None  # marker text -> its first index (marker_index)
+        self._summary: Summary | None = None
 
     # -- small things ------------------------------------------------------------------------
     def phase_name(self, p: int) -> str:
@@ -480,6 +482,12 @@ class Analysis:
         return self.followers["reserve"].fragmented  # type: ignore[union-attr]
 
     # -- all of it -----------------------------------------------------------------------------
+    def summary(self) -> Summary:
+        """What the report says first (summary.py), computed once for the text, the JSON and the page."""
+        if self._summary is None:
+            self._summary = summary(self)
+        return self._summary
+
     def marker_labels(self) -> list[str]:
         return list(dict.fromkeys(m[1] for m in self.timeline.markers))[:MARKER_ANATOMIES]
 

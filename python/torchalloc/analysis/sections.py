@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 from ..units import fmt_bytes, fmt_seconds, fmt_time
 from .stream_follow import Part, Section
+from .stream_markers import SECTION as MARKERS_SECTION
 from .stream_modules import SECTION as MODULES_SECTION
 from .stream_reserve import SECTIONS as RESERVE_SECTIONS
 from .views import Analyzed, CheckedLine, CheckedList, SectionView, Table
@@ -84,6 +85,7 @@ def _ooms(a: Analyzed, top: int) -> SectionView | None:
 
 
 SECTIONS: list[Section] = [
+    MARKERS_SECTION,  # what each stretch from a marker to the next allocated, freed and kept
     Section("lifetimes", "Lifetimes: per allocation site, why its blocks were freed when they were",
             "With JavaScript, click a site for the stacks of the block its sentence speaks for.", _lifetimes),
     Section("phases", "Phases", "", _phases),
@@ -127,6 +129,7 @@ def report_dict(a: Any, top: int, markers: Sequence[str], labels: int) -> dict[s
         "notes": notes,
         "peak_allocated": a.timeline.peak_allocated,
         "peak_reserved": a.timeline.peak_reserved,
+        "summary": a.summary().to_dict(),
         "timeline": a.timeline.to_dict(),
         "peak_anatomy": a.anatomy("peak", top=top).to_dict() if len(t) else None,
         "markers": [a.anatomy(label, top=top).to_dict() for label in markers],

@@ -242,7 +242,8 @@ def _replays_view(a: Analyzed, top: int) -> SectionView | None:
     base = r.replays[0]
     cells = [(x.policy, setting_of(x.policy), fmt_bytes(x.peak_reserved), fmt_bytes(x.peak_allocated),
               replay_note(x, base)) for x in r.replays]
-    table = Table(["policy", "TORCHALLOC_CONF", "peak reserved", "peak allocated", ""], cells, right=(2, 3),
+    table = Table(["policy", "TORCHALLOC_CONF", "peak reserved", "peak allocated", "against the recording policy"],
+                  cells, right=(2, 3),
                   css="reserve-replays")
     best = r.best
     return SectionView(table, [s for s in r.sentences if not s.startswith("At the ")],

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 
-from ..units import fmt_bytes, fmt_seconds
+from ..units import fmt_bytes, fmt_seconds, fmt_times
 from .categorize import Category
 from .classify import Reason
 from .estimate import Estimate
@@ -208,7 +208,7 @@ def setting_of(policy: str) -> str:
     return f"policy:{name}{extra}"
 
 
-def moment_sentence(m: ReserveMoment) -> str:
+def moment_sentence(m: ReserveMoment, when: str) -> str:
     """'At the peak reserved (t=...): 11.53 GiB reserved = 4.64 GiB allocated + ... (fragmentation) + ... (cache).'"""
     terms = [f"{fmt_bytes(m.allocated)} allocated",
              f"{fmt_bytes(m.fragmented)} free in the {m.holding} segments that hold live blocks (fragmentation)",
@@ -217,7 +217,7 @@ def moment_sentence(m: ReserveMoment) -> str:
         terms.append(f"{fmt_bytes(m.mapped_free)} in mapped but free granules of expandable segments")
     if m.before_log:
         terms.append(f"{fmt_bytes(m.before_log)} free in segments made before the log began (it does not show them)")
-    return f"At the {m.at} (t={m.t_s:.3f} s): {fmt_bytes(m.reserved)} reserved = " + " + ".join(terms) + "."
+    return f"At the {m.at} ({when}): {fmt_bytes(m.reserved)} reserved = " + " + ".join(terms) + "."
 
 
 def pinned_lines(p: PinnedSegment) -> list[str]:
@@ -247,7 +247,7 @@ def replay_note(r: ReplayRow, base: ReplayRow) -> str:
 
 def reserve_sentences(r: Reserve, log_peak_reserved: int) -> list[str]:
     """The moments' sums, the best change, and why phase_arena loses when it does."""
-    out = [moment_sentence(m) for m in r.moments]
+    out = [moment_sentence(m, when) for m, when in zip(r.moments, fmt_times([m.t_s for m in r.moments]))]
     if r.unknown:
         out.append("Not known from this log: " + "; ".join(r.unknown) + ".")
     if not r.replays:
@@ -265,11 +265,9 @@ def reserve_sentences(r: Reserve, log_peak_reserved: int) -> list[str]:
         sentence = (f"The one change that would have saved the most: TORCHALLOC_CONF={setting_of(best.policy)} "
                     f"({best.policy}) reserves {fmt_bytes(best.peak_reserved)}, {fmt_bytes(saved)} less")
         if best.policy == "exact":
-            cached = [x for x in r.replays if x.policy != "exact" and not x.recording and not x.oom
-                      and x.peak_reserved < base.peak_reserved]
+            c = r.best_cached()
             sentence += ", but with no cache every request asks the device (slow on a GPU)"
-            if cached:
-                c = min(cached, key=lambda x: x.rank())
+            if c is not None:
                 sentence += (f"; of the policies that keep a cache, TORCHALLOC_CONF={setting_of(c.policy)} saves "
                              f"{fmt_bytes(base.peak_reserved - c.peak_reserved)} (reserves "
                              f"{fmt_bytes(c.peak_reserved)})")

@@ -1,6 +1,6 @@
 """`torchalloc report LOG`: why memory stayed alive, in text, JSON, HTML or PNG.
 
-    torchalloc report run.talog                  # text: timeline, peak anatomy, lifetimes, phases, estimate
+    torchalloc report run.talog                  # text: summary, timeline, peak anatomy, sections (COLUMNS wide)
     torchalloc report run.talog --json           # the same as one JSON object
     torchalloc report run.talog --html run.html  # self-contained page with the timeline drawn
     torchalloc report run.talog --png run.png    # the timeline as a picture (needs matplotlib)
@@ -22,18 +22,21 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..analysis import Analysis, Anatomy, analyze
 from ..analysis.sections import SECTIONS
+from ..analysis.summary import Summary
 from ..analysis.views import SectionView
 from ..printable import printable
-from ..units import fmt_bytes, fmt_seconds, fmt_time
-from .text_table import text_table
+from ..units import fmt_bytes, fmt_seconds, fmt_time, fmt_times
+from .text_table import table_lines, text_table, wrap
 
 __all__ = ["report", "render_text"]
 
-WIDTH = 100  # columns of the markers line where neither COLUMNS nor a terminal says
+WIDTH = 100  # columns of the report where neither COLUMNS nor a terminal says
+MIN_WIDTH = 40  # a narrower COLUMNS is read as this: below, a table's figures alone overflow
+SUMMARY_LINES = 25  # the summary's most lines; the markers it lists are cut to fit
 LABEL_CHARS = 60  # a marker text longer than this is cut: one label is text from the log, of any length
 
 
@@ -71,11 +74,12 @@ def _sparkline(values: Sequence[int], width: int = 64) -> str:
     return "".join(cols)
 
 
-def _anatomy_text(an: Anatomy, top: int) -> list[str]:
+def _anatomy_text(an: Anatomy, top: int, width: int) -> list[str]:
     out = [f"At {an.at} ({fmt_time(an.t_s)}): {fmt_bytes(an.allocated)} allocated, {fmt_bytes(an.reserved)} reserved, "
            f"{sum(r.count for r in an.rows)} live blocks"]
     rows = [(fmt_bytes(r.bytes), r.count, r.phase, r.category, r.reason, r.site) for r in an.rows[:top]]
-    out += ["  " + line for line in text_table(["bytes", "blocks", "phase", "category", "reason", "allocated at"], rows, right=(0, 1))]
+    out += ["  " + line for line in text_table(["bytes", "blocks", "phase", "category", "reason", "allocated at"], rows,
+                                               right=(0, 1), width=width - 2)]
     if len(an.rows) > top:
         rest = an.rows[top:]
         out.append(f"  ... {len(rest)} more sites, {fmt_bytes(sum(r.bytes for r in rest))}")
@@ -113,15 +117,15 @@ def _markers_text(markers: Sequence[tuple[float, str, str]], top: int, width: in
     return lines + [line]
 
 
-def _section_text(title: str, view: SectionView) -> list[str]:
+def _section_text(title: str, view: SectionView, width: int) -> list[str]:
     """One section of SECTIONS: its title, its table (each row followed by its notes), its sentences."""
     out = [f"== {title}"]
     table = view.table
     if table is not None:
-        lines = text_table(table.headers, table.rows, right=table.right)
-        out += ["  " + line for line in lines[:2]]
-        for k, line in enumerate(lines[2:]):
-            out.append("  " + line)
+        head, rows = table_lines(table.headers, table.rows, right=table.right, width=width - 2)
+        out += ["  " + line for line in head]
+        for k, lines in enumerate(rows):
+            out += ["  " + line for line in lines]
             out += [f"      {note}" for note in (table.row_notes[k] if k < len(table.row_notes) else [])]
         if table.more:
             out.append(f"  {table.more}")
@@ -135,10 +139,88 @@ def _section_text(title: str, view: SectionView) -> list[str]:
     return out
 
 
+def _in(phase: str) -> str:
+    return f" (in {phase})" if phase else ""
+
+
+def _summary_text(s: Summary, width: int) -> list[str]:
+    """The summary (analysis/summary.py) in at most SUMMARY_LINES lines of `width` columns: the markers it lists
+    are those that fit."""
+    def said(text: str, indent: str = "") -> list[str]:
+        return wrap(text, width, indent, "    ")
+
+    p = s.peak
+    when, r_when = fmt_times([p.allocated_t_s, p.reserved_t_s])
+    at_least = " (at least: the log began mid-run)" if p.at_least else ""
+    head = said(f"Peak: {fmt_bytes(p.allocated)} allocated{at_least} at {when}{_in(p.allocated_phase)}; "
+                f"{fmt_bytes(p.reserved)} reserved at {r_when}{_in(p.reserved_phase)}")
+    if s.reserve is not None:
+        r = s.reserve
+        terms = [f"{fmt_bytes(r.allocated)} allocated", f"{fmt_bytes(r.fragmentation)} fragmentation",
+                 f"{fmt_bytes(r.cache)} cache"]
+        terms += [f"{fmt_bytes(r.mapped_free)} mapped free (expandable)"] if r.mapped_free else []
+        terms += [f"{fmt_bytes(r.before_log)} before the log"] if r.before_log else []
+        head += said(f"At the peak allocated, reserved {fmt_bytes(r.reserved)} = " + " + ".join(terms))
+    if s.live:
+        head.append("Live at the peak, the largest (sites with a source line first):")
+        rows = [(fmt_bytes(x.bytes), x.reason, x.category, x.site) for x in s.live]
+        head += ["  " + line for line in text_table(["", "", "", ""], rows, right=(0,), width=width - 2)[2:]]
+    tail: list[str] = []
+    if s.change is not None:
+        c = s.change
+        text = (f"The change that saves the most: TORCHALLOC_CONF={c.setting} reserves {fmt_bytes(c.reserves)}, "
+                f"{fmt_bytes(c.saves)} less")
+        if c.no_cache:
+            text += " (no cache: every request asks the device)"
+            if c.cached_setting is not None and c.cached_reserves is not None and c.cached_saves is not None:
+                text += (f"; with a cache, TORCHALLOC_CONF={c.cached_setting} reserves "
+                         f"{fmt_bytes(c.cached_reserves)}, {fmt_bytes(c.cached_saves)} less")
+        tail += said(text)
+    if s.oom is not None:
+        o = s.oom
+        which = f"the last of {o.count}" if o.count > 1 else "one"
+        tail += said(f"Out of memory ({which}) at {fmt_time(o.t_s)} asking {fmt_bytes(o.requested)}: "
+                     f"{o.verdict}: {o.explanation}")
+        if o.advice:
+            tail += said(f"First advice: {o.advice} ({o.advice_check})", "  ")
+    room = SUMMARY_LINES - 1 - len(head) - len(tail) - 2  # the title; the markers' heading and a "more" line
+    return ["== Summary", *head, *_summary_markers(s, room, said), *tail]
+
+
+def _summary_markers(s: Summary, room: int, said: Callable[[str, str], list[str]]) -> list[str]:
+    """The summary's marker lines, in `room` lines: markers of a kind seen once before those that repeat (the
+    special ones before 'step N'), shown in the log's order."""
+    entries = []
+    for m in s.markers:
+        kind = f" (1st of {m.kind_count} like it)" if m.kind_count > 1 else ""
+        text = f"'{m.label}'{kind} {fmt_time(m.t_s)}: {fmt_bytes(m.live)} live; freed {fmt_bytes(m.freed)}"
+        if m.freed_top is not None:
+            text += f", most {m.freed_top.short()}"
+        if m.kept_top is not None and m.kept_top.bytes * 100 >= s.peak.allocated:  # 1% of the peak: worth a word
+            text += f"; kept {fmt_bytes(m.kept)}, most {m.kept_top.short()}"
+        entries.append(said(text, "  "))
+    chosen: set[int] = set()
+    used = 0
+    for k in sorted(range(len(entries)), key=lambda k: (s.markers[k].kind_count > 1, k)):
+        if used + len(entries[k]) <= room:
+            chosen.add(k)
+            used += len(entries[k])
+    if not entries:
+        return []
+    out = ["Markers: live at each; what the run freed and kept from it to the next marker:"]
+    out += [line for k in sorted(chosen) for line in entries[k]]
+    left = s.marker_kinds - len(chosen)
+    if left:
+        out.append(f"  ... {left} more kind{'s' if left != 1 else ''} of markers: see 'Between markers' below")
+    return out
+
+
 def render_text(a: Analysis, *, top: int = 15, at: Sequence[str | float] = (), width: int | None = None) -> str:
-    """The human report; the markers line wrapped to `width` columns (default: $COLUMNS, the terminal's, or 100)."""
+    """The human report in lines of at most `width` columns (default: $COLUMNS, the terminal's, or 100; at least
+    MIN_WIDTH): the summary first, then the timeline, the peak anatomy, the sections."""
     if width is None:
         width = shutil.get_terminal_size((WIDTH, 24)).columns
+    width = max(width, MIN_WIDTH)
     t, tl = a.table, a.timeline
     out = [f"torchalloc report: {t.path or 'log'} -- device {a.device}, {len(t)} events, {len(a.blocks)} blocks"]
     for note in a.notes:
@@ -148,28 +230,41 @@ def render_text(a: Analysis, *, top: int = 15, at: Sequence[str | float] = (), w
         out.append(f"Nothing to report: the log holds no allocation on device {a.device}. Either the process "
                    "allocated nothing while the log was open, or torchalloc was not its allocator "
                    "(torchalloc.install() must run before the first CUDA tensor).")
-        return "\n".join(out) + "\n"
+        return _fitted(out, width)
+    out += _summary_text(a.summary(), width)
+    out.append("")
     out.append("== Timeline")
     at_least = " (at least: the log began mid-run)" if a.blocks.before_log else ""
-    out.append(f"peak allocated {fmt_bytes(tl.peak_allocated)}{at_least} at {fmt_time(tl.peak_t)}; peak reserved "
-               f"{fmt_bytes(tl.peak_reserved)} at {fmt_time(tl.peak_reserved_t)}; {fmt_seconds(tl.duration_s)} in all")
+    when, r_when = fmt_times([tl.peak_t, tl.peak_reserved_t])
+    out.append(f"peak allocated {fmt_bytes(tl.peak_allocated)}{at_least} at {when}; peak reserved "
+               f"{fmt_bytes(tl.peak_reserved)} at {r_when}; {fmt_seconds(tl.duration_s)} in all")
     if len(tl.allocated):
-        out.append(f"allocated |{_sparkline(tl.allocated.tolist())}| {fmt_bytes(tl.peak_allocated)}")
-        out.append(f"reserved  |{_sparkline(tl.reserved.tolist())}| {fmt_bytes(tl.peak_reserved)}")
+        spark = max(8, min(64, width - 23))  # "allocated |" and "| 1023.9 MiB" beside it
+        out.append(f"allocated |{_sparkline(tl.allocated.tolist(), spark)}| {fmt_bytes(tl.peak_allocated)}")
+        out.append(f"reserved  |{_sparkline(tl.reserved.tolist(), spark)}| {fmt_bytes(tl.peak_reserved)}")
     if tl.markers:
         out += _markers_text(tl.markers, top, width)
     out.append("")
     if len(t):
         out.append("== Peak anatomy: what was live at the peak, by allocation site and phase")
-        out += _anatomy_text(a.anatomy("peak"), top)
+        out += _anatomy_text(a.anatomy("peak"), top, width)
         out.append("")
     for x in at:
-        out += _anatomy_text(a.anatomy(x), top)
+        out += _anatomy_text(a.anatomy(x), top, width)
         out.append("")
     for section in SECTIONS:
         view = section.view(a, top)
         if view is not None:
-            out += _section_text(section.title, view)
+            out += _section_text(section.title, view, width)
     while out and not out[-1]:
         out.pop()
+    return _fitted(out, width)
+
+
+def _fitted(lines: list[str], width: int) -> str:
+    """The lines, each longer than `width` wrapped (figures kept whole), its next lines indented two more."""
+    out = []
+    for line in lines:
+        body = line.lstrip(" ")
+        out += wrap(body, width, line[:len(line) - len(body)])
     return "\n".join(out) + "\n"

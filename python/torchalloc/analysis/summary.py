@@ -1,0 +1,183 @@
+"""The report's summary: what a reader needs first, computed once from the analysis, for every output.
+
+`summary(a)` reads the sections' rows (the peak anatomy, the reserve split
+and the replays, the marker stretches, the OOMs) and gives a `Summary`:
+
+- `peak`: `Peak` -- allocated and reserved at their peaks, when (seconds
+  since the log opened) and in which phase (the phase occurrence running
+  then; "" outside every phase);
+- `reserve`: `ReserveSplit` -- reserved at the peak allocated split into
+  allocated, fragmentation (free bytes in segments holding live blocks),
+  cache (wholly free segments) and the rarer terms; None without segment
+  records;
+- `live`: `LiveReason`s -- the top reasons memory was live at the peak: the
+  peak anatomy's largest rows, those with a Python source line first (a row
+  whose site is "(no Python stack)" says less), at most TOP_REASONS;
+- `markers`: `MarkerLine`s -- one per kind of marker (labels that differ
+  only in their numbers, "step 1" ... "step 6", are one kind, shown by its
+  first): what was live at it, what the stretch after it freed and kept
+  (stream_markers.py's rows), at most MARKER_KINDS;
+- `change`: `Change` -- the one change that would have reserved the most
+  less (the best replay, its setting and figures; when it is `exact`,
+  which keeps no cache, the best policy that does); None when none would;
+- `oom`: `OomLine` -- the last OOM's verdict and its first line of advice;
+  None without an OOM.
+
+Figures are bytes and seconds; the text report (report/text.py) and the
+page format them, `to_dict` is what `--json` prints under "summary".
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+import numpy as np
+
+from .sites import BEFORE_LOG, NO_PYTHON, NO_STACKS
+from .stream_markers import MARKERS, Stretches, StretchGroup
+from .wording import setting_of
+
+TOP_REASONS = 3
+MARKER_KINDS = 8
+
+
+@dataclasses.dataclass
+class Peak:
+    allocated: int
+    allocated_t_s: float
+    allocated_phase: str
+    reserved: int
+    reserved_t_s: float
+    reserved_phase: str
+    at_least: bool  # the log began mid-run: the blocks from before it may have been more
+
+
+@dataclasses.dataclass
+class ReserveSplit:
+    reserved: int
+    allocated: int
+    fragmentation: int
+    cache: int
+    mapped_free: int  # free granules of expandable segments
+    before_log: int  # free in segments made before the log began
+
+
+@dataclasses.dataclass
+class LiveReason:
+    bytes: int
+    count: int
+    reason: str
+    category: str
+    phase: str  # the phase that allocated them
+    site: str  # their allocation site ("modeling_llama.py:175 forward")
+    has_line: bool  # the site is a Python source line
+
+
+@dataclasses.dataclass
+class MarkerLine:
+    label: str  # the first marker of its kind
+    kind_count: int  # markers of its kind ("step N": one per step)
+    t_s: float
+    live: int  # allocated at the marker
+    freed: int  # by the stretch after it, up to the next marker
+    kept: int  # allocated by that stretch and still live when it ended
+    until: str | None  # the next marker's label; None: the end of the log
+    freed_top: StretchGroup | None  # the largest group it freed (one with a Python source line first)
+    kept_top: StretchGroup | None  # the largest group it kept
+
+
+@dataclasses.dataclass
+class Change:
+    policy: str  # the replay policy ("caching+compact")
+    setting: str  # its TORCHALLOC_CONF ("policy:caching,expandable:2")
+    reserves: int  # its peak reserved on the same events
+    saves: int  # less than the recording policy's replay
+    no_cache: bool  # exact: every request asks the device
+    cached_policy: str | None  # with no_cache: the best policy that keeps a cache, and its figures
+    cached_setting: str | None
+    cached_reserves: int | None
+    cached_saves: int | None
+
+
+@dataclasses.dataclass
+class OomLine:
+    count: int  # OOMs in the log (the line is of the last one)
+    t_s: float
+    requested: int
+    verdict: str
+    explanation: str
+    advice: str | None  # its first line of advice
+    advice_check: str | None  # what checked it ("confirmed: ...")
+
+
+@dataclasses.dataclass
+class Summary:
+    peak: Peak
+    reserve: ReserveSplit | None
+    live: list[LiveReason]
+    markers: list[MarkerLine]
+    marker_kinds: int  # kinds of markers in the followed ones (markers: the first MARKER_KINDS)
+    change: Change | None
+    oom: OomLine | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _phase_at(a: Any, i: int) -> str:
+    """The phase whose occurrence was running at event i (the innermost: the last begun); "" outside phases."""
+    s = a.scan
+    running = np.flatnonzero((s.occ_begin <= i) & (s.occ_end > i))
+    return a.phase_name(int(s.occ_phase[running[-1]])) if running.size else ""
+
+
+def _kind(label: str) -> str:
+    return re.sub(r"\d+", "N", label)
+
+
+def _markers(stretches: Stretches) -> tuple[list[MarkerLine], int]:
+    first: dict[str, MarkerLine] = {}
+    for r in stretches.rows:
+        line = first.get(_kind(r.label))
+        if line is not None:
+            line.kind_count += 1
+            continue
+        first[_kind(r.label)] = MarkerLine(r.label, 1, r.t_s, r.live, r.freed, r.kept, r.until,
+                                           r.freed_groups[0] if r.freed_groups else None,
+                                           r.kept_groups[0] if r.kept_groups else None)
+    lines = list(first.values())
+    return lines[:MARKER_KINDS], len(lines)
+
+
+def summary(a: Any) -> Summary:
+    """The summary of the analysis `a` (result.Analysis; module docstring)."""
+    tl, s = a.timeline, a.scan
+    n = bool(s.n)
+    peak = Peak(tl.peak_allocated, tl.peak_t, _phase_at(a, s.peak_i) if n else "", tl.peak_reserved,
+                tl.peak_reserved_t, _phase_at(a, s.rpeak_i) if n else "", bool(a.blocks.before_log))
+    r = a.reserve()
+    at_peak = next((m for m in r.moments if m.at == "peak allocated"), None)
+    split = None if at_peak is None else ReserveSplit(at_peak.reserved, at_peak.allocated, at_peak.fragmented,
+                                                      at_peak.cached, at_peak.mapped_free, at_peak.before_log)
+    stand_ins = {x.label for x in (NO_PYTHON, BEFORE_LOG, NO_STACKS)}
+    live = [LiveReason(x.bytes, x.count, x.reason, x.category, x.phase, x.site, x.site not in stand_ins)
+            for x in (a.anatomy("peak").rows if n else [])]
+    live.sort(key=lambda x: (not x.has_line, -x.bytes))  # stable: the anatomy's order among equals
+    markers, kinds = _markers(a.section_rows(MARKERS.key))
+    change = None
+    best = r.best
+    if best is not None:
+        base = r.replays[0]
+        c = r.best_cached()
+        change = Change(best.policy, setting_of(best.policy), best.peak_reserved, base.peak_reserved - best.peak_reserved,
+                        best.policy == "exact", c.policy if c else None, setting_of(c.policy) if c else None,
+                        c.peak_reserved if c else None, base.peak_reserved - c.peak_reserved if c else None)
+    ooms = a.ooms()
+    oom = None
+    if ooms:
+        o = ooms[-1]
+        first = o.advice[0] if o.advice else None
+        oom = OomLine(len(ooms), o.t_s, o.requested, o.verdict, o.explanation, first.text if first else None,
+                      first.check if first else None)
+    return Summary(peak, split, live[:TOP_REASONS], markers, kinds, change, oom)
