@@ -40,13 +40,23 @@ def _flat(text: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def reports() -> dict[str, dict[str, object]]:
-    """Each bundled log's JSON report, once."""
+def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The bundled logs, and a hand-made run that ends out of memory (test_streamed's scenario)."""
+    from synthfile import write_log
+    from test_streamed import SCENARIOS
+
+    oom = write_log(SCENARIOS["oom_demo"](), tmp_path_factory.mktemp("oom") / "oom.talog", start_ns=10**9)
+    return {**{p.name: p for p in BUNDLED}, "oom": oom}
+
+
+@pytest.fixture(scope="module")
+def reports(logs: dict[str, Path]) -> dict[str, dict[str, object]]:
+    """Each log's JSON report, once."""
     out: dict[str, dict[str, object]] = {}
-    for log in BUNDLED:
+    for name, log in logs.items():
         status, stdout, stderr = cli("report", "--json", str(log))
         assert status == 0, stderr
-        out[log.name] = json.loads(stdout)
+        out[name] = json.loads(stdout)
     return out
 
 
@@ -62,11 +72,11 @@ def _figures(s: dict) -> list[str]:
 
 
 @pytest.mark.parametrize("columns", [80, 100])
-@pytest.mark.parametrize("log", BUNDLED, ids=lambda p: p.name)
-def test_the_text_fits_columns_and_opens_with_the_summary(log: Path, columns: int, reports: dict,
+@pytest.mark.parametrize("name", [p.name for p in BUNDLED] + ["oom"])
+def test_the_text_fits_columns_and_opens_with_the_summary(name: str, columns: int, logs: dict, reports: dict,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", str(columns))
-    status, text, err = cli("report", str(log))
+    status, text, err = cli("report", str(logs[name]))
     assert status == 0, err
     lines = text.splitlines()
     too_wide = [line for line in lines if len(line) > columns]
@@ -75,13 +85,16 @@ def test_the_text_fits_columns_and_opens_with_the_summary(log: Path, columns: in
     summary = _summary_lines(text)
     assert len(summary) <= 25
     said = "\n".join(summary)
-    s = reports[log.name]["summary"]
+    s = reports[name]["summary"]
     for figure in _figures(s):  # whole: a figure broken over two lines would not be found
         assert figure in said, (figure, said)
     for x in s["live"]:
         assert x["site"] in _flat(said)
     if s["change"]:
         assert f"TORCHALLOC_CONF={s['change']['setting']}" in _flat(said)
+    if s["oom"]:
+        assert f"asking {fmt_bytes(s['oom']['requested'])}: {s['oom']['verdict']}" in _flat(said)
+        assert f"First advice: {s['oom']['advice']}" in _flat(said)
 
 
 def test_without_columns_a_pipe_gets_100(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -193,3 +206,16 @@ def test_the_summarys_reasons_prefer_a_source_line() -> None:
     a = log.analyze()
     live = a.summary().live
     assert [(x.site, x.has_line) for x in live] == [("train.py:7 main", True), ("(no Python stack)", False)]
+
+
+def test_only_the_first_markers_are_followed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchalloc.analysis import stream_markers
+
+    monkeypatch.setattr(stream_markers, "STRETCHES", 2)
+    a = _stretch_log().analyze(chunk_records=3)
+    s = a.section_rows("markers")
+    assert [r.label for r in s.rows] == ["one", "two"] and s.markers == 4
+    two = s.rows[1]  # its stretch still ends at the next marker, not at the log's end
+    assert (two.until, two.allocated, two.freed, two.kept) == ("step 1", 8 * MiB, 2 * MiB, 8 * MiB)
+    view = stream_markers.SECTION.view(a, 15)
+    assert view is not None and view.table is not None and view.table.more == "... 2 more markers"

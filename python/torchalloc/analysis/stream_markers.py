@@ -136,7 +136,7 @@ class MarkersFollower(Follower):
         s_end, s_alloc = self._stretch(end_i), self._stretch(bt["alloc_i"][ended])
         size_end = size[ended]
         np.add.at(self.freed, s_end, size_end)
-        sel = s_end > 0
+        sel = (s_end > 0) & (s_end <= STRETCHES)  # grouped only where a row shows them
         keys = np.stack((s_end, bt["site"][ended], bt["reason"][ended], bt["free_site"][ended],
                          bt["category"][ended]), axis=1)
         _add(self.freed_by, keys[sel], size_end[sel])
@@ -145,14 +145,14 @@ class MarkersFollower(Follower):
     def _keep(self, s_alloc: np.ndarray, s_end: np.ndarray, site: np.ndarray, category: np.ndarray,
               size: np.ndarray) -> None:
         """Blocks allocated in a stretch and ended in a later one (or never: s_end past the last)."""
-        sel = (s_alloc > 0) & (s_alloc < s_end)
+        sel = (s_alloc > 0) & (s_alloc < s_end) & (s_alloc <= STRETCHES)
         np.add.at(self.kept, s_alloc[sel], size[sel])
         _add(self.kept_by, np.stack((s_alloc, site, category), axis=1)[sel], size[sel])
 
     def orphans_ended(self, k: np.ndarray, free_i: np.ndarray) -> None:
         s_end, size = self._stretch(free_i), self.orphan_sizes[k]
         np.add.at(self.freed, s_end, size)
-        sel = s_end > 0
+        sel = (s_end > 0) & (s_end <= STRETCHES)
         none = np.full(int(sel.sum()), -1, dtype=np.int64)
         keys = np.stack((s_end[sel], np.full(none.size, _ORPHAN), none, none, none), axis=1)
         _add(self.freed_by, keys, size[sel])

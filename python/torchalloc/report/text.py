@@ -164,7 +164,8 @@ def _summary_text(s: Summary, width: int) -> list[str]:
     if s.live:
         head.append("Live at the peak, the largest (sites with a source line first):")
         rows = [(fmt_bytes(x.bytes), x.reason, x.category, x.site) for x in s.live]
-        head += ["  " + line for line in text_table(["", "", "", ""], rows, right=(0,), width=width - 2)[2:]]
+        _, body = table_lines(["bytes", "reason", "category", "allocated at"], rows, right=(0,), width=width - 2)
+        head += ["  " + line for lines in body for line in lines]  # the columns without their header
     tail: list[str] = []
     if s.change is not None:
         c = s.change
@@ -178,9 +179,9 @@ def _summary_text(s: Summary, width: int) -> list[str]:
         tail += said(text)
     if s.oom is not None:
         o = s.oom
-        which = f"the last of {o.count}" if o.count > 1 else "one"
-        tail += said(f"Out of memory ({which}) at {fmt_time(o.t_s)} asking {fmt_bytes(o.requested)}: "
-                     f"{o.verdict}: {o.explanation}")
+        which = f" (the last of {o.count})" if o.count > 1 else ""
+        first = o.explanation.split(". ")[0].rstrip(".")  # the rest: the section "Out of memory"
+        tail += said(f"Out of memory{which} at {fmt_time(o.t_s)} asking {fmt_bytes(o.requested)}: {first}")
         if o.advice:
             tail += said(f"First advice: {o.advice} ({o.advice_check})", "  ")
     room = SUMMARY_LINES - 1 - len(head) - len(tail) - 2  # the title; the markers' heading and a "more" line
