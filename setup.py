@@ -120,7 +120,7 @@ setup(
     python_requires=">=3.10",
     package_dir={"": "python"},
     packages=find_packages(where="python", exclude=["tests", "tests.*"]),
-    package_data={"torchalloc": [LIB_NAME, "data/*", "report/page.js", "report/page.css", "report/page_help.md", "bridge_src/*/*", "libtorchalloc_bridge.so"]},
+    package_data={"torchalloc": [LIB_NAME, "data/*", "report/page.js", "report/units.js", "report/labels.js", "report/page.css", "report/page_help.md", "bridge_src/*/*", "libtorchalloc_bridge.so"]},
     # numpy 1.21.2 is the oldest with wheels for Python 3.10 (python_requires); the offline tools' tests pass
     # on it and on numpy 2 (python/tests/test_mid_run_logs.py names the difference that once mattered).
     install_requires=["numpy>=1.21.2", "tqdm"],

@@ -8,7 +8,8 @@ artifact. Its parts:
   the whole report, with JavaScript off;
 - the data the script needs, as JSON in a <script type="application/json">
   element (data.py: bounded, escaped);
-- the script (page.js) and the style (page.css), inlined:
+- the script (page.js, after units.js: numbers and ticks, and labels.js: where the
+  marker labels go) and the style (page.css), inlined:
   zoom and pan, a tooltip, the blocks live at a clicked moment, a block's
   or a site's stacks and reason, buttons for the peak and each OOM. Its
   controls and panels carry `needs-script` and stay hidden without it.
@@ -73,7 +74,7 @@ _ASSETS = Path(__file__).resolve().parent
 
 
 def _asset(name: str) -> str:
-    """page.css or page.js, to inline: the page fetches nothing."""
+    """page.css or a script (units.js, labels.js, page.js), to inline: the page fetches nothing."""
     text = (_ASSETS / name).read_text(encoding="utf-8")
     if "</script" in text.lower() or "</style" in text.lower():
         raise RuntimeError(f"{name} holds an end tag: inlined, it would end its element early")
@@ -255,7 +256,7 @@ def render_html(a: Analysis, *, at: Sequence[str | float] = (), top: int = 30) -
     return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
             f"<meta name=viewport content='width=device-width, initial-scale=1'><title>{_e(title)}</title>"
             f"<style>{_asset('page.css')}</style></head><body>\n" + "\n".join(body) +
-            f"\n<script>\n{_asset('page.js')}</script>\n</body></html>\n")
+            f"\n<script>\n{_asset('units.js')}{_asset('labels.js')}{_asset('page.js')}</script>\n</body></html>\n")
 
 
 def write_html(a: Analysis, path: str | os.PathLike[str], *, at: Sequence[str | float] = ()) -> None:

@@ -9,7 +9,7 @@ the label to its marker. When even `rows` rows cannot hold every label, every
 second (third, ...) marker keeps its label and the others are left to the
 line's hover title and the tooltip.
 
-page.js does the same with the widths the browser measures; svg.py, with
+labels.js (for page.js) does the same with the widths the browser measures; svg.py, with
 `text_width`'s estimate (generous, so that a wider font still fits).
 """
 from __future__ import annotations

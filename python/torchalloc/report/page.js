@@ -1,4 +1,4 @@
-// The interactive part of torchalloc's HTML report (html.py inlines this file).
+// The interactive part of torchalloc's HTML report (html.py inlines this file after units.js and labels.js).
 //
 // Reads the JSON the page embeds (data.py) and, with no library and
 // nothing fetched: redraws the timeline SVG for the range in view (zoom with
@@ -31,48 +31,9 @@
   var selected = null; // the selected moment: {i, t, allocated, reserved, live, label, oom}
   var testing = false; // set by the test hook: no scrolling (the screenshot shows the page's top)
 
-  // ---- formatting, as torchalloc.units does it ---------------------------
-  function fmtBytes(n) {
-    var units = [['GiB', 1073741824], ['MiB', 1048576], ['KiB', 1024]];
-    for (var k = 0; k < units.length; k++) {
-      if (Math.abs(n) >= units[k][1]) return (n / units[k][1]).toFixed(1) + ' ' + units[k][0];
-    }
-    return Math.round(n) + ' B';
-  }
-  function fmtSeconds(s) {
-    if (s < 0) return 'until the end';
-    if (s < 1e-3) return (s * 1e6).toFixed(0) + ' \u00b5s';
-    if (s < 1) return (s * 1e3).toFixed(1) + ' ms';
-    return s.toFixed(2) + ' s';
-  }
-  function fmtTime(s) { return 't=' + (s < 1 ? fmtSeconds(s) : s.toFixed(3) + ' s'); }
-  function niceStep(span, ticks) {
-    var raw = span / Math.max(ticks, 1);
-    if (raw <= 0) return 1;
-    var mag = Math.pow(10, Math.floor(Math.log10(raw)));
-    var ms = [1, 2, 2.5, 5, 10];
-    for (var k = 0; k < ms.length; k++) if (raw <= ms[k] * mag) return ms[k] * mag;
-    return 10 * mag;
-  }
-  // Tick labels of the time axis: one unit for the range in view, as many decimals as the step needs.
-  function timeTicks(v0, v1) {
-    var span = v1 - v0, unit = span < 2e-3 ? ['\u00b5s', 1e6] : span < 2 ? ['ms', 1e3] : ['s', 1];
-    var step = niceStep(span, 8);
-    var stepInUnit = Number((step * unit[1]).toPrecision(6));
-    var decimals = (String(stepInUnit).split('.')[1] || '').length;
-    var out = [];
-    for (var k = Math.ceil(v0 / step - 1e-9); k * step <= v1 * (1 + 1e-9); k++) {
-      out.push([k * step, (k * stepInUnit).toFixed(decimals) + ' ' + unit[0]]);
-    }
-    return out;
-  }
-  function byteTicks(top) {
-    var units = [1073741824, 1048576, 1024], scale = 1;
-    for (var k = 0; k < units.length; k++) if (top >= units[k]) { scale = units[k]; break; }
-    var step = niceStep(top / scale, 5) * scale, out = [];
-    for (var v = 0; v <= top; v += step) out.push(Math.floor(v));
-    return out;
-  }
+  // ---- formatting and ticks (units.js) ----------------------------------
+  var fmtBytes = torchallocUnits.fmtBytes, fmtSeconds = torchallocUnits.fmtSeconds, fmtTime = torchallocUnits.fmtTime;
+  var timeTicks = torchallocUnits.timeTicks, byteTicks = torchallocUnits.byteTicks;
 
   // ---- DOM helpers: text goes in as text, never as markup -----------------
   function svgNode(tag, attrs, text) {
@@ -118,46 +79,7 @@
     return 'M' + pathOf(stepPoints(upperAt, j0, j1)) + ' L' + pathOf(stepPoints(lowerAt, j0, j1).reverse()) + ' Z';
   }
 
-  // ---- marker labels: rows above the plot, none overlapping (report/labels.py does the same) ----
-  function fits(widths) {
-    var sum = 0;
-    widths.forEach(function (w) { sum += w; });
-    return sum + L.label_gap * Math.max(widths.length - 1, 0) <= PW;
-  }
-  // One row's left edges: each centred on its marker, pushed right past the one before, pulled back inside.
-  function pack(xs, widths) {
-    var lo = L.left, hi = L.left + PW, lefts = xs.map(function (x, k) {
-      return Math.min(Math.max(x - widths[k] / 2, lo), hi - widths[k]);
-    });
-    for (var k = 1; k < lefts.length; k++) lefts[k] = Math.max(lefts[k], lefts[k - 1] + widths[k - 1] + L.label_gap);
-    for (k = lefts.length - 1; k >= 0; k--) {
-      var end = k === lefts.length - 1 ? hi : lefts[k + 1] - L.label_gap;
-      lefts[k] = Math.min(lefts[k], end - widths[k]);
-    }
-    return lefts;
-  }
-  // Each label's {row, left}, or null where not even L.label_rows rows hold every label: then every second
-  // (third, ...) marker keeps its label. The fewest labels left out, then the fewest rows.
-  function placeLabels(xs, widths) {
-    var n = xs.length;
-    for (var stride = 1; stride <= n; stride++) {
-      var shown = [];
-      for (var k = 0; k < n; k += stride) shown.push(k);
-      for (var used = 1; used <= L.label_rows; used++) {
-        var members = [];
-        for (var r = 0; r < used; r++) members.push(shown.filter(function (_, m) { return m % used === r; }));
-        var ok = members.every(function (m) { return fits(m.map(function (j) { return widths[j]; })); });
-        if (!ok) continue;
-        var out = xs.map(function () { return null; });
-        members.forEach(function (m, row) {
-          var lefts = pack(m.map(function (j) { return xs[j]; }), m.map(function (j) { return widths[j]; }));
-          m.forEach(function (j, q) { out[j] = { row: row, left: lefts[q] }; });
-        });
-        return out;
-      }
-    }
-    return xs.map(function () { return null; });
-  }
+  // The markers: a line each, its label in a row above the plot (labels.js) with a leader down to the line.
   function drawMarkers(plot) {
     var shown = D.markers.filter(function (m) { return m.t >= view.v0 && m.t <= view.v1; });
     var labels = shown.map(function (m) { // measured as drawn, then placed
@@ -167,7 +89,8 @@
     });
     var widths = labels.map(function (t) { return t.getComputedTextLength(); });
     labels.forEach(function (t) { svg.removeChild(t); });
-    var xs = shown.map(function (m) { return X(m.t); }), places = placeLabels(xs, widths);
+    var xs = shown.map(function (m) { return X(m.t); });
+    var places = torchallocPlaceLabels(xs, widths, L.left, L.left + PW, L.label_rows, L.label_gap);
     shown.forEach(function (m, k) {
       var x = xs[k], g = svgNode('g', { 'class': 'marker', 'data-label': m.label }), p = places[k];
       g.appendChild(svgNode('line', { x1: f2(x), x2: f2(x), y1: L.top, y2: L.top + PH, stroke: '#6b4fa0', 'stroke-width': 1,
