@@ -25,10 +25,10 @@ from report_ways import embedded  # noqa: E402
 from synthlog import MiB, SynthLog  # noqa: E402
 
 from torchalloc.analysis import analyze  # noqa: E402
-from torchalloc.report.html import marker_groups, render_html  # noqa: E402
+from torchalloc.report.html import render_html  # noqa: E402
 from torchalloc.report.labels import GAP, place_labels  # noqa: E402
 from torchalloc.report.svg import LEFT, RIGHT, W  # noqa: E402
-from torchalloc.units import fmt_bytes, fmt_time  # noqa: E402
+from torchalloc.units import fmt_bytes  # noqa: E402
 
 BUNDLED_DEMO = Path(__file__).resolve().parents[1] / "torchalloc" / "data" / "demo_trace.talog.xz"
 
@@ -213,34 +213,37 @@ def demo() -> Any:
 
 @pytest.mark.parametrize("log", ["synthetic", "bundled"])
 def test_the_page_leads_with_the_summary(demo: Any, log: str) -> None:
-    """The summary comes first, before the timeline: the peak's figures, the reserve split (its rarer terms,
-    free granules of expandable segments in the bundled demo, named when there are any), the largest groups
-    live at the peak, a line per group of markers, the change that saves the most, the OOM's verdict."""
+    """The summary (the analysis' Summary, which the text and JSON reports print first) comes first, before the
+    timeline: the peak's figures, the reserve split at the peak allocated (its rarer terms, free granules of
+    expandable segments in the bundled demo, named when there are any), the largest groups live at the peak, a
+    line per kind of marker, the change that saves the most, the OOM's verdict."""
     if log == "bundled":
         demo = analyze(BUNDLED_DEMO)
     page = render_html(demo)
     assert page.index('<section id="summary"') < page.index('<svg id="timeline"') < page.index('id="peak-anatomy"')
     assert page.index('id="peak-anatomy"') < page.index('id="reserve"') < page.index('id="markers"')
     summary = headless.parse(page).by_id("summary")
-    tl = demo.timeline
+    s = demo.summary()
     peak = summary.one("dd", "summary-peak").text()
-    assert f"{fmt_bytes(tl.peak_allocated)} allocated" in peak and fmt_time(tl.peak_t) in peak
-    splits = summary.all("div", "split")
-    assert [s.attrs["data-at"] for s in splits] == [m.at for m in demo.reserve().moments]
-    for s, m in zip(splits, demo.reserve().moments):
-        rare = [f" + {fmt_bytes(v)} {name}" for v, name in ((m.mapped_free, "mapped free (expandable)"),
-                                                            (m.before_log, "before the log")) if v]
-        assert s.one("span", "split-words").text() == (
-            f"{fmt_bytes(m.reserved)} reserved = {fmt_bytes(m.allocated)} allocated + {fmt_bytes(m.fragmented)} "
-            f"fragmentation + {fmt_bytes(m.cached)} cache" + "".join(rare))
-        assert m.allocated + m.fragmented + m.cached + m.mapped_free + m.before_log == m.reserved
+    assert f"{fmt_bytes(s.peak.allocated)} allocated at" in peak and f"{fmt_bytes(s.peak.reserved)} reserved at" in peak
+    assert s.peak.allocated_phase and f"in {s.peak.allocated_phase};" in peak
+    r = s.reserve
+    assert r is not None and r.allocated + r.fragmentation + r.cache + r.mapped_free + r.before_log == r.reserved
+    rare = [f" + {fmt_bytes(v)} {name}" for v, name in ((r.mapped_free, "mapped free (expandable)"),
+                                                        (r.before_log, "before the log")) if v]
+    assert summary.one("span", "split-words").text() == (
+        f"{fmt_bytes(r.reserved)} reserved = {fmt_bytes(r.allocated)} allocated + {fmt_bytes(r.fragmentation)} "
+        f"fragmentation + {fmt_bytes(r.cache)} cache" + "".join(rare))
+    assert bool(rare) == (log == "bundled")  # the bundled demo runs under expandable:reclaim
     groups = summary.one("ol", "summary-groups").all("li")
-    assert [g.one("b").text() for g in groups] == [fmt_bytes(r.bytes) for r in demo.anatomy("peak").rows[:3]]
-    assert len(summary.one("ul", "summary-markers").all("li")) == len(marker_groups(demo))
-    if demo.ooms():
-        assert summary.one("dd", "summary-oom").one("b", "verdict").text() == demo.ooms()[0].verdict
+    assert [(g.one("b").text(), g.one("code").text()) for g in groups] == [(fmt_bytes(x.bytes), x.site) for x in s.live]
+    lines = summary.one("ul", "summary-markers").all("li")
+    assert [li.one("b").text() for li in lines if "more" not in li.classes()] == [m.label for m in s.markers]
+    if s.oom is not None:
+        assert summary.one("dd", "summary-oom").one("b", "verdict").text() == s.oom.verdict
     else:
         assert not summary.all("dd", "summary-oom")
+    assert (s.change is None) == (not summary.all("dd", "summary-change"))
 
 
 def test_identical_marker_tables_are_one_folded_table(demo: Any) -> None:

@@ -14,9 +14,8 @@ artifact. Its parts:
   or a site's stacks and reason, buttons for the peak and each OOM. Its
   controls and panels carry `needs-script` and stay hidden without it.
 
-It leads with the answer (summary_html.py: the peak, the reserve split,
-what is live at the peak, a line per marker, the change that would save the
-most, the OOM's verdict), then the timeline, the peak's anatomy and the
+It leads with the answer (summary_html.py: the report's summary,
+analysis/summary.py, as the text and JSON reports give it first), then the timeline, the peak's anatomy and the
 sections the summary links to (out of memory, reserved memory, the
 policies); each marker's anatomy follows folded (<details>), markers with the
 same table sharing one. The page ends with its help (page_help.py, from the
@@ -217,7 +216,7 @@ def render_html(a: Analysis, *, at: Sequence[str | float] = (), top: int = 30) -
     peak = a.anatomy("peak") if len(t) else None
     groups = marker_groups(a)
     if peak is not None:
-        body.append(summary_html(a, peak, groups))
+        body.append(summary_html(a))
     body.append('<h2>Timeline</h2>')
     body.append("<p class=small>Allocated bytes stacked by the phase that allocated them; above them, the yellow band "
                 "is fragmentation (free bytes in segments that hold live blocks) and the blue band the cache (segments "

@@ -1,122 +1,124 @@
-"""The answer, at the top of the HTML page: what the rest of the page shows in detail, in a few lines.
+"""The answer, at the top of the HTML page: the report's summary (analysis/summary.py, the one the text and
+JSON reports print first), as a few lines that link to the sections with the rest.
 
-- the peak: allocated and reserved then, when, in which phase; the peak of
-  reserved when it came at another moment;
-- reserved memory split into allocated, fragmentation (free bytes in
-  segments that hold live blocks) and cache (wholly free segments), at the
-  peak of reserved and at the peak of allocated, as bars;
-- the three largest groups of blocks live at the peak, with their reason and
-  the source line that allocated them;
-- one line per marker (markers with the same live blocks share a line);
-- the one change that would have saved the most (the replays' sentence);
-- the first OOM's verdict and the first line of its advice.
-
-Each line links to the section that has the rest. Built from what the page
-already computes (the peak's and the markers' anatomies, the reserve
-section's rows, the OOM rows), so it says nothing the page does not.
+- the peak: allocated and reserved at their peaks, when, the phase running
+  then ("at least" when the log began mid-run);
+- reserved memory at the peak allocated split into allocated, fragmentation
+  (free bytes in segments that hold live blocks) and cache (wholly free
+  segments), and the rarer terms when there are any, as a bar;
+- the largest groups of blocks live at the peak (those with a source line
+  first), with their reason and the line that allocated them;
+- one line per kind of marker ("step 1" ... "step 6" are one kind): what was
+  live at it, what the run freed and kept from it to the next marker;
+- the one change that would have reserved the most less;
+- the last OOM's verdict and its first line of advice.
 """
 from __future__ import annotations
 
 import html
-from typing import Any, Sequence
+from typing import Any
 
-from ..analysis import Analysis, Anatomy
-from ..units import fmt_bytes, fmt_time
+from ..analysis import Analysis
+from ..analysis.summary import Change, MarkerLine, OomLine, Peak, ReserveSplit, Summary
+from ..units import fmt_bytes, fmt_time, fmt_times
 
-__all__ = ["summary_html", "phase_at"]
+__all__ = ["summary_html"]
 
-# The reserve split's parts: (ReserveMoment field, its name on the page, its CSS class). The last two (free
+# The reserve split's parts: (ReserveSplit field, its name on the page, its CSS class). The last two (free
 # granules of expandable segments, free bytes in segments from before the log) are named only when not zero.
-SPLIT = (("allocated", "allocated", "split-allocated"), ("fragmented", "fragmentation", "split-fragmentation"),
-         ("cached", "cache", "split-cache"), ("mapped_free", "mapped free (expandable)", "split-mapped"),
+SPLIT = (("allocated", "allocated", "split-allocated"), ("fragmentation", "fragmentation", "split-fragmentation"),
+         ("cache", "cache", "split-cache"), ("mapped_free", "mapped free (expandable)", "split-mapped"),
          ("before_log", "before the log", "split-before"))
 ALWAYS = 3  # the first three parts are named even when zero
-TOP_GROUPS = 3  # the peak's largest groups of live blocks the summary names
 
 
 def _e(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
 
-def phase_at(spans: Sequence[tuple[str, float, float]], t: float) -> str | None:
-    """The innermost phase running at t: of the occurrences that contain it, the one that began last (as the
-    page's tooltip says it)."""
-    inside = [s for s in spans if s[1] <= t <= s[2]]
-    return max(inside, key=lambda s: s[1])[0] if inside else None
+def _link(anchor: str, text: str) -> str:
+    return f' <a href="#{anchor}">{_e(text)}</a>'
 
 
-def _peak_line(a: Analysis) -> str:
-    tl = a.timeline
-    phase = phase_at(tl.phase_spans, tl.peak_t)
-    line = (f"<b>{_e(fmt_bytes(tl.peak_allocated))}</b> allocated, "
-            f"{_e(fmt_bytes(a.reserved_at(tl.peak_index)))} reserved at {_e(fmt_time(tl.peak_t))}"
-            + (f", in {_e(phase)}" if phase else ""))
-    if tl.peak_reserved_t != tl.peak_t:
-        line += (f"; reserved peaks at <b>{_e(fmt_bytes(tl.peak_reserved))}</b> at "
-                 f"{_e(fmt_time(tl.peak_reserved_t))}")
-    return line + '. <a href="#peak-anatomy">Peak anatomy</a>'
+def _in(phase: str) -> str:
+    return f" in {_e(phase)}" if phase else ""
 
 
-def _split_bars(a: Analysis) -> str:
-    """One bar per moment of the reserve section: allocated, fragmentation and cache, widths to scale."""
-    r = a.reserve()
-    if not r.moments:
-        return ""
-    scale = max(m.reserved for m in r.moments) or 1
-    rows = []
-    for m in r.moments:
-        parts = [(getattr(m, key), name, cls) for k, (key, name, cls) in enumerate(SPLIT)
-                 if k < ALWAYS or getattr(m, key)]
-        bar = "".join(f'<span class="{cls}" style="width:{100 * v / scale:.2f}%" title="{_e(name)} '
-                      f'{_e(fmt_bytes(v))}"></span>' for v, name, cls in parts if v > 0)
-        words = " + ".join(f'<span class="key {cls}"></span>{_e(fmt_bytes(v))} {_e(name)}' for v, name, cls in parts)
-        rows.append(f'<div class="split" data-at="{_e(m.at)}"><span class="split-at">at {_e(m.at)} '
-                    f'({_e(fmt_time(m.t_s))})</span><span class="bar">{bar}</span>'
-                    f'<span class="split-words">{_e(fmt_bytes(m.reserved))} reserved = {words}</span></div>')
-    return "".join(rows) + '<a href="#reserve">Reserved memory</a>'
+def _peak_html(p: Peak) -> str:
+    when, r_when = fmt_times([p.allocated_t_s, p.reserved_t_s])
+    at_least = " (at least: the log began mid-run)" if p.at_least else ""
+    return (f"<b>{_e(fmt_bytes(p.allocated))}</b> allocated{at_least} at {_e(when)}{_in(p.allocated_phase)}; "
+            f"<b>{_e(fmt_bytes(p.reserved))}</b> reserved at {_e(r_when)}{_in(p.reserved_phase)}."
+            + _link("peak-anatomy", "Peak anatomy"))
 
 
-def _groups_html(peak: Anatomy) -> str:
-    items = [f"<li><b>{_e(fmt_bytes(r.bytes))}</b> in {r.count} block{'s' if r.count != 1 else ''}: "
-             f"{_e(r.category)}, {_e(r.reason)}, allocated at <code>{_e(r.site)}</code> ({_e(r.phase)})</li>"
-             for r in peak.rows[:TOP_GROUPS]]
+def _split_html(r: ReserveSplit) -> str:
+    """The split as a bar, widths to scale, and in words."""
+    parts = [(getattr(r, key), name, cls) for k, (key, name, cls) in enumerate(SPLIT) if k < ALWAYS or getattr(r, key)]
+    scale = r.reserved or 1
+    bar = "".join(f'<span class="{cls}" style="width:{100 * v / scale:.2f}%" title="{_e(name)} {_e(fmt_bytes(v))}">'
+                  "</span>" for v, name, cls in parts if v > 0)
+    words = " + ".join(f'<span class="key {cls}"></span>{_e(fmt_bytes(v))} {_e(name)}' for v, name, cls in parts)
+    return (f'<div class="split" data-at="peak allocated"><span class="split-at">at the peak allocated</span>'
+            f'<span class="bar">{bar}</span><span class="split-words">{_e(fmt_bytes(r.reserved))} reserved = '
+            f"{words}</span></div>" + _link("reserve", "Reserved memory"))
+
+
+def _live_html(s: Summary) -> str:
+    items = [f"<li><b>{_e(fmt_bytes(x.bytes))}</b> in {x.count} block{'s' if x.count != 1 else ''}: "
+             f"{_e(x.category)}, {_e(x.reason)}, allocated at <code>{_e(x.site)}</code> ({_e(x.phase)})</li>"
+             for x in s.live]
     return f'<ol class="summary-groups">{"".join(items)}</ol>' if items else ""
 
 
-def _markers_html(groups: Sequence[Sequence[tuple[str, Anatomy]]]) -> str:
-    items = []
-    for group in groups:
-        names = ", ".join(f"<b>{_e(label)}</b> ({_e(fmt_time(an.t_s))})" for label, an in group)
-        an = group[0][1]
-        items.append(f'<li data-markers="{len(group)}">{names}: {_e(fmt_bytes(an.allocated))} allocated, '
-                     f"{_e(fmt_bytes(an.reserved))} reserved</li>")
-    return f'<ul class="summary-markers">{"".join(items)}</ul><a href="#markers">At each marker</a>' if items else ""
+def _marker_html(m: MarkerLine, peak: int) -> str:
+    kind = f" (1st of {m.kind_count} like it)" if m.kind_count > 1 else ""
+    text = (f"<b>{_e(m.label)}</b>{_e(kind)} {_e(fmt_time(m.t_s))}: {_e(fmt_bytes(m.live))} live; "
+            f"freed {_e(fmt_bytes(m.freed))}")
+    if m.freed_top is not None:
+        text += f", most {_e(m.freed_top.short())}"
+    if m.kept_top is not None and m.kept_top.bytes * 100 >= peak:  # 1% of the peak: worth a word
+        text += f"; kept {_e(fmt_bytes(m.kept))}, most {_e(m.kept_top.short())}"
+    return f"<li>{text}</li>"
 
 
-def _change_html(a: Analysis) -> str:
-    """The replays' sentence on the one change that would have saved the most (or that none would have)."""
-    said = [s for s in a.reserve().sentences if s.startswith(("The one change", "No other policy"))]
-    return f'{_e(said[0])} <a href="#reserve_replays">Every policy</a>' if said else ""
-
-
-def _oom_html(a: Analysis) -> str:
-    ooms = a.ooms()
-    if not ooms:
+def _markers_html(s: Summary) -> str:
+    if not s.markers:
         return ""
-    o = ooms[0]
-    more = f" ({len(ooms)} in all; the first)" if len(ooms) > 1 else ""
-    advice = f"<br>First advice: {_e(o.advice[0].text)}" if o.advice else ""
-    return (f"{_e(fmt_bytes(o.requested))} asked at {_e(fmt_time(o.t_s))}{_e(more)}: verdict "
-            f'<b class="verdict">{_e(o.verdict)}</b>.{advice} <a href="#ooms">Out of memory</a>')
+    left = s.marker_kinds - len(s.markers)
+    more = f'<li class="more">{left} more kind{"s" if left != 1 else ""} of markers</li>' if left else ""
+    return ('Live at each; what the run freed and kept from it to the next marker:<ul class="summary-markers">'
+            + "".join(_marker_html(m, s.peak.allocated) for m in s.markers) + more + "</ul>"
+            + _link("markers", "At each marker") + _link("stretches", "Between markers"))
 
 
-def summary_html(a: Analysis, peak: Anatomy, markers: Sequence[Sequence[tuple[str, Anatomy]]]) -> str:
-    """The summary section: `peak` is the peak's anatomy, `markers` the markers' (label, anatomy) pairs as html.py
-    groups them (markers with the same table in one group)."""
+def _change_html(c: Change) -> str:
+    text = (f"<code>TORCHALLOC_CONF={_e(c.setting)}</code> reserves {_e(fmt_bytes(c.reserves))}, "
+            f"<b>{_e(fmt_bytes(c.saves))} less</b>")
+    if c.no_cache:
+        text += " (no cache: every request asks the device)"
+        if c.cached_setting is not None and c.cached_reserves is not None and c.cached_saves is not None:
+            text += (f"; with a cache, <code>TORCHALLOC_CONF={_e(c.cached_setting)}</code> reserves "
+                     f"{_e(fmt_bytes(c.cached_reserves))}, {_e(fmt_bytes(c.cached_saves))} less")
+    return text + _link("reserve_replays", "Every policy")
+
+
+def _oom_html(o: OomLine) -> str:
+    which = f"the last of {o.count}" if o.count > 1 else "one"
+    advice = f"<br>First advice: {_e(o.advice)} ({_e(o.advice_check)})" if o.advice else ""
+    return (f"{_e(which)}, at {_e(fmt_time(o.t_s))} asking {_e(fmt_bytes(o.requested))}: verdict "
+            f'<b class="verdict">{_e(o.verdict)}</b>.{advice}' + _link("ooms", "Out of memory"))
+
+
+def summary_html(a: Analysis) -> str:
+    """The summary section, from `a.summary()`; nothing for a log without allocations."""
     if not len(a.table):
         return ""
-    facts = [("peak", "Peak", _peak_line(a)), ("reserved", "Reserved", _split_bars(a)),
-             ("groups", "Live at the peak", _groups_html(peak)), ("markers", "Markers", _markers_html(markers)),
-             ("change", "Would save the most", _change_html(a)), ("oom", "Out of memory", _oom_html(a))]
+    s = a.summary()
+    facts = [("peak", "Peak", _peak_html(s.peak)),
+             ("reserved", "Reserved", _split_html(s.reserve) if s.reserve is not None else ""),
+             ("groups", "Live at the peak", _live_html(s)), ("markers", "Markers", _markers_html(s)),
+             ("change", "Would save the most", _change_html(s.change) if s.change is not None else ""),
+             ("oom", "Out of memory", _oom_html(s.oom) if s.oom is not None else "")]
     rows = "".join(f'<dt>{_e(name)}</dt><dd class="summary-{key}">{value}</dd>' for key, name, value in facts if value)
     return f'<section id="summary" class="summary"><h2>Summary</h2><dl class="summary-facts">{rows}</dl></section>'
