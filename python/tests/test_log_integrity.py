@@ -206,7 +206,8 @@ def test_the_report_prints_damage_as_its_own_notes(library_path: Path, tmp_path:
         warnings.simplefilter("error")  # no Python warning, with its source line, on the way
         assert report_cli.main([str(path)]) == 0
     out = capsys.readouterr()
-    assert f"note: {path}: 1 record failed the checksum" in out.out and f"byte offset {offset}" in out.out
+    said = " ".join(out.out.split())  # the text wraps its lines to the terminal's width
+    assert f"note: {path}: 1 record failed the checksum" in said and f"byte offset {offset}" in said
     assert out.err == ""
     assert report_cli.main([str(path), "--json"]) == 0
     out = capsys.readouterr()

@@ -50,14 +50,15 @@ class StretchGroup:
     free_site: str | None  # the source line that freed them, when the stacks name one
 
     def words(self) -> str:
-        """'64.0 MiB in 1 block, freed on rebinding, allocated at a.py:1 f, freed at a.py:9 g' (or 'freed there')"""
+        """'64.0 MiB in 1 block, freed on rebinding, allocated at train.py:42 main, freed at train.py:50 main' (or
+        'freed there')"""
         n = f"{self.count} block{'s' if self.count != 1 else ''}"
         freed = (", freed there" if self.free_site == self.site else f", freed at {self.free_site}" if self.free_site
                  else "")
         return f"{fmt_bytes(self.bytes)} in {n}, {self.reason or self.category}, allocated at {self.site}{freed}"
 
     def short(self) -> str:
-        """'64.0 MiB freed on rebinding at a.py:1 f, freed at a.py:9 g' (the summary's)"""
+        """'64.0 MiB freed on rebinding at train.py:42 main, freed at train.py:50 main' (the summary's)"""
         freed = f", freed at {self.free_site}" if self.free_site and self.free_site != self.site else ""
         return f"{fmt_bytes(self.bytes)} {self.reason or self.category} at {self.site}{freed}"
 
