@@ -104,9 +104,9 @@ def _change_html(c: Change) -> str:
 
 
 def _oom_html(o: OomLine) -> str:
-    which = f"the last of {o.count}" if o.count > 1 else "one"
+    which = f"the last of {o.count}, " if o.count > 1 else ""
     advice = f"<br>First advice: {_e(o.advice)} ({_e(o.advice_check)})" if o.advice else ""
-    return (f"{_e(which)}, at {_e(fmt_time(o.t_s))} asking {_e(fmt_bytes(o.requested))}: verdict "
+    return (f"{_e(which)}at {_e(fmt_time(o.t_s))} asking {_e(fmt_bytes(o.requested))}: verdict "
             f'<b class="verdict">{_e(o.verdict)}</b>.{advice}' + _link("ooms", "Out of memory"))
 
 
