@@ -170,8 +170,8 @@ def summary(a: Any) -> Summary:
     if best is not None:
         base = r.replays[0]
         c = r.best_cached()
-        change = Change(best.policy, setting_of(best.policy), best.peak_reserved, base.peak_reserved - best.peak_reserved,
-                        best.policy == "exact", c.policy if c else None, setting_of(c.policy) if c else None,
+        change = Change(best.policy, setting_of(best.policy), best.peak_reserved,
+                        base.peak_reserved - best.peak_reserved, best.policy == "exact", c.policy if c else None, setting_of(c.policy) if c else None,
                         c.peak_reserved if c else None, base.peak_reserved - c.peak_reserved if c else None)
     ooms = a.ooms()
     oom = None
