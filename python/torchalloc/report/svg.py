@@ -90,6 +90,16 @@ def plot_extent(tl: Any) -> tuple[float, float, float]:
     return x_min, x_max, max(tl.peak_reserved, tl.peak_allocated, 1) * 1.08
 
 
+def _tick_label(value: float, step: float, x_min: float, span: float) -> str:
+    """A time tick's label: in the unit the span suits (units.py), or, for a plot that starts a second or more
+    into the log, in seconds with the decimals the step needs (15.0001 s reads better than 15000100 µs), as
+    page.js labels its ticks."""
+    if x_min < 1:
+        return fmt_axis_seconds(value, span)
+    decimals = len(f"{step:.12f}".rstrip("0").split(".")[1])
+    return f"{value:.{decimals}f} s"
+
+
 def plot_top(has_markers: bool) -> int:
     """The plot's top edge: below the rows of marker labels when there are markers."""
     return TOP + (LABEL_ROWS * ROW_H if has_markers else 0)
@@ -168,7 +178,7 @@ def render_svg(a: Analysis) -> str:
         x = float(X(k * step))
         parts.append(f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{top + plot_h}" stroke="#eeeef4"/>')
         parts.append(f'<text x="{x:.1f}" y="{top + plot_h + STRIP + 18}" text-anchor="middle" class="tick">'
-                     f'{_e(fmt_axis_seconds(k * step, x_max - x_min))}</text>')
+                     f'{_e(_tick_label(k * step, step, x_min, x_max - x_min))}</text>')
         k += 1
     # stacked phase areas
     names = list(tl.by_phase)

@@ -26,12 +26,13 @@ var torchallocUnits = (function () {
     for (var k = 0; k < ms.length; k++) if (raw <= ms[k] * mag) return ms[k] * mag;
     return 10 * mag;
   }
-  // Tick labels of the time axis: one unit for the range in view, as many decimals as the step needs.
+  // Tick labels of the time axis: one unit for the range in view, as many decimals as the step needs. A view
+  // that starts a second or more into the log is in seconds (15.0001 s reads better than 15000100 \u00b5s).
   function timeTicks(v0, v1) {
-    var span = v1 - v0, unit = span < 2e-3 ? ['\u00b5s', 1e6] : span < 2 ? ['ms', 1e3] : ['s', 1];
+    var span = v1 - v0, unit = v0 >= 1 || span >= 2 ? ['s', 1] : span < 2e-3 ? ['\u00b5s', 1e6] : ['ms', 1e3];
     var step = niceStep(span, 8);
     var stepInUnit = Number((step * unit[1]).toPrecision(6));
-    var decimals = (String(stepInUnit).split('.')[1] || '').length;
+    var decimals = (stepInUnit.toFixed(12).replace(/0+$/, '').split('.')[1] || '').length;
     var out = [];
     for (var k = Math.ceil(v0 / step - 1e-9); k * step <= v1 * (1 + 1e-9); k++) {
       out.push([k * step, (k * stepInUnit).toFixed(decimals) + ' ' + unit[0]]);
