@@ -485,6 +485,12 @@ TORCHALLOC_API int torchalloc_sim_advance(int device, uint64_t ticks);
  * among the memory mapped now: aliases of one granule give the same); -1
  * when it is not mapped or the backend is not sim. */
 TORCHALLOC_API int torchalloc_sim_physical(int device, const void *ptr, uint64_t *phys);
+/* Called when sim device `device` copies `size` bytes of physical memory
+ * (torchalloc_sim_physical's numbers) from `src` to `dst`: the out-of-memory
+ * path moves live bytes into smaller handles, and a test that keeps data
+ * by physical memory moves it with them. NULL: none. */
+typedef void (*torchalloc_sim_copy_fn)(int device, uint64_t dst, uint64_t src, size_t size);
+TORCHALLOC_API void torchalloc_sim_on_copy(torchalloc_sim_copy_fn fn);
 
 /* ---------------------------------------------------------------------------
  * Memory shared beyond one device. Mapped memory (expandable segments) is

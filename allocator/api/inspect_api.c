@@ -184,6 +184,8 @@ TORCHALLOC_API int torchalloc_sim_physical(int device, const void *ptr, uint64_t
   return rc;
 }
 
+TORCHALLOC_API void torchalloc_sim_on_copy(torchalloc_sim_copy_fn fn) { ta_backend_sim_on_copy(fn); }
+
 TORCHALLOC_API int torchalloc_segment_mode(int device, int *configured) {
   ta_heap *h = ta_runtime_heap_for_control(device);
   if (!h) return -1;

@@ -68,6 +68,12 @@ typedef struct ta_backend_ops {
                 int release);
   /* Give back `n` handles mapped nowhere now (unmapped without release). */
   void (*release)(ta_backend *, int device, const uint64_t *handles, size_t n);
+  /* Copy `size` bytes of device memory from `src` to `dst` (both mapped on
+   * `device`) and wait until the copy is done: the out-of-memory path moves
+   * live bytes from a large handle into smaller ones with it. The device
+   * must be idle (the caller synchronized). TA_OK, or TA_EDEVICE (nothing
+   * may be assumed copied). NULL when the backend cannot. */
+  int (*copy)(ta_backend *, int device, uintptr_t dst, uintptr_t src, size_t size);
 
   /* Peer access. Memory mapped with cuMemMap is reachable only from the
    * devices its mapping names (cuMemSetAccess): a copy or kernel of
@@ -137,6 +143,8 @@ ta_internal int ta_backend_sim_advance(ta_backend *b, int device, uint64_t ticks
 /* The physical memory behind `addr` (a token unique among the device's
  * memory now); -1 when it is not mapped or `b` is not sim. */
 ta_internal int ta_backend_sim_physical(ta_backend *b, int device, uintptr_t addr, uint64_t *phys);
+/* Every sim backend's copies are told to `fn` (torchalloc_sim_on_copy). */
+ta_internal void ta_backend_sim_on_copy(torchalloc_sim_copy_fn fn);
 /* A copy or kernel of device `peer` touches [addr, addr + size) of device
  * `device` (sim devices reach each other: every pair is peer-capable):
  * 0 when every mapped granule of it grants `peer` access, 1 (and a

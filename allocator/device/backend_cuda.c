@@ -135,6 +135,7 @@ static void load_vmm(cuda_backend *c) {
   *(void **)&c->vmm.ExportToShareableHandle = driver_entry(c, "cuMemExportToShareableHandle");
   *(void **)&c->vmm.ImportFromShareableHandle = driver_entry(c, "cuMemImportFromShareableHandle");
   *(void **)&c->vmm.DeviceGetAttribute = driver_entry(c, "cuDeviceGetAttribute");
+  *(void **)&c->vmm.MemcpyDtoD = driver_entry(c, "cuMemcpyDtoD");
 }
 
 /* Asked once per device (under that device's heap lock). */
@@ -337,6 +338,23 @@ static int cuda_grant(ta_backend *b, int device, uintptr_t addr, size_t size, ui
   return e == 0 ? TA_OK : TA_EDEVICE;
 }
 
+/* A device-to-device copy makes no host-side synchronization of its own:
+ * the device is synchronized after it, so the source may be unmapped. */
+static int cuda_copy(ta_backend *b, int device, uintptr_t dst, uintptr_t src, size_t size) {
+  cuda_backend *c = (cuda_backend *)b;
+  if (!c->vmm.MemcpyDtoD) return TA_EDEVICE;
+  device_guard g = guard_enter(c, device);
+  CUresult e = c->vmm.MemcpyDtoD((CUdeviceptr)dst, (CUdeviceptr)src, size);
+  cudaError_t s = c->fn.DeviceSynchronize();
+  guard_exit(c, g, device);
+  if (e != 0 || s != CUDA_SUCCESS) {
+    fprintf(stderr, "torchalloc: copying %zu bytes from %p to %p on device %d failed: cuMemcpyDtoD error %d, "
+            "synchronize error %d\n", size, (void *)src, (void *)dst, device, e, (int)s);
+    return TA_EDEVICE;
+  }
+  return TA_OK;
+}
+
 static void cuda_destroy(ta_backend *b) {
   /* cudart stays loaded: torch may share it, and unloading cudart is unsafe. */
   ta_cuda_ipc_destroy((cuda_backend *)b);
@@ -362,6 +380,7 @@ static const ta_backend_ops cuda_ops = {
     .remap = cuda_remap,
     .unmap = cuda_unmap,
     .release = cuda_release,
+    .copy = cuda_copy,
     .peer_capable = cuda_peer_capable,
     .grant = cuda_grant,
     .ipc_export = ta_cuda_ipc_export,

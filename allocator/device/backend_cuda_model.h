@@ -72,6 +72,7 @@ typedef struct cuvmm_fns {
   CUresult (*Unmap)(CUdeviceptr, size_t);
   CUresult (*SetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
   CUresult (*GetAllocationGranularity)(size_t *, const CUmemAllocationProp *, int);
+  CUresult (*MemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t); /* optional: without it nothing moves */
   /* Optional: without them no memory of an expandable segment is shared with another process. */
   CUresult (*ExportToShareableHandle)(void *, CUmemGenericAllocationHandle, int, unsigned long long);
   CUresult (*ImportFromShareableHandle)(CUmemGenericAllocationHandle *, void *, int);

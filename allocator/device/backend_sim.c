@@ -149,6 +149,7 @@ static const ta_backend_ops sim_ops = {
     .remap = ta_sim_remap,
     .unmap = ta_sim_unmap,
     .release = ta_sim_release,
+    .copy = ta_sim_copy,
     .peer_capable = ta_sim_peer_capable,
     .grant = ta_sim_grant,
     .ipc_export = ta_sim_ipc_export,

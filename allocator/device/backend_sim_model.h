@@ -147,6 +147,8 @@ ta_internal int ta_sim_remap(ta_backend *b, int device, uintptr_t addr, size_t s
 ta_internal void ta_sim_unmap(ta_backend *b, int device, uintptr_t addr, size_t size, size_t handle,
                               const uint64_t *handles, int release);
 ta_internal void ta_sim_release(ta_backend *b, int device, const uint64_t *handles, size_t n);
+ta_internal int ta_sim_copy(ta_backend *b, int device, uintptr_t dst, uintptr_t src, size_t size);
+
 ta_internal int ta_sim_peer_capable(ta_backend *b, int device, int peer);
 ta_internal int ta_sim_grant(ta_backend *b, int device, uintptr_t addr, size_t size, uint64_t peers);
 /* 1 (and a violation) when a copy or kernel of `peer` may not touch [addr, addr + size) of device `device`. */

@@ -305,6 +305,32 @@ void ta_sim_release(ta_backend *b, int device, const uint64_t *handles, size_t n
   }
 }
 
+static _Atomic(torchalloc_sim_copy_fn) copy_hook; /* torchalloc_sim_on_copy's function */
+
+void ta_backend_sim_on_copy(torchalloc_sim_copy_fn fn) { atomic_store(&copy_hook, fn); }
+
+/* The model holds no bytes: a copy checks that both ranges are mapped,
+ * granule by granule, and that no queued kernel may still write the source
+ * (the caller synchronized), as a copy on the GPU would need. */
+int ta_sim_copy(ta_backend *b, int device, uintptr_t dst, uintptr_t src, size_t size) {
+  sim_backend *s = (sim_backend *)b;
+  sim_device *d = &s->dev[device];
+  if (d->clock != d->synced_at) {
+    violation(d, "copy of memory queued kernels may still use (no synchronize before it)");
+    return TA_EDEVICE;
+  }
+  torchalloc_sim_copy_fn hook = atomic_load(&copy_hook);
+  for (size_t off = 0; off < size; off += TA_SIM_GRANULE) {
+    uint64_t from, to;
+    if (!ta_sim_translate(d, src + off, &from) || !ta_sim_translate(d, dst + off, &to)) {
+      violation(d, "copy from or to addresses not mapped");
+      return TA_EDEVICE;
+    }
+    if (hook) hook(device, to, from, size - off < TA_SIM_GRANULE ? size - off : TA_SIM_GRANULE);
+  }
+  return TA_OK;
+}
+
 /* ------------------------------------------------------------------------
  * Queued work (sim_use): what the program's kernels touch, and when
  * ---------------------------------------------------------------------- */

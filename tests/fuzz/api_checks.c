@@ -24,6 +24,10 @@ uint64_t drv_physical(uintptr_t addr) {
   return phys | (uint64_t)device << 58;
 }
 
+void drv_copied(int device, uint64_t dst, uint64_t src, size_t size) {
+  canary_move(src | (uint64_t)device << 58, dst | (uint64_t)device << 58, size);
+}
+
 /* ------------------------------------------------------------------------
  * The checks
  * ---------------------------------------------------------------------- */

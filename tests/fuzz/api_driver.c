@@ -52,6 +52,7 @@ void drv_start(const uint8_t c[DRV_CONFIG_BYTES], unsigned check_every) {
   D.expandable = (c[7] >> 1) % 4; /* off, on, compact, reclaim */
   D.lag = lags[(c[5] >> 2) % 4];
   canary_set_translate(drv_physical);
+  torchalloc_sim_on_copy(drv_copied);
   snprintf(D.log_path, sizeof D.log_path, "/tmp/torchalloc-fuzz-%ld.talog", (long)getpid());
   snprintf(D.conf, sizeof D.conf,
            "backend:sim,warn:0,oom_report:off,policy:%s,sim_devices:%d,sim_capacity:%s,sim_fail_alloc:%d,"

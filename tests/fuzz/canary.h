@@ -33,6 +33,9 @@ int canary_write(uintptr_t addr, size_t size, uint64_t serial);
 int canary_intact(uintptr_t addr, size_t size, uint64_t serial, uintptr_t *bad_addr);
 /* The block was freed: its words are the device's again. */
 void canary_erase(uintptr_t addr, size_t size);
+/* The device copied [from, from + size) (keys) to [to, to + size): the
+ * words there move with their values. */
+void canary_move(uintptr_t from, uintptr_t to, size_t size);
 /* Words held now. */
 size_t canary_words(void);
 

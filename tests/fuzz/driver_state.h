@@ -84,6 +84,8 @@ void drv_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noretur
 /* api_checks.c */
 torchalloc_stats drv_stats_of(int device);
 uint64_t drv_physical(uintptr_t addr);
+/* torchalloc_sim_on_copy's hook: the canary words of copied memory move with it. */
+void drv_copied(int device, uint64_t dst, uint64_t src, size_t size);
 int drv_find_live(uintptr_t addr);
 void drv_check_new_block(uintptr_t p, size_t size, int device);
 void drv_check_canary(const shadow_block *b);
