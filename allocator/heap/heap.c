@@ -105,7 +105,8 @@ void ta_heap_last_oom(ta_heap *h, ta_oom_info *out) {
 }
 
 /* The device said no: release every fully free cached segment, retry once
- * (not while routing: see release_cached_locked); then, for a request
+ * (not while routing: see release_cached_locked), and again after large
+ * handles gave back their free granules; then, for a request
  * outside any pool, a free block of a use_on_oom pool. */
 static ta_noinline ta_block *malloc_retry(ta_heap *h, ta_policy *policy, size_t size, cudaStream_t stream,
                                           int phase) {
@@ -115,6 +116,12 @@ static ta_noinline ta_block *malloc_retry(ta_heap *h, ta_policy *policy, size_t 
     size_t released = release_cached_locked(h);
     if (LOGGING(h)) ta_log_trim(h->device, released, phase, TA_LOG_TRIM_OOM_RETRY);
     b = policy->ops->malloc(policy, size, stream, phase);
+    /* Large handles holding free 2 MiB granules: replaced, so those go back
+     * too (the device is idle: release_cached_locked synchronized). */
+    if (!b && !ta_heap_capture_anywhere(h)) {
+      release_cached_locked(h); /* what the failed try mapped for itself */
+      if (ta_segments_split_free(&h->seg, size)) b = policy->ops->malloc(policy, size, stream, phase);
+    }
   }
   if (!b && policy == h->current && h->npools) b = ta_heap_pools_serve_oom(h, size, stream, phase);
   if (!b) {

@@ -33,14 +33,21 @@ static int check_expansion(const ta_segment *s, size_t *mapped, char *err, size_
     FAIL("expandable segment %p: %zu bytes of %zu reserved, %zu unmapped, granule %zu", (void *)s->addr, s->size,
          x->reserved, s->unmapped, x->granule);
   size_t holes = 0; /* a lent granule is still mapped here, but its memory counts where it serves now */
-  for (size_t g = 0; g < s->size / x->granule; g++) holes += x->handles[g] == 0 || x->lent[g];
-  if (holes * x->granule != s->unmapped)
-    FAIL("expandable segment %p: %zu granules unmapped, its count says %zu bytes", (void *)s->addr, holes,
+  for (size_t g = 0; g < s->size / x->granule; g++) {
+    uintptr_t lo = s->addr + g * x->granule;
+    holes += x->handles[g] == TA_HANDLE_SPLIT ? ta_split_unmapped(s, g, lo, lo + x->granule)
+             : x->handles[g] == 0 || x->lent[g] ? x->granule
+                                                 : 0;
+  }
+  if (holes != s->unmapped)
+    FAIL("expandable segment %p: %zu bytes of granules unmapped, its count says %zu bytes", (void *)s->addr, holes,
          s->unmapped);
   for (const ta_block *b = s->first; b; b = b->next) {
     if (b->state == TA_BLOCK_FREE) continue;
     for (size_t g = (b->addr - s->addr) / x->granule; g * x->granule < b->addr + b->size - s->addr; g++) {
-      if (b->state != TA_BLOCK_RETIRING && (!x->handles[g] || x->lent[g]))
+      int missing = x->handles[g] == TA_HANDLE_SPLIT ? ta_split_unmapped(s, g, b->addr, b->addr + b->size) != 0
+                                                     : !x->handles[g] || x->lent[g];
+      if (b->state != TA_BLOCK_RETIRING && missing)
         FAIL("live block %p lies on a granule unmapped or lent", (void *)b->addr);
     }
   }

@@ -48,7 +48,7 @@ int ta_heap_snapshot(ta_heap *h, torchalloc_segment_info *segments, size_t segme
     uintptr_t lo = s->addr, hi = s->addr + s->size, end = hi;
     /* An expandable segment: each stretch of mapped granules (none when all
      * of it went back to the device); an ordinary one: all of it. */
-    for (uintptr_t from = s->addr; s->expansion ? ta_segments_mapped_run(s, from, end, &lo, &hi) : from == s->addr;
+    for (uintptr_t from = s->addr; s->expansion ? ta_segments_mapped_stretch(s, from, end, &lo, &hi) : from == s->addr;
          from = hi) {
       torchalloc_segment_info info = {.addr = lo, .size = hi - lo, .stream = (uintptr_t)s->stream,
                                       .first_block = nb, .pool = s->pool, .policy = s->policy,

@@ -337,10 +337,10 @@ static size_t whole_free_granules(const ta_segment *s, const ta_block *b, size_t
  * request), no allocation: the per-phase tally lives on the stack. */
 static void note_detail(ta_heap *h, const ta_policy *policy, size_t size, int phase) {
   torchalloc_oom_detail *d = &h->oom.detail;
-  /* The granule the request would be mapped in under expandable segments:
-   * its pool's handle. */
+  /* The granule expandable segments would give back for the request: the
+   * device's, where large handles can be replaced on this path. */
   *d = (torchalloc_oom_detail){.struct_size = sizeof *d,
-                               .granule = ta_segments_handle_size(&h->seg, ta_pool_for(ta_round_size(size))),
+                               .granule = ta_segments_oom_granule(&h->seg, ta_pool_for(ta_round_size(size))),
                                .phase = (uint16_t)phase,
                                .expandable = (uint8_t)h->conf->expandable};
   int private_pool = h->policies[policy->id] != policy;

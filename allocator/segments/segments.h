@@ -35,10 +35,18 @@ typedef struct ta_segment_registry {
 typedef struct ta_expansion {
   size_t reserved;   /* bytes of addresses reserved from `addr` */
   size_t granule;
-  uint64_t *handles; /* one per granule of the segment's size; 0: not mapped */
+  uint64_t *handles; /* one per granule of the segment's size; 0: not mapped; TA_HANDLE_SPLIT: see `split` */
   uint8_t *lent;     /* one per granule: 1 while lent (mapped here, retiring) */
+  /* Near capacity a granule larger than the device's is mapped in pieces of
+   * the device's granule (segments_split.c): split[g] holds the handle of
+   * each piece (0: not mapped) while handles[g] is TA_HANDLE_SPLIT; NULL
+   * for a granule mapped whole or not at all. Never lent or donated. */
+  uint64_t **split;
+  size_t split_pieces; /* pieces of a split granule: granule / the device's granule */
   size_t cap_handles;
 } ta_expansion;
+
+#define TA_HANDLE_SPLIT UINT64_MAX
 
 typedef struct ta_past_granule ta_past_granule; /* segments_expand.c */
 
@@ -69,6 +77,11 @@ struct ta_segments {
   int handle_fixed;    /* large_handle was set (`handle`): it holds under a memory fraction too */
   int64_t allocated_high; /* the most allocated bytes seen (unlike the stats' peak, never reset) */
   int64_t high_water;  /* the most reserved bytes so far (never reset, unlike the stats' peak) */
+  /* The device's free memory when last asked, with reserved bytes then and
+   * the questions skipped since (ta_segments_near_capacity). */
+  size_t free_seen, total_seen;
+  int64_t reserved_at_seen;
+  unsigned free_skipped;
   int no_sync;         /* a capture may be underway: nothing may synchronize (the heap's routing) */
   int no_new_segments; /* ta_segments_alloc refuses: only cached blocks may serve (a use_on_oom pool's turn) */
   torchalloc_stats *stats; /* the heap's: segment, reserved_bytes, inactive_split*, num_device_*, num_synchronizes */
@@ -158,6 +171,34 @@ ta_internal void ta_segments_account(ta_segments *s, const ta_segment *seg, uint
 /* Teardown, before ta_segments_destroy: every expandable segment unmapped,
  * its addresses given back, its descriptor freed (segments_expand.c). */
 ta_internal void ta_segments_expandable_teardown(ta_segments *s);
+/* Granules mapped in pieces (segments_split.c): granule `g` of `seg` is
+ * TA_HANDLE_SPLIT; [lo, hi) an address range. Bytes of its pieces that
+ * [lo, hi) touches and that are not mapped: */
+ta_internal size_t ta_split_unmapped(const ta_segment *seg, size_t g, uintptr_t lo, uintptr_t hi);
+/* Map the pieces of granule `g` (split, or unmapped: it becomes split) that
+ * [lo, hi) touches; stats and log included. TA_OK or TA_ENOMEM (what was
+ * mapped stays, counted). */
+ta_internal int ta_split_map(ta_segments *s, ta_segment *seg, size_t g, uintptr_t lo, uintptr_t hi);
+/* Unmap and give back the mapped pieces lying wholly in [lo, hi); a
+ * granule left with none is unmapped (handles[g] 0). Returns the bytes. */
+ta_internal size_t ta_split_unmap(ta_segments *s, ta_segment *seg, size_t g, uintptr_t lo, uintptr_t hi);
+/* 1 when a mapped piece lies wholly in [lo, hi). */
+ta_internal int ta_split_holds_mapped(const ta_segment *seg, size_t g, uintptr_t lo, uintptr_t hi);
+/* Every piece unmapped and given back (`account`: in the stats and log). */
+ta_internal void ta_split_release(ta_segments *s, ta_segment *seg, size_t g, int account);
+/* The first stretch of mapped memory of `seg` inside [lo, hi): whole
+ * granules mapped and not lent, and mapped pieces of split ones. 1 with it
+ * in [*run_lo, *run_hi), or 0 (the snapshot's segments). */
+ta_internal int ta_segments_mapped_stretch(const ta_segment *seg, uintptr_t lo, uintptr_t hi, uintptr_t *run_lo,
+                                           uintptr_t *run_hi);
+/* Give `peers` access to its mapped pieces. TA_OK or TA_EDEVICE. */
+ta_internal int ta_split_grant(ta_segments *s, ta_segment *seg, size_t g, uint64_t peers);
+/* 1 when what may still be mapped (the device's free memory, and the
+ * memory fraction's room), less `bytes` about to be mapped, is under 1/32
+ * of the device (or the fraction): granules are then mapped in pieces of
+ * the device's granule. */
+ta_internal int ta_segments_near_capacity(ta_segments *s, size_t bytes);
+
 /* Teardown: release the markers in flight and free them (segments_marks.c). */
 ta_internal void ta_segments_marks_destroy(ta_segments *s);
 

@@ -41,6 +41,10 @@ size_t ta_segments_handle_size(const ta_segments *s, int pool) {
   return pool == TA_POOL_LARGE && (!s->limit || s->handle_fixed) ? s->large_handle : s->granule;
 }
 
+size_t ta_segments_oom_granule(const ta_segments *s, int pool) {
+  return s->granule && s->backend->ops->copy ? s->granule : ta_segments_handle_size(s, pool); /* segments_split.c */
+}
+
 /* Why the slack: reclaiming exactly to the high-water mark moves memory
  * on every step whose layout differs a little from the last; a margin of
  * 1/128 of the most allocated (0.8 %) lets most of those steps map new
@@ -70,11 +74,15 @@ static int reserve_handles(ta_segment *seg, size_t granules) {
   uint8_t *lent = realloc(x->lent, cap);
   if (!lent) return -1;
   x->lent = lent;
+  uint64_t **split = realloc(x->split, cap * sizeof *split);
+  if (!split) return -1;
+  x->split = split;
   uint32_t *stamps = realloc(seg->stamps, cap * sizeof *stamps);
   if (!stamps) return -1;
   seg->stamps = stamps;
   memset(h + old, 0, (cap - old) * sizeof *h);
   memset(lent + old, 0, cap - old);
+  memset(split + old, 0, (cap - old) * sizeof *split);
   memset(stamps + old, 0, (cap - old) * sizeof *stamps);
   x->cap_handles = cap;
   return 0;
@@ -169,6 +177,7 @@ ta_segment *ta_segments_alloc_expandable(ta_segments *s, size_t size, cudaStream
   }
   x->reserved = reserved;
   x->granule = granule;
+  x->split_pieces = granule / s->granule;
   unsigned shift = 0;
   while (((size_t)1 << shift) < granule) shift++;
   *seg = (ta_segment){.addr = addr, .size = size, .stream = stream, .first = b, .last = b, .expansion = x,
@@ -191,7 +200,7 @@ ta_segment *ta_segments_alloc_expandable(ta_segments *s, size_t size, cudaStream
   ta_stats_add(s->stats->segment, pool, 1);
   return seg;
 fail:
-  if (x) free(x->handles), free(x->lent);
+  if (x) free(x->handles), free(x->lent), free(x->split);
   if (seg) free(seg->stamps);
   free(seg);
   free(x);
@@ -205,6 +214,13 @@ int ta_segments_grow(ta_segments *s, ta_segment *seg, size_t bytes) {
   if (bytes > x->reserved - seg->size) return TA_ENOSPACE;
   size_t first = seg->size / x->granule, n = bytes / x->granule;
   if (reserve_handles(seg, first + n)) return TA_ENOMEM;
+  if (x->granule > s->granule && ta_segments_near_capacity(s, bytes)) {
+    /* Addresses only: the block handed out from them maps just the pieces
+     * it touches (ta_segments_map), the rest stays free and unmapped. */
+    seg->size += bytes;
+    seg->unmapped += bytes;
+    return TA_OK;
+  }
   int rc = map_run(s, seg, first, n);
   if (rc == TA_OK) seg->size += bytes;
   return rc;
@@ -218,10 +234,10 @@ static void granules_of(const ta_segment *seg, uintptr_t addr, size_t len, int w
   *end = (whole ? hi : ta_align_up(hi, granule)) / granule;
 }
 
-enum { UNMAPPED = 0, OWNED = 1, LENT = 2 };
+enum { UNMAPPED = 0, OWNED = 1, LENT = 2, SPLIT = 3 };
 
 static inline int granule_state(const ta_expansion *x, size_t g) {
-  return x->handles[g] == 0 ? UNMAPPED : x->lent[g] ? LENT : OWNED;
+  return x->handles[g] == 0 ? UNMAPPED : x->handles[g] == TA_HANDLE_SPLIT ? SPLIT : x->lent[g] ? LENT : OWNED;
 }
 
 /* The first run [*run, *stop) of granules in [from, end) in `state`; 0
@@ -237,33 +253,51 @@ static int next_run(const ta_expansion *x, size_t from, size_t end, int state, s
 }
 
 size_t ta_segments_unmapped_in(const ta_segment *seg, uintptr_t addr, size_t len) {
-  size_t first, end, run, stop, n = 0;
+  size_t first, end, run, stop, n = 0, pieces = 0;
   granules_of(seg, addr, len, 0, &first, &end);
   for (size_t g = first; next_run(seg->expansion, g, end, UNMAPPED, &run, &stop); g = stop) n += stop - run;
-  return n * seg->expansion->granule;
+  for (size_t g = first; next_run(seg->expansion, g, end, SPLIT, &run, &stop); g = stop)
+    for (size_t k = run; k < stop; k++) pieces += ta_split_unmapped(seg, k, addr, addr + len);
+  return n * seg->expansion->granule + pieces;
 }
 
 int ta_segments_map(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t len) {
+  ta_expansion *x = seg->expansion;
   size_t first, end, run, stop;
   granules_of(seg, addr, len, 0, &first, &end);
-  for (size_t g = first; next_run(seg->expansion, g, end, UNMAPPED, &run, &stop); g = stop) {
+  /* Near capacity a large granule is mapped only in the pieces the block touches. */
+  int in_pieces = x->granule > s->granule && next_run(x, first, end, UNMAPPED, &run, &stop) &&
+                  ta_segments_near_capacity(s, ta_segments_unmapped_in(seg, addr, len));
+  for (size_t g = first; next_run(x, g, end, UNMAPPED, &run, &stop); g = stop) {
     /* On failure the runs mapped so far stay mapped, counted as reserved,
      * inside what is still a free block: a consistent state. */
+    if (in_pieces) {
+      for (size_t k = run; k < stop; k++)
+        if (ta_split_map(s, seg, k, addr, addr + len) != TA_OK) return TA_ENOMEM;
+      continue;
+    }
     if (map_run(s, seg, run, stop - run) != TA_OK) return TA_ENOMEM;
-    seg->unmapped -= (stop - run) * seg->expansion->granule;
+    seg->unmapped -= (stop - run) * x->granule;
   }
+  for (size_t g = first; next_run(x, g, end, SPLIT, &run, &stop); g = stop)
+    for (size_t k = run; k < stop; k++)
+      if (ta_split_map(s, seg, k, addr, addr + len) != TA_OK) return TA_ENOMEM;
   return TA_OK;
 }
 
 size_t ta_segments_unmap(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t len) {
-  size_t first, end, run, stop, released = 0;
+  size_t first, end, run, stop, released = 0, pieces = 0;
   granules_of(seg, addr, len, 1, &first, &end);
   for (size_t g = first; next_run(seg->expansion, g, end, OWNED, &run, &stop); g = stop) {
     unmap_run(s, seg, run, stop - run, 1, 1);
     released += (stop - run) * seg->expansion->granule;
   }
   seg->unmapped += released;
-  return released;
+  /* Pieces of split granules: the free range may hold some of a granule it does not hold whole. */
+  granules_of(seg, addr, len, 0, &first, &end);
+  for (size_t g = first; next_run(seg->expansion, g, end, SPLIT, &run, &stop); g = stop)
+    for (size_t k = run; k < stop; k++) pieces += ta_split_unmap(s, seg, k, addr, addr + len);
+  return released + pieces;
 }
 
 void ta_segments_shrink(ta_segments *s, ta_segment *seg, size_t new_size) {
@@ -282,9 +316,12 @@ static void expansion_release(ta_segments *s, ta_segment *seg, int account) {
   size_t run, stop, end = seg->size / x->granule;
   for (size_t g = 0; next_run(x, g, end, OWNED, &run, &stop); g = stop) unmap_run(s, seg, run, stop - run, account, 1);
   for (size_t g = 0; next_run(x, g, end, LENT, &run, &stop); g = stop) unmap_run(s, seg, run, stop - run, 0, 0);
+  for (size_t g = 0; next_run(x, g, end, SPLIT, &run, &stop); g = stop)
+    for (size_t k = run; k < stop; k++) ta_split_release(s, seg, k, account);
   s->backend->ops->unreserve(s->backend, s->device, seg->addr, x->reserved);
   free(x->handles);
   free(x->lent);
+  free(x->split);
   free(x);
   free(seg->stamps);
   seg->stamps = NULL;
@@ -310,11 +347,16 @@ void ta_segments_expandable_teardown(ta_segments *s) {
   }
 }
 
-/* 1 when the free block `b` holds a mapped granule wholly. */
+/* 1 when the free block `b` holds a mapped granule (or a mapped piece of a split one) wholly. */
 static int holds_mapped_granule(const ta_segment *seg, const ta_block *b) {
   size_t first, end, run, stop;
   granules_of(seg, b->addr, b->size, 1, &first, &end);
-  return next_run(seg->expansion, first, end, OWNED, &run, &stop);
+  if (next_run(seg->expansion, first, end, OWNED, &run, &stop)) return 1;
+  granules_of(seg, b->addr, b->size, 0, &first, &end);
+  for (size_t g = first; next_run(seg->expansion, g, end, SPLIT, &run, &stop); g = stop)
+    for (size_t k = run; k < stop; k++)
+      if (ta_split_holds_mapped(seg, k, b->addr, b->addr + b->size)) return 1;
+  return 0;
 }
 
 size_t ta_segments_unmap_free(ta_segments *s, size_t want, const ta_block *keep) {
@@ -486,12 +528,13 @@ static int grant_segment(ta_segments *s, ta_segment *seg, uint64_t peers) {
   size_t end = seg->size / x->granule, g = 0;
   int rc = TA_OK;
   while (g < end) {
-    if (!x->handles[g]) {
+    if (x->handles[g] == TA_HANDLE_SPLIT && ta_split_grant(s, seg, g, peers)) rc = TA_EDEVICE;
+    if (!x->handles[g] || x->handles[g] == TA_HANDLE_SPLIT) {
       g++;
       continue;
     }
     size_t run = g;
-    while (g < end && x->handles[g]) g++;
+    while (g < end && x->handles[g] && x->handles[g] != TA_HANDLE_SPLIT) g++;
     if (s->backend->ops->grant(s->backend, s->device, seg->addr + run * x->granule, (g - run) * x->granule, peers))
       rc = TA_EDEVICE;
   }

@@ -79,6 +79,11 @@ int ta_segments_ipc_share(ta_segments *s, const ta_segment *seg, const ta_block 
   buf[1] = KIND_MAPPED;
   memcpy(buf + WIRE_PREFIX, &header, sizeof header);
   for (size_t g = first; g < end; g++) {
+    if (x->handles[g] == TA_HANDLE_SPLIT) { /* PyTorch's format has one handle size a segment */
+      snprintf(why, whylen, "the block lies on a granule mapped in %zu-byte pieces near the device's capacity, "
+               "which PyTorch's IPC format cannot describe", x->granule / x->split_pieces);
+      return TA_EDEVICE;
+    }
     if (!x->handles[g] || x->lent[g]) { /* a live block's granules are mapped and its own: a broken invariant */
       snprintf(why, whylen, "granule %zu of the segment at %#lx is not mapped here", g, (unsigned long)seg->addr);
       return TA_EDEVICE;

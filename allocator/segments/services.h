@@ -64,6 +64,17 @@ ta_internal size_t ta_segments_granule_of(const ta_segment *seg);
  * unmapping free granules first is allowed (no capture may be underway: it
  * needs a synchronize). */
 ta_internal int ta_segments_would_raise_peak(ta_segments *s, size_t bytes);
+/* The out-of-memory path, after the cache went back (the caller
+ * synchronized): large handles that hold free granules of the device's
+ * size are replaced by handles of that size for their other granules (the
+ * live bytes copied over), so the free ones go back, until `want` bytes
+ * are back. Returns the bytes (0 when none could be, or the backend cannot
+ * copy, or a capture may be underway). */
+ta_internal size_t ta_segments_split_free(ta_segments *s, size_t want);
+/* The granule expandable segments give back in on the out-of-memory path:
+ * the device's where large handles can be replaced (the backend copies),
+ * else the handle size of `pool` (ta_segments_handle_size). */
+ta_internal size_t ta_segments_oom_granule(const ta_segments *s, int pool);
 /* Give back mapped granules lying wholly inside free blocks of any
  * expandable segment (every policy's and stream's: device memory is one
  * budget), until `want` bytes are back, sparing `keep` (a block about to be

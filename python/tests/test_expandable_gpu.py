@@ -60,3 +60,37 @@ def test_holes_are_unmapped_and_mapped_again_with_the_data_intact(library_path: 
     assert r1 == 700 * MiB  # b + c: a's 300 MiB went back before the range grew (caching would hold 1000)
     assert r2 == 800 * MiB
     assert r3 == 500 * MiB  # c + d after empty_cache
+
+
+SPLIT = """
+import torch, torchalloc
+torchalloc.install(handle="8MiB")  # the default (caching, reclaim) with 8 MiB handles even under the fraction
+M = 1 << 20
+total = torch.cuda.mem_get_info()[1]
+torch.cuda.set_per_process_memory_fraction(2048 * M / total)  # a 2 GiB device, in effect
+held = []
+try:
+    while True:
+        held.append(torch.full((6 * M // 4,), float(len(held)), device="cuda"))
+except torch.OutOfMemoryError:
+    pass
+n = len(held)
+for i in range(1, n, 2):  # every other one: 6 MiB holes, none holding a whole 8 MiB handle
+    held[i] = None
+torch.cuda.synchronize()
+before = torch.cuda.memory_stats()
+big = torch.full((256 * M // 4,), -1.0, device="cuda")  # what PyTorch's 2 MiB pages would serve
+after = torch.cuda.memory_stats()
+intact = all(bool((held[i] == float(i)).all()) for i in range(0, n, 2)) and bool((big == -1.0).all())
+emit(n=n, intact=intact, reserved=torch.cuda.memory_reserved(), retries=after["num_alloc_retries"] -
+     before["num_alloc_retries"], route=torchalloc.installed().route)
+"""
+
+
+def test_an_8mib_handle_holding_free_granules_is_replaced_with_the_data_intact(library_path: Path) -> None:
+    """Under the cap every 8 MiB handle holds live bytes; the out-of-memory path replaces those holding free 2 MiB
+    granules (the live bytes copied into 2 MiB handles) and serves 256 MiB; every tensor keeps its values."""
+    r = run_child(SPLIT, library_path)
+    assert r["route"] == "bridge" and r["n"] > 200, r
+    assert r["retries"] == 1 and r["intact"] is True, r
+    assert r["reserved"] <= 2048 * MiB, r

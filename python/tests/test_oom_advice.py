@@ -141,14 +141,15 @@ def test_fragmentation_advice_names_expandable_and_following_it_completes(clean:
 @pytest.mark.parametrize("handle", [0, 4])
 def test_the_report_counts_in_the_handles_the_allocator_counted_in(clean: None, tmp_path: Path, handle: int) -> None:
     """With the default `handle` (8 MiB for large requests), or another, the advice counts whole free granules of
-    it; the log's oom_device record carries that size, so the report gives the very same line, in one piece or
-    in pieces (with handle:4MiB the pool's default, 8 MiB, would give another)."""
+    the device's 2 MiB: on the out-of-memory path expandable segments replace a large handle that holds free 2 MiB
+    granules, so those go back too. The log's oom_device record carries that size, so the report gives the very
+    same line, in one piece or in pieces."""
     log = tmp_path / "handle.talog"
     conf = f"backend:sim,warn:0,oom_report:off,sim_capacity:{CAP_MIB}MiB,policy:caching,expandable:off,log:{log}"
     _lib.init(conf + (f",handle:{handle}MiB" if handle else ""))
     assert not pattern.drive(_lib.lib(), phases=False)[0]
     oom = last_oom(0)
-    granule = (handle or 8) * MiB
+    granule = 2 * MiB
     assert oom.requested > MiB and oom.detail["granule"] == granule  # a large-pool request
     first = oom.advice[0]
     assert first.setting == "expandable:reclaim" and f"in whole free {granule >> 20} MiB granules" in first.text

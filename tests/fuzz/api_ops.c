@@ -351,8 +351,12 @@ static void share_live(const uint8_t *b) {
            "device %d was granted access to device %d but cannot reach %#lx", peer, l->device, (unsigned long)l->addr);
   unsigned char bytes[8192];
   size_t len = 0, offset = 0;
-  EXPECT(torchalloc_ipc_share((void *)l->addr, bytes, sizeof bytes, &len, &offset) == 0, "ipc_share(%#lx): %s",
-         (unsigned long)l->addr, torchalloc_last_error());
+  int shared = torchalloc_ipc_share((void *)l->addr, bytes, sizeof bytes, &len, &offset);
+  /* Near capacity a block may lie on a granule mapped in 2 MiB pieces,
+   * which PyTorch's format (one handle size a segment) cannot describe:
+   * refused, and said so (docs/MULTI_GPU.md). */
+  if (shared != 0 && strstr(torchalloc_last_error(), "mapped in") && strstr(torchalloc_last_error(), "pieces")) return;
+  EXPECT(shared == 0, "ipc_share(%#lx): %s", (unsigned long)l->addr, torchalloc_last_error());
   if (len > sizeof bytes) return;
   void *opened = NULL;
   if (D.cap[l->device].state != CAP_NONE) { /* mapping during a capture: refused when the allocator was told */
