@@ -19,12 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MiB = 2**20
-PRECISION = 0.01  # bisection stops when the interval is narrower than this fraction of the peak allocated
+PRECISION = 0.005  # bisection stops when the interval is narrower than this fraction of the peak allocated
 RAISES = 3  # times the first cap may be raised by RAISE_STEP when a run does not complete under it
 RAISE_STEP = 1.05
-TARGET_CAP = 1.01  # issue 24: torchalloc's smallest cap <= 1.01 x peak allocated ...
-TARGET_BELOW = 0.05  # ... and at least 5 % below PyTorch's best option on the transformer workloads
-TRANSFORMERS = ("encoder", "vit_b16", "gpt2", "llama", "llama_generate")
+TARGET_CAP = 1.01  # the goal: torchalloc's smallest cap <= 1.01 x its peak allocated on the transformer workloads
+TRANSFORMERS = ("encoder", "vit_b16", "gpt2", "llama", "moe", "llama_generate")
 DEFAULT_VARIANT = "torchalloc"
 
 
@@ -129,7 +128,8 @@ def markdown(fits: list[Fit]) -> str:
 
 
 def targets(fits: list[Fit]) -> list[str]:
-    """Issue 24's targets, reported (never asserted)."""
+    """The goal, reported (never asserted): per workload, torchalloc's smallest cap over its peak allocated
+    against TARGET_CAP, and PyTorch's best option (the native variant with the smallest cap) beside it."""
     lines = []
     for workload in dict.fromkeys(f.workload for f in fits):
         group = {f.variant: f for f in fits if f.workload == workload}
@@ -137,14 +137,14 @@ def targets(fits: list[Fit]) -> list[str]:
         if not ours or not ours.cap or not ours.peak_allocated:
             continue
         over = ours.cap / ours.peak_allocated
-        lines.append(f"{workload}: {DEFAULT_VARIANT}'s smallest cap {ours.cap / MiB:.0f} MiB = {over:.3f}x its peak "
-                     f"allocated (target <= {TARGET_CAP}): {'met' if over <= TARGET_CAP else 'NOT met'}")
-        native = [f for name, f in group.items() if name.startswith("native") and f.cap]
+        goal = ("met" if over <= TARGET_CAP else "NOT met") if workload in TRANSFORMERS else "no goal"
+        line = f"{workload}: {DEFAULT_VARIANT}'s smallest cap {ours.cap / MiB:.0f} MiB = {over:.3f}x its peak " \
+               f"allocated (goal <= {TARGET_CAP}x): {goal}"
+        native = [f for name, f in group.items() if name.startswith("native") and f.cap and f.peak_allocated]
         if native:
             best = min(native, key=lambda f: f.cap or 0)
-            below = 1 - ours.cap / (best.cap or 1)
-            verdict = ("met" if below >= TARGET_BELOW else "NOT met") if workload in TRANSFORMERS else "no target"
-            lines.append(f"{workload}: {below * 100:.1f} % below PyTorch's best, {best.variant} at "
-                         f"{(best.cap or 0) / MiB:.0f} MiB (target on transformers >= {TARGET_BELOW * 100:.0f} %): "
-                         f"{verdict}")
+            assert best.cap and best.peak_allocated
+            line += f"; PyTorch's best, {best.variant}, {best.cap / MiB:.0f} MiB = " \
+                    f"{best.cap / best.peak_allocated:.3f}x its own ({(1 - ours.cap / best.cap) * 100:+.1f} % for torchalloc)"
+        lines.append(line)
     return lines

@@ -163,6 +163,30 @@ def build_llama(torch: Any, device: Any, batch: int, seed: int, steps: int) -> B
     return Built(model, _adamw(torch, model), draw, lambda ids: model(input_ids=ids, labels=ids).loss)
 
 
+MOE = dict(hidden_size=1024, intermediate_size=1408, num_hidden_layers=4, num_attention_heads=16,
+           num_key_value_heads=4, num_local_experts=8, num_experts_per_tok=2, vocab_size=32000,
+           max_position_embeddings=4096, rms_norm_eps=1e-5)
+
+
+def build_moe(torch: Any, device: Any, batch: int, seed: int, steps: int) -> Built:
+    """A mixture-of-experts decoder (transformers' MixtralForCausalLM from a config, random weights): each
+    expert sees as many tokens as the router sends it, so the shapes vary within a step as well as between
+    steps (lengths drawn as build_llama's)."""
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    model = transformers.MixtralForCausalLM(transformers.MixtralConfig(**MOE)).to(device).train()
+    gen = _generator(torch, device, seed)
+    lengths = torch.randint(LLAMA_LENGTHS[0] // 128, LLAMA_LENGTHS[1] // 128 + 1, (steps + 64,),
+                            generator=torch.Generator().manual_seed(seed)).tolist()
+    drawn = iter(lengths)
+
+    def draw(_warmup: bool) -> Any:
+        return torch.randint(0, MOE["vocab_size"], (batch, 128 * next(drawn)), generator=gen, device=device)
+
+    return Built(model, _adamw(torch, model), draw, lambda ids: model(input_ids=ids, labels=ids).loss)
+
+
 def build_llama_generate(torch: Any, device: Any, batch: int, seed: int, steps: int) -> Built:
     """Inference: greedy generate() of a drawn number of new tokens after a drawn prompt length; the KV
     cache grows by a token at a time (DynamicCache: a new, larger tensor per layer and token)."""
@@ -200,6 +224,9 @@ WORKLOADS: dict[str, Spec] = {s.name: s for s in (
     Spec("llama", f"Llama-style LlamaForCausalLM (8 layers, d 1024, GQA 16/4 heads, SwiGLU, RMSNorm), random weights, "
          f"length drawn per step from {LLAMA_LENGTHS[0]}-{LLAMA_LENGTHS[1]}, fp32, AdamW", 8, 40, 10, 150,
          build_llama),
+    Spec("moe", f"Mixtral-style mixture-of-experts decoder (MixtralForCausalLM: 4 layers, d 1024, 8 experts, top 2, "
+         f"GQA 16/4 heads), random weights, length drawn per step from {LLAMA_LENGTHS[0]}-{LLAMA_LENGTHS[1]}, fp32, "
+         "AdamW", 8, 40, 12, 250, build_moe),
     Spec("llama_generate", f"generate() on the Llama config (4 layers), greedy, prompt {GENERATE_PROMPT[0]}-"
          f"{GENERATE_PROMPT[1]} and {GENERATE_NEW[0]}-{GENERATE_NEW[1]} new tokens drawn per step, KV cache growing",
          8, 15, 10, 700, build_llama_generate),

@@ -31,10 +31,12 @@ def test_dry_run_prints_the_plan_without_a_gpu() -> None:
     done = fit("--dry-run")
     assert done.returncode == 0, done.stderr
     searches = done.stdout.strip().splitlines()
-    assert len(searches) == 7 * 3
-    assert searches[:3] == ["convnet native", "convnet native+expandable", "convnet torchalloc"]
-    assert "llama_generate torchalloc" in searches
-    assert "21 searches of ~" in done.stderr and "bisection to 1 % of the peak allocated" in done.stderr
+    # the transformer workloads and the inference one x native, PyTorch's expandable, the default, expandable:2
+    assert len(searches) == 4 * 4
+    assert searches[:4] == ["llama native", "llama native+expandable", "llama torchalloc", "llama caching+compact"]
+    assert {s.split()[0] for s in searches} == {"llama", "moe", "gpt2", "llama_generate"}
+    assert "16 searches of ~" in done.stderr and "bisection to 0.5 % of the peak allocated" in done.stderr
+    assert "TORCHALLOC_CONF=policy:caching,expandable:compact" in done.stderr
     done = fit("--dry-run", "--workloads", "llama", "--variants", "native,native+async,torchalloc,caching")
     assert done.stdout.strip().splitlines() == ["llama native", "llama native+async", "llama torchalloc",
                                                 "llama caching"]
@@ -85,9 +87,8 @@ def test_targets_and_tables() -> None:
             Fit("llama", "torchalloc", 1000 * MiB, 1003 * MiB, 1005 * MiB, [(1005 * MiB, True)]),
             Fit("convnet", "torchalloc", 100 * MiB, None, None, [], error="child exited with status 1")]
     lines = fit_search.targets(fits)
-    assert "llama: torchalloc's smallest cap 1005 MiB = 1.005x its peak allocated (target <= 1.01): met" in lines
-    assert any(line.startswith("llama: 7.4 % below PyTorch's best, native+expandable at 1085 MiB") and
-               line.endswith(": met") for line in lines), lines
+    assert lines == ["llama: torchalloc's smallest cap 1005 MiB = 1.005x its peak allocated (goal <= 1.01x): met; "
+                     "PyTorch's best, native+expandable, 1085 MiB = 1.085x its own (+7.4 % for torchalloc)"]
     text = fit_search.text(fits)
     assert "== llama" in text and "1.005" in text and "n/a: child exited with status 1" in text
     md = fit_search.markdown(fits)

@@ -60,14 +60,14 @@ def test_dry_run_prints_the_plan_without_a_gpu() -> None:
     done = models("--dry-run")
     assert done.returncode == 0, done.stderr
     runs = done.stdout.strip().splitlines()
-    # 7 workloads (the Llama-style decoder and its generate() among them) x 6 variants, 3 interleaved rounds.
-    assert len(runs) == 3 * 7 * 6, runs
+    # 8 workloads (the Llama-style decoder, the MoE decoder and generate() among them) x 6 variants, 3 rounds.
+    assert len(runs) == 3 * 8 * 6, runs
     assert runs[:6] == [f"round 1: convnet {v}" for v in
                         ("native", "native+expandable", "native+async", "torchalloc", "caching+expandable", "caching")]
     assert runs[-1] == "round 3: llama_generate caching"
-    assert {r.split()[2] for r in runs} == {"convnet", "encoder", "resnet50", "vit_b16", "gpt2", "llama",
+    assert {r.split()[2] for r in runs} == {"convnet", "encoder", "resnet50", "vit_b16", "gpt2", "llama", "moe",
                                              "llama_generate"}
-    assert "126 runs in 3 interleaved round(s); estimated" in done.stderr
+    assert "144 runs in 3 interleaved round(s); estimated" in done.stderr
     assert "TORCHALLOC_CONF=policy:caching,expandable:on" in done.stderr
     assert "TORCHALLOC_CONF=policy:caching,expandable:off" in done.stderr  # caching: PyTorch's, byte for byte
     assert "torchalloc.install(), nothing set" in done.stderr
