@@ -69,3 +69,26 @@ def test_a_log_written_with_expandable_segments_goes_through_every_tool(
         assert sum(b["size"] for b in s["blocks"]) == s["total_size"]
     live = sum(b["size"] for s in segments for b in s["blocks"] if b["state"] == "active_allocated")
     assert 0 < live <= expected_peak(6)
+
+
+def test_at_1_01x_the_peak_the_default_fits_where_pytorchs_segments_run_out(library_path: Path) -> None:
+    """`replay --capacity 1.01x`: a device 1.01 times the bundled trace's peak allocated. The default
+    (caching+reclaim) and compact fit; PyTorch's segments (caching) run out."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from cli_in_process import cli
+
+    status, out, err = cli("replay", "--capacity", "1.01x", "--no-search", "--json",
+                           "--policies", "caching,caching+compact,caching+reclaim")
+    assert status == 0, err
+    trace = load_trace(replay.default_trace_path())
+    capacity = int(1.01 * trace.peak_rounded)
+    assert f"({capacity:,} bytes, 1.01 x the trace's peak allocated" in err
+    rows = json.loads(out)["policies"]
+    assert rows["caching+reclaim"]["oom_at_capacity"] is False and rows["caching+compact"]["oom_at_capacity"] is False
+    assert rows["caching"]["oom_at_capacity"] is True
+    assert all(rows[p]["peak_reserved"] <= capacity for p in rows)
+    status, _, err = cli("replay", "--capacity", "0.9x", "--no-search")
+    assert status == 2 and "under 1x the trace's peak allocated nothing fits" in err

@@ -5,6 +5,7 @@ import argparse
 import json
 import re
 import sys
+from fractions import Fraction
 from pathlib import Path
 from typing import Sequence
 
@@ -43,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "several (one per rank) or a quoted pattern such as 'run.*.talog' for a job's ranks side by side; "
                     "default: the trace bundled with torchalloc")
     ap.add_argument("--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated (default: %(default)s)")
-    ap.add_argument("--capacity", default=DEFAULT_CAPACITY_TEXT, help="simulated device size, e.g. 40GiB; 0 means "
+    ap.add_argument("--capacity", default=DEFAULT_CAPACITY_TEXT, help="simulated device size, e.g. 40GiB, or 1.01x: "
+                    "that many times the trace's peak allocated (its requests rounded to 512 B); 0 means "
                     "unlimited: no policy runs out of memory, and the smallest capacity that runs the trace is still "
                     "searched for (default: %(default)s)")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -62,10 +64,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     prog = "torchalloc replay"
     if args.capacity.strip().startswith("-"):
         fail(prog, f"--capacity {args.capacity}: a device size cannot be negative (0 means unlimited)")
+    relative = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*x\s*", args.capacity, re.IGNORECASE)
+    if relative and float(relative.group(1)) < 1:
+        fail(prog, f"--capacity {args.capacity.strip()}: under 1x the trace's peak allocated nothing fits")
     try:
-        capacity = parse_bytes(args.capacity)
+        capacity = 0 if relative else parse_bytes(args.capacity)
     except ValueError as e:
-        fail(prog, f"--capacity: {e}; 0 means unlimited")
+        fail(prog, f"--capacity: {e}, or a multiple of the trace's peak allocated such as 1.01x; 0 means unlimited")
     decimal = re.fullmatch(r"\s*[\d.]+\s*([kmgt]b)\s*", args.capacity, re.IGNORECASE)
     if decimal:  # as TORCHALLOC_CONF reads it, but 40GB meant as 40GiB is 7% short: said, not guessed
         binary = decimal.group(1)[0].upper() + "iB"
@@ -86,6 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             fail(prog, f"--png {bad_output}")
         check_matplotlib()
     if len(args.trace) > 1:
+        if relative:
+            fail(prog, f"--capacity {args.capacity.strip()}: a multiple of the peak is for one trace; give a size for "
+                       "a job's ranks")
         return _ranks_main(prog, args.trace, policies, capacity, args)
     try:
         path = Path(args.trace[0]) if args.trace else default_trace_path()
@@ -93,6 +101,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.json and not trace.has_allocs():  # (--json still gives its zeros)
             print(printable(f"{prog}: nothing to replay: {path} holds no allocation"), file=sys.stderr)
             return 0
+        if relative:
+            capacity = max(1, int(Fraction(relative.group(1)) * trace.peak_rounded))
+            print(printable(f"{prog}: --capacity {args.capacity.strip()}: {fmt_bytes(capacity, 2)} ({capacity:,} bytes, "
+                            f"{relative.group(1)} x the trace's peak allocated, {fmt_bytes(trace.peak_rounded, 2)})"),
+                  file=sys.stderr)
         report = run(
             trace,
             policies,
