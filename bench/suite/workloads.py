@@ -148,19 +148,22 @@ def _llama(torch: Any, device: Any, layers: int | None = None) -> Any:
     return transformers.LlamaForCausalLM(config).to(device)
 
 
-def build_llama(torch: Any, device: Any, batch: int, seed: int, steps: int) -> Built:
-    """Training on lengths drawn per step, warm-up steps too (seeded: every variant sees the same
+def _decoder_training(torch: Any, device: Any, model: Any, vocab: int, batch: int, seed: int, steps: int) -> Built:
+    """Training a decoder on lengths drawn per step, warm-up steps too (seeded: every variant sees the same
     sequence), as a user's data loader would give them: the largest shape comes when it comes."""
-    model = _llama(torch, device).train()
     gen = _generator(torch, device, seed)
     lengths = torch.randint(LLAMA_LENGTHS[0] // 128, LLAMA_LENGTHS[1] // 128 + 1, (steps + 64,),
                             generator=torch.Generator().manual_seed(seed)).tolist()
     drawn = iter(lengths)
 
     def draw(_warmup: bool) -> Any:
-        return torch.randint(0, LLAMA["vocab_size"], (batch, 128 * next(drawn)), generator=gen, device=device)
+        return torch.randint(0, vocab, (batch, 128 * next(drawn)), generator=gen, device=device)
 
     return Built(model, _adamw(torch, model), draw, lambda ids: model(input_ids=ids, labels=ids).loss)
+
+
+def build_llama(torch: Any, device: Any, batch: int, seed: int, steps: int) -> Built:
+    return _decoder_training(torch, device, _llama(torch, device).train(), LLAMA["vocab_size"], batch, seed, steps)
 
 
 MOE = dict(hidden_size=1024, intermediate_size=1408, num_hidden_layers=4, num_attention_heads=16,
@@ -171,20 +174,12 @@ MOE = dict(hidden_size=1024, intermediate_size=1408, num_hidden_layers=4, num_at
 def build_moe(torch: Any, device: Any, batch: int, seed: int, steps: int) -> Built:
     """A mixture-of-experts decoder (transformers' MixtralForCausalLM from a config, random weights): each
     expert sees as many tokens as the router sends it, so the shapes vary within a step as well as between
-    steps (lengths drawn as build_llama's)."""
+    steps."""
     import transformers
 
     transformers.logging.set_verbosity_error()
     model = transformers.MixtralForCausalLM(transformers.MixtralConfig(**MOE)).to(device).train()
-    gen = _generator(torch, device, seed)
-    lengths = torch.randint(LLAMA_LENGTHS[0] // 128, LLAMA_LENGTHS[1] // 128 + 1, (steps + 64,),
-                            generator=torch.Generator().manual_seed(seed)).tolist()
-    drawn = iter(lengths)
-
-    def draw(_warmup: bool) -> Any:
-        return torch.randint(0, MOE["vocab_size"], (batch, 128 * next(drawn)), generator=gen, device=device)
-
-    return Built(model, _adamw(torch, model), draw, lambda ids: model(input_ids=ids, labels=ids).loss)
+    return _decoder_training(torch, device, model, MOE["vocab_size"], batch, seed, steps)
 
 
 def build_llama_generate(torch: Any, device: Any, batch: int, seed: int, steps: int) -> Built:
