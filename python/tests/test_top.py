@@ -1,0 +1,248 @@
+"""`torchalloc top`'s live state and its `--once` frame, against a job's own figures.
+
+A writer process (top_writer.py) runs batches of steps on the simulated
+device and prints its own allocated and reserved (torchalloc.stats) after
+each; the state, refreshed between batches from the records appended since,
+must say the same. A log grown by hand, cut inside records, shows that a
+half-written record waits for the next refresh.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+from cli_in_process import cli
+
+from torchalloc.cli.top_frame import MIN_COLUMN, frame, sparkline
+from torchalloc.cli.top_reader import LiveReader
+from torchalloc.cli.top_state import SPARK_COLUMNS, SPARK_WIDEST_NS, LiveState, Sparkline
+from torchalloc.log.reader import read_log
+from torchalloc.units import fmt_bytes
+
+HERE = Path(__file__).resolve().parent
+WRITER = HERE / "top_writer.py"
+MiB = 1 << 20
+
+
+class Writer:
+    """top_writer.py as a child process: `figures()` waits for its next batch's line."""
+
+    def __init__(self, log: Path, per_batch: int, library: Path) -> None:
+        env = dict(os.environ, PYTHONPATH=str(HERE.parent), TORCHALLOC_LIB=str(library))
+        self.proc = subprocess.Popen([sys.executable, str(WRITER), str(log), str(per_batch)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=env)
+
+    def figures(self) -> dict[str, int]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line, f"the writer ended early (status {self.proc.wait(timeout=60)})"
+        return json.loads(line)
+
+    def say(self, word: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(word + "\n")
+        self.proc.stdin.flush()
+
+    def finish(self) -> int:
+        self.say("quit")
+        return self.proc.wait(timeout=60)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=60)
+
+
+@pytest.fixture
+def writer(tmp_path: Path, library_path: Path) -> Iterator[tuple[Writer, Path]]:
+    log = tmp_path / "job.talog"
+    w = Writer(log, 3, library_path)
+    try:
+        yield w, log
+    finally:
+        w.kill()
+
+
+def _same_figures(state: LiveState, figures: dict[str, Any]) -> None:
+    assert (state.allocated, state.reserved) == (figures["allocated"], figures["reserved"])
+    assert (state.peak_allocated, state.peak_reserved) == (figures["peak_allocated"], figures["peak_reserved"])
+
+
+def test_the_state_follows_the_writer_refresh_by_refresh(writer: tuple[Writer, Path]) -> None:
+    w, log = writer
+    figures = w.figures()
+    state = LiveState(LiveReader(str(log)))
+    seen = []
+    for batch in range(3):
+        if batch:
+            w.say("more")
+            figures = w.figures()
+        before = state.reader.next_slot
+        state.refresh()
+        assert state.writer == "running"
+        assert state.reader.next_slot > before  # only what was appended was read
+        _same_figures(state, figures)
+        seen.append(state.records)
+        # every odd step keeps its 3 MiB gradient: the writer's allocation site holds them, made in backward
+        kept = figures["steps"] // 2
+        site = next(s for s in state.by_site() if s.startswith("top_writer.py:"))
+        assert state.by_site()[site] == (kept * 3 * MiB, kept)
+        assert state.site_phases()[site] == "backward"
+        assert state.markers[-1].label == f"step {figures['steps'] - 1}"
+        assert len(state.carry) == kept  # the state holds the live blocks, not the history
+    assert seen == sorted(seen) and len(set(seen)) == 3
+    assert w.finish() == 0
+    state.refresh()
+    assert state.writer == "closed"
+    _same_figures(state, figures)
+    # the whole log read at once says the same as the refreshes did
+    once = LiveState(LiveReader(str(log)))
+    once.refresh()
+    assert (once.records, once.by_site(), once.peak_allocated_ns) == (state.records, state.by_site(),
+                                                                     state.peak_allocated_ns)
+    assert once.records == len(read_log(log).records)
+
+
+def test_grew_between_markers_names_the_site_that_keeps_growing(writer: tuple[Writer, Path]) -> None:
+    w, log = writer
+    w.figures()
+    w.finish()
+    state = LiveState(LiveReader(str(log)))
+    state.refresh()
+    text = "\n".join(frame([state], 100))
+    # steps 0..2: step 1 kept its gradient, step 2 did not: from 'step 1' to 'step 2' nothing grew, and from
+    # 'step 0' to 'step 1' the writer's site grew by one gradient
+    assert "Grew from 'step 1' to 'step 2': nothing" in text
+    before, after = state.markers[0], state.markers[1]
+    grown = {s: after.sites.get(s, 0) - before.sites.get(s, 0) for s in after.sites}
+    assert [b for b in grown.values() if b] == [3 * MiB]
+
+
+def _open_header(data: bytes) -> bytes:
+    """A finished log's header as its writer's while it ran: status open, no end offset (checksum redone)."""
+    head = bytearray(data[:128])
+    struct.pack_into("<I", head, 56, 0)
+    struct.pack_into("<Q", head, 64, 0)
+    head[60] = 0
+    head[60] = int(np.bitwise_xor.reduce(np.frombuffer(bytes(head), np.uint8)))
+    return bytes(head)
+
+
+def test_a_half_written_record_waits_for_the_next_refresh(writer: tuple[Writer, Path], tmp_path: Path) -> None:
+    w, log = writer
+    figures = w.figures()
+    assert w.finish() == 0
+    data = log.read_bytes()
+    slots = (len(data) - 128) // 64
+    growing = tmp_path / "growing.talog"
+    growing.write_bytes(_open_header(data))
+    fd = os.open(growing, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # as the writer does while the log is open: the reader sees it running
+    try:
+        state = LiveState(LiveReader(str(growing)))
+        written = 128
+        # cut inside a record, at a record's boundary, a byte short of a slot, then a whole slot but its kind
+        for cut in (128 + 64 * 7 + 30, 128 + 64 * 20, 128 + 64 * 33 - 1, 128 + 64 * (slots // 2) + 63):
+            with open(growing, "ab") as f:
+                f.write(data[written:cut])
+            written = cut
+            state.refresh()
+            assert state.writer == "running"
+            assert state.reader.next_slot == (cut - 128) // 64  # complete slots only
+        # the kind byte of the last slot lands, and the rest of the log
+        with open(growing, "ab") as f:
+            f.write(data[written:])
+        state.refresh()
+        assert state.reader.next_slot == slots
+        _same_figures(state, figures)
+    finally:
+        os.close(fd)
+
+
+def test_a_torn_slot_is_skipped_once_the_writer_is_gone(writer: tuple[Writer, Path], tmp_path: Path) -> None:
+    """A killed writer can leave a slot never finished between complete ones: while the writer runs it may
+    still be finished, so the reader waits at it; once no one holds the log, it is skipped."""
+    w, log = writer
+    w.figures()
+    assert w.finish() == 0
+    data = bytearray(log.read_bytes())
+    torn = 128 + 64 * 40
+    data[torn + 63] = 0  # the kind byte never written
+    growing = tmp_path / "killed.talog"
+    growing.write_bytes(_open_header(bytes(data)) + bytes(data[128:]))
+    fd = os.open(growing, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    state = LiveState(LiveReader(str(growing)))
+    state.refresh()
+    assert state.reader.next_slot == 40
+    os.close(fd)  # the writer is gone
+    state.refresh()
+    assert state.writer == "killed"
+    assert state.reader.skipped == 1
+    assert state.reader.next_slot == (len(data) - 128) // 64
+
+
+def test_once_prints_the_writers_figures_within_the_width(writer: tuple[Writer, Path], tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    w, log = writer
+    figures = w.figures()
+    monkeypatch.setenv("COLUMNS", "100")
+    status, out, err = cli("top", "--once", str(log))
+    assert (status, err) == (0, "")
+    assert f"allocated {fmt_bytes(figures['allocated'])} (peak {fmt_bytes(figures['peak_allocated'])} at" in out
+    assert f"reserved {fmt_bytes(figures['reserved'])} (peak {fmt_bytes(figures['peak_reserved'])} at" in out
+    assert "writer running" in out and "phase default" in out and "marker 'step 2'" in out
+    assert all(len(line) <= 100 for line in out.splitlines())
+    w.finish()
+    other = tmp_path / "rank1.talog"
+    other.write_bytes(log.read_bytes())
+    # two logs: side by side where each gets MIN_COLUMN characters, else one below the other
+    monkeypatch.setenv("COLUMNS", str(2 * MIN_COLUMN + 5))
+    status, out, _ = cli("top", "--once", str(log), str(other))
+    assert status == 0 and out.splitlines()[0].count("job.talog") == 1 and "rank1.talog" in out.splitlines()[0]
+    assert all(len(line) <= 2 * MIN_COLUMN + 5 for line in out.splitlines())
+    monkeypatch.setenv("COLUMNS", str(2 * MIN_COLUMN))
+    status, out, _ = cli("top", "--once", str(tmp_path / "*.talog"))
+    lines = out.splitlines()
+    assert status == 0 and "rank1.talog" not in lines[0] and sum("writer closed" in line for line in lines) == 2
+
+
+@pytest.mark.parametrize("args, message", [
+    (["nowhere.talog"], "nowhere.talog: no such file"),
+    (["'run.*.talog'"], "no file matches this pattern"),
+    (["--once", "notalog.txt"], "not a torchalloc log"),
+    (["--interval", "0", "x.talog"], "--interval must be more than 0 seconds"),
+])
+def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str, tmp_path: Path) -> None:
+    (tmp_path / "notalog.txt").write_text("hello\n")
+    (tmp_path / "x.talog").write_bytes(b"")
+    status, out, err = cli("top", *[a.strip("'") for a in args])
+    assert status == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_without_a_terminal_it_says_to_use_once(writer: tuple[Writer, Path]) -> None:
+    w, log = writer
+    w.figures()
+    status, _, err = cli("top", str(log))  # pytest's stdin and captured stdout are no terminal
+    assert status == 2 and "--once prints one frame as plain text" in err
+
+
+def test_the_sparkline_stays_bounded_however_long_the_run() -> None:
+    spark = Sparkline(0)
+    spark.add(np.array([0, 5_000_000]), np.array([1, 2]))
+    assert spark.columns().tolist() == [2]  # 10 ms columns: both in the first
+    hour = 3600 * 10**9
+    times = np.arange(0, hour, 10**8)
+    spark.add(times, times // 10**8)
+    assert spark.values.size == SPARK_COLUMNS and spark.width == SPARK_WIDEST_NS
+    cols = spark.columns()
+    assert cols.size == SPARK_COLUMNS and cols[-1] == times[-1] // 10**8  # the last 2 minutes, 1 s a column
+    assert sparkline([0, 4, 8], 10) == "▁▅█" and sparkline([0, 4, 8], 2) == "▅█"

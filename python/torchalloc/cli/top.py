@@ -1,0 +1,121 @@
+"""`torchalloc top LOG...`: where memory is going now, from a log another process is still writing.
+
+The view refreshes every `--interval` seconds from the records appended
+since the last refresh (top_reader.py), never reading the log again from
+its start; the state it keeps is what is live now (top_state.py), so a
+refresh costs what was appended and the viewer's memory stays bounded
+however long it runs. Keys: q quits, p pauses (and resumes), v cycles the
+table through sites, phases and modules.
+
+When every writer has ended (its log closed, stopped at log_max, or its
+process gone without closing it), the last frame is printed below the view
+with "the writer ended (...)" and top exits 0 at once: nothing more can
+come, and a script waiting on top should not wait on a keypress.
+
+The terminal view is drawn with curses from the standard library: no new
+dependency, and it works over ssh and inside tmux (rich and textual would
+have to be installed). `--once` prints one frame as plain text instead (no
+terminal needed: CI logs, tests), the end state for a finished log.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Sequence
+
+from ..log.reader import LogFormatError
+from .args import expand_logs, fail, snapshot_pointer
+from .top_frame import VIEWS, frame
+from .top_reader import LiveReader
+from .top_state import LiveState
+
+DEFAULT_WIDTH = 100
+
+
+def _width() -> int:
+    try:
+        return max(int(os.environ.get("COLUMNS", "")), 40)
+    except ValueError:
+        return DEFAULT_WIDTH
+
+
+def _ended_line(states: Sequence[LiveState]) -> str:
+    if len(states) == 1:
+        return f"the writer ended ({states[0].writer})"
+    return "every writer ended (" + ", ".join(f"{os.path.basename(s.reader.path)}: {s.writer}" for s in states) + ")"
+
+
+def _loop(screen: Any, states: list[LiveState], interval: float, rows: int) -> list[str] | None:
+    """Refresh and draw until q (None) or every writer has ended (the last frame's lines)."""
+    import curses
+
+    try:
+        curses.curs_set(0)
+    except curses.error:  # a terminal that cannot hide the cursor
+        pass
+    screen.timeout(int(interval * 1000))
+    paused, view = False, 0
+    while True:
+        if not paused:
+            for s in states:
+                s.refresh()
+        height, width = screen.getmaxyx()
+        lines = frame(states, width - 1, VIEWS[view], rows)
+        if all(s.writer != "running" for s in states):
+            return lines + ["", _ended_line(states)]
+        keys = (f"q quit   p {'resume' if paused else 'pause'}   v {'/'.join(VIEWS)} (now {VIEWS[view]})   "
+                f"every {interval:g} s{'   PAUSED' if paused else ''}")
+        screen.erase()
+        for y, line in enumerate(lines[: height - 2]):
+            screen.addstr(y, 0, line[: width - 1])
+        screen.addstr(height - 1, 0, keys[: width - 1], curses.A_REVERSE)
+        screen.refresh()
+        key = screen.getch()  # waits up to the interval
+        if key in (ord("q"), ord("Q")):
+            return None
+        if key in (ord("p"), ord("P")):
+            paused = not paused
+        elif key in (ord("v"), ord("V")):
+            view = (view + 1) % len(VIEWS)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="torchalloc top",
+        description="Watch a running job: allocated and reserved now and at the peak, the live allocation sites, "
+        "what grew since the last marker, the last OOM; refreshed from the records the writer appends. "
+        "Keys: q quit, p pause, v sites/phases/modules.",
+    )
+    parser.add_argument("log", nargs="+", help="the log being written (TORCHALLOC_CONF=log:PATH); several, or a "
+                        "quoted pattern such as 'run.*.talog', for every rank side by side")
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
+    parser.add_argument("--once", action="store_true", help="print one frame as plain text and exit (width: "
+                        f"$COLUMNS, else {DEFAULT_WIDTH})")
+    parser.add_argument("--rows", type=int, default=8, help="rows of the live table (default 8)")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    logs, problem = expand_logs(args.log)
+    problem = problem or next(filter(None, (snapshot_pointer(p, "top") for p in logs)), None)
+    if not problem and not args.interval > 0:
+        problem = "--interval must be more than 0 seconds"
+    if not problem and args.rows < 1:
+        problem = "--rows must be at least 1"
+    if problem:
+        fail(parser.prog, problem)
+    try:
+        states = [LiveState(LiveReader(p)) for p in logs]
+    except LogFormatError as e:
+        fail(parser.prog, str(e))
+    if args.once:
+        for s in states:
+            s.refresh()
+        print("\n".join(frame(states, _width(), "sites", args.rows)))
+        return 0
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        fail(parser.prog, "not a terminal: the live view needs one; --once prints one frame as plain text")
+    import curses
+
+    last = curses.wrapper(_loop, states, args.interval, args.rows)
+    if last is not None:
+        print("\n".join(last))
+    return 0

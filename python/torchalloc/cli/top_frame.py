@@ -1,0 +1,170 @@
+"""One frame of `torchalloc top`, as plain lines of text: what `--once` prints and the terminal view draws.
+
+Takes `LiveState`s (top_state.py); gives lines no wider than asked. A log's
+frame is a column; several logs (one per rank) stand side by side while each
+column gets at least MIN_COLUMN characters, else one below the other.
+Labels (sites, phases, modules) are cut to fit, figures never.
+"""
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+from ..printable import printable
+from ..units import fmt_bytes
+from .top_state import LiveState
+
+MIN_COLUMN = 64  # narrower than this, ranks are stacked
+GAP = "  |  "
+VIEWS = ("sites", "phases", "modules")  # what the table of live bytes groups by; a key cycles through them
+_BARS = "▁▂▃▄▅▆▇█"
+
+
+def _t(state: LiveState, t_ns: int) -> str:
+    return f"t={state.seconds(t_ns):.3f} s"
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+def _flow(cells: Sequence[str], width: int) -> list[str]:
+    """Cells joined by three spaces, a new line where the next would pass `width` (a cell alone may)."""
+    lines: list[str] = []
+    line = ""
+    for cell in cells:
+        if line and len(line) + 3 + len(cell) > width:
+            lines.append(line)
+            line = ""
+        line = f"{line}   {cell}" if line else cell
+    return lines + [line] if line else lines
+
+
+def sparkline(values: Sequence[int], width: int) -> str:
+    """A line of bars, one per value (the last `width`), 0 at the lowest bar and the highest value at the top."""
+    shown = list(values)[-width:]
+    if not shown:
+        return ""
+    top = max(shown) or 1
+    return "".join(_BARS[min(int(v / top * (len(_BARS) - 1) + 0.5), len(_BARS) - 1)] for v in shown)
+
+
+def _table(state: LiveState, view: str, rows: int, width: int) -> list[str]:
+    if view == "sites":
+        groups = state.by_site()
+        phases = state.site_phases()
+        last = state.markers[-1] if state.markers else None
+    else:
+        groups = state.by_phase() if view == "phases" else state.by_module()
+    title = {"sites": "Live by site", "phases": "Live by the phase that allocated",
+             "modules": "Live by module current at the allocation"}[view]
+    order = sorted(groups.items(), key=lambda kv: (-kv[1][0], kv[0]))
+    figures = 11 + 8 + (22 if view == "sites" else 0)
+    label_w = max(width - figures - 2, 12)
+    since = ""
+    if view == "sites":
+        since = f"; grew since {printable(repr(last.label))}" if last else ""
+    out = [_cut(f"{title} ({len(groups)}{since}):", width)]
+    head = f"  {'':<{label_w}}{'live':>11}{'blocks':>8}"
+    if view == "sites":
+        head += f"  {'made in':<10}{'grew':>10}"
+    out.append(head.rstrip())
+    for label, (size, count) in order[:rows]:
+        line = f"  {_cut(printable(label), label_w):<{label_w}}{fmt_bytes(size):>11}{count:>8}"
+        if view == "sites":
+            grew = ""
+            if last is not None:
+                change = size - last.sites.get(label, 0)
+                grew = f"+{fmt_bytes(change)}" if change > 0 else "-" + fmt_bytes(-change) if change < 0 else "0 B"
+            line += f"  {_cut(printable(phases.get(label, '')), 10):<10}{grew:>10}"
+        out.append(line)
+    if len(order) > rows:
+        out.append(f"  ... {len(order) - rows} more")
+    return out
+
+
+def _grew_lines(state: LiveState, width: int) -> list[str]:
+    """What grew between the last two markers, per site: a site that grows at every step shows here."""
+    if len(state.markers) < 2:
+        return []
+    before, after = state.markers[-2], state.markers[-1]
+    grew = sorted(((after.sites.get(s, 0) - before.sites.get(s, 0), s) for s in after.sites), reverse=True)
+    grew = [(b, s) for b, s in grew if b > 0][:3]
+    head = f"Grew from {printable(repr(before.label))} to {printable(repr(after.label))}:"
+    if not grew:
+        return [head + " nothing"]
+    return [head] + [f"  +{fmt_bytes(b):>10}  {_cut(printable(s), width - 16)}" for b, s in grew]
+
+
+def _oom_lines(state: LiveState, width: int) -> list[str]:
+    o = state.oom
+    if o is None:
+        return []
+    cells = [f"Last OOM at {_t(state, o.t_ns)} in {printable(o.phase)}: asked {fmt_bytes(o.requested)}",
+             f"reserved {fmt_bytes(o.reserved)}"]
+    if o.allocated is not None:
+        cells.append(f"allocated {fmt_bytes(o.allocated)}")
+    cells.append(f"at {printable(o.site)}")
+    lines = _flow(cells, width)
+    if o.verdict == "fragmentation" and o.allocated is not None:
+        verdict = (f"verdict: fragmentation: {fmt_bytes(o.reserved - o.allocated)} of the {fmt_bytes(o.reserved)} "
+                   "reserved was free, but not in one range the request fit")
+    elif o.verdict == "capacity" and o.allocated is not None:
+        total = f"the device's {fmt_bytes(o.device_total)}" if o.device_total else "what the device could give"
+        verdict = (f"verdict: capacity: live tensors ({fmt_bytes(o.allocated)}) and the {fmt_bytes(o.requested)} "
+                   f"asked for exceed {total}")
+    else:
+        verdict = f"verdict: {o.verdict}"
+    lines.append("  " + _cut(verdict, width - 2))
+    lines.append("  " + _cut(f"advice: torchalloc report {state.reader.path}", width - 2))
+    return lines
+
+
+def log_frame(state: LiveState, width: int, view: str, rows: int) -> list[str]:
+    """The frame of one log, `width` characters wide at most."""
+    h = state.reader.header
+    rank = f"rank {h.rank}" if h.rank >= 0 else "no rank"
+    lines = _flow([printable(os.path.basename(state.reader.path)), f"pid {h.pid}", rank,
+                   f"writer {state.writer}", f"{state.records} records", f"at {_t(state, state.last_ns)}"], width)
+    lines += _flow([f"allocated {fmt_bytes(state.allocated)} (peak {fmt_bytes(state.peak_allocated)} at "
+                    f"{_t(state, state.peak_allocated_ns)})",
+                    f"reserved {fmt_bytes(state.reserved)} (peak {fmt_bytes(state.peak_reserved)} at "
+                    f"{_t(state, state.peak_reserved_ns)})"], width)
+    columns = state.spark.columns()
+    spark_w = max(width - 24, 8)
+    shown = min(len(columns), spark_w) * state.spark.width / 1e9
+    lines.append(f"allocated {sparkline(columns.tolist(), spark_w)}  (last {shown:.1f} s)")
+    last = state.markers[-1] if state.markers else None
+    marker = f"marker {printable(repr(last.label))} at {_t(state, last.t_ns)}" if last else "no marker yet"
+    lines += _flow([f"phase {printable(state.current_phase())}", marker], width)
+    fragmentation, cache, mapped_free = state.reserve_split()
+    lines += _flow([f"reserved {fmt_bytes(state.reserved)} = {fmt_bytes(state.allocated)} allocated",
+                    f"+ {fmt_bytes(fragmentation)} fragmentation", f"+ {fmt_bytes(cache)} cache",
+                    f"+ {fmt_bytes(mapped_free)} mapped free (expandable)"], width)
+    if state.window_ns > 0:
+        per_s = 1e9 / state.window_ns
+        rates = f"maps {state.maps * per_s:.1f}/s, unmaps {state.unmaps * per_s:.1f}/s"
+        lines.append(f"{rates} (over the last {state.window_ns / 1e9:.1f} s of the log)")
+    else:
+        lines.append(f"maps {state.maps}, unmaps {state.unmaps} (since the last refresh)")
+    lines.append("")
+    lines += _table(state, view, rows, width)
+    grew = _grew_lines(state, width)
+    oom = _oom_lines(state, width)
+    for part in (grew, oom):
+        if part:
+            lines += [""] + part
+    return [_cut(line, width) for line in lines]
+
+
+def frame(states: Sequence[LiveState], width: int, view: str = "sites", rows: int = 8) -> list[str]:
+    """The frame of every log: side by side when each gets MIN_COLUMN characters, else stacked."""
+    if len(states) > 1 and (width - len(GAP) * (len(states) - 1)) // len(states) >= MIN_COLUMN:
+        col = (width - len(GAP) * (len(states) - 1)) // len(states)
+        columns = [log_frame(s, col, view, rows) for s in states]
+        height = max(map(len, columns))
+        return [GAP.join(f"{(c[i] if i < len(c) else ''):<{col}}" for c in columns).rstrip() for i in range(height)]
+    lines: list[str] = []
+    for k, s in enumerate(states):
+        lines += ([""] if k else []) + log_frame(s, width, view, rows)
+    return lines

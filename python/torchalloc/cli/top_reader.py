@@ -1,0 +1,180 @@
+"""A log read as it grows: each `poll()` gives the complete records appended since the last one.
+
+`torchalloc top` refreshes from a log another process is still writing
+(docs/LOG_FORMAT.md, "Complete records, crashes and truncation"). Reading
+the whole file again at every refresh would cost more with every second of
+the run, so `LiveReader` keeps the byte offset of the next slot and reads
+from there only: the header again (its status and end offset say whether
+the writer has closed the log), then whole 64-byte slots up to the first
+one that is not complete yet (kind 0: a writer has reserved it and not
+finished; a half-written slot at the end of the file is left for the next
+poll). Strings, frames and stacks are kept as they arrive, so the event
+records can be named; those tables grow with the distinct names and code
+locations of the run, not with its length.
+
+A slot whose checksum fails is dropped and counted (`dropped`); a slot left
+incomplete between complete ones is skipped once the writer is gone (while
+it runs, another thread may still be finishing it). A compressed log (a
+finished run's copy) is decompressed once and read the same way.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from .._compressed import is_compressed
+from .._records import FRAME, STACK, STATUS_CLOSED, STATUS_NAMES, STATUS_OPEN, STRING
+from ..log.reader import (
+    _FRAME_DTYPE,
+    _STACK_CHUNK,
+    _STACK_DTYPE,
+    _STRING_CHUNK,
+    _STRING_DTYPES,
+    CHECKSUMS_FROM,
+    HEADER_SIZE,
+    RECORD_DTYPE,
+    RECORD_SIZE,
+    Frame,
+    LogHeader,
+    _load,
+    _lock_held,
+    _parse_header,
+    _xor_folded,
+)
+
+# Slots read per piece: a refresh after a long pause (or the first one on a big log) reads the backlog in
+# pieces of this many, so the reader's memory stays bounded however much is waiting.
+PIECE_SLOTS = 1 << 18
+
+
+class LiveReader:
+    """The records of one log, as they are appended. `poll(sink)` hands `sink` the new event records (RECORD_DTYPE,
+    in file order, metadata resolved into `strings`, `frames` and `stacks` first), piece by piece."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        with open(path, "rb") as f:
+            head = f.read(8)
+        self._bytes: np.ndarray | None = None  # a compressed log, inflated once: it no longer grows
+        if is_compressed(head):
+            _, self._bytes, _, _ = _load(path)
+            self.header = _parse_header(path, self._bytes)
+        else:
+            self.header = self._read_header()
+        self.writer = self._ask_writer()  # as of the last poll: "running", or how the writer ended
+        self.next_slot = 0  # the index of the next slot to read
+        self.strings: dict[int, str] = {}
+        self.frames: dict[int, Frame] = {}
+        self.stacks: dict[int, list[Frame]] = {}
+        self._string_parts: dict[int, dict[int, bytes]] = {}  # strings whose chunks have not all arrived
+        self._stack_parts: dict[int, dict[int, list[int]]] = {}
+        self.dropped = 0  # slots that failed their checksum
+        self.skipped = 0  # incomplete slots passed over once the writer was gone
+
+    def _read_header(self) -> LogHeader:
+        with open(self.path, "rb") as f:
+            head = f.read(HEADER_SIZE)
+        return _parse_header(self.path, np.frombuffer(head, dtype=np.uint8))
+
+    def _ask_writer(self) -> str:
+        """"running", or how the writer ended: "closed", "log_max reached" ..., "killed" (status open, nobody
+        holds the log's lock); "unknown" where that cannot be asked (a compressed copy, a version-1 log).
+        Reads the header again. The lock is asked first: a writer sets the status before it lets the lock go,
+        so a header read after the lock was free says how it ended."""
+        held = _lock_held(self.path) if self._bytes is None else None
+        if self._bytes is None:
+            self.header = self._read_header()
+        status = self.header.status
+        if status != STATUS_OPEN:
+            return "closed" if status == STATUS_CLOSED else STATUS_NAMES.get(status, f"status {status}")
+        if held is None or self.header.version < CHECKSUMS_FROM:
+            return "unknown"
+        return "running" if held else "killed"
+
+    def _slots(self, first: int, count: int) -> np.ndarray:
+        """Up to `count` whole slots from slot `first` (fewer at the end of the data), as rows of 64 bytes."""
+        start = self.header.header_size + first * RECORD_SIZE
+        end = start + count * RECORD_SIZE
+        if self.header.status != STATUS_OPEN and self.header.end_offset >= self.header.header_size:
+            end = min(end, self.header.end_offset)  # nothing past the end the writer declared is log data
+        if self._bytes is not None:
+            data = self._bytes[start:end]
+        else:
+            with open(self.path, "rb") as f:
+                f.seek(start)
+                data = np.frombuffer(f.read(max(end - start, 0)), dtype=np.uint8)
+        n = len(data) // RECORD_SIZE
+        return data[: n * RECORD_SIZE].reshape(n, RECORD_SIZE)
+
+    def poll(self, sink: Callable[[np.ndarray], None]) -> int:
+        """Read what was appended since the last poll; `sink` gets its event records piece by piece. Returns how
+        many slots were consumed."""
+        self.writer = self._ask_writer()  # before the records: once it has ended, every record is in the file
+        ended = self.writer != "running"
+        consumed = 0
+        while True:
+            slots = self._slots(self.next_slot, PIECE_SLOTS)
+            if not len(slots):
+                break
+            raw = slots.view(RECORD_DTYPE).reshape(-1)
+            zero = raw["kind"] == 0
+            # stop at the first incomplete slot: its writer may finish it before the next poll; once the writer
+            # is gone, a torn slot between complete ones is skipped, and zeros after the last one are unused space
+            if ended:
+                complete = np.flatnonzero(~zero)
+                take = int(complete[-1]) + 1 if complete.size else 0
+                self.skipped += int(np.count_nonzero(zero[:take]))
+            else:
+                first_zero = np.flatnonzero(zero)
+                take = int(first_zero[0]) if first_zero.size else len(raw)
+            if take == 0:
+                break
+            raw, slots = raw[:take], slots[:take]
+            good = raw["kind"] != 0
+            good &= raw["seq"] == np.arange(self.next_slot, self.next_slot + take, dtype=np.uint64)
+            if self.header.version >= CHECKSUMS_FROM:
+                checksum_ok = _xor_folded(slots) == 0
+                self.dropped += int(np.count_nonzero(good & ~checksum_ok))
+                good &= checksum_ok
+            kept = raw[good]
+            self._metadata(kept)
+            kinds = kept["kind"]
+            events = kept[(kinds < STRING) | (kinds > STACK)]
+            if len(events):
+                sink(events)
+            self.next_slot += take
+            consumed += take
+            if take < PIECE_SLOTS:
+                break
+        return consumed
+
+    def _metadata(self, raw: np.ndarray) -> None:
+        kinds = raw["kind"]
+        if not np.any((kinds >= STRING) & (kinds <= STACK)):
+            return
+        version = self.header.version
+        chunk_bytes = _STRING_CHUNK[version]
+        strings = raw[kinds == STRING].view(_STRING_DTYPES[version])
+        for sid, length, chunk, text in zip(strings["id"].tolist(), strings["len"].tolist(),
+                                            strings["chunk"].tolist(), strings["text"]):
+            parts = self._string_parts.setdefault(sid, {})
+            parts[chunk] = text.tobytes()
+            if len(parts) >= ((length + chunk_bytes - 1) // chunk_bytes or 1):
+                del self._string_parts[sid]
+                self.strings[sid] = b"".join(parts[c] for c in sorted(parts))[:length].decode("utf-8", "replace")
+        frames = raw[kinds == FRAME].view(_FRAME_DTYPE)
+        for fid, line, file_id, func_id in zip(frames["id"].tolist(), frames["line"].tolist(),
+                                               frames["file"].tolist(), frames["func"].tolist()):
+            self.frames[fid] = Frame(self.strings.get(file_id, "?"), line, self.strings.get(func_id, "?"))
+        stacks = raw[kinds == STACK].view(_STACK_DTYPE)
+        unknown = Frame("?", 0, "?")
+        for sid, nframes, chunk, chunk_frames in zip(stacks["id"].tolist(), stacks["nframes"].tolist(),
+                                                     stacks["chunk"].tolist(), stacks["frames"].tolist()):
+            parts = self._stack_parts.setdefault(sid, {})
+            parts[chunk] = chunk_frames
+            if len(parts) >= (nframes + _STACK_CHUNK - 1) // _STACK_CHUNK:
+                del self._stack_parts[sid]
+                ids = [f for c in sorted(parts) for f in parts[c]][:nframes]
+                self.stacks[sid] = [self.frames.get(f, unknown) for f in ids]
+

@@ -1,0 +1,304 @@
+"""What `torchalloc top` shows of one log, kept up to date record by record, in bounded memory.
+
+`LiveState.refresh()` polls its `LiveReader` (top_reader.py) and folds in
+the event records appended since: allocated and reserved now and at their
+peaks, the live blocks (paired with their frees as the report pairs them:
+analysis/stream_table.py `pair_piece`, with the blocks still live carried
+from one piece to the next), the whole segments held (for the reserve
+split), the open phases, the last marker and what each site held then, the
+module current at each allocation, the last OOM, maps and unmaps per
+second, and a sparkline of allocated. Everything kept is proportional to
+what is live (blocks, segments, sites with live bytes) or bounded (the
+sparkline's columns, the last MARKERS_KEPT markers), never to the log's
+length: a viewer left running for days holds what the job holds now.
+
+Reasons, as the report gives them (saved for backward, freed on
+rebinding ...), need each block's future (how it was freed); a live view
+has not seen it, so sites say instead which phase made their bytes.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from .._records import (
+    MARKER,
+    MODULE,
+    MODULE_NAME,
+    OOM,
+    OOM_DEVICE,
+    PHASE_BEGIN,
+    PHASE_END,
+    SEGMENT_ALLOC,
+    SEGMENT_EXPANDABLE,
+    SEGMENT_FREE,
+)
+from ..analysis.frames import Frame, user_suffix
+from ..analysis.sites import NO_PYTHON, NO_STACKS
+from ..analysis.stream_table import Carry, Piece, PieceTable, pair_piece
+from .top_reader import LiveReader
+
+MARKERS_KEPT = 16  # markers whose per-site live bytes are kept (what grew from one to the next)
+SPARK_COLUMNS = 120  # the sparkline's columns: at most 1 s each, so the last 2 minutes
+SPARK_WIDEST_NS = 1_000_000_000
+SPARK_FIRST_NS = SPARK_WIDEST_NS >> 7  # a column's first width (7.8 ms, doubling 7 times to 1 s): a short run fills
+# the line too
+VERDICTS = {1: "fragmentation", 2: "capacity", 3: "held elsewhere"}
+
+_CARRY = {"addr": np.uint64, "block_size": np.int64, "stack": np.int64, "phase": np.int64, "module": np.int64}
+_EVENTS = (SEGMENT_ALLOC, SEGMENT_FREE, PHASE_BEGIN, PHASE_END, MARKER, OOM, OOM_DEVICE, MODULE_NAME)
+
+
+class Sparkline:
+    """The highest allocated in each of SPARK_COLUMNS columns of time. Columns start 7.8 ms wide and double
+    (pairs merge) until the run fits, up to 1 s; past that the oldest column drops off as a new one starts."""
+
+    def __init__(self, origin_ns: int) -> None:
+        self.origin = origin_ns
+        self.width = SPARK_FIRST_NS
+        self.values = np.full(SPARK_COLUMNS, -1, dtype=np.int64)  # -1: no event in the column
+
+    def add(self, times: np.ndarray, values: np.ndarray) -> None:
+        if not times.size:
+            return
+        last = int(times.max())
+        while (last - self.origin) // self.width >= SPARK_COLUMNS and self.width < SPARK_WIDEST_NS:
+            pairs = self.values.reshape(-1, 2).max(axis=1)
+            self.values = np.concatenate((pairs, np.full(SPARK_COLUMNS - pairs.size, -1, dtype=np.int64)))
+            self.width *= 2
+        shift = (last - self.origin) // self.width - (SPARK_COLUMNS - 1)
+        if shift > 0:
+            dropped = min(shift, SPARK_COLUMNS)
+            self.values = np.concatenate((self.values[dropped:], np.full(dropped, -1, dtype=np.int64)))
+            self.origin += shift * self.width
+        col = (times.astype(np.int64) - self.origin) // self.width
+        keep = col >= 0
+        np.maximum.at(self.values, col[keep], values[keep])
+
+    def columns(self) -> np.ndarray:
+        """The columns from the first with an event to the last; a column without one holds the level before it."""
+        seen = np.flatnonzero(self.values >= 0)
+        if not seen.size:
+            return np.zeros(0, dtype=np.int64)
+        v = self.values[seen[0]: seen[-1] + 1]
+        idx = np.where(v >= 0, np.arange(v.size), 0)
+        return v[np.maximum.accumulate(idx)]
+
+
+@dataclasses.dataclass
+class Oom:
+    """The last out-of-memory the log recorded (its oom record, and the oom_device record after it)."""
+
+    t_ns: int
+    requested: int
+    reserved: int
+    phase: str
+    site: str
+    allocated: int | None = None
+    device_total: int | None = None
+    verdict: str = "unknown (the log predates the verdict record)"
+
+
+@dataclasses.dataclass
+class MarkerSnap:
+    """A marker, and the live bytes of each site as it was written."""
+
+    label: str
+    t_ns: int
+    sites: dict[str, int]
+
+
+class LiveState:
+    """One log's figures, as of the records read so far (see the module's docstring)."""
+
+    def __init__(self, reader: LiveReader) -> None:
+        self.reader = reader
+        self.t0 = reader.header.created_monotonic_ns
+        self.carry = Carry.empty(_CARRY)
+        self.ordinals = 0
+        self.allocated = self.reserved = 0
+        self.peak_allocated = self.peak_reserved = 0
+        self.peak_allocated_ns = self.peak_reserved_ns = self.t0
+        self.last_ns = self.t0
+        self.records = 0  # event records read
+        self.whole_segments: dict[int, int] = {}  # segments of their own (not expandable runs): address -> bytes
+        self.open_phases: list[int] = []
+        self.phase_names: dict[int, str] = {0: "default"}
+        self.module_names: dict[int, str] = {}
+        self.module = 0  # the module current after the last record read
+        self.markers: collections.deque[MarkerSnap] = collections.deque(maxlen=MARKERS_KEPT)
+        self.oom: Oom | None = None
+        self.maps = self.unmaps = 0  # in the last refresh
+        self.window_ns = 0  # the time the last refresh's records span
+        self.before_log_frees = 0  # frees of blocks allocated before the log was opened
+        self.has_stacks = False
+        self.spark = Sparkline(self.t0)
+        self.writer = reader.writer
+        self._site_of_stack: dict[int, str] = {}
+
+    def refresh(self) -> None:
+        """Read what the writer appended since the last refresh and fold it in."""
+        self.maps = self.unmaps = 0
+        before = self.last_ns
+        self.reader.poll(self._piece)
+        self.writer = self.reader.writer
+        self.window_ns = self.last_ns - before
+
+    def _piece(self, records: np.ndarray) -> None:
+        """Fold in one piece of event records; split at markers, so each marker sees the blocks live as it was
+        written."""
+        self.records += len(records)
+        cuts = np.flatnonzero(records["kind"] == MARKER) + 1
+        for part in np.split(records, cuts):
+            if len(part):
+                self._part(part)
+
+    def _part(self, records: np.ndarray) -> None:
+        t = PieceTable(records)
+        n = len(t)
+        kind = t.kind
+        # the module current at each record: the last module record before it, else the one before the piece
+        is_module = kind == MODULE
+        last = np.maximum.accumulate(np.where(is_module, np.arange(n), -1))
+        module = np.where(last >= 0, t.size[np.maximum(last, 0)], self.module)
+        if is_module.any():
+            self.module = int(module[-1])
+        paired = pair_piece(Piece(t, 0), self.carry, self.ordinals)
+        nr, es, ea = paired.new_rows, paired.ended_src, paired.ended_at
+        self.has_stacks = self.has_stacks or bool(np.any(t.stack[nr] != 0))
+        delta = np.zeros(n, dtype=np.int64)
+        delta[nr] += t.block_size[nr]
+        comb_size = paired.combined(self.carry["block_size"], t.block_size)
+        delta[ea] -= comb_size[es]
+        # a free of a block allocated before the log: it was never counted, so it takes nothing off
+        self.before_log_frees += paired.orphan_rows.size
+        allocated = self.allocated + np.cumsum(delta)
+        seg = np.where(kind == SEGMENT_ALLOC, t.size, np.where(kind == SEGMENT_FREE, -t.size, 0))
+        reserved = self.reserved + np.cumsum(seg)
+        times = t.time_ns
+        top = int(np.argmax(allocated))
+        if allocated[top] > self.peak_allocated:
+            self.peak_allocated, self.peak_allocated_ns = int(allocated[top]), int(times[top])
+        top = int(np.argmax(reserved))
+        if reserved[top] > self.peak_reserved:
+            self.peak_reserved, self.peak_reserved_ns = int(reserved[top]), int(times[top])
+        self.allocated, self.reserved = int(allocated[-1]), int(reserved[-1])
+        self.last_ns = max(self.last_ns, int(times.max()))
+        self.spark.add(times, allocated)
+        live = paired.live_src
+        self.carry = Carry({"addr": np.concatenate((self.carry["addr"], t.addr[paired.rel]))[live],
+                            "block_size": comb_size[live],
+                            "stack": paired.combined(self.carry["stack"], t.stack)[live],
+                            "phase": paired.combined(self.carry["phase"], t.phase.astype(np.int64))[live],
+                            "module": paired.combined(self.carry["module"], module)[live]})
+        self.ordinals += nr.size
+        for i in np.flatnonzero(np.isin(kind, _EVENTS)).tolist():
+            self._event(records[i])
+
+    def _event(self, r: Any) -> None:
+        kind = int(r["kind"])
+        if kind == SEGMENT_ALLOC:
+            self.maps += 1
+            if not int(r["flags"]) & SEGMENT_EXPANDABLE:
+                self.whole_segments[int(r["addr"])] = int(r["size"])
+        elif kind == SEGMENT_FREE:
+            self.unmaps += 1
+            self.whole_segments.pop(int(r["addr"]), None)
+        elif kind == PHASE_BEGIN:
+            phase = int(r["phase"])
+            self.phase_names[phase] = self.reader.strings.get(int(r["stack"]), f"phase{phase}")
+            self.open_phases.append(phase)
+        elif kind == PHASE_END:
+            phase = int(r["phase"])
+            if phase in self.open_phases:  # the innermost occurrence of it ends (phases nest)
+                del self.open_phases[len(self.open_phases) - 1 - self.open_phases[::-1].index(phase)]
+        elif kind == MARKER:
+            label = self.reader.strings.get(int(r["stack"]), "")
+            self.markers.append(MarkerSnap(label, int(r["time_ns"]), self.site_bytes()))
+        elif kind == OOM:
+            self.oom = Oom(int(r["time_ns"]), int(r["size"]), int(r["block_size"]),
+                           self.phase_names.get(int(r["phase"]), "?"), self.site_of(int(r["stack"])))
+        elif kind == OOM_DEVICE and self.oom is not None:
+            self.oom.allocated, self.oom.device_total = int(r["block_size"]), int(r["addr"])
+            self.oom.verdict = VERDICTS.get(int(r["flags"]), "unknown")
+        elif kind == MODULE_NAME:
+            self.module_names[int(r["size"])] = self.reader.strings.get(int(r["stack"]), "")
+
+    # -- what the frame shows ---------------------------------------------------------------------------------
+
+    def site_of(self, stack: int) -> str:
+        """A stack's site, as the report labels it: the innermost frame of the user's code."""
+        label = self._site_of_stack.get(stack)
+        if label is None:
+            frames = self.reader.stacks.get(stack)
+            if not frames:
+                return NO_PYTHON.label if self.has_stacks else NO_STACKS.label
+            label = Frame(*user_suffix(tuple(Frame(*f) for f in frames))[0]).short()
+            self._site_of_stack[stack] = label
+        return label
+
+    def _grouped(self, key: np.ndarray, name: Any) -> dict[str, tuple[int, int]]:
+        """Live bytes and blocks per value of a carry column, named by `name(value)` (values of one name add up)."""
+        values, inverse = np.unique(key, return_inverse=True)
+        size = np.bincount(inverse, weights=self.carry["block_size"], minlength=values.size)
+        count = np.bincount(inverse, minlength=values.size)
+        out: dict[str, tuple[int, int]] = {}
+        for v, b, c in zip(values.tolist(), size.tolist(), count.tolist()):
+            label = name(v)
+            had = out.get(label, (0, 0))
+            out[label] = (had[0] + int(b), had[1] + int(c))
+        return out
+
+    def by_site(self) -> dict[str, tuple[int, int]]:
+        """Live (bytes, blocks) per allocation site."""
+        return self._grouped(self.carry["stack"], self.site_of)
+
+    def site_bytes(self) -> dict[str, int]:
+        return {site: b for site, (b, _) in self.by_site().items()}
+
+    def by_phase(self) -> dict[str, tuple[int, int]]:
+        """Live (bytes, blocks) per phase that allocated them."""
+        return self._grouped(self.carry["phase"], lambda p: self.phase_names.get(p, f"phase{p}"))
+
+    def by_module(self) -> dict[str, tuple[int, int]]:
+        """Live (bytes, blocks) per module current at their allocation."""
+        return self._grouped(self.carry["module"],
+                             lambda m: "(no module)" if m == 0 else self.module_names.get(m, f"module {m}"))
+
+    def site_phases(self) -> dict[str, str]:
+        """Per site, the phase that made the most of its live bytes."""
+        best: dict[str, tuple[int, str]] = {}
+        pairs = np.stack((self.carry["stack"], self.carry["phase"]), axis=1) if len(self.carry) else np.zeros((0, 2))
+        keys, inverse = np.unique(pairs, axis=0, return_inverse=True)
+        size = np.bincount(inverse.reshape(-1), weights=self.carry["block_size"], minlength=len(keys))
+        for (stack, phase), b in zip(keys.astype(np.int64).tolist(), size.tolist()):
+            site = self.site_of(stack)
+            if b > best.get(site, (-1, ""))[0]:
+                best[site] = (int(b), self.phase_names.get(phase, f"phase{phase}"))
+        return {site: phase for site, (_, phase) in best.items()}
+
+    def reserve_split(self) -> tuple[int, int, int]:
+        """Reserved now, beyond allocated: (fragmentation: free bytes of whole segments holding live blocks,
+        cache: whole segments holding none, mapped free: the rest, free granules of expandable segments)."""
+        starts = np.array(sorted(self.whole_segments), dtype=np.uint64)
+        sizes = np.array([self.whole_segments[int(s)] for s in starts], dtype=np.int64)
+        addr = self.carry["addr"]
+        seg = np.searchsorted(starts, addr, side="right") - 1
+        inside = seg >= 0
+        inside[inside] = addr[inside] < starts[seg[inside]] + sizes[seg[inside]].astype(np.uint64)
+        held = np.zeros(starts.size, dtype=bool)
+        held[seg[inside]] = True
+        in_whole = int(self.carry["block_size"][inside].sum())
+        fragmentation = int(sizes[held].sum()) - in_whole
+        cache = int(sizes[~held].sum())
+        mapped_free = self.reserved - int(sizes.sum()) - (self.allocated - in_whole)
+        return fragmentation, cache, max(mapped_free, 0)
+
+    def current_phase(self) -> str:
+        return " > ".join(self.phase_names.get(p, f"phase{p}") for p in self.open_phases) or "default"
+
+    def seconds(self, t_ns: int) -> float:
+        return (t_ns - self.t0) / 1e9
