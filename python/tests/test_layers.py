@@ -47,14 +47,14 @@ ANALYSIS_STAGES: list[tuple[str, ...]] = [
     ("sites", "classify", "categorize"),  # allocation sites; the reasons and categories, and their rules
     ("ranges",),  # which address range held an address when
     ("reserve_terms",),  # segments and the terms of reserved, piece by piece
-    ("anatomy", "lifetimes", "phase_summary", "estimate", "ooms", "reserve", "modules", "timeline"),  # result rows
+    ("anatomy", "lifetimes", "phase_summary", "estimate", "ooms", "reserve", "modules", "timeline", "leaks"),  # result rows
     ("wording",),
     ("views",),  # what a section shows, as plain data
     ("stream_table", "stream_running", "stream_groups", "stream_details"),  # the log's events piece by piece
     ("stream_scan",),  # the first pass
     ("stream_follow",),  # what a section declares: its entry, its follower of the second pass and the Part naming it
     ("stream_notes", "stream_blocks", "stream_ooms", "stream_reserve", "stream_modules", "stream_moments",
-     "stream_markers"),
+     "stream_markers", "stream_leaks"),
     ("sections", "summary"),  # the report's sections after the anatomy, in order, as views; their parts of the pass
     ("stream_pass",),  # the second pass, feeding the sections' parts
     ("result",),  # Analysis, analyze

@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 from ..units import fmt_bytes, fmt_seconds, fmt_time
 from .stream_follow import Part, Section
+from .stream_leaks import SECTION as LEAKS_SECTION
 from .stream_markers import SECTION as MARKERS_SECTION
 from .stream_modules import SECTION as MODULES_SECTION
 from .stream_reserve import SECTIONS as RESERVE_SECTIONS
@@ -86,6 +87,7 @@ def _ooms(a: Analyzed, top: int) -> SectionView | None:
 
 SECTIONS: list[Section] = [
     MARKERS_SECTION,  # what each stretch from a marker to the next allocated, freed and kept
+    LEAKS_SECTION,  # sites whose live bytes rose at each step marker, N in a row
     Section("lifetimes", "Lifetimes: per allocation site, why its blocks were freed when they were",
             "With JavaScript, click a site for the stacks of the block its sentence speaks for.", _lifetimes),
     Section("phases", "Phases", "", _phases),

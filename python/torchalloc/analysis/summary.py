@@ -13,6 +13,9 @@ and the replays, the marker stretches, the OOMs) and gives a `Summary`:
 - `live`: `LiveReason`s -- the top reasons memory was live at the peak: the
   peak anatomy's largest rows, those with a Python source line first (a row
   whose site is "(no Python stack)" says less), at most TOP_REASONS;
+- `leaks`: `Leak`s (leaks.py) -- the sites whose live bytes rose at each
+  step marker, N in a row (stream_leaks.py's rows), the largest growth per
+  step first, at most LEAKS_SHOWN; `leak_count`: how many in all;
 - `markers`: `MarkerLine`s -- one per kind of marker (labels that differ
   only in their numbers, "step 1" ... "step 6", are one kind, shown by its
   first): what was live at it, what the stretch after it freed and kept
@@ -34,11 +37,14 @@ from typing import Any
 
 import numpy as np
 
+from .leaks import Leak
 from .sites import BEFORE_LOG, NO_PYTHON, NO_STACKS
+from .stream_leaks import LEAKS, Leaks
 from .stream_markers import MARKERS, Stretches, StretchGroup
 from .wording import setting_of
 
 TOP_REASONS = 3
+LEAKS_SHOWN = 2
 MARKER_KINDS = 8
 
 
@@ -116,6 +122,8 @@ class Summary:
     peak: Peak
     reserve: ReserveSplit | None
     live: list[LiveReason]
+    leaks: list[Leak]
+    leak_count: int  # sites flagged in all (leaks: the first LEAKS_SHOWN)
     markers: list[MarkerLine]
     marker_kinds: int  # kinds of markers in the followed ones (markers: the first MARKER_KINDS)
     change: Change | None
@@ -164,6 +172,7 @@ def summary(a: Any) -> Summary:
     live = [LiveReason(x.bytes, x.count, x.reason, x.category, x.phase, x.site, x.site not in stand_ins)
             for x in (a.anatomy("peak").rows if n else [])]
     live.sort(key=lambda x: (not x.has_line, -x.bytes))  # stable: the anatomy's order among equals
+    leaks: Leaks = a.section_rows(LEAKS.key)
     markers, kinds = _markers(a.section_rows(MARKERS.key))
     change = None
     best = r.best
@@ -180,4 +189,5 @@ def summary(a: Any) -> Summary:
         first = o.advice[0] if o.advice else None
         oom = OomLine(len(ooms), o.t_s, o.requested, o.verdict, o.explanation, first.text if first else None,
                       first.check if first else None)
-    return Summary(peak, split, live[:TOP_REASONS], markers, kinds, change, oom)
+    return Summary(peak, split, live[:TOP_REASONS], leaks.rows[:LEAKS_SHOWN], len(leaks.rows), markers, kinds, change,
+                   oom)

@@ -8,6 +8,8 @@ JSON reports print first), as a few lines that link to the sections with the res
   segments), and the rarer terms when there are any, as a bar;
 - the largest groups of blocks live at the peak (those with a source line
   first), with their reason and the line that allocated them;
+- the sites whose live bytes rose at each step marker, N in a row (a leak),
+  the largest growth per step first;
 - one line per kind of marker ("step 1" ... "step 6" are one kind): what was
   live at it, what the run freed and kept from it to the next marker;
 - the one change that would have reserved the most less;
@@ -71,6 +73,15 @@ def _live_html(s: Summary) -> str:
     return f'<ol class="summary-groups">{"".join(items)}</ol>' if items else ""
 
 
+def _leaks_html(s: Summary) -> str:
+    if not s.leaks:
+        return ""
+    items = "".join(f"<li>{_e(x.words())}</li>" for x in s.leaks)
+    left = s.leak_count - len(s.leaks)
+    more = f'<li class="more">{left} more growing site{"s" if left != 1 else ""}</li>' if left else ""
+    return f'<ul class="summary-leaks">{items}{more}</ul>' + _link("leaks", "Leaks")
+
+
 def _marker_html(m: MarkerLine, peak: int) -> str:
     kind = f" (1st of {m.kind_count} like it)" if m.kind_count > 1 else ""
     text = (f"<b>{_e(m.label)}</b>{_e(kind)} {_e(fmt_time(m.t_s))}: {_e(fmt_bytes(m.live))} live; "
@@ -117,7 +128,8 @@ def summary_html(a: Analysis) -> str:
     s = a.summary()
     facts = [("peak", "Peak", _peak_html(s.peak)),
              ("reserved", "Reserved", _split_html(s.reserve) if s.reserve is not None else ""),
-             ("groups", "Live at the peak", _live_html(s)), ("markers", "Markers", _markers_html(s)),
+             ("groups", "Live at the peak", _live_html(s)), ("leaks", "Leaks", _leaks_html(s)),
+             ("markers", "Markers", _markers_html(s)),
              ("change", "Would save the most", _change_html(s.change) if s.change is not None else ""),
              ("oom", "Out of memory", _oom_html(s.oom) if s.oom is not None else "")]
     rows = "".join(f'<dt>{_e(name)}</dt><dd class="summary-{key}">{value}</dd>' for key, name, value in facts if value)

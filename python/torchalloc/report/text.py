@@ -166,6 +166,11 @@ def _summary_text(s: Summary, width: int) -> list[str]:
         rows = [(fmt_bytes(x.bytes), x.reason, x.category, x.site) for x in s.live]
         _, body = table_lines(["bytes", "reason", "category", "allocated at"], rows, right=(0,), width=width - 2)
         head += ["  " + line for lines in body for line in lines]  # the columns without their header
+    for leak in s.leaks:
+        head += said(f"Leak: {leak.words()}")
+    if s.leak_count > len(s.leaks):
+        more = s.leak_count - len(s.leaks)
+        head.append(f"  ... {more} more growing site{'s' if more != 1 else ''}: see 'Leaks' below")
     tail: list[str] = []
     if s.change is not None:
         c = s.change
