@@ -153,3 +153,69 @@ def test_step_markers() -> None:
     assert step_markers(["model", "step 1", "fwd", "step 2", "fwd", "fwd"]) == [1, 3]  # names a step: preferred
     assert step_markers(["model", "after fwd", "after fwd", "x 1", "x 2", "x 3"]) == [3, 4, 5]  # the most frequent
     assert step_markers(["model", "checkpoint", "done"]) == []
+
+
+# -- the pass against an oracle, in pieces -----------------------------------------------------------------------
+
+def _random_run(seed: int, steps: int) -> tuple[Any, list[tuple[str, float, dict[str, int]]]]:
+    """A SynthLog of `steps` steps marked "step k" over six sites -- some keep a block in some steps (streaks of
+    every length), all allocate and free others -- and, as the oracle, each site's live bytes at each marker
+    counted from the events themselves."""
+    import random
+
+    from synthlog import SynthLog
+
+    rng = random.Random(seed)
+    L = SynthLog()
+    sites = [L.stack((f"model{k}.py", 10 + k, f"layer{k}")) for k in range(6)]
+    label = {s: f"model{k}.py:{10 + k} layer{k}" for k, s in enumerate(sites)}
+    keep_p = [0.95, 0.8, 0.5, 0.2, 0.0, 0.9]  # the chance a site keeps a block in a step
+    owner: dict[int, int] = {}
+    kept: list[int] = []
+    table = []
+    addr = 1 << 20
+    for k in range(1, steps + 1):
+        L.mark(f"step {k}")
+        live: dict[str, int] = {}
+        for a, s in owner.items():
+            live[label[s]] = live.get(label[s], 0) + L.live[a][1]
+        table.append((f"step {k}", 0.0, live))
+        for s, p in zip(sites, keep_p):
+            for _ in range(rng.randint(1, 3)):
+                addr += 1 << 20
+                L.alloc(addr, rng.choice((512, 4096, 1 << 20)), stack=s)
+                owner[addr] = s
+                if rng.random() < p:
+                    kept.append(addr)
+                else:
+                    L.free(addr)
+                    del owner[addr]
+        if kept and rng.random() < 0.15:  # now and then a kept block goes
+            gone = kept.pop(rng.randrange(len(kept)))
+            L.free(gone)
+            del owner[gone]
+    return L, table
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_pass_in_pieces_flags_what_the_oracle_flags(seed: int) -> None:
+    from torchalloc import analysis
+
+    L, table = _random_run(seed, steps=30)
+    want = [(x.site, x.per_step, x.since, x.steps, x.live, x.until) for x in find_leaks(table)]
+    assert want, "the run should hold at least one streak"
+    path = L.file()
+    for chunk in (3, 17, 1 << 16):  # pieces smaller than a step, and the whole log as one
+        rows = analysis.analyze(path, chunk_records=chunk).section_rows("leaks").rows
+        assert [(x.site, x.per_step, x.since, x.steps, x.live, x.until) for x in rows] == want, chunk
+
+
+def test_a_long_run_keeps_nothing_per_marker() -> None:
+    """Thousands of step markers: the streaks remember a few markers' labels, never one per marker."""
+    s = Streaks()
+    for k in range(5000):
+        s.marker(f"step {k}", float(k), {"leak": 1000 * k, "saw": k % 2, f"once {k}": 1})
+    assert len(s.sites) == 3  # the leak, the saw, the last 'once': a site gone with no streak is forgotten
+    assert len(s._named) <= 3
+    (leak,) = s.leaks()
+    assert (leak.site, leak.since, leak.steps, leak.per_step) == ("leak", "step 0", 4999, 1000)
