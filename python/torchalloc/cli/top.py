@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 from ..log.reader import LogFormatError
 from .args import expand_logs, fail, snapshot_pointer
-from .top_frame import VIEWS, frame
+from .top_frame import ASCII_BARS, BARS, VIEWS, frame
 from .top_reader import LiveReader
 from .top_state import LiveState
 
@@ -55,13 +55,18 @@ def _loop(screen: Any, states: list[LiveState], interval: float, rows: int) -> l
     except curses.error:  # a terminal that cannot hide the cursor
         pass
     screen.timeout(int(interval * 1000))
+    try:
+        BARS.encode(screen.encoding)
+        bars = BARS
+    except (UnicodeEncodeError, LookupError):
+        bars = ASCII_BARS
     paused, view = False, 0
     while True:
         if not paused:
             for s in states:
                 s.refresh()
         height, width = screen.getmaxyx()
-        lines = frame(states, width - 1, VIEWS[view], rows)
+        lines = frame(states, width - 1, VIEWS[view], rows, bars)
         if all(s.writer != "running" for s in states):
             return lines + ["", _ended_line(states)]
         keys = (f"q quit   p {'resume' if paused else 'pause'}   v {'/'.join(VIEWS)} (now {VIEWS[view]})   "

@@ -17,7 +17,8 @@ from .top_state import LiveState
 MIN_COLUMN = 64  # narrower than this, ranks are stacked
 GAP = "  |  "
 VIEWS = ("sites", "phases", "modules")  # what the table of live bytes groups by; a key cycles through them
-_BARS = "▁▂▃▄▅▆▇█"
+BARS = "▁▂▃▄▅▆▇█"
+ASCII_BARS = "_.-=+*#@"  # for a terminal whose encoding has no block characters
 
 
 def _t(state: LiveState, t_ns: int) -> str:
@@ -40,13 +41,13 @@ def _flow(cells: Sequence[str], width: int) -> list[str]:
     return lines + [line] if line else lines
 
 
-def sparkline(values: Sequence[int], width: int) -> str:
+def sparkline(values: Sequence[int], width: int, bars: str = BARS) -> str:
     """A line of bars, one per value (the last `width`), 0 at the lowest bar and the highest value at the top."""
     shown = list(values)[-width:]
     if not shown:
         return ""
     top = max(shown) or 1
-    return "".join(_BARS[min(int(v / top * (len(_BARS) - 1) + 0.5), len(_BARS) - 1)] for v in shown)
+    return "".join(bars[min(int(v / top * (len(bars) - 1) + 0.5), len(bars) - 1)] for v in shown)
 
 
 def _table(state: LiveState, view: str, rows: int, width: int) -> list[str]:
@@ -120,7 +121,7 @@ def _oom_lines(state: LiveState, width: int) -> list[str]:
     return lines
 
 
-def log_frame(state: LiveState, width: int, view: str, rows: int) -> list[str]:
+def log_frame(state: LiveState, width: int, view: str, rows: int, bars: str = BARS) -> list[str]:
     """The frame of one log, `width` characters wide at most."""
     h = state.reader.header
     rank = f"rank {h.rank}" if h.rank >= 0 else "no rank"
@@ -133,7 +134,7 @@ def log_frame(state: LiveState, width: int, view: str, rows: int) -> list[str]:
     columns = state.spark.columns()
     spark_w = max(width - 24, 8)
     shown = min(len(columns), spark_w) * state.spark.width / 1e9
-    lines.append(f"allocated {sparkline(columns.tolist(), spark_w)}  (last {shown:.1f} s)")
+    lines.append(f"allocated {sparkline(columns.tolist(), spark_w, bars)}  (last {shown:.1f} s)")
     last = state.markers[-1] if state.markers else None
     marker = f"marker {printable(repr(last.label))} at {_t(state, last.t_ns)}" if last else "no marker yet"
     lines += _flow([f"phase {printable(state.current_phase())}", marker], width)
@@ -157,14 +158,15 @@ def log_frame(state: LiveState, width: int, view: str, rows: int) -> list[str]:
     return [_cut(line, width) for line in lines]
 
 
-def frame(states: Sequence[LiveState], width: int, view: str = "sites", rows: int = 8) -> list[str]:
+def frame(states: Sequence[LiveState], width: int, view: str = "sites", rows: int = 8, bars: str = BARS
+          ) -> list[str]:
     """The frame of every log: side by side when each gets MIN_COLUMN characters, else stacked."""
     if len(states) > 1 and (width - len(GAP) * (len(states) - 1)) // len(states) >= MIN_COLUMN:
         col = (width - len(GAP) * (len(states) - 1)) // len(states)
-        columns = [log_frame(s, col, view, rows) for s in states]
+        columns = [log_frame(s, col, view, rows, bars) for s in states]
         height = max(map(len, columns))
         return [GAP.join(f"{(c[i] if i < len(c) else ''):<{col}}" for c in columns).rstrip() for i in range(height)]
     lines: list[str] = []
     for k, s in enumerate(states):
-        lines += ([""] if k else []) + log_frame(s, width, view, rows)
+        lines += ([""] if k else []) + log_frame(s, width, view, rows, bars)
     return lines
