@@ -35,9 +35,10 @@ MiB = 1 << 20
 class Writer:
     """top_writer.py as a child process: `figures()` waits for its next batch's line."""
 
-    def __init__(self, log: Path, per_batch: int, library: Path) -> None:
+    def __init__(self, log: Path, per_batch: int, library: Path, keep_every: int = 2) -> None:
         env = dict(os.environ, PYTHONPATH=str(HERE.parent), TORCHALLOC_LIB=str(library))
-        self.proc = subprocess.Popen([sys.executable, str(WRITER), str(log), str(per_batch)], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, str(WRITER), str(log), str(per_batch), str(keep_every)],
+                                     stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, env=env)
 
     def figures(self) -> dict[str, int]:
@@ -96,6 +97,8 @@ def test_the_state_follows_the_writer_refresh_by_refresh(writer: tuple[Writer, P
         site = next(s for s in state.by_site() if s.startswith("top_writer.py:"))
         assert state.by_site()[site] == (kept * 3 * MiB, kept)
         assert state.site_phases()[site] == "backward"
+        assert state.by_module() == {"model.head": (kept * 3 * MiB, kept)}  # the encoder's activations are freed
+        assert state.by_phase() == {"backward": (kept * 3 * MiB, kept)}
         assert state.markers[-1].label == f"step {figures['steps'] - 1}"
         assert len(state.carry) == kept  # the state holds the live blocks, not the history
     assert seen == sorted(seen) and len(set(seen)) == 3
@@ -124,6 +127,62 @@ def test_grew_between_markers_names_the_site_that_keeps_growing(writer: tuple[Wr
     before, after = state.markers[0], state.markers[1]
     grown = {s: after.sites.get(s, 0) - before.sites.get(s, 0) for s in after.sites}
     assert [b for b in grown.values() if b] == [3 * MiB]
+
+
+def test_a_site_that_grows_at_every_step_is_named_a_leak(tmp_path: Path, library_path: Path) -> None:
+    """The writer keeps one 3 MiB gradient per step: after 6 step markers (5 rises), analysis/leaks.py flags its
+    site, and the frame says so in its words; keeping one every other step is no leak."""
+    log = tmp_path / "leak.talog"
+    w = Writer(log, 6, library_path, keep_every=1)
+    try:
+        w.figures()
+        state = LiveState(LiveReader(str(log)))
+        state.refresh()
+        leaks = state.leaks()
+        assert len(leaks) == 1 and leaks[0].site.startswith("top_writer.py:")
+        # a gradient's block may be a little more than the 3 MiB asked (a cached block not split): the bytes are
+        # the blocks', as the site's live bytes at the first and last markers say
+        first, last = (state.markers[k].sites[leaks[0].site] for k in (0, -1))
+        assert (leaks[0].per_step, leaks[0].since, leaks[0].steps, leaks[0].live) == (
+            (last - first) // 5, "step 0", 5, last)
+        assert leaks[0].per_step >= 3 * MiB
+        text = "\n".join(frame([state], 200))
+        assert leaks[0].words() in text
+        w.say("more")
+        w.figures()
+        state.refresh()
+        assert state.leaks()[0].steps == 11  # still growing, six markers later
+    finally:
+        w.kill()
+    other = tmp_path / "every_other.talog"
+    w = Writer(other, 6, library_path)
+    try:
+        w.figures()
+        state = LiveState(LiveReader(str(other)))
+        state.refresh()
+        assert state.step_kind() == "step N" and state.leaks() == []
+        assert "step markers in a row): none" in "\n".join(frame([state], 200))
+    finally:
+        w.kill()
+
+
+def test_the_last_oom_and_its_verdict(tmp_path: Path, library_path: Path) -> None:
+    """A job asks for more than the simulated device has: the frame names the OOM, what was asked, and the
+    allocator's verdict (capacity) in the report's words."""
+    log = tmp_path / "oom.talog"
+    child = ("import sys; from torchalloc import _lib\n"
+             "_lib.init(f'backend:sim,sim_capacity:1GiB,warn:0,oom_report:off,expandable:off,log:{sys.argv[1]}')\n"
+             "lib = _lib.lib(); keep = lib.torchalloc_malloc(256 << 20, 0, None)\n"
+             "assert not lib.torchalloc_malloc(2 << 30, 0, None)\n")
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent), TORCHALLOC_LIB=str(library_path))
+    subprocess.run([sys.executable, "-c", child, str(log)], check=True, env=env, timeout=120)
+    state = LiveState(LiveReader(str(log)))
+    state.refresh()
+    assert state.oom is not None and (state.oom.requested, state.oom.verdict) == (2 << 30, "capacity")
+    assert state.oom.allocated == 256 << 20
+    text = "\n".join(frame([state], 200))
+    assert "Last OOM at t=" in text and "asked 2.0 GiB" in text
+    assert "verdict: capacity: live tensors (256.0 MiB) and the 2.0 GiB asked for exceed the device's 1.0 GiB" in text
 
 
 def _open_header(data: bytes) -> bytes:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
+from ..analysis.leaks import STEPS
 from ..printable import printable
 from ..units import fmt_bytes
 from .top_state import LiveState
@@ -97,6 +98,17 @@ def _grew_lines(state: LiveState, width: int) -> list[str]:
     return [head] + [f"  +{fmt_bytes(b):>10}  {_cut(printable(s), width - 16)}" for b, s in grew]
 
 
+def _leak_lines(state: LiveState, width: int) -> list[str]:
+    """The sites that rose at each of the last STEPS step markers (analysis/leaks.py), or that none has yet."""
+    if state.step_kind() is None:
+        return []
+    leaks = state.leaks()
+    head = f"Leaks (a site whose live bytes rose at each of {STEPS} step markers in a row):"
+    if not leaks:
+        return [_cut(head[:-1] + ": none", width)]
+    return [_cut(head, width)] + [_cut(f"  {printable(leak.words())}", width) for leak in leaks[:3]]
+
+
 def _oom_lines(state: LiveState, width: int) -> list[str]:
     o = state.oom
     if o is None:
@@ -142,17 +154,17 @@ def log_frame(state: LiveState, width: int, view: str, rows: int, bars: str = BA
     lines += _flow([f"reserved {fmt_bytes(state.reserved)} = {fmt_bytes(state.allocated)} allocated",
                     f"+ {fmt_bytes(fragmentation)} fragmentation", f"+ {fmt_bytes(cache)} cache",
                     f"+ {fmt_bytes(mapped_free)} mapped free (expandable)"], width)
-    if state.window_ns > 0:
+    if state.window_ns >= 10**9:
         per_s = 1e9 / state.window_ns
         rates = f"maps {state.maps * per_s:.1f}/s, unmaps {state.unmaps * per_s:.1f}/s"
         lines.append(f"{rates} (over the last {state.window_ns / 1e9:.1f} s of the log)")
-    else:
-        lines.append(f"maps {state.maps}, unmaps {state.unmaps} (since the last refresh)")
+    else:  # a rate over less than a second says little: the counts
+        lines.append(f"maps {state.maps}, unmaps {state.unmaps} (in the last {state.window_ns / 1e9:.3f} s of the log)")
     lines.append("")
     lines += _table(state, view, rows, width)
     grew = _grew_lines(state, width)
     oom = _oom_lines(state, width)
-    for part in (grew, oom):
+    for part in (grew, _leak_lines(state, width), oom):
         if part:
             lines += [""] + part
     return [_cut(line, width) for line in lines]

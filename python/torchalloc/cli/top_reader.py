@@ -46,6 +46,7 @@ from ..log.reader import (
 # Slots read per piece: a refresh after a long pause (or the first one on a big log) reads the backlog in
 # pieces of this many, so the reader's memory stays bounded however much is waiting.
 PIECE_SLOTS = 1 << 18
+_ITEM = np.dtype((np.void, RECORD_SIZE))
 
 
 class LiveReader:
@@ -137,10 +138,13 @@ class LiveReader:
                 checksum_ok = _xor_folded(slots) == 0
                 self.dropped += int(np.count_nonzero(good & ~checksum_ok))
                 good &= checksum_ok
-            kept = raw[good]
-            self._metadata(kept)
-            kinds = kept["kind"]
-            events = kept[(kinds < STRING) | (kinds > STACK)]
+            # select on opaque 64-byte items (one copy each), not the structured dtype (copied field by field)
+            items = slots.view(_ITEM).reshape(-1)
+            kinds = raw["kind"]
+            meta = (kinds >= STRING) & (kinds <= STACK)
+            if meta.any():
+                self._metadata(items[good & meta].view(RECORD_DTYPE))
+            events = items[good & ~meta].view(RECORD_DTYPE)
             if len(events):
                 sink(events)
             self.next_slot += take
@@ -151,8 +155,6 @@ class LiveReader:
 
     def _metadata(self, raw: np.ndarray) -> None:
         kinds = raw["kind"]
-        if not np.any((kinds >= STRING) & (kinds <= STACK)):
-            return
         version = self.header.version
         chunk_bytes = _STRING_CHUNK[version]
         strings = raw[kinds == STRING].view(_STRING_DTYPES[version])

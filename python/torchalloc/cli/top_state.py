@@ -37,11 +37,13 @@ from .._records import (
     SEGMENT_FREE,
 )
 from ..analysis.frames import Frame, user_suffix
+from ..analysis.leaks import _STEP_WORDS, Leak, Streaks, marker_kind
 from ..analysis.sites import NO_PYTHON, NO_STACKS
 from ..analysis.stream_table import Carry, Piece, PieceTable, pair_piece
 from .top_reader import LiveReader
 
 MARKERS_KEPT = 16  # markers whose per-site live bytes are kept (what grew from one to the next)
+MARKER_KINDS_KEPT = 8  # kinds of markers ("step N") followed for leaks; the least frequent beyond go
 SPARK_COLUMNS = 120  # the sparkline's columns: at most 1 s each, so the last 2 minutes
 SPARK_WIDEST_NS = 1_000_000_000
 SPARK_FIRST_NS = SPARK_WIDEST_NS >> 7  # a column's first width (7.8 ms, doubling 7 times to 1 s): a short run fills
@@ -130,6 +132,10 @@ class LiveState:
         self.module_names: dict[int, str] = {}
         self.module = 0  # the module current after the last record read
         self.markers: collections.deque[MarkerSnap] = collections.deque(maxlen=MARKERS_KEPT)
+        # leaks (analysis/leaks.py): the markers of each kind feed that kind's streaks; which kind is the step
+        # kind is decided when asked, by the rule of leaks.step_markers on the markers seen so far
+        self.marker_kinds: dict[str, int] = {}
+        self.streaks: dict[str, Streaks] = {}
         self.oom: Oom | None = None
         self.maps = self.unmaps = 0  # in the last refresh
         self.window_ns = 0  # the time the last refresh's records span
@@ -195,37 +201,63 @@ class LiveState:
                             "phase": paired.combined(self.carry["phase"], t.phase.astype(np.int64))[live],
                             "module": paired.combined(self.carry["module"], module)[live]})
         self.ordinals += nr.size
-        for i in np.flatnonzero(np.isin(kind, _EVENTS)).tolist():
-            self._event(records[i])
+        rows = np.flatnonzero(np.isin(kind, _EVENTS))
+        if rows.size:  # phases, segments, markers ...: a tenth of a log's records; plain ints are read fastest
+            columns = (kind[rows], t.time_ns[rows], t.addr[rows], t.size[rows], t.block_size[rows], t.flags[rows],
+                       t.stack[rows], t.phase[rows])
+            for event in zip(*(c.tolist() for c in columns)):
+                self._event(*event)
 
-    def _event(self, r: Any) -> None:
-        kind = int(r["kind"])
+    def _event(self, kind: int, time_ns: int, addr: int, size: int, block_size: int, flags: int, stack: int,
+               phase: int) -> None:
         if kind == SEGMENT_ALLOC:
             self.maps += 1
-            if not int(r["flags"]) & SEGMENT_EXPANDABLE:
-                self.whole_segments[int(r["addr"])] = int(r["size"])
+            if not flags & SEGMENT_EXPANDABLE:
+                self.whole_segments[addr] = size
         elif kind == SEGMENT_FREE:
             self.unmaps += 1
-            self.whole_segments.pop(int(r["addr"]), None)
+            self.whole_segments.pop(addr, None)
         elif kind == PHASE_BEGIN:
-            phase = int(r["phase"])
-            self.phase_names[phase] = self.reader.strings.get(int(r["stack"]), f"phase{phase}")
+            if phase not in self.phase_names:
+                self.phase_names[phase] = self.reader.strings.get(stack, f"phase{phase}")
             self.open_phases.append(phase)
         elif kind == PHASE_END:
-            phase = int(r["phase"])
             if phase in self.open_phases:  # the innermost occurrence of it ends (phases nest)
                 del self.open_phases[len(self.open_phases) - 1 - self.open_phases[::-1].index(phase)]
         elif kind == MARKER:
-            label = self.reader.strings.get(int(r["stack"]), "")
-            self.markers.append(MarkerSnap(label, int(r["time_ns"]), self.site_bytes()))
+            self._marker(self.reader.strings.get(stack, ""), time_ns)
         elif kind == OOM:
-            self.oom = Oom(int(r["time_ns"]), int(r["size"]), int(r["block_size"]),
-                           self.phase_names.get(int(r["phase"]), "?"), self.site_of(int(r["stack"])))
+            self.oom = Oom(time_ns, size, block_size, self.phase_names.get(phase, "?"), self.site_of(stack))
         elif kind == OOM_DEVICE and self.oom is not None:
-            self.oom.allocated, self.oom.device_total = int(r["block_size"]), int(r["addr"])
-            self.oom.verdict = VERDICTS.get(int(r["flags"]), "unknown")
+            self.oom.allocated, self.oom.device_total = block_size, addr
+            self.oom.verdict = VERDICTS.get(flags, "unknown")
         elif kind == MODULE_NAME:
-            self.module_names[int(r["size"])] = self.reader.strings.get(int(r["stack"]), "")
+            self.module_names[size] = self.reader.strings.get(stack, "")
+
+    def _marker(self, label: str, time_ns: int) -> None:
+        snap = MarkerSnap(label, time_ns, self.site_bytes())
+        self.markers.append(snap)
+        kind = marker_kind(label)
+        self.marker_kinds[kind] = self.marker_kinds.get(kind, 0) + 1
+        self.streaks.setdefault(kind, Streaks()).marker(label, self.seconds(time_ns), snap.sites)
+        if len(self.streaks) > MARKER_KINDS_KEPT:
+            step = self.step_kind()
+            rare = min((k for k in self.streaks if k != step), key=lambda k: self.marker_kinds[k])
+            del self.streaks[rare], self.marker_kinds[rare]
+
+    def step_kind(self) -> str | None:
+        """The kind of the step markers (leaks.step_markers' rule): of the kinds seen more than once, the most
+        frequent naming a step, iteration or epoch, else the most frequent."""
+        repeated = [k for k, c in self.marker_kinds.items() if c > 1]
+        if not repeated:
+            return None
+        named = [k for k in repeated if _STEP_WORDS.search(k)]
+        return max(named or repeated, key=lambda k: self.marker_kinds[k])
+
+    def leaks(self) -> list[Leak]:
+        """The sites whose live bytes rose at each of the last step markers, leaks.STEPS in a row or more."""
+        step = self.step_kind()
+        return self.streaks[step].leaks(lambda site: (site, site)) if step is not None else []
 
     # -- what the frame shows ---------------------------------------------------------------------------------
 
