@@ -59,7 +59,7 @@ class Leak:
     since_t_s: float  # and its time
     steps: int  # rises in the streak (>= n)
     live: int  # the site's live bytes at the streak's last marker
-    until: str | None  # the marker after the last rise, when the streak ended before the last step marker
+    until: str | None  # the first step marker it did not rise at, when the streak ended before the last one
 
     def words(self) -> str:
         """'grows 64.0 MiB per step at train.py:42 main since step 3 (7 steps in a row; 448.0 MiB live then)';

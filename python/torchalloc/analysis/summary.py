@@ -32,12 +32,11 @@ page format them, `to_dict` is what `--json` prints under "summary".
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any
 
 import numpy as np
 
-from .leaks import Leak
+from .leaks import Leak, marker_kind
 from .sites import BEFORE_LOG, NO_PYTHON, NO_STACKS
 from .stream_leaks import LEAKS, Leaks
 from .stream_markers import MARKERS, Stretches, StretchGroup
@@ -140,20 +139,16 @@ def _phase_at(a: Any, i: int) -> str:
     return a.phase_name(int(s.occ_phase[running[-1]])) if running.size else ""
 
 
-def _kind(label: str) -> str:
-    return re.sub(r"\d+", "N", label)
-
-
 def _markers(stretches: Stretches) -> tuple[list[MarkerLine], int]:
     first: dict[str, MarkerLine] = {}
     for r in stretches.rows:
-        line = first.get(_kind(r.label))
+        line = first.get(marker_kind(r.label))
         if line is not None:
             line.kind_count += 1
             continue
-        first[_kind(r.label)] = MarkerLine(r.label, 1, r.t_s, r.live, r.freed, r.kept, r.until,
-                                           r.freed_groups[0] if r.freed_groups else None,
-                                           r.kept_groups[0] if r.kept_groups else None)
+        first[marker_kind(r.label)] = MarkerLine(r.label, 1, r.t_s, r.live, r.freed, r.kept, r.until,
+                                                 r.freed_groups[0] if r.freed_groups else None,
+                                                 r.kept_groups[0] if r.kept_groups else None)
     lines = list(first.values())
     return lines[:MARKER_KINDS], len(lines)
 
