@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from torchalloc.analysis.leaks import STEPS, Streaks, find_leaks, step_markers
+from torchalloc.analysis.leaks import STEPS, Streaks, find_leaks, step_kind, step_markers
 
 MiB = 1 << 20
 ACT = 4 * MiB
@@ -153,6 +153,8 @@ def test_step_markers() -> None:
     assert step_markers(["model", "step 1", "fwd", "step 2", "fwd", "fwd"]) == [1, 3]  # names a step: preferred
     assert step_markers(["model", "after fwd", "after fwd", "x 1", "x 2", "x 3"]) == [3, 4, 5]  # the most frequent
     assert step_markers(["model", "checkpoint", "done"]) == []
+    assert step_kind({"fwd": 3, "epoch N": 2, "step N": 3}) == "step N"  # names a step; the most frequent such
+    assert step_kind({"a": 2, "b": 3}) == "b" and step_kind({"a": 2, "b": 2}) == "a" and step_kind({"a": 1}) is None
 
 
 # -- the pass against an oracle, in pieces -----------------------------------------------------------------------

@@ -19,7 +19,8 @@ report's site ids) to its live bytes then (a site not in it has 0), then
 bytes at the last marker, its running streak and its last flagged streak:
 nothing per marker, however many markers a log has.
 
-Which markers are step markers (`step_markers`): labels that differ only in
+Which markers are step markers (`step_markers` for a list of labels;
+`step_kind` for counts of kinds kept as markers come): labels that differ only in
 their numbers are one kind ("step 1", "step 2" ...: "step N"; a label that
 repeats unchanged, "step", is a kind too). The step markers are those of the
 kind that names a step, iteration or epoch (the most frequent such kind),
@@ -77,16 +78,23 @@ def marker_kind(label: str) -> str:
     return re.sub(r"\d+", "N", label)
 
 
+def step_kind(counts: Mapping[str, int]) -> str | None:
+    """The kind of the step markers (module docstring), from each kind's count of markers (marker_kind's kinds, in
+    the order they first appeared: ties go to the first); None when no kind repeats. A live view that counts the
+    kinds as markers come asks this each time."""
+    repeated = [k for k, c in counts.items() if c > 1]
+    if not repeated:
+        return None
+    named = [k for k in repeated if _STEP_WORDS.search(k)]
+    return max(named or repeated, key=lambda k: counts[k])
+
+
 def step_markers(labels: Sequence[str]) -> list[int]:
     """The positions in `labels` (the log's markers, in order) of its step markers (module docstring)."""
-    count: dict[str, int] = {}
+    counts: dict[str, int] = {}
     for label in labels:
-        count[marker_kind(label)] = count.get(marker_kind(label), 0) + 1
-    repeated = [k for k, c in count.items() if c > 1]  # in order of first appearance: ties go to the first
-    if not repeated:
-        return []
-    named = [k for k in repeated if _STEP_WORDS.search(k)]
-    kind = max(named or repeated, key=lambda k: count[k])
+        counts[marker_kind(label)] = counts.get(marker_kind(label), 0) + 1
+    kind = step_kind(counts)
     return [p for p, label in enumerate(labels) if marker_kind(label) == kind]
 
 
