@@ -23,7 +23,7 @@ Which markers are step markers (`step_markers` for a list of labels;
 `step_kind` for counts of kinds kept as markers come): labels that differ only in
 their numbers are one kind ("step 1", "step 2" ...: "step N"; a label that
 repeats unchanged, "step", is a kind too). The step markers are those of the
-kind that names a step, iteration or epoch (the most frequent such kind),
+kind that names a step, iteration, epoch or batch (the most frequent such),
 else of the most frequent kind that repeats at all -- a marker put at the
 same place of each step is a step marker whatever its name. A log with no
 repeated marker has no step markers and no leak is looked for: phases
