@@ -162,6 +162,7 @@ QUOTES: dict[str, Callable[[], list[str]]] = {
     "phases-phase-arena": lambda: paragraph(tool_output("report", PHASES), r"phase_arena loses here"),
     "phases-page": lambda: page_size(PHASES),
     "replay-default": lambda: table(tool_output("replay"), r"policy +peak alloc"),
+    "top-demo": lambda: list(tool_output("top", "--once", str(DATA / "demo_trace.talog.xz"))),
 }
 
 

@@ -82,6 +82,7 @@ C_EXTS = (".c", ".h", ".cpp", ".cc", ".cu", ".cuh", ".hpp")
 ALLOWED = {
     "train.py": "the user's training script in usage examples",
     "modeling_llama.py": "transformers' Llama model, a frame in the sample report",
+    "modeling_utils.py": "transformers' model loading (from_pretrained, .cuda()), a frame in top's sample frame",
     "sitecustomize.py": "the start-up hook `torchalloc compare` writes into a temporary folder",
     "cuda.h": "the CUDA toolkit's header",
     "driver_types.h": "the CUDA toolkit's header",

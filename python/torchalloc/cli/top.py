@@ -41,6 +41,8 @@ def _width() -> int:
 
 
 def _ended_line(states: Sequence[LiveState]) -> str:
+    if any(s.writer == "unknown" for s in states):  # a compressed copy, a version-1 log: nothing will be appended
+        return "nothing more to follow: a compressed copy or a version-1 log is shown as it is"
     if len(states) == 1:
         return f"the writer ended ({states[0].writer})"
     return "every writer ended (" + ", ".join(f"{os.path.basename(s.reader.path)}: {s.writer}" for s in states) + ")"

@@ -30,15 +30,15 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
 
-def _flow(cells: Sequence[str], width: int) -> list[str]:
-    """Cells joined by three spaces, a new line where the next would pass `width` (a cell alone may)."""
+def _flow(cells: Sequence[str], width: int, gap: str = "   ") -> list[str]:
+    """Cells joined by `gap`, a new line where the next would pass `width` (a cell alone may)."""
     lines: list[str] = []
     line = ""
     for cell in cells:
-        if line and len(line) + 3 + len(cell) > width:
+        if line and len(line) + len(gap) + len(cell) > width:
             lines.append(line)
             line = ""
-        line = f"{line}   {cell}" if line else cell
+        line = f"{line}{gap}{cell}" if line else cell
     return lines + [line] if line else lines
 
 
@@ -153,7 +153,7 @@ def log_frame(state: LiveState, width: int, view: str, rows: int, bars: str = BA
     fragmentation, cache, mapped_free = state.reserve_split()
     lines += _flow([f"reserved {fmt_bytes(state.reserved)} = {fmt_bytes(state.allocated)} allocated",
                     f"+ {fmt_bytes(fragmentation)} fragmentation", f"+ {fmt_bytes(cache)} cache",
-                    f"+ {fmt_bytes(mapped_free)} mapped free (expandable)"], width)
+                    f"+ {fmt_bytes(mapped_free)} mapped free"], width, " ")
     if state.window_ns >= 10**9:
         per_s = 1e9 / state.window_ns
         rates = f"maps {state.maps * per_s:.1f}/s, unmaps {state.unmaps * per_s:.1f}/s"

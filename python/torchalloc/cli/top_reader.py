@@ -46,6 +46,9 @@ from ..log.reader import (
 # Slots read per piece: a refresh after a long pause (or the first one on a big log) reads the backlog in
 # pieces of this many, so the reader's memory stays bounded however much is waiting.
 PIECE_SLOTS = 1 << 18
+# A poll reads this many slots first, and twice as many each time a read is all complete records: a running
+# writer grows its file 16 MiB at a time, and a poll should not read megabytes of zeros to find the end.
+FIRST_SLOTS = 1 << 12
 _ITEM = np.dtype((np.void, RECORD_SIZE))
 
 
@@ -114,8 +117,9 @@ class LiveReader:
         self.writer = self._ask_writer()  # before the records: once it has ended, every record is in the file
         ended = self.writer != "running"
         consumed = 0
+        want = FIRST_SLOTS
         while True:
-            slots = self._slots(self.next_slot, PIECE_SLOTS)
+            slots = self._slots(self.next_slot, want)
             if not len(slots):
                 break
             raw = slots.view(RECORD_DTYPE).reshape(-1)
@@ -149,8 +153,9 @@ class LiveReader:
                 sink(events)
             self.next_slot += take
             consumed += take
-            if take < PIECE_SLOTS:
+            if take < want:
                 break
+            want = min(want * 2, PIECE_SLOTS)
         return consumed
 
     def _metadata(self, raw: np.ndarray) -> None:
