@@ -167,8 +167,8 @@ def test_a_site_that_grows_at_every_step_is_named_a_leak(tmp_path: Path, library
 
 
 def test_the_last_oom_and_its_verdict(tmp_path: Path, library_path: Path) -> None:
-    """A job asks for more than the simulated device has: the frame names the OOM, what was asked, and the
-    allocator's verdict (capacity) in the report's words."""
+    """A job asks for more than the simulated device has: the frame names the OOM, what was asked, the
+    allocator's verdict (capacity) in the report's words, and the first line of advice the report gives."""
     log = tmp_path / "oom.talog"
     child = ("import sys; from torchalloc import _lib\n"
              "_lib.init(f'backend:sim,sim_capacity:1GiB,warn:0,oom_report:off,expandable:off,log:{sys.argv[1]}')\n"
@@ -183,6 +183,11 @@ def test_the_last_oom_and_its_verdict(tmp_path: Path, library_path: Path) -> Non
     text = "\n".join(frame([state], 200))
     assert "Last OOM at t=" in text and "asked 2.0 GiB" in text
     assert "verdict: capacity: live tensors (256.0 MiB) and the 2.0 GiB asked for exceed the device's 1.0 GiB" in text
+    status, out, _ = cli("report", "--json", str(log))
+    assert status == 0
+    advice = json.loads(out)["summary"]["oom"]["advice"]
+    assert advice.startswith("shrink live tensors") and state.oom.advice == f"1. {advice}"
+    assert " ".join(line.strip() for line in text.splitlines()).count(f"advice: 1. {advice}") == 1  # wrapped whole
 
 
 def _open_header(data: bytes) -> bytes:

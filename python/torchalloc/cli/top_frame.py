@@ -8,6 +8,7 @@ Labels (sites, phases, modules) are cut to fit, figures never.
 from __future__ import annotations
 
 import os
+import textwrap
 from typing import Sequence
 
 from ..analysis.leaks import STEPS
@@ -128,8 +129,9 @@ def _oom_lines(state: LiveState, width: int) -> list[str]:
                    f"asked for exceed {total}")
     else:
         verdict = f"verdict: {o.verdict}"
-    lines.append("  " + _cut(verdict, width - 2))
-    lines.append("  " + _cut(f"advice: torchalloc report {state.reader.path}", width - 2))
+    for text in [verdict] + ([f"advice: {o.advice}"] if o.advice else []):  # wrapped, never cut: they are read whole
+        lines += textwrap.wrap(text, width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False)
+    lines.append("  " + _cut(f"the whole account: torchalloc report {state.reader.path}", width - 2))
     return lines
 
 

@@ -24,7 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from .. import _lib
 from .._records import (
+    POLICY_NAMES,
     MARKER,
     MODULE,
     MODULE_NAME,
@@ -38,6 +40,8 @@ from .._records import (
 )
 from ..analysis.frames import Frame, user_suffix
 from ..analysis.leaks import _STEP_WORDS, Leak, Streaks, marker_kind
+from ..analysis.ooms import handle_for, oom_detail
+from ..oom import parse_advice
 from ..analysis.sites import NO_PYTHON, NO_STACKS
 from ..analysis.stream_table import Carry, Piece, PieceTable, pair_piece
 from .top_reader import LiveReader
@@ -99,9 +103,12 @@ class Oom:
     reserved: int
     phase: str
     site: str
+    device_free: int
+    phase_id: int
     allocated: int | None = None
     device_total: int | None = None
     verdict: str = "unknown (the log predates the verdict record)"
+    advice: str | None = None  # the allocator's first line of advice for the failure's numbers
 
 
 @dataclasses.dataclass
@@ -127,6 +134,9 @@ class LiveState:
         self.last_ns = self.t0
         self.records = 0  # event records read
         self.whole_segments: dict[int, int] = {}  # segments of their own (not expandable runs): address -> bytes
+        self.segments: dict[int, int] = {}  # every mapped segment or run, address -> bytes (for an OOM's advice)
+        self.saw_expandable = False
+        self.policy = 0  # of the last alloc read: the policy an OOM failed in
         self.open_phases: list[int] = []
         self.phase_names: dict[int, str] = {0: "default"}
         self.module_names: dict[int, str] = {}
@@ -157,7 +167,9 @@ class LiveState:
         """Fold in one piece of event records; split at markers, so each marker sees the blocks live as it was
         written."""
         self.records += len(records)
-        cuts = np.flatnonzero(records["kind"] == MARKER) + 1
+        # a marker sees the blocks live as it was written, an OOM's advice those live at the failure (its oom_device
+        # record is written right after it)
+        cuts = np.flatnonzero(np.isin(records["kind"], (MARKER, OOM_DEVICE))) + 1
         for part in np.split(records, cuts):
             if len(part):
                 self._part(part)
@@ -175,6 +187,8 @@ class LiveState:
         paired = pair_piece(Piece(t, 0), self.carry, self.ordinals)
         nr, es, ea = paired.new_rows, paired.ended_src, paired.ended_at
         self.has_stacks = self.has_stacks or bool(np.any(t.stack[nr] != 0))
+        if nr.size:
+            self.policy = int(t.policy[nr[-1]])
         delta = np.zeros(n, dtype=np.int64)
         delta[nr] += t.block_size[nr]
         comb_size = paired.combined(self.carry["block_size"], t.block_size)
@@ -204,18 +218,22 @@ class LiveState:
         rows = np.flatnonzero(np.isin(kind, _EVENTS))
         if rows.size:  # phases, segments, markers ...: a tenth of a log's records; plain ints are read fastest
             columns = (kind[rows], t.time_ns[rows], t.addr[rows], t.size[rows], t.block_size[rows], t.flags[rows],
-                       t.stack[rows], t.phase[rows])
+                       t.stack[rows], t.phase[rows], t.stream[rows])
             for event in zip(*(c.tolist() for c in columns)):
                 self._event(*event)
 
     def _event(self, kind: int, time_ns: int, addr: int, size: int, block_size: int, flags: int, stack: int,
-               phase: int) -> None:
+               phase: int, stream: int) -> None:
         if kind == SEGMENT_ALLOC:
             self.maps += 1
-            if not flags & SEGMENT_EXPANDABLE:
+            self.segments[addr] = size
+            if flags & SEGMENT_EXPANDABLE:
+                self.saw_expandable = True
+            else:
                 self.whole_segments[addr] = size
         elif kind == SEGMENT_FREE:
             self.unmaps += 1
+            self.segments.pop(addr, None)
             self.whole_segments.pop(addr, None)
         elif kind == PHASE_BEGIN:
             if phase not in self.phase_names:
@@ -227,12 +245,28 @@ class LiveState:
         elif kind == MARKER:
             self._marker(self.reader.strings.get(stack, ""), time_ns)
         elif kind == OOM:
-            self.oom = Oom(time_ns, size, block_size, self.phase_names.get(phase, "?"), self.site_of(stack))
+            self.oom = Oom(time_ns, size, block_size, self.phase_names.get(phase, "?"), self.site_of(stack), addr,
+                           phase)
         elif kind == OOM_DEVICE and self.oom is not None:
             self.oom.allocated, self.oom.device_total = block_size, addr
             self.oom.verdict = VERDICTS.get(flags, "unknown")
+            self.oom.advice = self._advice(self.oom, limit=size, largest_free=stream, handle=stack)
         elif kind == MODULE_NAME:
             self.module_names[size] = self.reader.strings.get(stack, "")
+
+    def _advice(self, o: Oom, limit: int, largest_free: int, handle: int) -> str | None:
+        """The allocator's first line of advice for the failure, as the report gives it (analysis/ooms.py): the
+        library's rule on the failure's numbers and the segments and blocks live then. None without the library."""
+        facts = dict(requested=o.requested, allocated=o.allocated or 0, reserved=o.reserved,
+                     device_total=o.device_total or 0, device_free=o.device_free, limit=limit, largest_free=largest_free)
+        detail = oom_detail(self.segments, self.carry["addr"], self.carry["block_size"], self.carry["phase"],
+                            o.phase_id, POLICY_NAMES.get(self.policy, "caching"), int(self.saw_expandable),
+                            handle_for(o.requested, handle))
+        try:
+            lines = parse_advice(_lib.oom_advice(facts, detail, self.phase_names))
+        except (_lib.LibraryError, OSError):  # no library here: the report says where to get it
+            return None
+        return f"{lines[0].number}. {lines[0].text}" if lines else None
 
     def _marker(self, label: str, time_ns: int) -> None:
         snap = MarkerSnap(label, time_ns, self.site_bytes())
