@@ -6,7 +6,8 @@ Each step allocates activations in phase forward, a gradient in backward,
 frees the activations, and marks "step N"; the gradient of every
 KEEP_EVERY-th step (default 2: the odd steps) is kept: a site that grows
 every other step, or at every step (a leak) with 1. Activations are made
-in module "model.encoder", gradients in "model.head". After each batch of steps
+in module "model.encoder", gradients in "model.head"; a kept gradient is
+tagged as the encoder's (module_tag, role gradient). After each batch of steps
 it prints its own figures as one JSON line (allocated, reserved and their
 peaks, from torchalloc.stats) and waits for a line on stdin: "more" runs the
 next batch, anything else (or end of input) exits normally, closing the log.
@@ -48,6 +49,7 @@ def main() -> None:
                 lib.torchalloc_free(ptr, size, 0, None)
             if step % keep_every == keep_every - 1:
                 kept.append(grad)
+                lib.torchalloc_module_tag(grad, 1, 2)  # kept as the encoder's gradient: the tag beats "model.head"
             else:
                 lib.torchalloc_free(grad, 3 * MiB, 0, None)
             phases.end("backward")

@@ -60,7 +60,7 @@ def _table(state: LiveState, view: str, rows: int, width: int) -> list[str]:
     else:
         groups = state.by_phase() if view == "phases" else state.by_module()
     title = {"sites": "Live by site", "phases": "Live by the phase that allocated",
-             "modules": "Live by module current at the allocation"}[view]
+             "modules": "Live by module (its tag, else current at the allocation)"}[view]
     order = sorted(groups.items(), key=lambda kv: (-kv[1][0], kv[0]))
     figures = 11 + 8 + (22 if view == "sites" else 0)
     label_w = max(width - figures - 2, 12)

@@ -30,6 +30,7 @@ from .._records import (
     MARKER,
     MODULE,
     MODULE_NAME,
+    MODULE_TAG,
     OOM,
     OOM_DEVICE,
     PHASE_BEGIN,
@@ -54,7 +55,8 @@ SPARK_FIRST_NS = SPARK_WIDEST_NS >> 7  # a column's first width (7.8 ms, doublin
 # the line too
 VERDICTS = {1: "fragmentation", 2: "capacity", 3: "held elsewhere"}
 
-_CARRY = {"addr": np.uint64, "block_size": np.int64, "stack": np.int64, "phase": np.int64, "module": np.int64}
+_CARRY = {"addr": np.uint64, "block_size": np.int64, "stack": np.int64, "phase": np.int64, "module": np.int64,
+          "seq": np.int64}
 _EVENTS = (SEGMENT_ALLOC, SEGMENT_FREE, PHASE_BEGIN, PHASE_END, MARKER, OOM, OOM_DEVICE, MODULE_NAME)
 
 
@@ -213,8 +215,12 @@ class LiveState:
                             "block_size": comb_size[live],
                             "stack": paired.combined(self.carry["stack"], t.stack)[live],
                             "phase": paired.combined(self.carry["phase"], t.phase.astype(np.int64))[live],
-                            "module": paired.combined(self.carry["module"], module)[live]})
+                            "module": paired.combined(self.carry["module"], module)[live],
+                            "seq": paired.combined(self.carry["seq"], t.seq)[live]})
         self.ordinals += nr.size
+        tags = np.flatnonzero(kind == MODULE_TAG)
+        if tags.size:
+            self._tag(t.addr[tags], t.size[tags], t.seq[tags])
         rows = np.flatnonzero(np.isin(kind, _EVENTS))
         if rows.size:  # phases, segments, markers ...: a tenth of a log's records; plain ints are read fastest
             columns = (kind[rows], t.time_ns[rows], t.addr[rows], t.size[rows], t.block_size[rows], t.flags[rows],
@@ -253,6 +259,22 @@ class LiveState:
             self.oom.advice = self._advice(self.oom, limit=size, largest_free=stream, handle=stack)
         elif kind == MODULE_NAME:
             self.module_names[size] = self.reader.strings.get(stack, "")
+
+    def _tag(self, addr: np.ndarray, module: np.ndarray, seq: np.ndarray) -> None:
+        """module_tag records: the live block holding each address belongs to the tag's module (a parameter, its
+        gradient, optimizer state: the tag beats the module current at the allocation). A block still live after
+        the piece was live at a tag written after its alloc (its seq is lower)."""
+        if not len(self.carry):
+            return
+        order = np.argsort(self.carry["addr"], kind="stable")
+        start = self.carry["addr"][order]
+        k = np.searchsorted(start, addr, side="right") - 1
+        hit = k >= 0
+        block = order[np.maximum(k, 0)]
+        hit &= addr < start[np.maximum(k, 0)] + self.carry["block_size"][block].astype(np.uint64)
+        hit &= self.carry["seq"][block] < seq
+        for b, m in zip(block[hit].tolist(), module[hit].tolist()):  # in the log's order: a later tag wins
+            self.carry["module"][b] = m
 
     def _advice(self, o: Oom, limit: int, largest_free: int, handle: int) -> str | None:
         """The allocator's first line of advice for the failure, as the report gives it (analysis/ooms.py): the
@@ -330,7 +352,7 @@ class LiveState:
         return self._grouped(self.carry["phase"], lambda p: self.phase_names.get(p, f"phase{p}"))
 
     def by_module(self) -> dict[str, tuple[int, int]]:
-        """Live (bytes, blocks) per module current at their allocation."""
+        """Live (bytes, blocks) per module: the one tagging the block, else the one current at its allocation."""
         return self._grouped(self.carry["module"],
                              lambda m: "(no module)" if m == 0 else self.module_names.get(m, f"module {m}"))
 
