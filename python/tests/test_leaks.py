@@ -214,10 +214,13 @@ def test_the_pass_in_pieces_flags_what_the_oracle_flags(seed: int) -> None:
 
 def test_a_long_run_keeps_nothing_per_marker() -> None:
     """Thousands of step markers: the streaks remember a few markers' labels, never one per marker."""
-    s = Streaks()
-    for k in range(5000):
-        s.marker(f"step {k}", float(k), {"leak": 1000 * k, "saw": k % 2, f"once {k}": 1})
-    assert len(s.sites) == 3  # the leak, the saw, the last 'once': a site gone with no streak is forgotten
-    assert len(s._named) <= 3
-    (leak,) = s.leaks()
-    assert (leak.site, leak.since, leak.steps, leak.per_step) == ("leak", "step 0", 4999, 1000)
+    for told in (False, True):  # each site's bytes looked at, or only those said to have changed
+        s = Streaks()
+        for k in range(5000):
+            live = {"leak": 1000 * k, "saw": k % 2, "flat": 7, f"once {k}": 1}
+            changed = list(live) if not k else ["leak", "saw", f"once {k}", f"once {k - 1}"]  # flat: at the first
+            s.marker(f"step {k}", float(k), live, changed if told else None)
+        assert len(s.sites) == 4  # leak, saw, flat, the last 'once': a site gone with no streak is forgotten
+        assert len(s._named) < 30  # the labels of a few markers only (forgotten now and then)
+        (leak,) = s.leaks()
+        assert (leak.site, leak.since, leak.steps, leak.per_step) == ("leak", "step 0", 4999, 1000)

@@ -17,7 +17,9 @@ report's site ids) to its live bytes then (a site not in it has 0), then
 `leaks(describe)`: the flagged sites, `describe(key)` giving a site's label
 ("train.py:42 main") and its long location. It keeps per site its live
 bytes at the last marker, its running streak and its last flagged streak:
-nothing per marker, however many markers a log has.
+nothing per marker, however many markers a log has. A caller that knows
+which sites changed since the last marker says so (`changed`), and a
+marker costs those sites and the running streaks rather than every site.
 
 Which markers are step markers (`step_markers` for a list of labels;
 `step_kind` for counts of kinds kept as markers come): labels that differ only in
@@ -116,19 +118,27 @@ class Streaks:
         self.n = n
         self.sites: dict[Hashable, _Site] = {}
         self._named: dict[int, tuple[str, float]] = {}  # fed marker -> (label, t_s): those a streak names
+        self._forget_at = 16  # _named's size that sends it through _forget next
+        self.running: set[Hashable] = set()  # the sites with a running streak
         self.fed = 0
 
-    def marker(self, label: str, t_s: float, live: Mapping[Hashable, int]) -> None:
-        """The next step marker: its label, time and each site's live bytes then."""
+    def marker(self, label: str, t_s: float, live: Mapping[Hashable, int],
+               changed: Iterable[Hashable] | None = None) -> None:
+        """The next step marker: its label, time and each site's live bytes then. `changed`, when given: every
+        site whose live bytes differ from the last marker's (the others are not looked at: a marker then costs
+        what changed, not every site)."""
         k = self.fed
         self.fed += 1
         self._named[k] = (label, t_s)
-        for key in set(self.sites) | {s for s, b in live.items() if b}:
+        keys = (set(self.sites) | {s for s, b in live.items() if b} if changed is None
+                else self.running | set(changed))
+        for key in keys:
             now = int(live.get(key, 0))
             st = self.sites.setdefault(key, _Site())
             if k and now > st.live:
                 if not st.rises:
                     st.since, st.since_live = k - 1, st.live
+                    self.running.add(key)
                 st.rises += 1
                 if st.rises >= self.n:  # the last flagged streak: this one, still running
                     st.flagged = (st.rises, st.since, st.since_live, now, None)
@@ -136,10 +146,13 @@ class Streaks:
                 if st.rises >= self.n:
                     st.flagged = (st.rises, st.since, st.since_live, st.live, k)
                 st.rises = 0
+                self.running.discard(key)
             st.live = now
             if not now and not st.rises and st.flagged is None:
                 del self.sites[key]  # nothing to remember of it
-        self._forget()
+        if len(self._named) > self._forget_at:  # now and then: forgetting looks at every site
+            self._forget()
+            self._forget_at = 2 * len(self._named) + 16
 
     def _forget(self) -> None:
         """Keeps the labels of the markers a streak or a flag names, and the last one (a streak may begin there)."""

@@ -70,13 +70,14 @@ class LeaksFollower(Follower):
     def _hand_on(self, read: int) -> None:
         """Hands on the step markers before event `read` (the pass has read every event before it)."""
         while self.next < len(self.at) and self.at[self.next] < read:
-            for s, b in self.pending.pop(self.next, {}).items():
+            changes = self.pending.pop(self.next, {})
+            for s, b in changes.items():
                 now = self.live.get(s, 0) + b
                 if now:
                     self.live[s] = now
                 else:
                     self.live.pop(s, None)
-            self.streaks.marker(self.labels[self.next], self.t_s[self.next], self.live)
+            self.streaks.marker(self.labels[self.next], self.t_s[self.next], self.live, changes)
             self.next += 1
 
     def finish(self, bt: Blocks) -> None:
