@@ -9,6 +9,7 @@ on hand-made tables.
 from __future__ import annotations
 
 import ctypes
+import json
 from pathlib import Path
 from typing import Any
 
@@ -72,12 +73,12 @@ def record(sim: ctypes.CDLL, tmp_path: Path) -> Any:
 
 def test_a_list_that_keeps_an_activation_per_step_is_named(record: Any, tmp_path: Path) -> None:
     from torchalloc.report.html import render_html
-    from torchalloc.report.text import render_text, report
+    from torchalloc.report.text import SUMMARY_LINES, render_text, report
     from torchalloc import analysis
 
     # state grows for STEPS - 1 steps only: one rise short of a streak
     path = record("leak", steps=8, kept_steps=8, state_steps=STEPS - 1)
-    data = report(path)
+    data = json.loads(json.dumps(report(path)))  # as --json prints it
     (leak,) = data["leaks"]
     assert leak["site"] == _activation_site()
     assert leak["per_step"] == ACT
@@ -89,6 +90,7 @@ def test_a_list_that_keeps_an_activation_per_step_is_named(record: Any, tmp_path
     a = analysis.analyze(path)
     text = render_text(a, width=120)
     summary = text.split("== Summary")[1].split("== Timeline")[0]
+    assert len(summary.strip().splitlines()) < SUMMARY_LINES
     line = f"Leak: grows 4.0 MiB per step at {_activation_site()} since step 1 (7 steps in a row; 28.0 MiB live then)"
     assert line in summary
     assert "== Leaks: sites whose live bytes rose step after step" in text
