@@ -191,6 +191,23 @@ def test_the_last_oom_and_its_verdict(tmp_path: Path, library_path: Path) -> Non
     assert " ".join(line.strip() for line in text.splitlines()).count(f"advice: 1. {advice}") == 1  # wrapped whole
 
 
+def test_blocks_from_before_the_log_are_not_counted_and_it_says_so(tmp_path: Path, library_path: Path) -> None:
+    """A log opened mid-run: a block allocated before it and freed after takes nothing off allocated (it was never
+    counted), and the frame says how many such frees it saw."""
+    log = tmp_path / "late.talog"
+    child = ("import sys; from torchalloc import _lib\n"
+             "_lib.init('backend:sim,sim_capacity:1GiB,warn:0,oom_report:off,expandable:off')\n"
+             "lib = _lib.lib(); early = lib.torchalloc_malloc(64 << 20, 0, None)\n"
+             "assert lib.torchalloc_log_open(sys.argv[1].encode()) == 0\n"
+             "lib.torchalloc_free(early, 64 << 20, 0, None); late = lib.torchalloc_malloc(32 << 20, 0, None)\n")
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent), TORCHALLOC_LIB=str(library_path))
+    subprocess.run([sys.executable, "-c", child, str(log)], check=True, env=env, timeout=120)
+    state = LiveState(LiveReader(str(log)))
+    state.refresh()
+    assert (state.allocated, state.before_log_frees) == (32 << 20, 1)
+    assert "(1 frees of blocks allocated before the log began" in "\n".join(frame([state], 200))
+
+
 def _open_header(data: bytes) -> bytes:
     """A finished log's header as its writer's while it ran: status open, no end offset (checksum redone)."""
     head = bytearray(data[:128])

@@ -74,9 +74,13 @@ def _loop(screen: Any, states: list[LiveState], interval: float, rows: int) -> l
         keys = (f"q quit   p {'resume' if paused else 'pause'}   v {'/'.join(VIEWS)} (now {VIEWS[view]})   "
                 f"every {interval:g} s{'   PAUSED' if paused else ''}")
         screen.erase()
-        for y, line in enumerate(lines[: height - 2]):
-            screen.addstr(y, 0, line[: width - 1])
-        screen.addstr(height - 1, 0, keys[: width - 1], curses.A_REVERSE)
+        try:
+            for y, line in enumerate(lines[: height - 2]):
+                # a name the terminal's encoding cannot show (a path in an ASCII locale) is drawn with "?"
+                screen.addstr(y, 0, line[: width - 1].encode(screen.encoding, "replace").decode(screen.encoding))
+            screen.addstr(height - 1, 0, keys[: width - 1], curses.A_REVERSE)
+        except curses.error:  # a terminal too small for a line: it shows what fits
+            pass
         screen.refresh()
         key = screen.getch()  # waits up to the interval
         if key in (ord("q"), ord("Q")):

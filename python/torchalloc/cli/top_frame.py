@@ -162,6 +162,9 @@ def log_frame(state: LiveState, width: int, view: str, rows: int, bars: str = BA
         lines.append(f"{rates} (over the last {state.window_ns / 1e9:.1f} s of the log)")
     else:  # a rate over less than a second says little: the counts
         lines.append(f"maps {state.maps}, unmaps {state.unmaps} (in the last {state.window_ns / 1e9:.3f} s of the log)")
+    if state.before_log_frees:
+        lines.append(_cut(f"({state.before_log_frees} frees of blocks allocated before the log began: allocated "
+                          "counts the log's blocks only)", width))
     lines.append("")
     lines += _table(state, view, rows, width)
     grew = _grew_lines(state, width)

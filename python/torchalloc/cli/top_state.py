@@ -166,11 +166,10 @@ class LiveState:
         self.window_ns = self.last_ns - before
 
     def _piece(self, records: np.ndarray) -> None:
-        """Fold in one piece of event records; split at markers, so each marker sees the blocks live as it was
-        written."""
+        """Fold in one piece of event records, in parts that end at markers and oom_device records: a marker sees
+        the blocks live as it was written, an OOM's advice those live at the failure (its oom_device record is
+        written right after it)."""
         self.records += len(records)
-        # a marker sees the blocks live as it was written, an OOM's advice those live at the failure (its oom_device
-        # record is written right after it)
         cuts = np.flatnonzero(np.isin(records["kind"], (MARKER, OOM_DEVICE))) + 1
         for part in np.split(records, cuts):
             if len(part):
