@@ -22,7 +22,7 @@ import pytest
 from cli_in_process import cli
 
 from torchalloc.cli.top_frame import MIN_COLUMN, frame, sparkline
-from torchalloc.cli.top_reader import LiveReader
+from torchalloc.cli.top_reader import RESTARTED, LiveReader
 from torchalloc.cli.top_state import SPARK_COLUMNS, SPARK_WIDEST_NS, LiveState, Sparkline
 from torchalloc.log.reader import read_log
 from torchalloc.units import fmt_bytes
@@ -206,6 +206,25 @@ def test_blocks_from_before_the_log_are_not_counted_and_it_says_so(tmp_path: Pat
     state.refresh()
     assert (state.allocated, state.before_log_frees) == (32 << 20, 1)
     assert "(1 frees of blocks allocated before the log began" in "\n".join(frame([state], 200))
+
+
+def test_a_log_reused_by_another_run_ends_what_was_followed(writer: tuple[Writer, Path]) -> None:
+    """A log path is reused by emptying the file: the run top followed is gone, and it says so rather than read
+    the new run's records as more of the old one's."""
+    w, log = writer
+    figures = w.figures()
+    assert w.finish() == 0
+    state = LiveState(LiveReader(str(log)))
+    state.refresh()
+    data = bytearray(log.read_bytes())
+    struct.pack_into("<I", data, 40, 1)  # another pid
+    log.write_bytes(bytes(data))
+    state.refresh()
+    assert state.writer == RESTARTED
+    _same_figures(state, figures)  # what was read stays
+    log.write_bytes(b"")
+    state.refresh()
+    assert state.writer == RESTARTED
 
 
 def _open_header(data: bytes) -> bytes:

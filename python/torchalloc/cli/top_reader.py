@@ -36,6 +36,7 @@ from ..log.reader import (
     RECORD_DTYPE,
     RECORD_SIZE,
     Frame,
+    LogFormatError,
     LogHeader,
     _load,
     _lock_held,
@@ -50,6 +51,9 @@ PIECE_SLOTS = 1 << 18
 # writer grows its file 16 MiB at a time, and a poll should not read megabytes of zeros to find the end.
 FIRST_SLOTS = 1 << 12
 _ITEM = np.dtype((np.void, RECORD_SIZE))
+# The writer state once the file no longer holds the run that was followed (emptied, removed, or opened again by
+# a new process: a log path is reused by emptying the file).
+RESTARTED = "gone: the file was emptied or reused by another run"
 
 
 class LiveReader:
@@ -66,6 +70,7 @@ class LiveReader:
             self.header = _parse_header(path, self._bytes)
         else:
             self.header = self._read_header()
+        self.writer = ""  # not asked yet (_ask_writer reads it)
         self.writer = self._ask_writer()  # as of the last poll: "running", or how the writer ended
         self.next_slot = 0  # the index of the next slot to read
         self.strings: dict[int, str] = {}
@@ -86,9 +91,17 @@ class LiveReader:
         holds the log's lock); "unknown" where that cannot be asked (a compressed copy, a version-1 log).
         Reads the header again. The lock is asked first: a writer sets the status before it lets the lock go,
         so a header read after the lock was free says how it ended."""
+        if self.writer == RESTARTED:
+            return RESTARTED
         held = _lock_held(self.path) if self._bytes is None else None
         if self._bytes is None:
-            self.header = self._read_header()
+            try:
+                header = self._read_header()
+            except (LogFormatError, OSError):  # emptied, or gone
+                return RESTARTED
+            if (header.pid, header.created_realtime_ns) != (self.header.pid, self.header.created_realtime_ns):
+                return RESTARTED  # another run reuses the path: what was followed is gone
+            self.header = header
         status = self.header.status
         if status != STATUS_OPEN:
             return "closed" if status == STATUS_CLOSED else STATUS_NAMES.get(status, f"status {status}")
@@ -116,6 +129,8 @@ class LiveReader:
         many slots were consumed."""
         self.writer = self._ask_writer()  # before the records: once it has ended, every record is in the file
         ended = self.writer != "running"
+        if self.writer == RESTARTED:
+            return 0
         consumed = 0
         want = FIRST_SLOTS
         while True:
