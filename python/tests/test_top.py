@@ -321,6 +321,7 @@ def test_once_prints_the_writers_figures_within_the_width(writer: tuple[Writer, 
     (["'run.*.talog'"], "no file matches this pattern"),
     (["--once", "notalog.txt"], "not a torchalloc log"),
     (["--interval", "0", "x.talog"], "--interval must be more than 0 seconds"),
+    (["--interval", "inf", "x.talog"], "--interval must be more than 0 seconds and at most 3600"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str, tmp_path: Path) -> None:
     (tmp_path / "notalog.txt").write_text("hello\n")

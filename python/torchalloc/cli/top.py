@@ -107,8 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     logs, problem = expand_logs(args.log)
     problem = problem or next(filter(None, (snapshot_pointer(p, "top") for p in logs)), None)
-    if not problem and not args.interval > 0:
-        problem = "--interval must be more than 0 seconds"
+    if not problem and not 0 < args.interval <= 3600:  # nan fails too; curses waits at most so long
+        problem = "--interval must be more than 0 seconds and at most 3600"
     if not problem and args.rows < 1:
         problem = "--rows must be at least 1"
     if problem:
