@@ -40,7 +40,7 @@ from .._records import (
     SEGMENT_FREE,
 )
 from ..analysis.frames import Frame, user_suffix
-from ..analysis.leaks import _STEP_WORDS, Leak, Streaks, marker_kind
+from ..analysis.leaks import Leak, Streaks, marker_kind, step_kind
 from ..analysis.ooms import handle_for, oom_detail
 from ..oom import parse_advice
 from ..analysis.sites import NO_PYTHON, NO_STACKS
@@ -301,13 +301,8 @@ class LiveState:
             del self.streaks[rare], self.marker_kinds[rare]
 
     def step_kind(self) -> str | None:
-        """The kind of the step markers (leaks.step_markers' rule): of the kinds seen more than once, the most
-        frequent naming a step, iteration or epoch, else the most frequent."""
-        repeated = [k for k, c in self.marker_kinds.items() if c > 1]
-        if not repeated:
-            return None
-        named = [k for k in repeated if _STEP_WORDS.search(k)]
-        return max(named or repeated, key=lambda k: self.marker_kinds[k])
+        """The kind of the step markers among those seen so far (leaks.step_kind), None before one repeats."""
+        return step_kind(self.marker_kinds)
 
     def leaks(self) -> list[Leak]:
         """The sites whose live bytes rose at each of the last step markers, leaks.STEPS in a row or more."""
