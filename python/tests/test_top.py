@@ -348,3 +348,31 @@ def test_the_sparkline_stays_bounded_however_long_the_run() -> None:
     cols = spark.columns()
     assert cols.size == SPARK_COLUMNS and cols[-1] == times[-1] // 10**8  # the last 2 minutes, 1 s a column
     assert sparkline([0, 4, 8], 10) == "▁▅█" and sparkline([0, 4, 8], 2) == "▅█"
+
+
+def test_a_sites_freed_blocks_say_how_its_live_ones_will_go_as_the_report_says(library_path: Path) -> None:
+    """The live view has not seen the live blocks' frees, but it has seen the site's earlier ones: per site, the
+    reason of most of its bytes freed so far is the one the report gives those blocks (the bundled demo, with
+    stacks, read piece by piece as top reads it)."""
+    from torchalloc.analysis import analyze
+
+    demo = Path(__file__).resolve().parents[1] / "torchalloc" / "data" / "demo_trace.talog.xz"
+    state = LiveState(LiveReader(str(demo)))
+    state.refresh()
+    live = state.site_reasons()
+    report: dict[str, dict[str, int]] = {}
+    for row in analyze(demo).lifetimes():
+        if row.typical_lifetime_s >= 0 and row.reason != "persistent":  # freed by the end of the log
+            counts = report.setdefault(row.site, {})
+            counts[row.reason] = counts.get(row.reason, 0) + row.bytes
+    stack_rules = {"temporary", "freed when its function returned", "freed on rebinding", "saved for backward"}
+    compared = [site for site, counts in report.items()
+                if site in live and max(counts, key=lambda r: counts[r]) in stack_rules]
+    assert len(compared) >= 10, (report, live)
+    differ = {site: (live[site], report[site]) for site in compared
+              if live[site] != max(report[site], key=lambda r: report[site][r])}
+    # The view applies the stack rules to each free; the report also calls a block whose line allocated again
+    # before its free "freed on rebinding" rather than temporary (the line ran again): only that may differ.
+    assert all(view == "temporary" and "freed on rebinding" in counts for view, counts in differ.values()), differ
+    assert len(differ) * 5 <= len(compared), differ
+    assert {"temporary", "freed when its function returned", "saved for backward"} <= {live[s] for s in compared}

@@ -18,6 +18,8 @@ from .top_state import LiveState
 
 MIN_COLUMN = 64  # narrower than this, ranks are stacked
 GAP = "  |  "
+REASON_W = 20  # "freed so far as", in the short words below
+SHORT_REASONS = {"freed when its function returned": "function return", "freed on rebinding": "rebinding"}
 VIEWS = ("sites", "phases", "modules")  # what the table of live bytes groups by; a key cycles through them
 BARS = "▁▂▃▄▅▆▇█"
 ASCII_BARS = "_.-=+*#@"  # for a terminal whose encoding has no block characters
@@ -56,13 +58,14 @@ def _table(state: LiveState, view: str, rows: int, width: int) -> list[str]:
     if view == "sites":
         groups = state.by_site()
         phases = state.site_phases()
+        reasons = state.site_reasons()
         last = state.markers[-1] if state.markers else None
     else:
         groups = state.by_phase() if view == "phases" else state.by_module()
     title = {"sites": "Live by site", "phases": "Live by the phase that allocated",
              "modules": "Live by module (its tag, else current at the allocation)"}[view]
     order = sorted(groups.items(), key=lambda kv: (-kv[1][0], kv[0]))
-    figures = 11 + 8 + (22 if view == "sites" else 0)
+    figures = 11 + 8 + (22 + REASON_W if view == "sites" else 0)
     label_w = max(width - figures - 2, 12)
     since = ""
     if view == "sites":
@@ -70,7 +73,7 @@ def _table(state: LiveState, view: str, rows: int, width: int) -> list[str]:
     out = [_cut(f"{title} ({len(groups)}{since}):", width)]
     head = f"  {'':<{label_w}}{'live':>11}{'blocks':>8}"
     if view == "sites":
-        head += f"  {'made in':<10}{'grew':>10}"
+        head += f"  {'made in':<10}{'grew':>10}  {'freed so far as':<{REASON_W - 2}}"
     out.append(head.rstrip())
     for label, (size, count) in order[:rows]:
         line = f"  {_cut(printable(label), label_w):<{label_w}}{fmt_bytes(size):>11}{count:>8}"
@@ -80,6 +83,8 @@ def _table(state: LiveState, view: str, rows: int, width: int) -> list[str]:
                 change = size - last.sites.get(label, 0)
                 grew = f"+{fmt_bytes(change)}" if change > 0 else "-" + fmt_bytes(-change) if change < 0 else "0 B"
             line += f"  {_cut(printable(phases.get(label, '')), 10):<10}{grew:>10}"
+            reason = reasons.get(label, "-")
+            line += f"  {_cut(SHORT_REASONS.get(reason, reason), REASON_W - 2)}"
         out.append(line)
     if len(order) > rows:
         out.append(f"  ... {len(order) - rows} more")

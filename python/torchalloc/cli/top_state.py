@@ -14,7 +14,10 @@ length: a viewer left running for days holds what the job holds now.
 
 Reasons, as the report gives them (saved for backward, freed on
 rebinding ...), need each block's future (how it was freed); a live view
-has not seen it, so sites say instead which phase made their bytes.
+has not seen it for the blocks live now, so a site says which phase made
+its live bytes and how its blocks freed so far were freed (the report's
+rules on their alloc and free stacks: analysis/classify.py), which for a
+line run every step is how its live blocks will go.
 """
 from __future__ import annotations
 
@@ -39,7 +42,9 @@ from .._records import (
     SEGMENT_EXPANDABLE,
     SEGMENT_FREE,
 )
+from ..analysis.classify import Reason, classify_stacks
 from ..analysis.frames import Frame, user_suffix
+from ..analysis.roles import phase_role
 from ..analysis.leaks import Leak, Streaks, marker_kind, step_kind
 from ..analysis.ooms import handle_for, oom_detail
 from ..oom import parse_advice
@@ -56,7 +61,7 @@ SPARK_FIRST_NS = SPARK_WIDEST_NS >> 7  # a column's first width (7.8 ms, doublin
 VERDICTS = {1: "fragmentation", 2: "capacity", 3: "held elsewhere"}
 
 _CARRY = {"addr": np.uint64, "block_size": np.int64, "stack": np.int64, "phase": np.int64, "module": np.int64,
-          "seq": np.int64}
+          "seq": np.int64, "in_bw": np.int64}
 _EVENTS = (SEGMENT_ALLOC, SEGMENT_FREE, PHASE_BEGIN, PHASE_END, MARKER, OOM, OOM_DEVICE, MODULE_NAME)
 
 
@@ -156,6 +161,10 @@ class LiveState:
         self.spark = Sparkline(self.t0)
         self.writer = reader.writer
         self._site_of_stack: dict[int, str] = {}
+        self.freed_as: dict[str, dict[str, int]] = {}  # site -> reason -> bytes of its blocks freed so far
+        self._pair_reason: dict[int, str | None] = {}  # (alloc stack, free stack, saved for backward) -> reason
+        self._backward_phase: dict[int, bool] = {}
+        self.backward_depth = 0  # backward-like phase occurrences open after the last record read
 
     def refresh(self) -> None:
         """Read what the writer appended since the last refresh and fold it in."""
@@ -196,6 +205,12 @@ class LiveState:
         delta[ea] -= comb_size[es]
         # a free of a block allocated before the log: it was never counted, so it takes nothing off
         self.before_log_frees += paired.orphan_rows.size
+        in_bw = self._inside_backward(t)
+        comb_bw = paired.combined(self.carry["in_bw"], in_bw)
+        real = paired.ended_real
+        if real.any():  # saved for backward: allocated outside backward, freed inside it (the report's rule 2)
+            self._freed(paired.combined(self.carry["stack"], t.stack)[es[real]], t.stack[ea[real]],
+                        (in_bw[ea[real]] == 1) & (comb_bw[es[real]] == 0), comb_size[es[real]])
         allocated = self.allocated + np.cumsum(delta)
         seg = np.where(kind == SEGMENT_ALLOC, t.size, np.where(kind == SEGMENT_FREE, -t.size, 0))
         reserved = self.reserved + np.cumsum(seg)
@@ -215,7 +230,8 @@ class LiveState:
                             "stack": paired.combined(self.carry["stack"], t.stack)[live],
                             "phase": paired.combined(self.carry["phase"], t.phase.astype(np.int64))[live],
                             "module": paired.combined(self.carry["module"], module)[live],
-                            "seq": paired.combined(self.carry["seq"], t.seq)[live]})
+                            "seq": paired.combined(self.carry["seq"], t.seq)[live],
+                            "in_bw": comb_bw[live]})
         self.ordinals += nr.size
         tags = np.flatnonzero(kind == MODULE_TAG)
         if tags.size:
@@ -258,6 +274,55 @@ class LiveState:
             self.oom.advice = self._advice(self.oom, limit=size, largest_free=stream, handle=stack)
         elif kind == MODULE_NAME:
             self.module_names[size] = self.reader.strings.get(stack, "")
+
+    def _inside_backward(self, t: PieceTable) -> np.ndarray:
+        """Per record, 1 while an occurrence of a backward-like phase (analysis/roles.py) is open, as the report
+        counts it: by the phase records, not by the phase a record names (autograd's thread names none)."""
+        kind = t.kind
+        step = np.zeros(len(t), dtype=np.int64)
+        for row in np.flatnonzero((kind == PHASE_BEGIN) | (kind == PHASE_END)).tolist():
+            phase = int(t.phase[row])
+            if kind[row] == PHASE_BEGIN and phase not in self._backward_phase:
+                name = self.reader.strings.get(int(t.stack[row]), "")
+                self._backward_phase[phase] = phase_role(name) == "backward"
+            if self._backward_phase.get(phase, False):
+                step[row] = 1 if kind[row] == PHASE_BEGIN else -1
+        depth = self.backward_depth + np.cumsum(step)
+        if len(t):
+            self.backward_depth = max(int(depth[-1]), 0)
+        return (np.maximum(depth, 0) > 0).astype(np.int64)
+
+    def _freed(self, a_stack: np.ndarray, f_stack: np.ndarray, saved: np.ndarray, size: np.ndarray) -> None:
+        """Blocks freed in the piece, by their alloc and free stacks: each (alloc stack, free stack, saved for
+        backward) triple is classified once, its bytes added to its site's reasons."""
+        key = (a_stack.astype(np.int64) << 32) | (f_stack.astype(np.int64) << 1) | saved.astype(np.int64)
+        keys, inverse = np.unique(key, return_inverse=True)
+        total = np.bincount(inverse, weights=size, minlength=keys.size)
+        for k, b in zip(keys.tolist(), total.tolist()):
+            reason = self._reason(k)
+            if reason is None:
+                continue
+            counts = self.freed_as.setdefault(self.site_of(k >> 32), {})
+            counts[reason] = counts.get(reason, 0) + int(b)
+
+    def _reason(self, key: int) -> str | None:
+        """The report's reason for a block of this (alloc stack, free stack, saved) key; None without stacks (the
+        report's phase rules need the occurrences, which the view does not keep)."""
+        if key not in self._pair_reason:
+            alloc, free, saved = key >> 32, (key >> 1) & 0x7FFFFFFF, key & 1
+            a, f = self.reader.stacks.get(alloc), self.reader.stacks.get(free)
+            if saved:
+                reason: str | None = str(Reason.SAVED_FOR_BACKWARD)
+            elif not a or not f:
+                reason = None
+            else:
+                reason = str(classify_stacks(tuple(Frame(*x) for x in a), tuple(Frame(*x) for x in f)).reason)
+            self._pair_reason[key] = reason
+        return self._pair_reason[key]
+
+    def site_reasons(self) -> dict[str, str]:
+        """Per site, how most of its blocks freed so far were freed (bytes), as the report would say."""
+        return {site: max(counts, key=lambda r: counts[r]) for site, counts in self.freed_as.items() if counts}
 
     def _tag(self, addr: np.ndarray, module: np.ndarray, seq: np.ndarray) -> None:
         """module_tag records: the live block holding each address belongs to the tag's module (a parameter, its
