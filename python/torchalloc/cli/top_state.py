@@ -208,7 +208,7 @@ class LiveState:
         in_bw = self._inside_backward(t)
         comb_bw = paired.combined(self.carry["in_bw"], in_bw)
         real = paired.ended_real
-        if real.any():  # saved for backward: allocated outside backward, freed inside it (the report's rule 2)
+        if real.any() and self.has_stacks:  # saved for backward: allocated outside, freed inside it (rule 2)
             self._freed(paired.combined(self.carry["stack"], t.stack)[es[real]], t.stack[ea[real]],
                         (in_bw[ea[real]] == 1) & (comb_bw[es[real]] == 0), comb_size[es[real]])
         allocated = self.allocated + np.cumsum(delta)
@@ -279,14 +279,17 @@ class LiveState:
         """Per record, 1 while an occurrence of a backward-like phase (analysis/roles.py) is open, as the report
         counts it: by the phase records, not by the phase a record names (autograd's thread names none)."""
         kind = t.kind
+        begins = np.flatnonzero(kind == PHASE_BEGIN)
+        for phase, row in zip(*np.unique(t.phase[begins], return_index=True)):  # names of phases not seen yet
+            if int(phase) not in self._backward_phase:
+                name = self.reader.strings.get(int(t.stack[begins[row]]), "")
+                self._backward_phase[int(phase)] = phase_role(name) == "backward"
+        marks = np.flatnonzero((kind == PHASE_BEGIN) | (kind == PHASE_END))
         step = np.zeros(len(t), dtype=np.int64)
-        for row in np.flatnonzero((kind == PHASE_BEGIN) | (kind == PHASE_END)).tolist():
-            phase = int(t.phase[row])
-            if kind[row] == PHASE_BEGIN and phase not in self._backward_phase:
-                name = self.reader.strings.get(int(t.stack[row]), "")
-                self._backward_phase[phase] = phase_role(name) == "backward"
-            if self._backward_phase.get(phase, False):
-                step[row] = 1 if kind[row] == PHASE_BEGIN else -1
+        if marks.size:
+            ids, inverse = np.unique(t.phase[marks], return_inverse=True)
+            backward = np.array([self._backward_phase.get(int(p), False) for p in ids.tolist()], dtype=bool)
+            step[marks] = np.where(backward[inverse], np.where(kind[marks] == PHASE_BEGIN, 1, -1), 0)
         depth = self.backward_depth + np.cumsum(step)
         if len(t):
             self.backward_depth = max(int(depth[-1]), 0)
