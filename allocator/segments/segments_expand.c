@@ -42,7 +42,8 @@ size_t ta_segments_handle_size(const ta_segments *s, int pool) {
 }
 
 size_t ta_segments_oom_granule(const ta_segments *s, int pool) {
-  return s->granule && s->backend->ops->copy ? s->granule : ta_segments_handle_size(s, pool); /* segments_split.c */
+  /* segments_split.c replaces large handles on that path where the backend copies */
+  return s->granule && s->backend->ops->copy ? s->granule : ta_segments_handle_size(s, pool);
 }
 
 /* Why the slack: reclaiming exactly to the high-water mark moves memory
@@ -252,12 +253,18 @@ static int next_run(const ta_expansion *x, size_t from, size_t end, int state, s
   return 1;
 }
 
+/* The first granule mapped in pieces (segments_split.c) in [g, end); end when none. */
+static size_t next_split(const ta_expansion *x, size_t g, size_t end) {
+  while (g < end && x->handles[g] != TA_HANDLE_SPLIT) g++;
+  return g;
+}
+
 size_t ta_segments_unmapped_in(const ta_segment *seg, uintptr_t addr, size_t len) {
   size_t first, end, run, stop, n = 0, pieces = 0;
   granules_of(seg, addr, len, 0, &first, &end);
   for (size_t g = first; next_run(seg->expansion, g, end, UNMAPPED, &run, &stop); g = stop) n += stop - run;
-  for (size_t g = first; next_run(seg->expansion, g, end, SPLIT, &run, &stop); g = stop)
-    for (size_t k = run; k < stop; k++) pieces += ta_split_unmapped(seg, k, addr, addr + len);
+  for (size_t g = first; (g = next_split(seg->expansion, g, end)) < end; g++)
+    pieces += ta_split_unmapped(seg, g, addr, addr + len);
   return n * seg->expansion->granule + pieces;
 }
 
@@ -279,9 +286,8 @@ int ta_segments_map(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t len)
     if (map_run(s, seg, run, stop - run) != TA_OK) return TA_ENOMEM;
     seg->unmapped -= (stop - run) * x->granule;
   }
-  for (size_t g = first; next_run(x, g, end, SPLIT, &run, &stop); g = stop)
-    for (size_t k = run; k < stop; k++)
-      if (ta_split_map(s, seg, k, addr, addr + len) != TA_OK) return TA_ENOMEM;
+  for (size_t g = first; (g = next_split(x, g, end)) < end; g++)
+    if (ta_split_map(s, seg, g, addr, addr + len) != TA_OK) return TA_ENOMEM;
   return TA_OK;
 }
 
@@ -295,8 +301,8 @@ size_t ta_segments_unmap(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t
   seg->unmapped += released;
   /* Pieces of split granules: the free range may hold some of a granule it does not hold whole. */
   granules_of(seg, addr, len, 0, &first, &end);
-  for (size_t g = first; next_run(seg->expansion, g, end, SPLIT, &run, &stop); g = stop)
-    for (size_t k = run; k < stop; k++) pieces += ta_split_unmap(s, seg, k, addr, addr + len);
+  for (size_t g = first; (g = next_split(seg->expansion, g, end)) < end; g++)
+    pieces += ta_split_unmap(s, seg, g, addr, addr + len);
   return released + pieces;
 }
 
@@ -316,8 +322,7 @@ static void expansion_release(ta_segments *s, ta_segment *seg, int account) {
   size_t run, stop, end = seg->size / x->granule;
   for (size_t g = 0; next_run(x, g, end, OWNED, &run, &stop); g = stop) unmap_run(s, seg, run, stop - run, account, 1);
   for (size_t g = 0; next_run(x, g, end, LENT, &run, &stop); g = stop) unmap_run(s, seg, run, stop - run, 0, 0);
-  for (size_t g = 0; next_run(x, g, end, SPLIT, &run, &stop); g = stop)
-    for (size_t k = run; k < stop; k++) ta_split_release(s, seg, k, account);
+  for (size_t g = 0; (g = next_split(x, g, end)) < end; g++) ta_split_release(s, seg, g, account);
   s->backend->ops->unreserve(s->backend, s->device, seg->addr, x->reserved);
   free(x->handles);
   free(x->lent);
@@ -353,9 +358,8 @@ static int holds_mapped_granule(const ta_segment *seg, const ta_block *b) {
   granules_of(seg, b->addr, b->size, 1, &first, &end);
   if (next_run(seg->expansion, first, end, OWNED, &run, &stop)) return 1;
   granules_of(seg, b->addr, b->size, 0, &first, &end);
-  for (size_t g = first; next_run(seg->expansion, g, end, SPLIT, &run, &stop); g = stop)
-    for (size_t k = run; k < stop; k++)
-      if (ta_split_holds_mapped(seg, k, b->addr, b->addr + b->size)) return 1;
+  for (size_t g = first; (g = next_split(seg->expansion, g, end)) < end; g++)
+    if (ta_split_holds_mapped(seg, g, b->addr, b->addr + b->size)) return 1;
   return 0;
 }
 

@@ -19,49 +19,38 @@
 #include "segments/segments.h"
 #include "accounting/stats.h"
 
+/* The device's granule: the size of a piece. */
+static size_t piece_of(const ta_segment *seg) { return seg->expansion->granule / seg->expansion->split_pieces; }
+
 /* Pieces of granule `g` that [lo, hi) touches (`whole` 0) or holds wholly
- * (`whole` 1): [*first, *end), in the device's granules. */
-static void pieces_of(const ta_segments *s, const ta_segment *seg, size_t g, uintptr_t lo, uintptr_t hi, int whole,
-                      size_t *first, size_t *end) {
-  size_t piece = s->granule, k = seg->expansion->granule / piece;
-  uintptr_t base = seg->addr + g * seg->expansion->granule;
+ * (`whole` 1): [*first, *end). */
+static void pieces_of(const ta_segment *seg, size_t g, uintptr_t lo, uintptr_t hi, int whole, size_t *first,
+                      size_t *end) {
+  size_t piece = piece_of(seg), granule = seg->expansion->granule;
+  uintptr_t base = seg->addr + g * granule;
   lo = lo > base ? lo : base;
-  hi = hi < base + seg->expansion->granule ? hi : base + seg->expansion->granule;
+  hi = hi < base + granule ? hi : base + granule;
   if (hi <= lo) {
     *first = *end = 0;
     return;
   }
   *first = (whole ? ta_align_up(lo - base, piece) : lo - base) / piece;
   *end = (whole ? hi - base : ta_align_up(hi - base, piece)) / piece;
-  if (*end > k) *end = k;
   if (*first > *end) *first = *end;
 }
 
-/* The device's granule, for the functions without the segment layer's state. */
-static size_t piece_of(const ta_segment *seg, size_t g) {
-  (void)g;
-  return seg->expansion->granule / seg->expansion->split_pieces;
-}
-
 size_t ta_split_unmapped(const ta_segment *seg, size_t g, uintptr_t lo, uintptr_t hi) {
-  const ta_expansion *x = seg->expansion;
-  size_t piece = piece_of(seg, g), k = x->split_pieces, n = 0;
-  uintptr_t base = seg->addr + g * x->granule;
-  for (size_t j = 0; j < k; j++) {
-    uintptr_t plo = base + j * piece, phi = plo + piece;
-    if (phi > lo && plo < hi && !x->split[g][j]) n++;
-  }
-  return n * piece;
+  size_t first, end, n = 0;
+  pieces_of(seg, g, lo, hi, 0, &first, &end);
+  for (size_t j = first; j < end; j++) n += !seg->expansion->split[g][j];
+  return n * piece_of(seg);
 }
 
 int ta_split_holds_mapped(const ta_segment *seg, size_t g, uintptr_t lo, uintptr_t hi) {
-  const ta_expansion *x = seg->expansion;
-  size_t piece = piece_of(seg, g);
-  uintptr_t base = seg->addr + g * x->granule;
-  for (size_t j = 0; j < x->split_pieces; j++) {
-    uintptr_t plo = base + j * piece;
-    if (plo >= lo && plo + piece <= hi && x->split[g][j]) return 1;
-  }
+  size_t first, end;
+  pieces_of(seg, g, lo, hi, 1, &first, &end);
+  for (size_t j = first; j < end; j++)
+    if (seg->expansion->split[g][j]) return 1;
   return 0;
 }
 
@@ -88,8 +77,8 @@ static void settle(ta_segment *seg, size_t g) {
 int ta_split_map(ta_segments *s, ta_segment *seg, size_t g, uintptr_t lo, uintptr_t hi) {
   ta_expansion *x = seg->expansion;
   if (x->handles[g] == 0 && split_empty(seg, g)) return TA_ENOMEM;
-  size_t first, end, piece = s->granule;
-  pieces_of(s, seg, g, lo, hi, 0, &first, &end);
+  size_t first, end, piece = piece_of(seg);
+  pieces_of(seg, g, lo, hi, 0, &first, &end);
   uintptr_t base = seg->addr + g * x->granule;
   int rc = TA_OK;
   for (size_t j = first; j < end && rc == TA_OK; j++) {
@@ -105,41 +94,39 @@ int ta_split_map(ta_segments *s, ta_segment *seg, size_t g, uintptr_t lo, uintpt
   return rc;
 }
 
-size_t ta_split_unmap(ta_segments *s, ta_segment *seg, size_t g, uintptr_t lo, uintptr_t hi) {
+/* Unmap and give back the mapped pieces [first, end) of granule `g`
+ * (`account`: in the stats and the log); a granule left with none is
+ * unmapped. Returns the bytes. */
+static size_t unmap_pieces(ta_segments *s, ta_segment *seg, size_t g, size_t first, size_t end, int account) {
   ta_expansion *x = seg->expansion;
-  size_t first, end, piece = s->granule, released = 0;
-  pieces_of(s, seg, g, lo, hi, 1, &first, &end);
+  size_t piece = piece_of(seg), released = 0;
   uintptr_t base = seg->addr + g * x->granule;
   for (size_t j = first; j < end; j++) {
-    if (!x->split[g][j]) continue;
-    ta_segments_account(s, seg, base + j * piece, piece, -1);
-    s->backend->ops->unmap(s->backend, s->device, base + j * piece, piece, piece, &x->split[g][j], 1);
-    x->split[g][j] = 0;
-    released += piece;
-  }
-  seg->unmapped += released;
-  settle(seg, g);
-  return released;
-}
-
-void ta_split_release(ta_segments *s, ta_segment *seg, size_t g, int account) {
-  ta_expansion *x = seg->expansion;
-  size_t piece = piece_of(seg, g);
-  uintptr_t base = seg->addr + g * x->granule;
-  for (size_t j = 0; j < x->split_pieces; j++) {
     if (!x->split[g][j]) continue;
     if (account) ta_segments_account(s, seg, base + j * piece, piece, -1);
     s->backend->ops->unmap(s->backend, s->device, base + j * piece, piece, piece, &x->split[g][j], 1);
     x->split[g][j] = 0;
+    released += piece;
   }
-  free(x->split[g]);
-  x->split[g] = NULL;
-  x->handles[g] = 0;
+  settle(seg, g);
+  return released;
+}
+
+size_t ta_split_unmap(ta_segments *s, ta_segment *seg, size_t g, uintptr_t lo, uintptr_t hi) {
+  size_t first, end;
+  pieces_of(seg, g, lo, hi, 1, &first, &end);
+  size_t released = unmap_pieces(s, seg, g, first, end, 1);
+  seg->unmapped += released;
+  return released;
+}
+
+void ta_split_release(ta_segments *s, ta_segment *seg, size_t g, int account) {
+  unmap_pieces(s, seg, g, 0, seg->expansion->split_pieces, account);
 }
 
 int ta_split_grant(ta_segments *s, ta_segment *seg, size_t g, uint64_t peers) {
   ta_expansion *x = seg->expansion;
-  size_t piece = piece_of(seg, g);
+  size_t piece = piece_of(seg);
   int rc = TA_OK;
   for (size_t j = 0; j < x->split_pieces; j++)
     if (x->split[g][j] &&
@@ -151,7 +138,7 @@ int ta_split_grant(ta_segments *s, ta_segment *seg, size_t g, uint64_t peers) {
 int ta_segments_mapped_stretch(const ta_segment *seg, uintptr_t lo, uintptr_t hi, uintptr_t *run_lo,
                                uintptr_t *run_hi) {
   const ta_expansion *x = seg->expansion;
-  size_t granule = x->granule, piece = granule / x->split_pieces;
+  size_t granule = x->granule, piece = piece_of(seg);
   uintptr_t at = seg->addr + ta_align_up(lo - seg->addr, piece), start = 0;
   while (at + piece <= hi) {
     size_t off = at - seg->addr, g = off / granule, step;
@@ -218,9 +205,8 @@ int ta_segments_near_capacity(ta_segments *s, size_t bytes) {
 /* Which pieces of the mapped granule `g` lie wholly in free blocks
  * (*walk: the first block that may overlap it, advanced as granules go up):
  * into free_piece[], their count returned. */
-static size_t free_pieces(const ta_segments *s, const ta_segment *seg, size_t g, const ta_block **walk,
-                          uint8_t *free_piece) {
-  size_t piece = s->granule, k = seg->expansion->granule / piece, n = 0;
+static size_t free_pieces(const ta_segment *seg, size_t g, const ta_block **walk, uint8_t *free_piece) {
+  size_t piece = piece_of(seg), k = seg->expansion->split_pieces, n = 0;
   uintptr_t base = seg->addr + g * seg->expansion->granule;
   const ta_block *b = *walk;
   while (b && b->addr + b->size <= base) b = b->next;
@@ -239,7 +225,7 @@ static size_t free_pieces(const ta_segments *s, const ta_segment *seg, size_t g,
 static size_t replace(ta_segments *s, ta_segment *seg, size_t g, const uint8_t *free_piece, uintptr_t scratch) {
   ta_expansion *x = seg->expansion;
   const ta_backend_ops *ops = s->backend->ops;
-  size_t piece = s->granule, k = x->granule / piece;
+  size_t piece = piece_of(seg), k = x->split_pieces;
   uintptr_t base = seg->addr + g * x->granule;
   uint64_t *pieces = calloc(k, sizeof *pieces);
   if (!pieces) return 0;
@@ -288,7 +274,7 @@ size_t ta_segments_split_free(ta_segments *s, size_t want) {
   for (size_t i = 0; i < s->registry.count && released < want; i++) {
     ta_segment *seg = s->registry.items[i];
     ta_expansion *x = seg->expansion;
-    if (!x || x->granule <= s->granule || x->granule / s->granule != x->split_pieces) continue;
+    if (!x || x->split_pieces < 2) continue; /* a granule of the device's size has no pieces to give back */
     if (scratch_size < x->granule) { /* one granule of addresses to copy through */
       if (scratch) ops->unreserve(s->backend, s->device, scratch, scratch_size);
       scratch = 0, scratch_size = 0;
@@ -303,7 +289,7 @@ size_t ta_segments_split_free(ta_segments *s, size_t want) {
     const ta_block *walk = seg->first;
     for (size_t g = 0; g < seg->size / x->granule && released < want; g++) {
       if (x->handles[g] == 0 || x->handles[g] == TA_HANDLE_SPLIT || x->lent[g]) continue;
-      if (!free_pieces(s, seg, g, &walk, free_piece)) continue;
+      if (!free_pieces(seg, g, &walk, free_piece)) continue;
       released += replace(s, seg, g, free_piece, scratch);
     }
   }
