@@ -167,6 +167,12 @@ def test_a_site_that_grows_at_every_step_is_named_a_leak(tmp_path: Path, library
         w.kill()
 
 
+def _write_log(script: str, log: Path, library_path: Path) -> None:
+    """Run `script` (the library on the simulated device, the log's path in sys.argv[1]) in a process of its own."""
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent), TORCHALLOC_LIB=str(library_path))
+    subprocess.run([sys.executable, "-c", script, str(log)], check=True, env=env, timeout=120)
+
+
 def test_the_last_oom_and_its_verdict(tmp_path: Path, library_path: Path) -> None:
     """A job asks for more than the simulated device has: the frame names the OOM, what was asked, the
     allocator's verdict (capacity) in the report's words, and the first line of advice the report gives."""
@@ -175,8 +181,7 @@ def test_the_last_oom_and_its_verdict(tmp_path: Path, library_path: Path) -> Non
              "_lib.init(f'backend:sim,sim_capacity:1GiB,warn:0,oom_report:off,expandable:off,log:{sys.argv[1]}')\n"
              "lib = _lib.lib(); keep = lib.torchalloc_malloc(256 << 20, 0, None)\n"
              "assert not lib.torchalloc_malloc(2 << 30, 0, None)\n")
-    env = dict(os.environ, PYTHONPATH=str(HERE.parent), TORCHALLOC_LIB=str(library_path))
-    subprocess.run([sys.executable, "-c", child, str(log)], check=True, env=env, timeout=120)
+    _write_log(child, log, library_path)
     state = LiveState(LiveReader(str(log)))
     state.refresh()
     assert state.oom is not None and (state.oom.requested, state.oom.verdict) == (2 << 30, "capacity")
@@ -200,8 +205,7 @@ def test_blocks_from_before_the_log_are_not_counted_and_it_says_so(tmp_path: Pat
              "lib = _lib.lib(); early = lib.torchalloc_malloc(64 << 20, 0, None)\n"
              "assert lib.torchalloc_log_open(sys.argv[1].encode()) == 0\n"
              "lib.torchalloc_free(early, 64 << 20, 0, None); late = lib.torchalloc_malloc(32 << 20, 0, None)\n")
-    env = dict(os.environ, PYTHONPATH=str(HERE.parent), TORCHALLOC_LIB=str(library_path))
-    subprocess.run([sys.executable, "-c", child, str(log)], check=True, env=env, timeout=120)
+    _write_log(child, log, library_path)
     state = LiveState(LiveReader(str(log)))
     state.refresh()
     assert (state.allocated, state.before_log_frees) == (32 << 20, 1)
