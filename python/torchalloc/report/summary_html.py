@@ -104,14 +104,8 @@ def _markers_html(s: Summary) -> str:
 
 
 def _change_html(c: Change) -> str:
-    text = (f"<code>TORCHALLOC_CONF={_e(c.setting)}</code> reserves {_e(fmt_bytes(c.reserves))}, "
-            f"<b>{_e(fmt_bytes(c.saves))} less</b>")
-    if c.no_cache:
-        text += " (no cache: every request asks the device)"
-        if c.cached_setting is not None and c.cached_reserves is not None and c.cached_saves is not None:
-            text += (f"; with a cache, <code>TORCHALLOC_CONF={_e(c.cached_setting)}</code> reserves "
-                     f"{_e(fmt_bytes(c.cached_reserves))}, {_e(fmt_bytes(c.cached_saves))} less")
-    return text + _link("reserve_replays", "Every policy")
+    return c.words(lambda t: f"<code>{_e(t)}</code>", lambda t: f"<b>{_e(t)}</b>") + _link("reserve_replays",
+                                                                                          "Every policy")
 
 
 def _oom_html(o: OomLine) -> str:

@@ -173,15 +173,7 @@ def _summary_text(s: Summary, width: int) -> list[str]:
         head.append(f"  ... {more} more growing site{'s' if more != 1 else ''}: see 'Leaks' below")
     tail: list[str] = []
     if s.change is not None:
-        c = s.change
-        text = (f"The change that saves the most: TORCHALLOC_CONF={c.setting} reserves {fmt_bytes(c.reserves)}, "
-                f"{fmt_bytes(c.saves)} less")
-        if c.no_cache:
-            text += " (no cache: every request asks the device)"
-            if c.cached_setting is not None and c.cached_reserves is not None and c.cached_saves is not None:
-                text += (f"; with a cache, TORCHALLOC_CONF={c.cached_setting} reserves "
-                         f"{fmt_bytes(c.cached_reserves)}, {fmt_bytes(c.cached_saves)} less")
-        tail += said(text)
+        tail += said(f"The change that saves the most: {s.change.words()}")
     if s.oom is not None:
         o = s.oom
         which = f" (the last of {o.count})" if o.count > 1 else ""
