@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Memory and step time of real training workloads under every allocator variant, in one interleaved run.
 
-    python3 bench/models.py [--workloads convnet,encoder,resnet50,vit_b16,gpt2,llama,llama_generate]
+    python3 bench/models.py [--workloads convnet,encoder,resnet50,vit_b16,gpt2,llama,moe,detection,llama_generate]
         [--variants ...] [--rounds 3] [--steps N] [--out results.json] [--markdown table.md] [--quick] [--dry-run]
     python3 bench/models.py --stacks ...          # deliverable 4: the cost of logging, on GPT-2
     python3 bench/models.py --merge A.json B.json [--markdown table.md]   # one table from several runs
@@ -9,9 +9,12 @@
 Workloads (random weights, nothing downloaded; see bench/suite/workloads.py):
 convnet, encoder (bench/step_time.py's), resnet50 (torchvision, bf16
 autocast), vit_b16 (timm), gpt2 (transformers, 12 layers), llama (a
-Llama-style decoder, sequence lengths drawn from 256-2048 per step); all
-AdamW; and llama_generate (generate() with a growing KV cache, prompt and
-output lengths drawn per step).
+Llama-style decoder, sequence lengths drawn from 256-2048 per step), moe
+(a Mixtral-style mixture-of-experts decoder, the same lengths), detection
+(torchvision's Mask R-CNN, image sizes and box counts drawn per step:
+thousands of allocations a step); all AdamW; and llama_generate
+(generate() with a growing KV cache, prompt and output lengths drawn per
+step).
 Variants (bench/suite/variants.py): native, native+expandable,
 native+async, native+history, torchalloc (install() with nothing set: the
 default, caching with expandable:reclaim), and torchalloc
@@ -27,7 +30,11 @@ over all steps (warm-up included), each with its ratio to native (median
 and min-max over rounds), the first 10 steps' time, peak allocated and
 reserved (torch.cuda.max_memory_*), their ratio, device allocation (or
 map), free (or unmap) and synchronize calls, and the first and last loss
-(a checksum of the tokens for llama_generate). Progress goes to stderr;
+(a checksum of the tokens for llama_generate). For torchalloc variants,
+per step after the warm-up: the host time spent inside torchalloc's
+malloc and free (TORCHALLOC_CONF time_calls:1, added unless
+--no-host-time: two clock reads a call, no synchronize), and the handles
+of expandable segments made, moved to a new address and released. Progress goes to stderr;
 the table, the targets of the issue (reported, never asserted) and a JSON
 line to stdout; --out gets the raw records after every run, --markdown
 the table for BENCHMARKS.md. The whole default plan takes far longer than
@@ -80,6 +87,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=None, help="timed steps per run (default: per workload, 15-40)")
     p.add_argument("--warmup", type=int, default=None, help="warm-up steps before timing (default 3)")
     runner.add_run_options(p, REPO / "build" / "libtorchalloc.so", "the suite started")
+    p.add_argument("--no-host-time", action="store_true",
+                   help="do not count torchalloc's host time in malloc/free (time_calls:1, two clock reads a call)")
     p.add_argument("--quick", action="store_true", help=f"1 round of {QUICK_STEPS} steps: a check, not a figure")
     p.add_argument("--dry-run", action="store_true", help="print the plan and estimated time; run nothing")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help=argparse.SUPPRESS)
@@ -97,6 +106,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.rounds = args.rounds if args.rounds is not None else quick_or(1, 3)
     args.warmup = args.warmup if args.warmup is not None else quick_or(QUICK_WARMUP, 3)
     args.steps = args.steps if args.steps is not None else quick_or(QUICK_STEPS, None)
+    if not args.no_host_time:  # the allocator's host time per step (deliverable 1 of issue 32)
+        args.extra_conf = ",".join(c for c in (args.extra_conf.strip(" ,"), "time_calls:1") if c)
     if args.rounds < 1 or (args.steps is not None and args.steps < 1) or args.warmup < 0:
         p.error("--rounds and --steps must be at least 1, --warmup at least 0")
     try:

@@ -119,7 +119,7 @@ typedef struct torchalloc_stat {
 } torchalloc_stat;
 
 /* Bump TORCHALLOC_STATS_VERSION whenever this struct changes; bindings check it. */
-#define TORCHALLOC_STATS_VERSION 3
+#define TORCHALLOC_STATS_VERSION 4
 
 typedef struct torchalloc_stats {
   int64_t version;
@@ -147,6 +147,18 @@ typedef struct torchalloc_stats {
    * retry, compact's unmapping); the reclaim mode makes none to allocate
    * (version 3; the bridge answers torch's num_sync_all_streams with it). */
   int64_t num_synchronizes;
+  /* Physical handles of expandable segments (version 4): made and mapped,
+   * moved (mapped at a new address: reclaim's donors and lent granules),
+   * released to the device. Each move costs the host an unmap, a map and
+   * a set-access call (BENCHMARKS.md). */
+  int64_t num_handles_created;
+  int64_t num_handles_moved;
+  int64_t num_handles_released;
+  /* Host nanoseconds inside torchalloc's malloc and free entry points, and
+   * the calls timed: counted only under TORCHALLOC_CONF time_calls:1 (two
+   * clock reads a call), else 0. */
+  int64_t host_ns;
+  int64_t timed_calls;
 } torchalloc_stats;
 
 TORCHALLOC_API size_t torchalloc_stats_size(void);
@@ -566,7 +578,7 @@ typedef struct torchalloc_replay_event {
 } torchalloc_replay_event;
 
 /* Bump TORCHALLOC_REPLAY_VERSION whenever this struct changes; bindings check it. */
-#define TORCHALLOC_REPLAY_VERSION 2
+#define TORCHALLOC_REPLAY_VERSION 3
 
 typedef struct torchalloc_replay_result {
   int64_t version;
@@ -589,6 +601,9 @@ typedef struct torchalloc_replay_result {
   int64_t final_allocated;      /* allocated_bytes after the last event replayed */
   int64_t final_reserved;       /* reserved_bytes after the last event replayed */
   int64_t synchronizes;         /* device synchronizes the policy made (num_synchronizes; version 2) */
+  int64_t handles_created;      /* num_handles_created, num_handles_moved, num_handles_released (version 3) */
+  int64_t handles_moved;
+  int64_t handles_released;
 } torchalloc_replay_result;
 
 TORCHALLOC_API size_t torchalloc_replay_event_size(void);

@@ -114,6 +114,8 @@ static const conf_key keys[] = {
              "back and move memory in"},
     {.name = "peers", .kind = CONF_CHOICE, FIELD(peers), .choices = peers_choices, .default_value = "all",
      .help = "which other GPUs may read and write memory mapped on a GPU"},
+    {.name = "time_calls", .kind = CONF_INT, FIELD(time_calls), .lo = 0, .hi = 1, .default_value = "0",
+     .help = "count the host time spent in malloc and free (stats host_ns, timed_calls; two clock reads a call)"},
     {.name = "sim_vmm", .kind = CONF_INT, FIELD(sim_vmm), .lo = 0, .hi = 1, .default_value = "1",
      .help = "the simulated device has virtual memory (0: model one without, for tests)"},
     {.name = "sim_lag", .kind = CONF_INT, FIELD(sim_lag), .lo = 0, .hi = 1000000000, .default_value = "0",

@@ -31,6 +31,7 @@ typedef struct ta_config {
   size_t large_handle;      /* bytes per physical handle of large-pool expandable segments */
   int large_handle_set;     /* `handle` was given: it holds under a memory fraction too */
   int peers;                /* enum ta_peers_mode: which other devices may touch mapped memory */
+  int time_calls;           /* count the host time of malloc and free in the stats (host_ns) */
 } ta_config;
 
 /* `peers`: memory mapped with the driver's virtual memory calls is

@@ -292,6 +292,11 @@ static inline void free_checked(ta_heap *h, void *ptr, size_t size, cudaStream_t
   ta_lock_release(&h->lock);
 }
 
+void ta_heap_count_host_time(ta_heap *h, uint64_t ns) {
+  __atomic_fetch_add(&h->stats.host_ns, (int64_t)ns, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&h->stats.timed_calls, 1, __ATOMIC_RELAXED);
+}
+
 void ta_heap_free(ta_heap *h, void *ptr, size_t size, cudaStream_t stream) {
   free_checked(h, ptr, size, stream, 1, ta_phase_current());
 }

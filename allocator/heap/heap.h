@@ -28,6 +28,9 @@ ta_internal ta_heap *ta_heap_create(ta_backend *backend, int device, const ta_co
 ta_internal void ta_heap_destroy(ta_heap *h);
 
 ta_internal void *ta_heap_malloc(ta_heap *h, size_t size, cudaStream_t stream);
+/* time_calls:1: `ns` of host time spent in one malloc or free entry point
+ * (counted without the heap lock: the caller's clock spans the wait for it). */
+ta_internal void ta_heap_count_host_time(ta_heap *h, uint64_t ns);
 /* The caller's free: a size or stream other than the block's is misuse,
  * counted and reported, and the block stays allocated. */
 ta_internal void ta_heap_free(ta_heap *h, void *ptr, size_t size, cudaStream_t stream);

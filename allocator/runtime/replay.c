@@ -37,7 +37,9 @@ _Static_assert(sizeof(torchalloc_replay_event) == 32, "torchalloc_replay_event i
  * step (its launch queue holds about a thousand kernels), so memory freed
  * in the trace is not known to be past for that long: what the reclaim
  * mode does then (lending on the same stream) is what a GPU would see. */
+#ifndef REPLAY_LAG
 #define REPLAY_LAG 1000
+#endif
 
 /* ------------------------------------------------------------------------
  * Trace address -> replay block: open addressing, linear probing,
@@ -443,6 +445,9 @@ int ta_replay_end(torchalloc_replay_run *st, torchalloc_replay_result *out) {
     r->device_frees = stats.num_device_free;
     r->alloc_retries = stats.num_alloc_retries;
     r->synchronizes = stats.num_synchronizes;
+    r->handles_created = stats.num_handles_created;
+    r->handles_moved = stats.num_handles_moved;
+    r->handles_released = stats.num_handles_released;
     r->final_allocated = stats.allocated_bytes[TORCHALLOC_POOL_ALL].current;
     r->final_reserved = stats.reserved_bytes[TORCHALLOC_POOL_ALL].current;
     *out = *r;

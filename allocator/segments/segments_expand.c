@@ -136,6 +136,8 @@ static int map_run(ta_segments *s, ta_segment *seg, size_t first, size_t n) {
   if (k) memcpy(seg->stamps + first, s->donors.stamps + s->donors.n - k, k * sizeof *seg->stamps);
   memset(seg->stamps + first + k, 0, (n - k) * sizeof *seg->stamps);
   s->donors.n -= k;
+  s->stats->num_handles_moved += (int64_t)k;
+  s->stats->num_handles_created += (int64_t)(n - k);
   ta_segments_account(s, seg, addr, bytes, +1);
   return TA_OK;
 }
@@ -148,6 +150,7 @@ static void unmap_run(ta_segments *s, ta_segment *seg, size_t first, size_t n, i
   uintptr_t addr = seg->addr + first * x->granule;
   if (account) ta_segments_account(s, seg, addr, bytes, -1);
   s->backend->ops->unmap(s->backend, s->device, addr, bytes, x->granule, x->handles + first, release);
+  if (release) s->stats->num_handles_released += (int64_t)n;
   memset(x->handles + first, 0, n * sizeof *x->handles);
   memset(x->lent + first, 0, n);
 }
@@ -518,6 +521,7 @@ int ta_segments_range_past(const ta_segment *seg, uintptr_t addr, size_t len) {
 void ta_segments_donors_drop(ta_segments *s) {
   if (!s->donors.n) return;
   s->backend->ops->release(s->backend, s->device, s->donors.handles, s->donors.n);
+  s->stats->num_handles_released += (int64_t)s->donors.n;
   s->donors.n = 0;
 }
 

@@ -88,6 +88,7 @@ int ta_split_map(ta_segments *s, ta_segment *seg, size_t g, uintptr_t lo, uintpt
       rc = TA_ENOMEM;
     if (rc != TA_OK) break;
     seg->unmapped -= piece;
+    s->stats->num_handles_created++;
     ta_segments_account(s, seg, base + j * piece, piece, +1);
   }
   settle(seg, g); /* a granule that got no piece is unmapped again */
@@ -105,6 +106,7 @@ static size_t unmap_pieces(ta_segments *s, ta_segment *seg, size_t g, size_t fir
     if (!x->split[g][j]) continue;
     if (account) ta_segments_account(s, seg, base + j * piece, piece, -1);
     s->backend->ops->unmap(s->backend, s->device, base + j * piece, piece, piece, &x->split[g][j], 1);
+    s->stats->num_handles_released++;
     x->split[g][j] = 0;
     released += piece;
   }
@@ -247,6 +249,7 @@ static size_t replace(ta_segments *s, ta_segment *seg, size_t g, const uint8_t *
     return 0;
   }
   ops->unmap(s->backend, s->device, base, x->granule, x->granule, &x->handles[g], 1);
+  s->stats->num_handles_released++;
   size_t released = 0;
   for (size_t j = 0; j < k; j++) {
     if (free_piece[j]) {
@@ -258,6 +261,7 @@ static size_t replace(ta_segments *s, ta_segment *seg, size_t g, const uint8_t *
       fprintf(stderr, "torchalloc: remapping %p after replacing its handle failed\n", (void *)(base + j * piece));
       abort();
     }
+    s->stats->num_handles_created += !free_piece[j]; /* a new handle for each piece in use */
   }
   x->handles[g] = TA_HANDLE_SPLIT;
   x->split[g] = pieces;

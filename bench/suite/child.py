@@ -73,6 +73,22 @@ def memory(torch: Any, variant: Variant, device: Any) -> dict[str, Any]:
     return out
 
 
+PROFILE_COUNTERS = ("num_handles_created", "num_handles_moved", "num_handles_released", "host_ns", "timed_calls")
+
+
+def profile(variant: Variant, device: Any) -> Callable[[], dict[str, int]] | None:
+    """torchalloc's cumulative handle counts and host time in malloc/free (time_calls:1), or None (native)."""
+    if variant.native or device.type != "cuda":
+        return None
+    index = device.index
+    return lambda: {k: v for k, v in gpu_child.counters(index).items() if k in PROFILE_COUNTERS}
+
+
+def per_step(before: dict[str, int], after: dict[str, int], steps: int) -> dict[str, float]:
+    """What the timed steps added, per step: handles made, moved and released, host ns and calls."""
+    return {k: (after[k] - before[k]) / steps for k in PROFILE_COUNTERS} if steps else {}
+
+
 def train(torch: Any, built: Built, variant: Variant, device: Any, warmup: int, steps: int,
           capped: bool = False) -> dict[str, Any]:
     part = phases(variant, device.type)
@@ -102,15 +118,21 @@ def train(torch: Any, built: Built, variant: Variant, device: Any, warmup: int, 
 
     done: list[tuple[float, float]] = []  # (ms, loss) of every step so far, warm-up first
     out: dict[str, Any] = {"warmup_ms": [], "step_ms": []}
+    counters = profile(variant, device)
+    before = counters() if counters and not warmup else None
     try:
         for i in range(warmup + steps):
             done.append(step(built.batch(i < warmup)))
+            if counters and i == warmup - 1:  # after the warm-up's synchronize: the timed steps' counts start
+                before = counters()
     except torch.OutOfMemoryError as e:  # only reached under --cap: without one, it fails the run
         if not capped:
             raise
         out.update(oom=True, oom_step=len(done), oom_message=" ".join(str(e).split())[:300])
     out["warmup_ms"] = [ms for ms, _ in done[:warmup]]
     out["step_ms"] = [ms for ms, _ in done[warmup:]]
+    if counters and before is not None:
+        out["per_step"] = per_step(before, counters(), len(out["step_ms"]))
     losses = [loss for _, loss in done]
     out.update(first_loss=losses[0] if losses else None, last_loss=losses[-1] if losses else None)
     return out

@@ -10,7 +10,10 @@ rounds: interleaving makes a round's ratio immune to slow drift, and the
 spread says how much to trust the figure. Peaks are the largest over
 rounds (they repeat from round to round: the data is seeded); so are the
 device calls (allocations or maps, frees or unmaps, synchronizes: "n/a"
-where the allocator does not count them).
+where the allocator does not count them). After the warm-up, per step
+(median over rounds, torchalloc variants): the host time spent inside
+torchalloc's malloc and free (time_calls:1, no synchronize) and the handles
+of expandable segments made, moved (mapped at a new address) and released.
 """
 from __future__ import annotations
 
@@ -66,6 +69,12 @@ def _max(cell: Cell, key: str) -> Any:
     return max(values) if values else None
 
 
+def _per_step(cell: Cell, key: str) -> float | None:
+    """The median over rounds of a timed-steps-per-step count (torchalloc variants; None elsewhere)."""
+    values = [r["per_step"][key] for r in cell.ok if r.get("per_step")]
+    return statistics.median(values) if values else None
+
+
 def row(cell: Cell, native: Cell | None) -> dict[str, Any]:
     medians, means = _round_medians(cell), _round_means(cell)
     ratios = _ratios(medians, _round_medians(native) if native is not None else {})
@@ -92,6 +101,13 @@ def row(cell: Cell, native: Cell | None) -> dict[str, Any]:
         "device_allocs": _max(cell, "device_allocs"),
         "device_frees": _max(cell, "device_frees"),
         "synchronizes": _max(cell, "synchronizes"),
+        # After the warm-up, per step (median over rounds): the allocator's host time in malloc/free
+        # (time_calls:1) and its expandable segments' handles made, moved and released.
+        "host_ms_per_step": None if _per_step(cell, "host_ns") is None else _per_step(cell, "host_ns") / 1e6,
+        "calls_per_step": _per_step(cell, "timed_calls"),
+        "created_per_step": _per_step(cell, "num_handles_created"),
+        "moved_per_step": _per_step(cell, "num_handles_moved"),
+        "released_per_step": _per_step(cell, "num_handles_released"),
         "first_loss": first.get("first_loss"), "last_loss": first.get("last_loss"),
         "log_bytes": _max(cell, "log_bytes"),
     }
@@ -128,7 +144,13 @@ def _loss(r: dict[str, Any]) -> str:
 
 
 COLUMNS = ("variant", "median ms", "x native (min-max)", "mean ms", "mean x native (min-max)", "first 10 ms",
-           "alloc MiB", "reserved MiB", "res/alloc", "allocs/maps", "frees/unmaps", "syncs", "loss first -> last")
+           "alloc MiB", "reserved MiB", "res/alloc", "allocs/maps", "frees/unmaps", "syncs", "host ms/step",
+           "handles/step new/moved/released", "loss first -> last")
+
+
+def _handles(r: dict[str, Any]) -> str:
+    keys = ("created_per_step", "moved_per_step", "released_per_step")
+    return "n/a" if r.get(keys[0]) is None else "/".join(f"{r[k]:.1f}" for k in keys)
 
 
 def _cells_of(r: dict[str, Any]) -> list[str]:
@@ -136,7 +158,8 @@ def _cells_of(r: dict[str, Any]) -> list[str]:
     return [r["variant"] + status, _f(r["median_ms"], ".1f"), _ratio(r), _f(r.get("mean_ms"), ".1f"),
             _ratio(r, "mean_vs_native"), _f(r.get("first10_ms"), ".0f"), _mib(r["peak_allocated"]),
             _mib(r["peak_reserved"]), _f(r["reserved_over_allocated"], ".3f"), _count(r, "device_allocs"),
-            _count(r, "device_frees"), _count(r, "synchronizes"), _loss(r)]
+            _count(r, "device_frees"), _count(r, "synchronizes"), _f(r.get("host_ms_per_step"), ".3f", "n/a"),
+            _handles(r), _loss(r)]
 
 
 def text(table_rows: list[dict[str, Any]]) -> str:
@@ -158,7 +181,7 @@ def markdown(table_rows: list[dict[str, Any]]) -> str:
     head = ("| workload | variant | median step ms | median vs native (min-max over rounds) | mean step ms, all steps "
             "| mean vs native (min-max) | first 10 steps ms | peak allocated MiB | peak reserved MiB "
             "| reserved / allocated | device allocations or maps | device frees or unmaps | device synchronizes "
-            "| loss first -> last |")
+            "| allocator host ms per step | handles per step: new / moved / released | loss first -> last |")
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in table_rows:
         cells_ = _cells_of(r)

@@ -8,7 +8,9 @@ Two Llama-style decoders (transformers' LlamaForCausalLM from a config:
 grouped-query attention, RMSNorm, SwiGLU) stress what varies: `llama`
 trains on sequence lengths drawn from 256-2048 every step, `llama_generate`
 runs generate() (a KV cache growing token by token) on prompt and output
-lengths drawn every step; sizes not yet measured.
+lengths drawn every step; sizes not yet measured. `detection` (torchvision's
+Mask R-CNN on images and box counts drawn per step) is the allocation-heavy
+one: thousands of small allocations a step, every step of other shapes.
 
 Data is drawn on the device from a seeded generator: every variant and
 round sees the same batches, and drawing costs no host time between steps.
@@ -205,6 +207,52 @@ def build_llama_generate(torch: Any, device: Any, batch: int, seed: int, steps: 
     return Built(model, None, draw, run)
 
 
+DETECTION_SIDES = (480, 800)  # each image's height and width drawn from this range, in steps of 32
+DETECTION_BOXES = (1, 24)  # boxes per image, drawn
+
+
+def build_detection(torch: Any, device: Any, batch: int, seed: int, steps: int) -> Built:
+    """Allocation-heavy training: torchvision's Mask R-CNN (ResNet-50 FPN, random weights) on `batch` images
+    per step, each of a drawn size with a drawn number of boxes (and their masks): the model resizes each
+    image, so every step's tensors have other shapes, and the proposals, matching and mask heads make
+    thousands of small allocations a step."""
+    import torchvision
+
+    model = torchvision.models.detection.maskrcnn_resnet50_fpn(weights=None, weights_backbone=None,
+                                                               num_classes=91).to(device).train()
+    gen = _generator(torch, device, seed)
+    host = torch.Generator().manual_seed(seed)
+
+    def draw_int(lo: int, hi: int) -> int:
+        return int(torch.randint(lo, hi + 1, (), generator=host))
+
+    def target(h: int, w: int) -> dict[str, Any]:
+        n = draw_int(*DETECTION_BOXES)
+        corner = torch.rand(n, 2, generator=gen, device=device) * torch.tensor([w * 0.7, h * 0.7], device=device)
+        extent = 16 + torch.rand(n, 2, generator=gen, device=device) * torch.tensor([w * 0.3, h * 0.3], device=device)
+        boxes = torch.cat([corner, corner + extent], dim=1)
+        ys = torch.arange(h, device=device).view(1, h, 1)
+        xs = torch.arange(w, device=device).view(1, 1, w)
+        masks = ((ys >= boxes[:, 1, None, None]) & (ys < boxes[:, 3, None, None]) &
+                 (xs >= boxes[:, 0, None, None]) & (xs < boxes[:, 2, None, None])).to(torch.uint8)
+        labels = torch.randint(1, 91, (n,), generator=gen, device=device)
+        return {"boxes": boxes, "labels": labels, "masks": masks}
+
+    def draw(_warmup: bool) -> Any:
+        images, targets = [], []
+        for _ in range(batch):
+            h, w = 32 * draw_int(DETECTION_SIDES[0] // 32, DETECTION_SIDES[1] // 32), \
+                32 * draw_int(DETECTION_SIDES[0] // 32, DETECTION_SIDES[1] // 32)
+            images.append(torch.rand(3, h, w, generator=gen, device=device))
+            targets.append(target(h, w))
+        return images, targets
+
+    def loss(inputs: Any) -> Any:
+        return sum(model(*inputs).values())
+
+    return Built(model, _adamw(torch, model), draw, loss)
+
+
 WORKLOADS: dict[str, Spec] = {s.name: s for s in (
     Spec("convnet", "small conv net (4 conv+BN+ReLU, 32x32 images, 10 classes), AdamW", 128, 40, 4, 4,
          build_convnet),
@@ -222,6 +270,9 @@ WORKLOADS: dict[str, Spec] = {s.name: s for s in (
     Spec("moe", f"Mixtral-style mixture-of-experts decoder (MixtralForCausalLM: 4 layers, d 1024, 8 experts, top 2, "
          f"GQA 16/4 heads), random weights, length drawn per step from {LLAMA_LENGTHS[0]}-{LLAMA_LENGTHS[1]}, fp32, "
          "AdamW", 8, 40, 12, 250, build_moe),
+    Spec("detection", f"torchvision maskrcnn_resnet50_fpn(weights=None), images {DETECTION_SIDES[0]}-"
+         f"{DETECTION_SIDES[1]} px a side and {DETECTION_BOXES[0]}-{DETECTION_BOXES[1]} boxes drawn per image, fp32, "
+         "AdamW: thousands of allocations a step", 4, 30, 8, 150, build_detection),
     Spec("llama_generate", f"generate() on the Llama config (4 layers), greedy, prompt {GENERATE_PROMPT[0]}-"
          f"{GENERATE_PROMPT[1]} and {GENERATE_NEW[0]}-{GENERATE_NEW[1]} new tokens drawn per step, KV cache growing",
          8, 15, 10, 700, build_llama_generate),

@@ -60,17 +60,22 @@ def test_dry_run_prints_the_plan_without_a_gpu() -> None:
     done = models("--dry-run")
     assert done.returncode == 0, done.stderr
     runs = done.stdout.strip().splitlines()
-    # 8 workloads (the Llama-style decoder, the MoE decoder and generate() among them) x 6 variants, 3 rounds.
-    assert len(runs) == 3 * 8 * 6, runs
+    # 9 workloads (the Llama-style decoder, the MoE decoder, detection and generate() among them) x 6 variants,
+    # 3 rounds.
+    assert len(runs) == 3 * 9 * 6, runs
     assert runs[:6] == [f"round 1: convnet {v}" for v in
                         ("native", "native+expandable", "native+async", "torchalloc", "caching+expandable", "caching")]
     assert runs[-1] == "round 3: llama_generate caching"
     assert {r.split()[2] for r in runs} == {"convnet", "encoder", "resnet50", "vit_b16", "gpt2", "llama", "moe",
-                                             "llama_generate"}
-    assert "144 runs in 3 interleaved round(s); estimated" in done.stderr
-    assert "TORCHALLOC_CONF=policy:caching,expandable:on" in done.stderr
-    assert "TORCHALLOC_CONF=policy:caching,expandable:off" in done.stderr  # caching: PyTorch's, byte for byte
-    assert "torchalloc.install(), nothing set" in done.stderr
+                                             "detection", "llama_generate"}
+    assert "162 runs in 3 interleaved round(s); estimated" in done.stderr
+    # Every torchalloc run counts its host time in malloc and free (deliverable 1 of issue 32) ...
+    assert "TORCHALLOC_CONF=policy:caching,expandable:on,time_calls:1" in done.stderr
+    assert "TORCHALLOC_CONF=policy:caching,expandable:off,time_calls:1" in done.stderr  # caching: PyTorch's
+    assert "torchalloc.install(), TORCHALLOC_CONF=time_calls:1 (caching" in done.stderr
+    # ... unless told not to: then the default is install() with nothing set.
+    plain = models("--dry-run", "--no-host-time", "--workloads", "gpt2")
+    assert "torchalloc.install(), nothing set" in plain.stderr and "time_calls" not in plain.stderr
     assert "length drawn per step from 256-2048" in done.stderr and "KV cache growing" in done.stderr
 
 
@@ -185,7 +190,35 @@ def test_ratios_are_taken_within_rounds() -> None:
     md = table.markdown(list(rows.values()))
     assert md.splitlines()[0].count("|") == md.splitlines()[1].count("|") == md.splitlines()[2].count("|")
     assert ("| gpt2 | caching+stacks | 159.5 | 1.060 (1.050-1.070) | 159.5 | 1.060 (1.050-1.070) | - | 100 | 102 "
-            "| 1.020 | 7 | n/a | n/a | 11.0000 → 7.5000 |") in md
+            "| 1.020 | 7 | n/a | n/a | n/a | n/a | 11.0000 → 7.5000 |") in md
+
+
+def test_the_profile_after_warm_up_is_per_step_and_the_median_over_rounds() -> None:
+    """Host time in malloc/free and handles made/moved/released, as the child reports them per timed step."""
+    def rec(rnd: int, host_ns: float, moved: float) -> dict[str, object]:
+        return dict(_record("torchalloc", rnd, 100), per_step={
+            "num_handles_created": 1.0, "num_handles_moved": moved, "num_handles_released": 0.5,
+            "host_ns": host_ns, "timed_calls": 2500.0})
+
+    records = [_record("native", 0, 100), rec(0, 2e6, 4.0), _record("native", 1, 100), rec(1, 3e6, 6.0),
+               _record("native", 2, 100), rec(2, 9e6, 0.0)]
+    rows = {r["variant"]: r for r in table.rows(records)}
+    ours, native = rows["torchalloc"], rows["native"]
+    assert ours["host_ms_per_step"] == pytest.approx(3.0) and ours["moved_per_step"] == pytest.approx(4.0)
+    assert ours["calls_per_step"] == pytest.approx(2500.0)
+    assert native["host_ms_per_step"] is None and native["moved_per_step"] is None
+    text = table.text(list(rows.values()))
+    assert "1.0/4.0/0.5" in text and "3.000" in text, text
+
+
+def test_per_step_counts_only_the_timed_steps() -> None:
+    from suite import child
+
+    before = {k: 10 for k in child.PROFILE_COUNTERS}
+    after = dict(before, num_handles_moved=40, host_ns=1010)
+    got = child.per_step(before, after, 6)
+    assert got["num_handles_moved"] == pytest.approx(5.0) and got["host_ns"] == pytest.approx(1000 / 6)
+    assert got["num_handles_created"] == 0 and child.per_step(before, after, 0) == {}
 
 
 @pytest.mark.skipif(not _has_torch(), reason="torch is not installed for this Python")

@@ -29,7 +29,7 @@ LIB_NAME = "libtorchalloc.so"
 ENV_LIB = "TORCHALLOC_LIB"
 
 # Must equal TORCHALLOC_STATS_VERSION in torchalloc.h; bump both together.
-STATS_VERSION = 3
+STATS_VERSION = 4
 
 # Mirrors TORCHALLOC_PHASE_NAME_MAX and TORCHALLOC_MAX_PHASES.
 PHASE_NAME_MAX = 63
@@ -58,8 +58,10 @@ MISUSE_COUNTERS = (
     "num_bad_device",
     "num_bad_free_stream",
 )
-# Counters of the device calls torch does not count, in struct order (after the misuse ones).
-DEVICE_COUNTERS = ("num_synchronizes",)
+# Counters torch does not have, in struct order (after the misuse ones): device synchronizes, handles of
+# expandable segments made, moved and released, and (time_calls:1) host time in malloc and free.
+DEVICE_COUNTERS = ("num_synchronizes", "num_handles_created", "num_handles_moved", "num_handles_released",
+                   "host_ns", "timed_calls")
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -111,7 +113,7 @@ class PhaseStatsStruct(ctypes.Structure):
 
 
 # Replay (allocator/runtime/replay.c). Must equal TORCHALLOC_REPLAY_VERSION in torchalloc.h.
-REPLAY_VERSION = 2
+REPLAY_VERSION = 3
 # TORCHALLOC_REPLAY_*: what a torchalloc_replay_event does.
 REPLAY_ALLOC, REPLAY_FREE, REPLAY_PHASE_BEGIN, REPLAY_PHASE_END = 1, 2, 3, 4
 # sizeof(torchalloc_replay_event); its fields are laid out by trace.EVENT_DTYPE (numpy, not runtime).
@@ -137,6 +139,9 @@ REPLAY_RESULT_FIELDS = (
     "final_allocated",
     "final_reserved",
     "synchronizes",
+    "handles_created",
+    "handles_moved",
+    "handles_released",
 )
 
 

@@ -20,7 +20,8 @@ meets memory the device may still be using, as it would on a GPU.
 Per policy: peak allocated and reserved, their ratio, fragmentation at the
 peak of reserved ((free inside reserved - largest free block) / free inside
 reserved), device allocations (or, expandable, runs of granules mapped) and
-frees (runs unmapped), device synchronizes, whether the trace runs out of
+frees (runs unmapped), handles moved to a new address (reclaim), device
+synchronizes, whether the trace runs out of
 memory at --capacity (and at which event), and the smallest capacity at
 which the whole trace runs. That last one is a bisection over capacities
 (2 MiB steps between the trace's live peak and the policy's unconstrained
@@ -169,6 +170,7 @@ class PolicyReport:
     device_allocs: int
     device_frees: int
     synchronizes: int
+    handles_moved: int
     unknown_frees: int
     oom_at_capacity: bool
     oom_event: int | None
@@ -267,6 +269,7 @@ def _run_policy(
         device_allocs=shown["device_allocs"],
         device_frees=shown["device_frees"],
         synchronizes=shown["synchronizes"],
+        handles_moved=shown["handles_moved"],
         unknown_frees=shown["unknown_frees"],
         oom_at_capacity=bool(shown["oom"]),
         oom_event=shown["oom_event"] if shown["oom"] else None,
@@ -334,6 +337,7 @@ def report_json(report: Report) -> dict[str, Any]:
             # Beyond the documented keys:
             "reserved_over_allocated": round(p.ratio, 6),
             "device_frees": int(p.device_frees),
+            "handles_moved": int(p.handles_moved),  # reclaim: handles mapped at a new address
             "oom_event": p.oom_event,
             "peak_reserved_event": int(p.peak_reserved_event),
             # The peaks above are of the run under the capacity (up to its OOM, if any) when `capped`;
@@ -362,17 +366,17 @@ def format_table(report: Report) -> str:
     t = report.trace
     cap = fmt_bytes(report.capacity, 2) if report.capacity else "unlimited"
     header = ["policy", "peak alloc", "peak reserved", "reserved/alloc", "frag@peak", "dev allocs/maps",
-              "dev frees/unmaps", "syncs", f"OOM @ {cap}", "min capacity"]
+              "dev frees/unmaps", "moves", "syncs", f"OOM @ {cap}", "min capacity"]
     rows: list[list[str]] = []
     if t.native_peak_reserved is not None:
         ratio = t.native_peak_reserved / t.peak_requested if t.peak_requested else 0.0
         rows.append([t.native_label, fmt_bytes(t.peak_requested, 2) + " req.", fmt_bytes(t.native_peak_reserved, 2),
-                     f"{ratio:.3f}", "-", "-", "-", "-", "yes" if t.native_ooms else "-", "-"])
+                     f"{ratio:.3f}", "-", "-", "-", "-", "-", "yes" if t.native_ooms else "-", "-"])
     for p in report.policies:
         oom = f"at event {p.oom_event}" if p.oom_at_capacity else ("no (cache released)" if p.capped else "no")
         rows.append([p.policy + (" *" if p.is_default else ""), fmt_bytes(p.peak_allocated, 2),
                      fmt_bytes(p.peak_reserved, 2), f"{p.ratio:.3f}", f"{p.fragmentation_at_peak:.3f}",
-                     str(p.device_allocs), str(p.device_frees), str(p.synchronizes), oom,
+                     str(p.device_allocs), str(p.device_frees), str(p.handles_moved), str(p.synchronizes), oom,
                      fmt_bytes(p.min_capacity, 2)])
     widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
     lines = []
@@ -411,7 +415,8 @@ def format_table(report: Report) -> str:
     lines.append(
         "peak alloc: block bytes (requests rounded as the policy rounds them); frag@peak: (free inside reserved - "
         "largest free block) / free inside reserved, when reserved peaked; dev allocs/maps, frees/unmaps: device "
-        "allocations and frees, or for +expandable/+compact/+reclaim runs of granules mapped and unmapped; syncs: "
+        "allocations and frees, or for +expandable/+compact/+reclaim runs of granules mapped and unmapped; moves: "
+        "physical handles mapped at a new address (+reclaim moves free memory where it is asked for); syncs: "
         "device synchronizes (the simulated device trails the trace by 1000 events); min capacity: smallest device "
         f"size (in {fmt_bytes(SEARCH_GRANULARITY, 2)} steps) that runs the whole trace"
     )
