@@ -381,13 +381,15 @@ static void mixed_run(const char *conf, int64_t *peak_reserved, int64_t *peak_al
 
 /* Three streams: memory freed on one may move to another only once the
  * device is past it, so the further the device trails, the more reclaim
- * reserves; with a device that keeps up it reserves what compact does. */
+ * reserves; with a device that keeps up (and no limit on the time moves
+ * take: this run moves memory on most requests) it reserves what compact
+ * does. */
 TEST(a_mixed_run_never_synchronizes_and_reserves_as_little_as_compact) {
   int64_t res, alloc, nsyncs, compact_res, compact_alloc, compact_syncs, caching_res, caching_alloc, caching_syncs;
   mixed_run("expandable:compact,sim_lag:64", &compact_res, &compact_alloc, &compact_syncs);
   mixed_run("expandable:off,sim_lag:64", &caching_res, &caching_alloc, &caching_syncs);
   CHECK(compact_syncs > 0);
-  mixed_run("expandable:reclaim,sim_lag:0", &res, &alloc, &nsyncs);
+  mixed_run("expandable:reclaim,sim_lag:0,move_time:1000", &res, &alloc, &nsyncs);
   CHECK_EQ(nsyncs, 0);
   CHECK(res <= compact_res + compact_res / 64); /* compact's memory, within the slack both allow (segments_expand.c) */
   CHECK_EQ(alloc, compact_alloc);
@@ -395,7 +397,7 @@ TEST(a_mixed_run_never_synchronizes_and_reserves_as_little_as_compact) {
   static const char *const lags[] = {"sim_lag:8", "sim_lag:64", "sim_lag:512"};
   for (int i = 0; i < 3; i++) {
     char conf[64];
-    snprintf(conf, sizeof conf, "expandable:reclaim,%s", lags[i]);
+    snprintf(conf, sizeof conf, "expandable:reclaim,%s,move_time:1000", lags[i]);
     mixed_run(conf, &res, &alloc, &nsyncs);
     fprintf(stderr, "  %s: peak reserved / allocated: reclaim %.3f, compact %.3f (%lld synchronizes), caching %.3f\n",
             lags[i], (double)res / (double)alloc, (double)compact_res / (double)compact_alloc,
@@ -405,6 +407,71 @@ TEST(a_mixed_run_never_synchronizes_and_reserves_as_little_as_compact) {
     CHECK(res < caching_res);
     previous = res;
   }
+}
+
+/* One step, repeated: a 24 MiB block, freed, then a 30 MiB one that does
+ * not fit where the first was (a 2 MiB block lives after it all along):
+ * past the most ever reserved, each step moves the first one's handles to
+ * the second and back. */
+static void *thrash_begin(void) {
+  void *a = use_malloc(24 * MiB, S0), *keep = a ? use_malloc(2 * MiB, S0) : NULL;
+  if (a) use_free(a, 24 * MiB, S0);
+  return keep; /* NULL: the caller's REQUIRE says so */
+}
+
+static void thrash(int steps, uint64_t ticks_between) {
+  for (int i = 0; i < steps; i++) {
+    void *a = use_malloc(24 * MiB, S0);
+    REQUIRE(a);
+    use_free(a, 24 * MiB, S0);
+    torchalloc_sim_advance(0, ticks_between);
+    void *c = use_malloc(30 * MiB, S0);
+    REQUIRE(c);
+    use_free(c, 30 * MiB, S0);
+    torchalloc_sim_advance(0, ticks_between);
+  }
+}
+
+/* While the device waits for the host, moves are the step's time: they
+ * take at most move_time per mille of it, past a burst; then the reserve
+ * grows instead, and later steps move nothing. While the device trails the
+ * host, moves cost nothing and go on (the reserve stays at the peak). */
+TEST(moves_while_the_device_waits_stop_at_the_budget_and_the_layout_settles) {
+  REQUIRE(sim_reset("expandable:reclaim,sim_lag:0") == 0); /* the device keeps up: every marker done at once */
+  void *keep = thrash_begin();
+  REQUIRE(keep);
+  thrash(60, 1);
+  int64_t early = stats0().num_handles_moved, grown = stats0().reserved_bytes[ALL].peak;
+  CHECK(early > 0); /* the burst: the first steps moved memory */
+  CHECK(grown > (int64_t)(40 * MiB)); /* then the reserve grew past what the step needs (32 MiB live at most) */
+  thrash(60, 1);
+  CHECK_EQ(stats0().num_handles_moved, early); /* settled: nothing moves any more */
+  CHECK_EQ(stats0().reserved_bytes[ALL].peak, grown);
+  CHECK_EQ(violations(), 0);
+  CHECK_INVARIANTS();
+  use_free(keep, 2 * MiB, S0);
+
+  /* No limit: the same steps move memory every time and the reserve stays at what the step needs. */
+  REQUIRE(sim_reset("expandable:reclaim,sim_lag:0,move_time:1000") == 0);
+  keep = thrash_begin();
+  REQUIRE(keep);
+  thrash(120, 1);
+  int64_t unlimited = stats0().num_handles_moved;
+  CHECK(unlimited >= 120 * 2); /* each step moves handles there and back */
+  CHECK(stats0().reserved_bytes[ALL].peak < grown);
+  use_free(keep, 2 * MiB, S0);
+
+  /* Much host work between steps: the budget refills, and moves go on as without a limit. */
+  REQUIRE(sim_reset("expandable:reclaim,sim_lag:0") == 0);
+  keep = thrash_begin();
+  REQUIRE(keep);
+  thrash(120, 1000000);
+  CHECK_EQ(stats0().num_handles_moved, unlimited);
+  use_free(keep, 2 * MiB, S0);
+
+  fprintf(stderr, "  moves: %lld in the budget's burst, then none; %lld without a limit or with host work between\n",
+          (long long)early, (long long)unlimited);
+  use_free(keep, 2 * MiB, S0);
 }
 
 /* phase_arena's arenas, one per phase, lend to each other on one stream

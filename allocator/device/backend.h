@@ -32,6 +32,11 @@ typedef struct ta_backend_ops {
   /* 1 when `stream` is capturing a CUDA graph now. */
   int (*stream_capturing)(ta_backend *, int device, cudaStream_t stream);
   void (*destroy)(ta_backend *);
+  /* The host's time in nanoseconds, for the move budget (segments_moves.c);
+   * NULL: the monotonic clock. The sim's is a model: its ticks plus what its
+   * virtual-memory calls would have cost on the GPU, so that replay is the
+   * same on every machine. */
+  uint64_t (*clock_ns)(ta_backend *, int device);
 
   /* Virtual memory, for expandable segments: an address range reserved
    * once, physical memory mapped into it granule by granule as it grows and

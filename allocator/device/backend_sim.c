@@ -95,6 +95,11 @@ static void *sim_event_record(ta_backend *b, int device, cudaStream_t stream) {
   return ev;
 }
 
+static uint64_t sim_clock_ns(ta_backend *b, int device) {
+  const sim_device *d = &((sim_backend *)b)->dev[device];
+  return d->clock * TA_SIM_TICK_NS + d->driver_ns;
+}
+
 static int sim_event_done(ta_backend *b, int device, void *event) {
   sim_backend *s = (sim_backend *)b;
   sim_device *d = &s->dev[device];
@@ -142,6 +147,7 @@ static const ta_backend_ops sim_ops = {
     .event_release = sim_event_release,
     .stream_capturing = sim_stream_capturing,
     .destroy = sim_destroy,
+    .clock_ns = sim_clock_ns,
     .granularity = ta_sim_granularity,
     .reserve = ta_sim_reserve,
     .unreserve = ta_sim_unreserve,

@@ -83,9 +83,23 @@ typedef struct sim_device {
   size_t nhandles, cap_handles;
   uint32_t *free_tokens;         /* tokens of handles gone, for reuse */
   size_t nfree_tokens, cap_free_tokens;
+  uint64_t driver_ns;            /* the modelled host time of its virtual-memory calls so far (sim_clock_ns) */
   atomic_llong violations;       /* calls that would have invalidated a capture, or faulted */
   char last_violation[160];
 } sim_device;
+
+/* The sim's clock (backend.h clock_ns): a tick (a kernel the program
+ * reports, an event of replay) is TA_SIM_TICK_NS of host time, about what a
+ * host-bound training step spends per allocation (a small conv net on the
+ * H200, 2026-11-27: 2.7 ms for 168 allocations and frees); each
+ * virtual-memory call adds what it costs the CUDA driver per handle
+ * (bench/vmm_costs.c on the H100, BENCHMARKS.md: create 13 us, map 1,
+ * set access 32, unmap 22, release 16). */
+#define TA_SIM_TICK_NS 16000u
+#define TA_SIM_CREATE_NS 13000u
+#define TA_SIM_MAP_NS 33000u /* cuMemMap and its cuMemSetAccess */
+#define TA_SIM_UNMAP_NS 22000u
+#define TA_SIM_RELEASE_NS 16000u
 
 typedef struct sim_backend {
   ta_backend base;

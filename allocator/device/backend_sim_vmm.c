@@ -226,6 +226,7 @@ int ta_sim_map(ta_backend *b, int device, uintptr_t addr, size_t size, size_t ha
     d->used += handle;
   }
   r->nmapped += n * k;
+  d->driver_ns += n * (TA_SIM_CREATE_NS + TA_SIM_MAP_NS);
   return TA_OK;
 }
 
@@ -251,6 +252,7 @@ int ta_sim_remap(ta_backend *b, int device, uintptr_t addr, size_t size, size_t 
     place(r, first + i * k, k, handles[i], peers | device_bit(device));
   }
   r->nmapped += n * k;
+  d->driver_ns += n * TA_SIM_MAP_NS;
   return TA_OK;
 }
 
@@ -290,6 +292,7 @@ void ta_sim_unmap(ta_backend *b, int device, uintptr_t addr, size_t size, size_t
     handle_settle(d, handles[i]);
   }
   r->nmapped -= n * k;
+  d->driver_ns += n * (TA_SIM_UNMAP_NS + (release ? TA_SIM_RELEASE_NS : 0));
 }
 
 void ta_sim_release(ta_backend *b, int device, const uint64_t *handles, size_t n) {
@@ -303,6 +306,7 @@ void ta_sim_release(ta_backend *b, int device, const uint64_t *handles, size_t n
     h->released = 1;
     handle_settle(d, handles[i]);
   }
+  d->driver_ns += n * TA_SIM_RELEASE_NS;
 }
 
 static _Atomic(torchalloc_sim_copy_fn) copy_hook; /* torchalloc_sim_on_copy's function */

@@ -88,6 +88,13 @@ struct ta_segments {
   ta_stream_marks **marks; /* reclaim: one per stream its segments serve (segments_marks.c) */
   size_t nmarks, cap_marks;
   ta_donors donors;
+  /* The move budget (segments_moves.c): host nanoseconds reclaim may still
+   * spend moving memory while the device waits for the host, the clock
+   * when it was last topped up, and whether moves now are charged to it. */
+  unsigned move_permille; /* the share of the time it may take (TORCHALLOC_CONF move_time); 1000: no limit */
+  int64_t move_budget_ns;
+  uint64_t move_clock_ns;
+  int move_budget_started, moves_charged;
   ta_past_granule *past; /* take_past's scratch: the donor candidates */
   size_t cap_past;
   ta_segment_registry registry;

@@ -142,6 +142,23 @@ ta_internal void ta_segments_lend(ta_segments *s, ta_segment *seg, uintptr_t add
 ta_internal void ta_segments_retire(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t len);
 /* Give back to the device any donors not mapped (after a failure). */
 ta_internal void ta_segments_donors_drop(ta_segments *s);
+
+/* --- the move budget (segments_moves.c) ---
+ * A move costs the host an unmap, a map and a set-access call per handle
+ * (~55 us on the H100). While the device has queued work that costs
+ * nothing: the host waits for the GPU anyway. While the device waits for
+ * the host (the marker just recorded on the requester's stream is already
+ * done) it is step time, so moves then may take at most a share of the
+ * time (TORCHALLOC_CONF move_time) out of a small burst; past it, reclaim declines to
+ * move and the reserve grows instead, past the most ever reserved, once:
+ * the next step's same requests then fit where they are, and the layout
+ * settles. Call after the markers were polled. 1: move. */
+ta_internal int ta_segments_move_allowed(ta_segments *s, cudaStream_t stream);
+/* The clock the budget runs on (backend.h clock_ns). */
+ta_internal uint64_t ta_segments_clock_ns(ta_segments *s);
+/* Host time from `since` (ta_segments_clock_ns) spent moving memory: charged
+ * to the budget when moves are charged now (ta_segments_move_allowed). */
+ta_internal void ta_segments_move_charge(ta_segments *s, uint64_t since);
 /* The first run of whole granules of `seg` inside [lo, hi) that are mapped
  * (and not lent): 1 with it in [*run_lo, *run_hi), or 0. */
 ta_internal int ta_segments_mapped_run(const ta_segment *seg, uintptr_t lo, uintptr_t hi, uintptr_t *run_lo,

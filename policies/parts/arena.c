@@ -277,11 +277,25 @@ static int make_room(ta_arena *a, cudaStream_t stream, size_t granule, size_t by
   ta_segments_marks_poll(s);
   ta_segments_marks_record(s);
   ta_segments_marks_poll(s);
+  /* While the device waits for the host, moves are step time: within a
+   * budget (segments_moves.c); past it the reserve grows instead. */
+  if (!ta_segments_move_allowed(s, stream) && !failed) return 0;
   FOR_FAMILY(f, a) retire(f, 0, keep);
   size_t got = ta_segments_take_past(s, bytes, granule, keep);
   if (got < bytes) got += lend(a, stream, granule, bytes - got, keep);
   ta_segments_marks_record(s); /* what was lent gets its marker now: it retires soon */
   return got > 0;
+}
+
+/* Reclaim: the time a request's moves took, from `since` (0 for other
+ * modes), charged to the move budget when any memory moved; and the donors
+ * the mapping did not use given back. */
+static uint64_t moves_begin(ta_arena *a) { return a->reclaim ? ta_segments_clock_ns(a->segments) : 0; }
+
+static void moves_end(ta_arena *a, int moved, uint64_t since) {
+  if (!a->reclaim) return;
+  ta_segments_donors_drop(a->segments);
+  if (moved) ta_segments_move_charge(a->segments, since);
 }
 
 /* A free block of at least `rounded` bytes at the end of the stream's
@@ -297,11 +311,14 @@ static ta_block *expand(ta_arena *a, ta_stream_bins *sb, int pool, ta_bins *bins
   size_t granule = seg ? ta_segments_granule_of(seg) : ta_segments_handle_size(a->segments, pool);
   if (!seg) {
     size_t bytes = ta_align_up(rounded, granule);
-    make_room(a, sb->stream, granule, bytes, NULL, 0);
+    uint64_t since = moves_begin(a);
+    int moved = make_room(a, sb->stream, granule, bytes, NULL, 0);
     seg = ta_segments_alloc_expandable(a->segments, rounded, sb->stream, pool, a, a->policy, status);
-    if (!seg && *status == TA_ENOMEM && make_room(a, sb->stream, granule, bytes, NULL, 1))
+    if (!seg && *status == TA_ENOMEM && make_room(a, sb->stream, granule, bytes, NULL, 1)) {
+      moved = 1;
       seg = ta_segments_alloc_expandable(a->segments, rounded, sb->stream, pool, a, a->policy, status);
-    if (a->reclaim) ta_segments_donors_drop(a->segments);
+    }
+    moves_end(a, moved, since);
     if (!seg) return NULL;
     own(a, seg);
     sb->expandable[pool] = seg;
@@ -315,11 +332,14 @@ static ta_block *expand(ta_arena *a, ta_stream_bins *sb, int pool, ta_bins *bins
   }
   ta_block *fresh = have ? tail : ta_segments_block_new(a->segments);
   size_t bytes = ta_align_up(rounded - have, granule);
-  if (fresh) make_room(a, sb->stream, granule, bytes, tail, 0);
+  uint64_t since = moves_begin(a);
+  int moved = fresh && make_room(a, sb->stream, granule, bytes, tail, 0);
   *status = fresh ? ta_segments_grow(a->segments, seg, bytes) : TA_ENOMEM;
-  if (*status == TA_ENOMEM && fresh && make_room(a, sb->stream, granule, bytes, tail, 1))
+  if (*status == TA_ENOMEM && fresh && make_room(a, sb->stream, granule, bytes, tail, 1)) {
+    moved = 1;
     *status = ta_segments_grow(a->segments, seg, bytes);
-  if (a->reclaim) ta_segments_donors_drop(a->segments);
+  }
+  moves_end(a, moved, since);
   if (*status != TA_OK) {
     if (fresh && fresh != tail) ta_segments_block_delete(a->segments, fresh);
     return NULL;
@@ -373,11 +393,14 @@ static ta_noinline int map_block(ta_arena *a, ta_block *b) {
   size_t need = a->compact ? ta_segments_unmapped_in(b->segment, b->addr, b->size) : 0; /* a walk: only when used */
   if (a->compact && !need) return 0; /* its granules are mapped: the segment's holes are elsewhere */
   size_t granule = ta_segments_granule_of(b->segment);
-  if (need) make_room(a, b->stream, granule, need, b, 0);
+  uint64_t since = moves_begin(a);
+  int moved = need && make_room(a, b->stream, granule, need, b, 0);
   int rc = ta_segments_map(a->segments, b->segment, b->addr, b->size);
-  if (rc != TA_OK && need && make_room(a, b->stream, granule, need, b, 1))
+  if (rc != TA_OK && need && make_room(a, b->stream, granule, need, b, 1)) {
+    moved = 1;
     rc = ta_segments_map(a->segments, b->segment, b->addr, b->size);
-  if (a->reclaim) ta_segments_donors_drop(a->segments);
+  }
+  moves_end(a, moved, since);
   return rc == TA_OK ? 0 : -1;
 }
 
