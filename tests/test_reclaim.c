@@ -381,15 +381,13 @@ static void mixed_run(const char *conf, int64_t *peak_reserved, int64_t *peak_al
 
 /* Three streams: memory freed on one may move to another only once the
  * device is past it, so the further the device trails, the more reclaim
- * reserves; with a device that keeps up (and no limit on the time moves
- * take: this run moves memory on most requests) it reserves what compact
- * does. */
+ * reserves; with a device that keeps up it reserves what compact does. */
 TEST(a_mixed_run_never_synchronizes_and_reserves_as_little_as_compact) {
   int64_t res, alloc, nsyncs, compact_res, compact_alloc, compact_syncs, caching_res, caching_alloc, caching_syncs;
   mixed_run("expandable:compact,sim_lag:64", &compact_res, &compact_alloc, &compact_syncs);
   mixed_run("expandable:off,sim_lag:64", &caching_res, &caching_alloc, &caching_syncs);
   CHECK(compact_syncs > 0);
-  mixed_run("expandable:reclaim,sim_lag:0,move_time:1000", &res, &alloc, &nsyncs);
+  mixed_run("expandable:reclaim,sim_lag:0", &res, &alloc, &nsyncs);
   CHECK_EQ(nsyncs, 0);
   CHECK(res <= compact_res + compact_res / 64); /* compact's memory, within the slack both allow (segments_expand.c) */
   CHECK_EQ(alloc, compact_alloc);
@@ -397,7 +395,7 @@ TEST(a_mixed_run_never_synchronizes_and_reserves_as_little_as_compact) {
   static const char *const lags[] = {"sim_lag:8", "sim_lag:64", "sim_lag:512"};
   for (int i = 0; i < 3; i++) {
     char conf[64];
-    snprintf(conf, sizeof conf, "expandable:reclaim,%s,move_time:1000", lags[i]);
+    snprintf(conf, sizeof conf, "expandable:reclaim,%s", lags[i]);
     mixed_run(conf, &res, &alloc, &nsyncs);
     fprintf(stderr, "  %s: peak reserved / allocated: reclaim %.3f, compact %.3f (%lld synchronizes), caching %.3f\n",
             lags[i], (double)res / (double)alloc, (double)compact_res / (double)compact_alloc,
@@ -432,12 +430,12 @@ static void thrash(int steps, uint64_t ticks_between) {
   }
 }
 
-/* While the device waits for the host, moves are the step's time: they
- * take at most move_time per mille of it, past a burst; then the reserve
- * grows instead, and later steps move nothing. While the device trails the
- * host, moves cost nothing and go on (the reserve stays at the peak). */
+/* move_time:5: while the device waits for the host, moves are the step's
+ * time: they take at most 5 per mille of it, past a burst; then the
+ * reserve grows instead, and later steps move nothing. Without the key
+ * (no limit), or with host work between the steps, they go on. */
 TEST(moves_while_the_device_waits_stop_at_the_budget_and_the_layout_settles) {
-  REQUIRE(sim_reset("expandable:reclaim,sim_lag:0") == 0); /* the device keeps up: every marker done at once */
+  REQUIRE(sim_reset("expandable:reclaim,sim_lag:0,move_time:5") == 0); /* the device keeps up: markers done at once */
   void *keep = thrash_begin();
   REQUIRE(keep);
   thrash(60, 1);
@@ -451,8 +449,8 @@ TEST(moves_while_the_device_waits_stop_at_the_budget_and_the_layout_settles) {
   CHECK_INVARIANTS();
   use_free(keep, 2 * MiB, S0);
 
-  /* No limit: the same steps move memory every time and the reserve stays at what the step needs. */
-  REQUIRE(sim_reset("expandable:reclaim,sim_lag:0,move_time:1000") == 0);
+  /* No limit (the default): the same steps move memory every time and the reserve stays at what they need. */
+  REQUIRE(sim_reset("expandable:reclaim,sim_lag:0") == 0);
   keep = thrash_begin();
   REQUIRE(keep);
   thrash(120, 1);
@@ -462,7 +460,7 @@ TEST(moves_while_the_device_waits_stop_at_the_budget_and_the_layout_settles) {
   use_free(keep, 2 * MiB, S0);
 
   /* Much host work between steps: the budget refills, and moves go on as without a limit. */
-  REQUIRE(sim_reset("expandable:reclaim,sim_lag:0") == 0);
+  REQUIRE(sim_reset("expandable:reclaim,sim_lag:0,move_time:5") == 0);
   keep = thrash_begin();
   REQUIRE(keep);
   thrash(120, 1000000);

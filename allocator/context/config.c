@@ -114,9 +114,9 @@ static const conf_key keys[] = {
              "back and move memory in"},
     {.name = "peers", .kind = CONF_CHOICE, FIELD(peers), .choices = peers_choices, .default_value = "all",
      .help = "which other GPUs may read and write memory mapped on a GPU"},
-    /* Why 5 (0.5 %): segments_moves.c. */
-    {.name = "move_time", .kind = CONF_INT, FIELD(move_time), .lo = 0, .hi = 1000, .default_value = "5",
-     .help = "per mille of the time reclaim may spend moving memory while the GPU waits for the host (1000: no "
+    /* Why no limit by default: segments_moves.c. */
+    {.name = "move_time", .kind = CONF_INT, FIELD(move_time), .lo = 0, .hi = 1000, .default_value = "0",
+     .help = "per mille of the time reclaim may spend moving memory while the GPU waits for the host (0: no "
              "limit); past it the reserve grows instead of moving"},
     {.name = "time_calls", .kind = CONF_INT, FIELD(time_calls), .lo = 0, .hi = 1, .default_value = "0",
      .help = "count the host time spent in malloc and free (stats host_ns, timed_calls; two clock reads a call)"},

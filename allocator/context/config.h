@@ -33,7 +33,7 @@ typedef struct ta_config {
   int peers;                /* enum ta_peers_mode: which other devices may touch mapped memory */
   int time_calls;           /* count the host time of malloc and free in the stats (host_ns) */
   int move_time;            /* per mille of the host's time reclaim may spend moving memory while the device
-                             * waits for the host (segments_moves.c); 1000: no limit */
+                             * waits for the host (segments_moves.c); 0: no limit */
 } ta_config;
 
 /* `peers`: memory mapped with the driver's virtual memory calls is

@@ -91,10 +91,10 @@ struct ta_segments {
   /* The move budget (segments_moves.c): host nanoseconds reclaim may still
    * spend moving memory while the device waits for the host, the clock
    * when it was last topped up, and whether moves now are charged to it. */
-  unsigned move_permille; /* the share of the time it may take (TORCHALLOC_CONF move_time); 1000: no limit */
+  unsigned move_permille; /* the share of the time it may take (TORCHALLOC_CONF move_time); 0: no limit */
   int64_t move_budget_ns;
   uint64_t move_clock_ns;
-  int move_budget_started, moves_charged;
+  int moves_charged;
   ta_past_granule *past; /* take_past's scratch: the donor candidates */
   size_t cap_past;
   ta_segment_registry registry;
@@ -119,6 +119,8 @@ ta_internal void ta_segment_source_drop(ta_segment_source *src);
 
 /* `large_handle`: bytes per physical handle of large-pool expandable
  * segments (config.h, `handle`), rounded up to the device's granule. */
+/* The move budget's clock starts (segments_moves.c; after move_permille is set). */
+ta_internal void ta_segments_moves_init(ta_segments *s);
 ta_internal void ta_segments_init(ta_segments *s, ta_backend *backend, int device, torchalloc_stats *stats,
                                   size_t large_handle, int handle_fixed);
 /* Return every segment to the device, live blocks included, and free the

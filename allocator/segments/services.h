@@ -143,13 +143,13 @@ ta_internal void ta_segments_retire(ta_segments *s, ta_segment *seg, uintptr_t a
 /* Give back to the device any donors not mapped (after a failure). */
 ta_internal void ta_segments_donors_drop(ta_segments *s);
 
-/* --- the move budget (segments_moves.c) ---
+/* --- the move budget (segments_moves.c; TORCHALLOC_CONF move_time, off by default) ---
  * A move costs the host an unmap, a map and a set-access call per handle
  * (~55 us on the H100). While the device has queued work that costs
  * nothing: the host waits for the GPU anyway. While the device waits for
  * the host (the marker just recorded on the requester's stream is already
- * done) it is step time, so moves then may take at most a share of the
- * time (TORCHALLOC_CONF move_time) out of a small burst; past it, reclaim declines to
+ * done) it is step time, so under move_time moves then take at most that
+ * share of the time, out of a small burst; past it, reclaim declines to
  * move and the reserve grows instead, past the most ever reserved, once:
  * the next step's same requests then fit where they are, and the layout
  * settles. Call after the markers were polled. 1: move. */
