@@ -154,6 +154,9 @@ typedef struct torchalloc_stats {
   int64_t num_handles_created;
   int64_t num_handles_moved;
   int64_t num_handles_released;
+  /* Requests for which reclaim declined to move memory under the move
+   * budget (TORCHALLOC_CONF move_time) and grew the reserve instead. */
+  int64_t num_moves_declined;
   /* Host nanoseconds inside torchalloc's malloc and free entry points, and
    * the calls timed: counted only under TORCHALLOC_CONF time_calls:1 (two
    * clock reads a call), else 0. */

@@ -442,6 +442,7 @@ TEST(moves_while_the_device_waits_stop_at_the_budget_and_the_layout_settles) {
   int64_t early = stats0().num_handles_moved, grown = stats0().reserved_bytes[ALL].peak;
   CHECK(early > 0); /* the burst: the first steps moved memory */
   CHECK(grown > (int64_t)(40 * MiB)); /* then the reserve grew past what the step needs (32 MiB live at most) */
+  CHECK(stats0().num_moves_declined > 0); /* counted: each growth the budget chose over a move */
   thrash(60, 1);
   CHECK_EQ(stats0().num_handles_moved, early); /* settled: nothing moves any more */
   CHECK_EQ(stats0().reserved_bytes[ALL].peak, grown);
@@ -455,6 +456,7 @@ TEST(moves_while_the_device_waits_stop_at_the_budget_and_the_layout_settles) {
   REQUIRE(keep);
   thrash(120, 1);
   int64_t unlimited = stats0().num_handles_moved;
+  CHECK_EQ(stats0().num_moves_declined, 0);
   CHECK(unlimited >= 120 * 2); /* each step moves handles there and back */
   CHECK(stats0().reserved_bytes[ALL].peak < grown);
   use_free(keep, 2 * MiB, S0);

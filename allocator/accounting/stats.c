@@ -78,6 +78,6 @@ void ta_stats_reset_accumulated(torchalloc_stats *s, ta_pending_stats *p) {
   s->num_alloc_retries = s->num_ooms = 0;
   s->num_device_alloc = s->num_device_free = 0;
   s->num_synchronizes = 0;
-  s->num_handles_created = s->num_handles_moved = s->num_handles_released = 0;
+  s->num_handles_created = s->num_handles_moved = s->num_handles_released = s->num_moves_declined = 0;
   s->host_ns = s->timed_calls = 0;
 }

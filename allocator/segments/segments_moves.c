@@ -63,7 +63,9 @@ int ta_segments_move_allowed(ta_segments *s, cudaStream_t stream) {
   /* No marker in flight after the poll: the last one recorded is done, so
    * the device has run out of queued work and the host's time is the step's. */
   s->moves_charged = m && !m->event;
-  return !s->moves_charged || s->move_budget_ns > 0;
+  if (!s->moves_charged || s->move_budget_ns > 0) return 1;
+  s->stats->num_moves_declined++;
+  return 0;
 }
 
 void ta_segments_move_charge(ta_segments *s, uint64_t since) {

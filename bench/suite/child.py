@@ -73,7 +73,8 @@ def memory(torch: Any, variant: Variant, device: Any) -> dict[str, Any]:
     return out
 
 
-PROFILE_COUNTERS = ("num_handles_created", "num_handles_moved", "num_handles_released", "host_ns", "timed_calls")
+PROFILE_COUNTERS = ("num_handles_created", "num_handles_moved", "num_handles_released", "num_moves_declined",
+                    "host_ns", "timed_calls")
 
 
 def profile(variant: Variant, device: Any) -> Callable[[], dict[str, int]] | None:
@@ -132,7 +133,9 @@ def train(torch: Any, built: Built, variant: Variant, device: Any, warmup: int, 
     out["warmup_ms"] = [ms for ms, _ in done[:warmup]]
     out["step_ms"] = [ms for ms, _ in done[warmup:]]
     if counters and before is not None:
-        out["per_step"] = per_step(before, counters(), len(out["step_ms"]))
+        now = counters()
+        out["per_step"] = per_step(before, now, len(out["step_ms"]))
+        out["moves_declined"] = now["num_moves_declined"]  # the whole run's, warm-up included (move_time)
     losses = [loss for _, loss in done]
     out.update(first_loss=losses[0] if losses else None, last_loss=losses[-1] if losses else None)
     return out

@@ -13,7 +13,8 @@ device calls (allocations or maps, frees or unmaps, synchronizes: "n/a"
 where the allocator does not count them). After the warm-up, per step
 (median over rounds, torchalloc variants): the host time spent inside
 torchalloc's malloc and free (time_calls:1, no synchronize) and the handles
-of expandable segments made, moved (mapped at a new address) and released.
+of expandable segments made, moved (mapped at a new address) and released;
+and over the whole run the moves the move budget declined (move_time).
 """
 from __future__ import annotations
 
@@ -108,6 +109,7 @@ def row(cell: Cell, native: Cell | None) -> dict[str, Any]:
         "created_per_step": _per_step(cell, "num_handles_created"),
         "moved_per_step": _per_step(cell, "num_handles_moved"),
         "released_per_step": _per_step(cell, "num_handles_released"),
+        "moves_declined": _max(cell, "moves_declined"),  # by the move budget (move_time), all steps
         "first_loss": first.get("first_loss"), "last_loss": first.get("last_loss"),
         "log_bytes": _max(cell, "log_bytes"),
     }
@@ -145,7 +147,7 @@ def _loss(r: dict[str, Any]) -> str:
 
 COLUMNS = ("variant", "median ms", "x native (min-max)", "mean ms", "mean x native (min-max)", "first 10 ms",
            "alloc MiB", "reserved MiB", "res/alloc", "allocs/maps", "frees/unmaps", "syncs", "host ms/step",
-           "handles/step new/moved/released", "loss first -> last")
+           "handles/step new/moved/released", "moves declined", "loss first -> last")
 
 
 def _handles(r: dict[str, Any]) -> str:
@@ -159,7 +161,7 @@ def _cells_of(r: dict[str, Any]) -> list[str]:
             _ratio(r, "mean_vs_native"), _f(r.get("first10_ms"), ".0f"), _mib(r["peak_allocated"]),
             _mib(r["peak_reserved"]), _f(r["reserved_over_allocated"], ".3f"), _count(r, "device_allocs"),
             _count(r, "device_frees"), _count(r, "synchronizes"), _f(r.get("host_ms_per_step"), ".3f", "n/a"),
-            _handles(r), _loss(r)]
+            _handles(r), _count(r, "moves_declined"), _loss(r)]
 
 
 def text(table_rows: list[dict[str, Any]]) -> str:
@@ -181,7 +183,8 @@ def markdown(table_rows: list[dict[str, Any]]) -> str:
     head = ("| workload | variant | median step ms | median vs native (min-max over rounds) | mean step ms, all steps "
             "| mean vs native (min-max) | first 10 steps ms | peak allocated MiB | peak reserved MiB "
             "| reserved / allocated | device allocations or maps | device frees or unmaps | device synchronizes "
-            "| allocator host ms per step | handles per step: new / moved / released | loss first -> last |")
+            "| allocator host ms per step | handles per step: new / moved / released | moves declined (move_time) "
+            "| loss first -> last |")
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in table_rows:
         cells_ = _cells_of(r)

@@ -190,22 +190,22 @@ def test_ratios_are_taken_within_rounds() -> None:
     md = table.markdown(list(rows.values()))
     assert md.splitlines()[0].count("|") == md.splitlines()[1].count("|") == md.splitlines()[2].count("|")
     assert ("| gpt2 | caching+stacks | 159.5 | 1.060 (1.050-1.070) | 159.5 | 1.060 (1.050-1.070) | - | 100 | 102 "
-            "| 1.020 | 7 | n/a | n/a | n/a | n/a | 11.0000 → 7.5000 |") in md
+            "| 1.020 | 7 | n/a | n/a | n/a | n/a | n/a | 11.0000 → 7.5000 |") in md
 
 
 def test_the_profile_after_warm_up_is_per_step_and_the_median_over_rounds() -> None:
     """Host time in malloc/free and handles made/moved/released, as the child reports them per timed step."""
     def rec(rnd: int, host_ns: float, moved: float) -> dict[str, object]:
-        return dict(_record("torchalloc", rnd, 100), per_step={
+        return dict(_record("torchalloc", rnd, 100), moves_declined=rnd, per_step={
             "num_handles_created": 1.0, "num_handles_moved": moved, "num_handles_released": 0.5,
-            "host_ns": host_ns, "timed_calls": 2500.0})
+            "num_moves_declined": 0.0, "host_ns": host_ns, "timed_calls": 2500.0})
 
     records = [_record("native", 0, 100), rec(0, 2e6, 4.0), _record("native", 1, 100), rec(1, 3e6, 6.0),
                _record("native", 2, 100), rec(2, 9e6, 0.0)]
     rows = {r["variant"]: r for r in table.rows(records)}
     ours, native = rows["torchalloc"], rows["native"]
     assert ours["host_ms_per_step"] == pytest.approx(3.0) and ours["moved_per_step"] == pytest.approx(4.0)
-    assert ours["calls_per_step"] == pytest.approx(2500.0)
+    assert ours["calls_per_step"] == pytest.approx(2500.0) and ours["moves_declined"] == 2  # the most of a round
     assert native["host_ms_per_step"] is None and native["moved_per_step"] is None
     text = table.text(list(rows.values()))
     assert "1.0/4.0/0.5" in text and "3.000" in text, text

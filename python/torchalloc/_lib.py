@@ -59,9 +59,10 @@ MISUSE_COUNTERS = (
     "num_bad_free_stream",
 )
 # Counters torch does not have, in struct order (after the misuse ones): device synchronizes, handles of
-# expandable segments made, moved and released, and (time_calls:1) host time in malloc and free.
+# expandable segments made, moved and released, moves the move budget declined, and (time_calls:1) host time
+# in malloc and free.
 DEVICE_COUNTERS = ("num_synchronizes", "num_handles_created", "num_handles_moved", "num_handles_released",
-                   "host_ns", "timed_calls")
+                   "num_moves_declined", "host_ns", "timed_calls")
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
