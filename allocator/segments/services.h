@@ -152,8 +152,9 @@ ta_internal void ta_segments_donors_drop(ta_segments *s);
  * share of the time, out of a small burst; past it, reclaim declines to
  * move and the reserve grows instead, past the most ever reserved, once:
  * the next step's same requests then fit where they are, and the layout
- * settles. Call after the markers were polled. 1: move. */
-ta_internal int ta_segments_move_allowed(ta_segments *s, cudaStream_t stream);
+ * settles. Call after the markers were polled. 1: move (always when
+ * `must`: the device refused new memory; the moves are still charged). */
+ta_internal int ta_segments_move_allowed(ta_segments *s, cudaStream_t stream, int must);
 /* The clock the budget runs on (backend.h clock_ns). */
 ta_internal uint64_t ta_segments_clock_ns(ta_segments *s);
 /* Host time from `since` (ta_segments_clock_ns) spent moving memory: charged

@@ -279,7 +279,7 @@ static int make_room(ta_arena *a, cudaStream_t stream, size_t granule, size_t by
   ta_segments_marks_poll(s);
   /* While the device waits for the host, moves are step time: within a
    * budget (segments_moves.c); past it the reserve grows instead. */
-  if (!failed && !ta_segments_move_allowed(s, stream)) return 0; /* after a refusal, the same request's charge */
+  if (!ta_segments_move_allowed(s, stream, failed)) return 0;
   FOR_FAMILY(f, a) retire(f, 0, keep);
   size_t got = ta_segments_take_past(s, bytes, granule, keep);
   if (got < bytes) got += lend(a, stream, granule, bytes - got, keep);
