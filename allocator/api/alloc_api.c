@@ -8,7 +8,6 @@
  * process state they share is runtime.c's. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "base/errors.h"
 #include "log/log.h"
@@ -31,27 +30,30 @@ static ta_noinline void free_with_stack(ta_heap *h, void *ptr, size_t size, cuda
   ta_log_call_stack = 0;
 }
 
-/* time_calls:1 (bench/models.py's allocator host time): the entry points'
- * time, clock to clock, into the heap's stats. Off, it costs one test. */
-static inline uint64_t clock_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+/* The heap's malloc and free, with the Python stack when the log wants it. */
+static inline void *heap_malloc(ta_heap *h, size_t size, cudaStream_t stream) {
+  return ta_unlikely(ta_log_on()) && ta_rt.conf.stacks ? malloc_with_stack(h, size, stream)
+                                                       : ta_heap_malloc(h, size, stream);
 }
 
+static inline void heap_free(ta_heap *h, void *ptr, size_t size, cudaStream_t stream) {
+  if (ta_unlikely(ta_log_on()) && ta_rt.conf.stacks) free_with_stack(h, ptr, size, stream);
+  else ta_heap_free(h, ptr, size, stream);
+}
+
+/* time_calls:1 (bench/models.py's allocator host time): the entry points'
+ * time, clock to clock, into the heap's stats. Off, it costs one test. */
 static ta_noinline void *timed_malloc(ta_heap *h, size_t size, cudaStream_t stream) {
-  uint64_t t0 = clock_ns();
-  void *p = ta_unlikely(ta_log_on()) && ta_rt.conf.stacks ? malloc_with_stack(h, size, stream)
-                                                          : ta_heap_malloc(h, size, stream);
-  ta_heap_count_host_time(h, clock_ns() - t0);
+  uint64_t t0 = ta_clock_gettime_ns();
+  void *p = heap_malloc(h, size, stream);
+  ta_heap_count_host_time(h, ta_clock_gettime_ns() - t0);
   return p;
 }
 
 static ta_noinline void timed_free(ta_heap *h, void *ptr, size_t size, cudaStream_t stream) {
-  uint64_t t0 = clock_ns();
-  if (ta_unlikely(ta_log_on()) && ta_rt.conf.stacks) free_with_stack(h, ptr, size, stream);
-  else ta_heap_free(h, ptr, size, stream);
-  ta_heap_count_host_time(h, clock_ns() - t0);
+  uint64_t t0 = ta_clock_gettime_ns();
+  heap_free(h, ptr, size, stream);
+  ta_heap_count_host_time(h, ta_clock_gettime_ns() - t0);
 }
 
 /* NULL for a request torchalloc cannot serve; never stops the process. */
@@ -65,9 +67,7 @@ static inline void *try_malloc(size_t size, int device, cudaStream_t stream) {
     ta_heap_report_bad_size(h, size);
     return NULL;
   }
-  void *p = ta_unlikely(ta_rt.conf.time_calls)                 ? timed_malloc(h, size, stream)
-            : ta_unlikely(ta_log_on()) && ta_rt.conf.stacks ? malloc_with_stack(h, size, stream)
-                                                            : ta_heap_malloc(h, size, stream);
+  void *p = ta_unlikely(ta_rt.conf.time_calls) ? timed_malloc(h, size, stream) : heap_malloc(h, size, stream);
   if (ta_unlikely(!p)) ta_runtime_after_oom(h);
   else ta_runtime_device_in_use(device);
   return p;
@@ -136,11 +136,11 @@ TORCHALLOC_API int torchalloc_free_ptr(void *ptr) {
   int with_stack = ta_unlikely(ta_log_on()) && ta_rt.conf.stacks;
   if (with_stack) ta_log_call_stack = ta_pystack_capture(ta_rt.conf.stack_depth);
   int found = 0;
-  uint64_t t0 = ta_unlikely(ta_rt.conf.time_calls) ? clock_ns() : 0;
+  uint64_t t0 = ta_unlikely(ta_rt.conf.time_calls) ? ta_clock_gettime_ns() : 0;
   for (int d = 0; !found && d < ta_rt.ndevices; d++) {
     ta_heap *h = ta_runtime_heap_if_any(d);
     found = h && ta_heap_free_if_live(h, ptr);
-    if (found && t0) ta_heap_count_host_time(h, clock_ns() - t0);
+    if (found && t0) ta_heap_count_host_time(h, ta_clock_gettime_ns() - t0);
   }
   if (!found) {
     ta_heap *h = ta_runtime_heap(0); /* counted on device 0: the pointer names no device */
@@ -158,8 +158,7 @@ TORCHALLOC_API void torchalloc_free(void *ptr, size_t size, int device, cudaStre
     return;
   }
   if (ta_unlikely(ta_rt.conf.time_calls)) timed_free(h, ptr, size, stream);
-  else if (ta_unlikely(ta_log_on()) && ta_rt.conf.stacks) free_with_stack(h, ptr, size, stream);
-  else ta_heap_free(h, ptr, size, stream);
+  else heap_free(h, ptr, size, stream);
 }
 
 /* ------------------------------------------------------------------------

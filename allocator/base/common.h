@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "torchalloc.h"
 
@@ -30,6 +31,13 @@
 #define TA_MAX_REQUEST ((size_t)TORCHALLOC_MAX_REQUEST)
 
 static inline size_t ta_align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+/* CLOCK_MONOTONIC in nanoseconds (the log's timestamps, time_calls, the move budget). */
+static inline uint64_t ta_clock_gettime_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /* Results of device calls (backend.h) and of the segment layer's services
  * (segments/services.h). TA_ENOSPACE: an expandable segment's address range is used up

@@ -48,8 +48,7 @@ ta_heap *ta_heap_create(ta_backend *backend, int device, const ta_config *conf, 
   h->conf = conf;
   h->stats.version = TORCHALLOC_STATS_VERSION;
   ta_segments_init(&h->seg, backend, device, &h->stats, conf->large_handle, conf->large_handle_set);
-  h->seg.move_permille = (unsigned)conf->move_time;
-  ta_segments_moves_init(&h->seg);
+  ta_segments_moves_init(&h->seg, (unsigned)conf->move_time);
   h->seg.logged = logged;
   h->current = policy_get(h, id);
   if (!h->current) {

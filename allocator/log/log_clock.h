@@ -39,12 +39,6 @@ typedef struct ta_log_clock {
 
 ta_internal extern ta_log_clock ta_clock;
 
-static inline uint64_t ta_clock_gettime_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Fit the scale from scratch (opening a log). */
 ta_internal void ta_log_clock_start(void);
 /* Refit, once the next refit point has passed (called by one reader). */

@@ -119,8 +119,8 @@ ta_internal void ta_segment_source_drop(ta_segment_source *src);
 
 /* `large_handle`: bytes per physical handle of large-pool expandable
  * segments (config.h, `handle`), rounded up to the device's granule. */
-/* The move budget's clock starts (segments_moves.c; after move_permille is set). */
-ta_internal void ta_segments_moves_init(ta_segments *s);
+/* The move budget (segments_moves.c): `permille` of the time (0: no limit), its clock started. */
+ta_internal void ta_segments_moves_init(ta_segments *s, unsigned permille);
 ta_internal void ta_segments_init(ta_segments *s, ta_backend *backend, int device, torchalloc_stats *stats,
                                   size_t large_handle, int handle_fixed);
 /* Return every segment to the device, live blocks included, and free the

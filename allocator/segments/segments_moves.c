@@ -23,29 +23,28 @@
  * warm-up) at 1.074x reserved instead of 1.009x with no step faster
  * (move_time:10 the same): for most workloads the memory is what the
  * default is for. */
-#include <time.h>
-
 #include "segments/segments.h"
 
 /* The budget starts full and holds at most 5 ms (about 90 handles' moves). */
 #define TA_MOVE_BURST_NS 5000000
 
-uint64_t ta_segments_clock_ns(ta_segments *s) {
-  if (s->backend->ops->clock_ns) return s->backend->ops->clock_ns(s->backend, s->device);
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+/* The clock the budget runs on (backend.h clock_ns). */
+static uint64_t clock_ns(ta_segments *s) {
+  return s->backend->ops->clock_ns ? s->backend->ops->clock_ns(s->backend, s->device) : ta_clock_gettime_ns();
 }
 
-void ta_segments_moves_init(ta_segments *s) {
-  s->move_clock_ns = ta_segments_clock_ns(s);
+void ta_segments_moves_init(ta_segments *s, unsigned permille) {
+  s->move_permille = permille;
+  s->move_clock_ns = permille ? clock_ns(s) : 0;
   s->move_budget_ns = TA_MOVE_BURST_NS;
 }
+
+uint64_t ta_segments_move_since(ta_segments *s) { return s->move_permille ? clock_ns(s) : 0; }
 
 /* The budget grows by the share of the time passed since it was last
  * topped up, to at most TA_MOVE_BURST_NS. */
 static void top_up(ta_segments *s) {
-  uint64_t now = ta_segments_clock_ns(s);
+  uint64_t now = clock_ns(s);
   if (now > s->move_clock_ns) {
     s->move_budget_ns += (int64_t)((now - s->move_clock_ns) * s->move_permille / 1000);
     if (s->move_budget_ns > TA_MOVE_BURST_NS) s->move_budget_ns = TA_MOVE_BURST_NS;
@@ -70,6 +69,6 @@ int ta_segments_move_allowed(ta_segments *s, cudaStream_t stream, int must) {
 
 void ta_segments_move_charge(ta_segments *s, uint64_t since) {
   if (!s->moves_charged) return;
-  uint64_t now = ta_segments_clock_ns(s);
+  uint64_t now = clock_ns(s);
   if (now > since) s->move_budget_ns -= (int64_t)(now - since);
 }

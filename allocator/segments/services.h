@@ -155,10 +155,11 @@ ta_internal void ta_segments_donors_drop(ta_segments *s);
  * settles. Call after the markers were polled. 1: move (always when
  * `must`: the device refused new memory; the moves are still charged). */
 ta_internal int ta_segments_move_allowed(ta_segments *s, cudaStream_t stream, int must);
-/* The clock the budget runs on (backend.h clock_ns). */
-ta_internal uint64_t ta_segments_clock_ns(ta_segments *s);
-/* Host time from `since` (ta_segments_clock_ns) spent moving memory: charged
- * to the budget when moves are charged now (ta_segments_move_allowed). */
+/* The budget's clock now, where a request's moves may begin (0 without a
+ * budget: nothing is charged then). */
+ta_internal uint64_t ta_segments_move_since(ta_segments *s);
+/* Host time from `since` (ta_segments_move_since) spent moving memory:
+ * charged to the budget when moves are charged now (ta_segments_move_allowed). */
 ta_internal void ta_segments_move_charge(ta_segments *s, uint64_t since);
 /* The first run of whole granules of `seg` inside [lo, hi) that are mapped
  * (and not lent): 1 with it in [*run_lo, *run_hi), or 0. */

@@ -78,6 +78,7 @@ def _per_step(cell: Cell, key: str) -> float | None:
 
 def row(cell: Cell, native: Cell | None) -> dict[str, Any]:
     medians, means = _round_medians(cell), _round_means(cell)
+    host_ns = _per_step(cell, "host_ns")
     ratios = _ratios(medians, _round_medians(native) if native is not None else {})
     mean_ratios = _ratios(means, _round_means(native) if native is not None else {})
     steps = [ms for r in cell.ok for ms in r["step_ms"]]
@@ -104,7 +105,7 @@ def row(cell: Cell, native: Cell | None) -> dict[str, Any]:
         "synchronizes": _max(cell, "synchronizes"),
         # After the warm-up, per step (median over rounds): the allocator's host time in malloc/free
         # (time_calls:1) and its expandable segments' handles made, moved and released.
-        "host_ms_per_step": None if _per_step(cell, "host_ns") is None else _per_step(cell, "host_ns") / 1e6,
+        "host_ms_per_step": None if host_ns is None else host_ns / 1e6,
         "calls_per_step": _per_step(cell, "timed_calls"),
         "created_per_step": _per_step(cell, "num_handles_created"),
         "moved_per_step": _per_step(cell, "num_handles_moved"),

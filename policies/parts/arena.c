@@ -288,9 +288,9 @@ static int make_room(ta_arena *a, cudaStream_t stream, size_t granule, size_t by
 }
 
 /* Reclaim: the time a request's moves took, from `since` (0 for other
- * modes), charged to the move budget when any memory moved; and the donors
- * the mapping did not use given back. */
-static uint64_t moves_begin(ta_arena *a) { return a->reclaim ? ta_segments_clock_ns(a->segments) : 0; }
+ * modes or without a move budget), charged to the budget when any memory
+ * moved; and the donors the mapping did not use given back. */
+static uint64_t moves_begin(ta_arena *a) { return a->reclaim ? ta_segments_move_since(a->segments) : 0; }
 
 static void moves_end(ta_arena *a, int moved, uint64_t since) {
   if (!a->reclaim) return;
