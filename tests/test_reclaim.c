@@ -381,7 +381,7 @@ static void mixed_run(const char *conf, int64_t *peak_reserved, int64_t *peak_al
 
 /* Three streams: memory freed on one may move to another only once the
  * device is past it, so the further the device trails, the more reclaim
- * reserves; with a device that keeps up it reserves what compact does. */
+ * reserves; with a device that keeps up it reserves about what compact does. */
 TEST(a_mixed_run_never_synchronizes_and_reserves_as_little_as_compact) {
   int64_t res, alloc, nsyncs, compact_res, compact_alloc, compact_syncs, caching_res, caching_alloc, caching_syncs;
   mixed_run("expandable:compact,sim_lag:64", &compact_res, &compact_alloc, &compact_syncs);
@@ -389,7 +389,12 @@ TEST(a_mixed_run_never_synchronizes_and_reserves_as_little_as_compact) {
   CHECK(compact_syncs > 0);
   mixed_run("expandable:reclaim,sim_lag:0", &res, &alloc, &nsyncs);
   CHECK_EQ(nsyncs, 0);
-  CHECK(res <= compact_res + compact_res / 64); /* compact's memory, within the slack both allow (segments_expand.c) */
+  fprintf(stderr, "  sim_lag:0: peak reserved / allocated: reclaim %.3f, compact %.3f\n", (double)res / (double)alloc,
+          (double)compact_res / (double)compact_alloc);
+  /* compact's memory, within 1/32: the slack both allow (segments_expand.c), and reclaim's placing of requests
+   * on mapped memory before the holes (arena.c), which on this run that never repeats itself leaves holes
+   * compact would have mapped (1.147x against 1.124x when written; 1.133x placed by best fit alone) */
+  CHECK(res <= compact_res + compact_res / 32);
   CHECK_EQ(alloc, compact_alloc);
   int64_t previous = res;
   static const char *const lags[] = {"sim_lag:8", "sim_lag:64", "sim_lag:512"};
@@ -407,27 +412,60 @@ TEST(a_mixed_run_never_synchronizes_and_reserves_as_little_as_compact) {
   }
 }
 
-/* One step, repeated: a 24 MiB block, freed, then a 30 MiB one that does
- * not fit where the first was (a 2 MiB block lives after it all along):
- * past the most ever reserved, each step moves the first one's handles to
- * the second and back. */
-static void *thrash_begin(void) {
-  void *a = use_malloc(24 * MiB, S0), *keep = a ? use_malloc(2 * MiB, S0) : NULL;
-  if (a) use_free(a, 24 * MiB, S0);
-  return keep; /* NULL: the caller's REQUIRE says so */
-}
-
+/* One step, repeated: a 24 MiB block, a 2 MiB one after it, the first
+ * freed and a 30 MiB one asked for while the second lives, then both
+ * freed. The 30 MiB fit no mapped run the step left (the 2 MiB block lives
+ * in the middle of it): past the most ever reserved, each step moves
+ * handles to where the 30 MiB go. */
 static void thrash(int steps, uint64_t ticks_between) {
   for (int i = 0; i < steps; i++) {
-    void *a = use_malloc(24 * MiB, S0);
-    REQUIRE(a);
+    void *a = use_malloc(24 * MiB, S0), *keep = a ? use_malloc(2 * MiB, S0) : NULL;
+    REQUIRE(a && keep);
     use_free(a, 24 * MiB, S0);
     torchalloc_sim_advance(0, ticks_between);
     void *c = use_malloc(30 * MiB, S0);
     REQUIRE(c);
     use_free(c, 30 * MiB, S0);
+    use_free(keep, 2 * MiB, S0);
     torchalloc_sim_advance(0, ticks_between);
   }
+}
+
+/* A step that repeats the last one's requests settles: a 24 MiB block
+ * freed, then 30 MiB while a 2 MiB block lives after where the 24 were.
+ * The 30 MiB go past the end once, on handles moved there; from then on
+ * the 24 MiB go on those mapped handles too (inside the free block that
+ * starts on the granules given back), so nothing moves or grows again. */
+TEST(a_request_goes_on_mapped_memory_before_granules_given_back_and_the_layout_settles) {
+  REQUIRE(sim_reset("expandable:reclaim,sim_lag:0") == 0);
+  void *first = use_malloc(24 * MiB, S0), *keep = first ? use_malloc(2 * MiB, S0) : NULL;
+  REQUIRE(first && keep);
+  use_free(first, 24 * MiB, S0);
+  void *where = NULL;
+  int64_t moved = 0, peak = 0;
+  for (int step = 0; step < 50; step++) {
+    if (step == 2) {
+      moved = stats0().num_handles_moved;
+      peak = stats0().reserved_bytes[ALL].peak;
+    }
+    void *a = use_malloc(24 * MiB, S0);
+    REQUIRE(a);
+    use_free(a, 24 * MiB, S0);
+    torchalloc_sim_advance(0, 1);
+    void *c = use_malloc(30 * MiB, S0);
+    REQUIRE(c);
+    if (step >= 2) CHECK(c == where); /* the same address every step */
+    where = c;
+    use_free(c, 30 * MiB, S0);
+    torchalloc_sim_advance(0, 1);
+  }
+  CHECK(moved > 0);                                 /* the first steps moved handles past the end */
+  CHECK_EQ(stats0().num_handles_moved, moved);      /* then none */
+  CHECK_EQ(stats0().reserved_bytes[ALL].peak, peak); /* nor grew */
+  CHECK(peak <= (int64_t)(40 * MiB));               /* 32 MiB live at most: within a handle of it */
+  CHECK_EQ(violations(), 0);
+  CHECK_INVARIANTS();
+  use_free(keep, 2 * MiB, S0);
 }
 
 /* move_time:5: while the device waits for the host, moves are the step's
@@ -436,8 +474,6 @@ static void thrash(int steps, uint64_t ticks_between) {
  * (no limit), or with host work between the steps, they go on. */
 TEST(moves_while_the_device_waits_stop_at_the_budget_and_the_layout_settles) {
   REQUIRE(sim_reset("expandable:reclaim,sim_lag:0,move_time:5") == 0); /* the device keeps up: markers done at once */
-  void *keep = thrash_begin();
-  REQUIRE(keep);
   thrash(60, 1);
   int64_t early = stats0().num_handles_moved, grown = stats0().reserved_bytes[ALL].peak;
   CHECK(early > 0); /* the burst: the first steps moved memory */
@@ -448,30 +484,23 @@ TEST(moves_while_the_device_waits_stop_at_the_budget_and_the_layout_settles) {
   CHECK_EQ(stats0().reserved_bytes[ALL].peak, grown);
   CHECK_EQ(violations(), 0);
   CHECK_INVARIANTS();
-  use_free(keep, 2 * MiB, S0);
 
   /* No limit (the default): the same steps move memory every time and the reserve stays at what they need. */
   REQUIRE(sim_reset("expandable:reclaim,sim_lag:0") == 0);
-  keep = thrash_begin();
-  REQUIRE(keep);
   thrash(120, 1);
   int64_t unlimited = stats0().num_handles_moved;
   CHECK_EQ(stats0().num_moves_declined, 0);
-  CHECK(unlimited >= 120 * 2); /* each step moves handles there and back */
+  CHECK(unlimited >= 120 * 2); /* each step moves handles */
   CHECK(stats0().reserved_bytes[ALL].peak < grown);
-  use_free(keep, 2 * MiB, S0);
 
   /* Much host work between steps: the budget refills, and moves go on as without a limit. */
   REQUIRE(sim_reset("expandable:reclaim,sim_lag:0,move_time:5") == 0);
-  keep = thrash_begin();
-  REQUIRE(keep);
   thrash(120, 1000000);
   CHECK_EQ(stats0().num_handles_moved, unlimited);
-  use_free(keep, 2 * MiB, S0);
 
-  fprintf(stderr, "  moves: %lld in the budget's burst, then none; %lld without a limit or with host work between\n",
-          (long long)early, (long long)unlimited);
-  use_free(keep, 2 * MiB, S0);
+  fprintf(stderr, "  moves: %lld in the budget's burst, then none (%lld MiB reserved); %lld without a limit or with host "
+          "work between (%lld MiB)\n", (long long)early, (long long)(grown / MiB), (long long)unlimited,
+          (long long)(stats0().reserved_bytes[ALL].peak / MiB));
 }
 
 /* phase_arena's arenas, one per phase, lend to each other on one stream

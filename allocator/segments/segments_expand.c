@@ -35,6 +35,8 @@ size_t ta_segments_granule(const ta_segments *s) { return s->granule; }
 
 size_t ta_segments_granule_of(const ta_segment *seg) { return seg->expansion->granule; }
 
+size_t ta_segments_addresses_left(const ta_segment *seg) { return seg->expansion->reserved - seg->size; }
+
 size_t ta_segments_handle_size(const ta_segments *s, int pool) {
   /* Both 0 without virtual memory. Under a memory fraction, the device's
    * granule unless `handle` was set (config.h, TA_DEFAULT_LARGE_HANDLE). */
@@ -163,9 +165,12 @@ ta_segment *ta_segments_alloc_expandable(ta_segments *s, size_t size, cudaStream
   size_t free_b = 0, total = 0;
   if (s->backend->ops->mem_info(s->backend, s->device, &free_b, &total) != TA_OK || total == 0) return NULL;
   /* As many addresses as the device has bytes (the segment can then grow to
-   * anything the device could give it), but at most 1 TiB: a simulated
-   * device of replay's unlimited capacity must still hold many of them. */
-  size_t reserved = ta_align_up(total < TA_EXPANDABLE_MAX_RESERVE ? total : TA_EXPANDABLE_MAX_RESERVE, granule);
+   * anything the device could give it), four times that in the large pool,
+   * whose requests reclaim places on mapped memory before the holes while
+   * half of them are unused (arena.c on_mapped_memory); but at most 1 TiB:
+   * a simulated device of replay's unlimited capacity must still hold many. */
+  size_t want = pool == TA_POOL_LARGE && total < TA_EXPANDABLE_MAX_RESERVE / 4 ? total * 4 : total;
+  size_t reserved = ta_align_up(want < TA_EXPANDABLE_MAX_RESERVE ? want : TA_EXPANDABLE_MAX_RESERVE, granule);
   size = ta_align_up(size, granule);
   if (size > reserved) return NULL;
   *status = TA_ENOMEM;
@@ -269,6 +274,22 @@ size_t ta_segments_unmapped_in(const ta_segment *seg, uintptr_t addr, size_t len
   for (size_t g = first; (g = next_split(seg->expansion, g, end)) < end; g++)
     pieces += ta_split_unmapped(seg, g, addr, addr + len);
   return n * seg->expansion->granule + pieces;
+}
+
+int ta_segments_mapped_window(const ta_segment *seg, uintptr_t lo, uintptr_t hi, size_t len, uintptr_t *at) {
+  const ta_expansion *x = seg->expansion;
+  size_t first, end, run, stop;
+  granules_of(seg, lo, hi - lo, 0, &first, &end);
+  for (size_t g = first; next_run(x, g, end, OWNED, &run, &stop); g = stop) {
+    uintptr_t from = seg->addr + run * x->granule, to = seg->addr + stop * x->granule;
+    if (from < lo) from = lo;
+    if (to > hi) to = hi;
+    if (to - from >= len) {
+      *at = from;
+      return 1;
+    }
+  }
+  return 0;
 }
 
 int ta_segments_map(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t len) {

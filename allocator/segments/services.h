@@ -43,6 +43,13 @@ ta_internal int ta_segments_grow(ta_segments *s, ta_segment *seg, size_t bytes);
 ta_internal int ta_segments_map(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t len);
 /* Bytes of the granules [addr, addr + len) touches that are unmapped now. */
 ta_internal size_t ta_segments_unmapped_in(const ta_segment *seg, uintptr_t addr, size_t len);
+/* 1, with the lowest address in [lo, hi) from which `len` bytes lie on
+ * granules mapped here (whole handles of this segment: not lent, not in
+ * pieces) in *at; 0 when there is none. *at is lo or a granule's start. */
+ta_internal int ta_segments_mapped_window(const ta_segment *seg, uintptr_t lo, uintptr_t hi, size_t len,
+                                          uintptr_t *at);
+/* Bytes of addresses the expandable segment `seg` may still grow by. */
+ta_internal size_t ta_segments_addresses_left(const ta_segment *seg);
 /* Unmap the mapped granules lying wholly inside [addr, addr + len), a free
  * block; returns the bytes given back. Call ta_segments_synchronize first. */
 ta_internal size_t ta_segments_unmap(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t len);

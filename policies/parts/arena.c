@@ -420,12 +420,57 @@ static ta_noinline ta_block *fresh_block(ta_arena *a, cudaStream_t stream, int p
   return seg->first;
 }
 
+static ta_block *carve(ta_arena *a, ta_bins *bins, ta_block *b, uintptr_t addr, size_t size);
+
+/* Free blocks asked for a mapped window before the best fit maps instead. */
+#define TA_WINDOW_PROBES 64
+
+static int has_mapped_window(const ta_block *b, size_t size, void *at) {
+  if (!b->segment->expansion || !b->segment->unmapped) {
+    *(uintptr_t *)at = b->addr;
+    return 1;
+  }
+  return ta_segments_mapped_window(b->segment, b->addr, b->addr + b->size, size, at);
+}
+
+/* Reclaim: when the best fit `b` would start on granules given back, the
+ * smallest free block with `rounded` bytes on mapped granules, anywhere in
+ * it, serves instead (at its start: returned free, as `b`; in its middle:
+ * carved out, returned live). Why: mapping there takes memory from
+ * elsewhere (a move: ~55 us of host time a handle), and the granules given
+ * back are where the last step's layout differed: placed by best fit
+ * alone, GPT-2 moved 268 handles every step after the warm-up, placed on
+ * mapped memory first none (replay of its H200 log with the device keeping
+ * up; ResNet-50 40 -> 0, ViT-B/16 28 -> 5, BENCHMARKS.md). The cost is
+ * addresses: the granules given back stay unused while mapped memory
+ * serves, and the segment's end moves on (a Llama-style pattern of varying
+ * lengths spanned 2.3x what it reserved after 120 steps, and no more after
+ * 240). So once half of the segment's addresses are used, best fit maps
+ * the holes again (segments_expand.c reserves four times the device's
+ * memory of addresses for the large pool). `b` as well when no block of
+ * the first TA_WINDOW_PROBES asked has such a window. */
+static ta_noinline ta_block *on_mapped_memory(ta_arena *a, ta_bins *bins, ta_block *b, size_t rounded) {
+  if (ta_segments_unmapped_in(b->segment, b->addr, rounded) == 0 ||
+      ta_segments_addresses_left(b->segment) < b->segment->size)
+    return b;
+  uintptr_t at = 0;
+  ta_block *m = ta_bins_find_where(bins, rounded, has_mapped_window, &at, TA_WINDOW_PROBES);
+  if (!m) return b;
+  if (at == m->addr) return m;
+  ta_block *carved = carve(a, bins, m, at, rounded);
+  return carved ? carved : b; /* without host memory for a descriptor: the best fit */
+}
+
 ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream) {
   size_t rounded = ta_round_size(size);
   int pool = ta_pool_for(rounded);
   ta_bins *bins = bins_for(a, stream, pool);
   if (ta_unlikely(!bins)) return NULL;
   ta_block *b = ta_bins_find(bins, rounded);
+  if (b && ta_unlikely(b->segment->unmapped != 0) && a->reclaim && !(a->policy->flags & TA_POLICY_NO_SPLIT)) {
+    b = on_mapped_memory(a, bins, b, rounded);
+    if (b->state == TA_BLOCK_LIVE) return b; /* carved out of the middle of a free block, mapped */
+  }
   if (b) {
     take_free(a, bins, b);
   } else {
@@ -453,7 +498,12 @@ ta_block *ta_arena_claim(ta_arena *a, ta_segment *seg, uintptr_t addr, size_t si
   ta_block *b = seg->first;
   while (b && b->addr + b->size <= addr) b = b->next;
   if (!b || b->state != TA_BLOCK_FREE || addr + size > b->addr + b->size) return NULL;
-  ta_bins *bins = bins_for(a, b->stream, seg->pool);
+  return carve(a, bins_for(a, b->stream, seg->pool), b, addr, size);
+}
+
+/* [addr, addr + size) of the free block b, out of the index and live; the
+ * bytes of b around it stay free. NULL without host memory (b unchanged). */
+static ta_block *carve(ta_arena *a, ta_bins *bins, ta_block *b, uintptr_t addr, size_t size) {
   int free_before = addr > b->addr, free_after = addr + size < b->addr + b->size;
   /* Both descriptors first: a failure must leave the segment as it was. */
   ta_block *claimed = free_before ? ta_segments_block_new(a->segments) : b;

@@ -122,6 +122,21 @@ ta_block *ta_bins_find(ta_bins *bins, size_t size) {
   return next < TA_LINEAR_BINS ? *head_of(bins, next) : probe(*head_of(bins, next), 0, TA_BIN_PROBE);
 }
 
+ta_block *ta_bins_find_where(ta_bins *bins, size_t size, ta_bins_filter *fits, void *ctx, int probes) {
+  ta_block *best = NULL;
+  /* The request's own bin may hold smaller blocks (from 2 MiB a bin spans sizes); the first bin with
+   * an accepted block ends the search: the next ones hold larger blocks only. */
+  for (uint32_t bin = bin_of(size); bin <= TA_NBINS && !best && probes > 0; bin = next_nonempty(bins, bin + 1)) {
+    for (ta_block *b = *head_of(bins, bin); b && probes > 0; b = b->bin_next) {
+      if (b->size < size || (best && b->size >= best->size)) continue;
+      probes--;
+      if (fits(b, size, ctx)) best = b;
+    }
+    if (bin == TA_NBINS) break;
+  }
+  return best;
+}
+
 /* ------------------------------------------------------------------------
  * The census of free blocks (bins.h)
  * ---------------------------------------------------------------------- */

@@ -53,6 +53,11 @@ ta_internal void ta_bins_insert(ta_bins *bins, ta_block *b);
 ta_internal void ta_bins_remove(ta_bins *bins, ta_block *b);
 /* Best-fitting free block of at least `size` bytes, or NULL; not removed. */
 ta_internal ta_block *ta_bins_find(ta_bins *bins, size_t size);
+/* The best-fitting free block of at least `size` bytes that `fits` accepts,
+ * or NULL; not removed. Asks `fits` of at most `probes` blocks, smallest
+ * bins first (a bounded search for the slow path: a list is not sorted). */
+typedef int ta_bins_filter(const ta_block *b, size_t size, void *ctx);
+ta_internal ta_block *ta_bins_find_where(ta_bins *bins, size_t size, ta_bins_filter *fits, void *ctx, int probes);
 
 /* A census of free blocks: how many of each size, their bytes and the
  * largest, kept as blocks enter and leave free indices (arena.c tells it),

@@ -46,7 +46,10 @@ def test_the_default_variant_on_a_bundled_trace(library_path: Path, path: Path) 
     rows = {p.policy: p for p in report.policies}
     assert [p.policy for p in report.policies if p.is_default] == ["caching+reclaim"] == [replay.INSTALL_DEFAULT]
     default = rows["caching+reclaim"]
-    assert default.peak_reserved <= 1.01 * default.peak_allocated, default.ratio
+    # 1.0107x when written: requests go on mapped memory before the holes (arena.c on_mapped_memory), so 91 handles
+    # move over the 200 steps instead of 1160, for one 8 MiB handle more than best fit alone reserved (1.0093x)
+    assert default.peak_reserved <= 1.011 * default.peak_allocated, default.ratio
+    assert default.handles_moved < 200, default.handles_moved
     assert default.synchronizes == 0
     assert default.device_allocs > 0 and default.device_frees > 0  # granules moved: maps and unmaps, counted
     assert rows["caching+compact"].synchronizes > 0  # the same memory, bought with synchronizes
