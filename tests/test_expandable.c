@@ -161,6 +161,25 @@ TEST(memory_fraction_and_capacity_bound_the_growth) {
   CHECK_EQ(violations(), 0);
 }
 
+/* A large-pool segment has four times the device's bytes of addresses, but
+ * a request larger than the device fails as it did when it had as many:
+ * nothing is mapped for it, and the memory is there for the next one. */
+TEST(a_request_larger_than_the_device_maps_nothing) {
+  REQUIRE(sim_reset("expandable:reclaim,sim_capacity:1GiB") == 0);
+  void *a = torchalloc_malloc(64 * MiB, 0, S0);
+  REQUIRE(a);
+  int64_t maps = stats0().num_device_alloc;
+  CHECK(torchalloc_malloc((size_t)2 << 30, 0, S0) == NULL);
+  CHECK_EQ(stats0().num_device_alloc, maps); /* not one piece of it mapped first */
+  CHECK_EQ(reserved(), 64 * MiB);
+  void *b = torchalloc_malloc(900 * MiB, 0, S0);
+  CHECK(b != NULL);
+  CHECK_INVARIANTS();
+  CHECK_EQ(violations(), 0);
+  if (b) torchalloc_free(b, 900 * MiB, 0, S0);
+  torchalloc_free(a, 64 * MiB, 0, S0);
+}
+
 TEST(no_unmapping_while_a_capture_may_be_underway) {
   REQUIRE(sim_reset("handle:2MiB,expandable:2") == 0);
   void *a = torchalloc_malloc(30 * MiB, 0, S0);

@@ -34,6 +34,7 @@ typedef struct ta_segment_registry {
  * `large_handle` in the large one (ta_segments_handle_size). */
 typedef struct ta_expansion {
   size_t reserved;   /* bytes of addresses reserved from `addr` */
+  size_t device;     /* the device's bytes when it was made: no growth is larger (ta_segments_grow) */
   size_t granule;
   uint64_t *handles; /* one per granule of the segment's size; 0: not mapped; TA_HANDLE_SPLIT: see `split` */
   uint8_t *lent;     /* one per granule: 1 while lent (mapped here, retiring) */

@@ -172,7 +172,7 @@ ta_segment *ta_segments_alloc_expandable(ta_segments *s, size_t size, cudaStream
   size_t want = pool == TA_POOL_LARGE && total < TA_EXPANDABLE_MAX_RESERVE / 4 ? total * 4 : total;
   size_t reserved = ta_align_up(want < TA_EXPANDABLE_MAX_RESERVE ? want : TA_EXPANDABLE_MAX_RESERVE, granule);
   size = ta_align_up(size, granule);
-  if (size > reserved) return NULL;
+  if (size > reserved || size > total) return NULL;
   *status = TA_ENOMEM;
   ta_segment *seg = calloc(1, sizeof *seg);
   ta_expansion *x = calloc(1, sizeof *x);
@@ -185,6 +185,7 @@ ta_segment *ta_segments_alloc_expandable(ta_segments *s, size_t size, cudaStream
     goto fail;
   }
   x->reserved = reserved;
+  x->device = total;
   x->granule = granule;
   x->split_pieces = granule / s->granule;
   unsigned shift = 0;
@@ -220,7 +221,9 @@ fail:
 int ta_segments_grow(ta_segments *s, ta_segment *seg, size_t bytes) {
   ta_expansion *x = seg->expansion;
   ta_assert(x && bytes % x->granule == 0);
-  if (bytes > x->reserved - seg->size) return TA_ENOSPACE;
+  /* More than the device holds goes where it did while a segment had as
+   * many addresses as the device bytes: an ordinary segment, which fails. */
+  if (bytes > x->reserved - seg->size || bytes > x->device) return TA_ENOSPACE;
   size_t first = seg->size / x->granule, n = bytes / x->granule;
   if (reserve_handles(seg, first + n)) return TA_ENOMEM;
   if (x->granule > s->granule && ta_segments_near_capacity(s, bytes)) {
