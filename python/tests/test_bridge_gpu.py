@@ -5,7 +5,8 @@ Skipped without torch or a CUDA GPU. Each scenario runs in a fresh process
 bridge into the per-user cache, the rest load it.
 
 Under every policy: an OOM raises torch.OutOfMemoryError and training goes
-on; the fragmentation case raises within seconds; a whole training step
+on; the fragmentation case is served (the default's reclaim maps free
+granules again) or raises within seconds; a whole training step
 captured in a CUDA graph replays to the eager result; cudnn.benchmark
 trains; torch.cuda.memory_stats() equals torchalloc.memory_stats() after
 each step; the snapshot exports with frames and opens in memory_viz;
@@ -218,10 +219,12 @@ def test_bridge_is_pytorchs_allocator_in_full(policy: str, library_path: Path) -
     assert "torchalloc" in r["oom_message"]
     assert r["oom_observed"] == 1, "the OOM observer was not called"
     assert r["after_oom_loss"] == r["after_oom_loss"] and r["num_ooms"] >= 1  # finite: training went on
-    if policy == "exact":  # frees go straight back to the device: nothing to fragment, 64 MiB fits
-        assert r["frag"] in ("OutOfMemoryError", "no error") and r["frag_seconds"] < 5.0
-    else:
-        assert r["frag"] == "OutOfMemoryError" and r["frag_seconds"] < 5.0
+    # exact: frees go straight back to the device, nothing to fragment; caching and phase_arena under the default
+    # expandable:reclaim map the free granules between the blocks again for the 64 MiB (examples/capabilities.py
+    # on the H200, 2026-11-27: "fragmentation bridge no error"; PyTorch's allocator raises at once)
+    assert r["frag"] in ("OutOfMemoryError", "no error") and r["frag_seconds"] < 5.0
+    if policy == "caching":
+        assert r["frag"] == "no error"
     assert r["fraction_read"] == 0.05
     assert r["graph_losses_equal"], f"graph replay differs from eager: {r['graph_losses']}"
     assert r["graph_params_equal"]
