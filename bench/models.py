@@ -39,7 +39,10 @@ the table, the targets of the issue (reported, never asserted) and a JSON
 line to stdout; --out gets the raw records after every run, --markdown
 the table for BENCHMARKS.md. The whole default plan takes far longer than
 one call's budget: run it a few workloads at a time, each with --out, and
---merge the files (BENCHMARKS.md gives the commands).
+--merge the files (BENCHMARKS.md gives the commands), or on a host of
+several GPUs with --gpus N: the workloads are spread over N of them (each
+workload's runs on one GPU, the longest estimates first to the least loaded
+card), and the lanes run side by side.
 
 Without torch or a CUDA GPU it prints `SKIP: <reason>` and exits 0;
 --dry-run prints the plan and its estimated time anywhere; --device cpu
@@ -50,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -59,7 +63,7 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path[:0] = [str(REPO / "python"), str(BENCH)]  # run from a checkout without installing
 
-from suite import runner, table  # noqa: E402
+from suite import lanes, runner, table  # noqa: E402
 from suite.child import child_main  # noqa: E402
 from suite.variants import DEFAULT_VARIANTS, STACKS_VARIANTS, parse_variants  # noqa: E402
 from suite.workloads import WORKLOADS, parse_batches, parse_workloads  # noqa: E402
@@ -90,6 +94,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-host-time", action="store_true",
                    help="do not count torchalloc's host time in malloc/free (time_calls:1, two clock reads a call)")
     p.add_argument("--quick", action="store_true", help=f"1 round of {QUICK_STEPS} steps: a check, not a figure")
+    p.add_argument("--gpus", type=int, default=1,
+                   help="spread the workloads over this many GPUs of the host, side by side: each workload's runs "
+                   "on one GPU, so its ratios to native stay on one card (default: 1)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and estimated time; run nothing")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help=argparse.SUPPRESS)
     p.add_argument("--merge", type=Path, nargs="+", default=None, help="tabulate earlier --out files instead")
@@ -110,6 +117,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.extra_conf = ",".join(c for c in (args.extra_conf.strip(" ,"), "time_calls:1") if c)
     if args.rounds < 1 or (args.steps is not None and args.steps < 1) or args.warmup < 0:
         p.error("--rounds and --steps must be at least 1, --warmup at least 0")
+    if args.gpus < 1:
+        p.error(f"--gpus must be at least 1, not {args.gpus}")
     try:
         args.specs = parse_workloads(args.workloads or ("gpt2" if args.stacks else ",".join(WORKLOADS)))
         args.variant_list = parse_variants(args.variants or ",".join(STACKS_VARIANTS if args.stacks
@@ -168,9 +177,15 @@ def parent_main(args: argparse.Namespace) -> int:
     runs = runner.make_plan(args.specs, args.variant_list, args.rounds, args.steps, args.batches,
                             args.exact_everywhere)
     print(runner.describe_plan(runs, args.warmup, args.extra_conf), file=sys.stderr)
+    plan_lanes = lanes.split(runs, args.gpus, args.warmup) if args.gpus > 1 else [runs]
     if args.dry_run:
-        for run in runs:
-            print(f"round {run.round + 1}: {run.spec.name} {run.variant.name}")
+        cards = [str(i) for i in range(len(plan_lanes))]
+        for lane, card in zip(plan_lanes, cards):
+            for run in lane:
+                print(f"{f'card {card}, ' if len(plan_lanes) > 1 else ''}round {run.round + 1}: {run.spec.name} "
+                      f"{run.variant.name}")
+        if len(plan_lanes) > 1:
+            print("\n".join(lanes.describe(plan_lanes, cards, args.warmup)), file=sys.stderr)
         return 0
     reason = gpu_child.skip_reason() if args.device == "cuda" else None
     if args.device == "cpu":
@@ -181,17 +196,30 @@ def parent_main(args: argparse.Namespace) -> int:
     if reason:
         print(f"SKIP: {reason}")
         return 0
+    cards = lanes.visible_cards() if args.gpus > 1 else []
+    if args.gpus > 1 and len(cards) < args.gpus:
+        print(f"bench/models.py: error: --gpus {args.gpus}, but this host shows {len(cards)} GPU(s) "
+              f"({'CUDA_VISIBLE_DEVICES' if 'CUDA_VISIBLE_DEVICES' in os.environ else 'nvidia-smi -L'})",
+              file=sys.stderr)
+        return 2
     lib = Path(args.lib).resolve()
     if not runner.library_ready(lib, args.variant_list, args.timeout):
         return 1
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     meta = {"command": sys.argv, "started": started, "rounds": args.rounds, "warmup": args.warmup,
-            "seed": args.seed, "extra_conf": args.extra_conf}
+            "seed": args.seed, "extra_conf": args.extra_conf, "gpus": args.gpus}
 
     def save(records: list[dict[str, Any]], notes: list[str]) -> None:
         if args.out:
             runner.write_json(args.out, {**meta, "records": records, "notes": notes})
 
+    if len(plan_lanes) > 1:
+        placed = lanes.describe(plan_lanes, cards, args.warmup)
+        print("\n".join(placed), file=sys.stderr)
+        run_lane = lanes.run_lane_with(Path(__file__), lambda run: child_args(args, run), lib, args.extra_conf,
+                                       args.warmup, args.timeout, args.budget, STARTED)
+        records, notes = lanes.execute(plan_lanes, cards, run_lane, save)
+        return report(records, placed + notes, args)
     records, notes = runner.execute(runs, Path(__file__), lambda run: child_args(args, run), lib, args.extra_conf,
                                     args.warmup, args.timeout, args.budget, save, STARTED)
     return report(records, notes, args)

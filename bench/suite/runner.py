@@ -99,9 +99,12 @@ def describe_plan(runs: list[Run], warmup: int, extra_conf: str) -> str:
     return "\n".join(lines)
 
 
-def child_env(run: Run, lib: Path, extra_conf: str, log_dir: str) -> dict[str, str]:
-    """The variant's allocator settings, and nothing inherited that would change them."""
+def child_env(run: Run, lib: Path, extra_conf: str, log_dir: str, card: str | None = None) -> dict[str, str]:
+    """The variant's allocator settings, and nothing inherited that would change them; `card`: the one GPU
+    it sees (CUDA_VISIBLE_DEVICES), None to inherit the parent's."""
     env = dict(os.environ)
+    if card is not None:
+        env["CUDA_VISIBLE_DEVICES"] = card
     env.pop("TORCHALLOC_CONF", None)
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     env.pop("PYTORCH_ALLOC_CONF", None)  # newer torch's name for the same setting
@@ -172,9 +175,11 @@ def _short(record: dict[str, Any]) -> str:
 
 def execute(runs: list[Run], script: Path, child_args: Callable[[Run], list[str]], lib: Path, extra_conf: str,
             warmup: int, timeout: float, budget_s: float, save: Callable[[list[dict[str, Any]], list[str]], None],
-            started: float | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+            started: float | None = None, card: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """Run `runs` in order; (one record per run started, notes such as the budget stop).
-    The budget counts from `started` (time.monotonic(); default: now)."""
+    The budget counts from `started` (time.monotonic(); default: now). `card`: the GPU every run sees
+    (recorded in each record and named in the progress lines); None: the parent's."""
+    where = f"card {card}: " if card is not None else ""
     records: list[dict[str, Any]] = []
     notes: list[str] = []
     walls: dict[tuple[str, str], float] = {}
@@ -185,28 +190,30 @@ def execute(runs: list[Run], script: Path, child_args: Callable[[Run], list[str]
             elapsed = time.monotonic() - start
             expected = walls.get(run.key, run.estimate_s(warmup))
             if elapsed + expected > budget_s:
-                notes.append(f"stopped before run {i + 1}/{len(runs)} (round {run.round + 1}, {run.spec.name}, "
+                notes.append(f"{where}stopped before run {i + 1}/{len(runs)} (round {run.round + 1}, {run.spec.name}, "
                              f"{run.variant.name}): {elapsed:.0f} s spent + ~{expected:.0f} s would pass the "
                              f"{budget_s:.0f} s budget (--budget)")
                 print(notes[-1], file=sys.stderr)
                 break
             remaining = sum(walls.get(r.key, r.estimate_s(warmup)) for r in runs[i:])
-            print(f"[{i + 1}/{len(runs)} {elapsed / 60:.1f} min, ~{remaining / 60:.1f} min left] round {run.round + 1} "
+            print(f"{where}[{i + 1}/{len(runs)} {elapsed / 60:.1f} min, ~{remaining / 60:.1f} min left] round {run.round + 1} "
                   f"{run.spec.name} {run.variant.name} ...", file=sys.stderr, flush=True)
             t0 = time.monotonic()
-            result = gpu_child.run_child(script, child_args(run), child_env(run, lib, extra_conf, log_dir), timeout,
-                                         RESULT_TAG)
+            result = gpu_child.run_child(script, child_args(run), child_env(run, lib, extra_conf, log_dir, card),
+                                         timeout, RESULT_TAG)
             wall = time.monotonic() - t0
             walls[run.key] = wall
             record = {"round": run.round, "workload": run.spec.name, "variant": run.variant.name,
                       "batch": run.batch, "steps": run.steps, "wall_s": round(wall, 2), **result}
+            if card is not None:
+                record["card"] = card
             if run.variant.logs:
                 record["log_bytes"] = _log_bytes(log_dir)
             if "error" in record:  # keep the end of what it said, not all of it
                 record["stderr"] = gpu_child.tail(record.get("stderr", ""), 20)
                 record.pop("stdout", None)
             records.append(record)
-            print(f"    {wall:.1f} s: {_short(record)}", file=sys.stderr, flush=True)
+            print(f"    {where}{wall:.1f} s: {_short(record)}", file=sys.stderr, flush=True)
             if "error" in record:
                 print(gpu_child.tail(record["stderr"], 8), file=sys.stderr)
             save(records, notes)

@@ -11,6 +11,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "bench" / "models.py"
 sys.path.insert(0, str(REPO / "bench"))
 
-from suite import runner, table  # noqa: E402
+from suite import lanes, runner, table  # noqa: E402
 from suite.variants import parse_variant  # noqa: E402
 from suite.workloads import WORKLOADS  # noqa: E402
 
@@ -46,6 +47,7 @@ def _has_torch() -> bool:
     (["--rounds", "0"], ["--rounds"]),
     (["--no-such-option"], ["--no-such-option"]),
     (["--device", "cpu", "--variants", "caching"], ["native"]),
+    (["--gpus", "0"], ["--gpus", "0"]),
 ])
 def test_argument_errors_are_one_line(args: list[str], names: list[str]) -> None:
     done = models(*args, "--dry-run")
@@ -77,6 +79,13 @@ def test_dry_run_prints_the_plan_without_a_gpu() -> None:
     plain = models("--dry-run", "--no-host-time", "--workloads", "gpt2")
     assert "torchalloc.install(), nothing set" in plain.stderr and "time_calls" not in plain.stderr
     assert "length drawn per step from 256-2048" in done.stderr and "KV cache growing" in done.stderr
+    # --gpus: the same runs, each line naming the card its workload went to, and a line a card
+    spread = models("--dry-run", "--gpus", "2", "--workloads", "convnet,gpt2,llama")
+    lines = spread.stdout.strip().splitlines()
+    assert len(lines) == 3 * 3 * 6 and all(line.startswith(("card 0, round", "card 1, round")) for line in lines)
+    assert {line.split()[4] for line in lines if line.startswith("card 0")}.isdisjoint(
+        {line.split()[4] for line in lines if line.startswith("card 1")})
+    assert "card 0: " in spread.stderr and "card 1: " in spread.stderr and "estimated" in spread.stderr
 
 
 def test_exact_runs_on_the_small_workloads_only() -> None:
@@ -138,6 +147,44 @@ def test_a_hung_or_crashed_run_is_reported_and_the_suite_goes_on(tmp_path: Path)
     rows = table.rows(records)
     assert all(r["failed"] for r in rows)
     assert "FAILED 1x" in table.text(rows)
+
+
+def test_lanes_keep_each_workload_on_one_card_and_share_the_time() -> None:
+    variants = [parse_variant(v) for v in ("native", "native+expandable", "torchalloc")]
+    runs = runner.make_plan(list(WORKLOADS.values()), variants, 3, None, {}, False)
+    split = lanes.split(runs, 4, 3)
+    assert len(split) == 4 and sorted(map(id, (r for lane in split for r in lane))) == sorted(map(id, runs))
+    homes = {name: {i for i, lane in enumerate(split) for r in lane if r.spec.name == name} for name in WORKLOADS}
+    assert all(len(home) == 1 for home in homes.values()), homes  # every run of a workload on one card
+    for lane in split:  # the plan's order within a lane: rounds outermost, so they still interleave
+        assert [runs.index(r) for r in lane] == sorted(runs.index(r) for r in lane)
+    cost = {name: sum(r.estimate_s(3) for r in runs if r.spec.name == name) for name in WORKLOADS}
+    totals = [sum(r.estimate_s(3) for r in lane) for lane in split]
+    assert max(totals) - min(totals) <= max(cost.values())  # the greedy placement's bound
+    assert len(lanes.split(runs[:3], 4, 3)) == 1  # one workload: one lane, the other cards idle
+
+
+def test_lanes_run_side_by_side_each_on_its_card(tmp_path: Path) -> None:
+    script = tmp_path / "fake_child.py"  # exits with 10 + the card it was given, so each record says where it ran
+    script.write_text("import os, sys\nsys.exit(10 + int(os.environ['CUDA_VISIBLE_DEVICES']))\n")
+    runs = [runner.Run(0, WORKLOADS[name], parse_variant(v), 8, 1) for name in ("convnet", "gpt2")
+            for v in ("native", "caching")]
+    split = lanes.split(runs, 2, 0)
+    saved: list[int] = []
+    run_lane = lanes.run_lane_with(script, lambda run: [], Path("/nonexistent"), "", 0, 30, 600, time.monotonic())
+    records, notes = lanes.execute(split, ["3", "5"], run_lane, lambda recs, _notes: saved.append(len(recs)))
+    assert notes == [] and len(records) == 4 and saved[-1] == 4
+    by_card = {card: {r["workload"] for r in records if r["card"] == card} for card in ("3", "5")}
+    assert sorted(map(sorted, by_card.values())) == [["convnet"], ["gpt2"]]
+    for r in records:
+        assert f"status {10 + int(r['card'])}" in r["error"], r
+
+
+def test_visible_cards_are_the_parents_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, 3,")
+    assert lanes.visible_cards() == ["2", "3"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert lanes.visible_cards() == []
 
 
 def test_the_budget_stops_before_a_run_that_would_not_fit(tmp_path: Path) -> None:
