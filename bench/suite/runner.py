@@ -196,8 +196,8 @@ def execute(runs: list[Run], script: Path, child_args: Callable[[Run], list[str]
                 print(notes[-1], file=sys.stderr)
                 break
             remaining = sum(walls.get(r.key, r.estimate_s(warmup)) for r in runs[i:])
-            print(f"{where}[{i + 1}/{len(runs)} {elapsed / 60:.1f} min, ~{remaining / 60:.1f} min left] round {run.round + 1} "
-                  f"{run.spec.name} {run.variant.name} ...", file=sys.stderr, flush=True)
+            print(f"{where}[{i + 1}/{len(runs)} {elapsed / 60:.1f} min, ~{remaining / 60:.1f} min left] "
+                  f"round {run.round + 1} {run.spec.name} {run.variant.name} ...", file=sys.stderr, flush=True)
             t0 = time.monotonic()
             result = gpu_child.run_child(script, child_args(run), child_env(run, lib, extra_conf, log_dir, card),
                                          timeout, RESULT_TAG)
