@@ -448,16 +448,19 @@ static int has_mapped_window(const ta_block *b, size_t size, void *at) {
  * 240). So once half of the segment's addresses are used, best fit maps
  * the holes again (segments_expand.c reserves four times the device's
  * memory of addresses for the large pool). `b` as well when no block of
- * the first TA_WINDOW_PROBES asked has such a window. */
-static ta_noinline ta_block *on_mapped_memory(ta_arena *a, ta_bins *bins, ta_block *b, size_t rounded) {
-  if (ta_segments_unmapped_in(b->segment, b->addr, rounded) == 0 ||
-      ta_segments_addresses_left(b->segment) < b->segment->size)
-    return b;
+ * the first TA_WINDOW_PROBES asked has such a window. *mapped: 1 when the
+ * returned block's first `rounded` bytes are known to lie on mapped
+ * granules (nothing for map_block to do). */
+static ta_noinline ta_block *on_mapped_memory(ta_arena *a, ta_bins *bins, ta_block *b, size_t rounded, int *mapped) {
+  *mapped = ta_segments_unmapped_in(b->segment, b->addr, rounded) == 0;
+  if (*mapped || ta_segments_addresses_left(b->segment) < b->segment->size) return b;
   uintptr_t at = 0;
   ta_block *m = ta_bins_find_where(bins, rounded, has_mapped_window, &at, TA_WINDOW_PROBES);
   if (!m) return b;
+  *mapped = 1;
   if (at == m->addr) return m;
   ta_block *carved = carve(a, bins, m, at, rounded);
+  *mapped = carved != NULL;
   return carved ? carved : b; /* without host memory for a descriptor: the best fit */
 }
 
@@ -467,8 +470,9 @@ ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream) {
   ta_bins *bins = bins_for(a, stream, pool);
   if (ta_unlikely(!bins)) return NULL;
   ta_block *b = ta_bins_find(bins, rounded);
+  int mapped = 0; /* b's first `rounded` bytes lie on mapped granules (on_mapped_memory found so) */
   if (b && ta_unlikely(b->segment->unmapped != 0) && a->reclaim && !(a->policy->flags & TA_POLICY_NO_SPLIT)) {
-    b = on_mapped_memory(a, bins, b, rounded);
+    b = on_mapped_memory(a, bins, b, rounded, &mapped);
     if (b->state == TA_BLOCK_LIVE) return b; /* carved out of the middle of a free block, mapped */
   }
   if (b) {
@@ -486,7 +490,8 @@ ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream) {
     if (ta_likely(rest != NULL)) split_after(a, bins, b, rounded, rest); /* without host memory: whole */
   }
   b->state = TA_BLOCK_LIVE;
-  if (ta_unlikely(b->segment->unmapped != 0) && map_block(a, b)) {
+  /* Known mapped: all of it when the split left it `rounded` bytes (not without host memory for the rest). */
+  if (ta_unlikely(b->segment->unmapped != 0) && !(mapped && b->size == rounded) && map_block(a, b)) {
     ta_arena_free(a, b); /* back to the index, merged with its free neighbours */
     return NULL;
   }
