@@ -120,10 +120,10 @@ ta_internal void ta_segment_source_drop(ta_segment_source *src);
 
 /* `large_handle`: bytes per physical handle of large-pool expandable
  * segments (config.h, `handle`), rounded up to the device's granule. */
-/* The move budget (segments_moves.c): `permille` of the time (0: no limit), its clock started. */
-ta_internal void ta_segments_moves_init(ta_segments *s, unsigned permille);
 ta_internal void ta_segments_init(ta_segments *s, ta_backend *backend, int device, torchalloc_stats *stats,
                                   size_t large_handle, int handle_fixed);
+/* The move budget (segments_moves.c): `permille` of the time (0: no limit), its clock started. */
+ta_internal void ta_segments_moves_init(ta_segments *s, unsigned permille);
 /* Return every segment to the device, live blocks included, and free the
  * descriptors (teardown: the caller holds none of these pointers). */
 ta_internal void ta_segments_destroy(ta_segments *s);
@@ -136,6 +136,8 @@ ta_internal ta_segment *ta_segments_find(const ta_segments *s, uintptr_t addr);
 ta_internal void ta_segments_synchronize(ta_segments *s);
 /* The markers of `stream`, made on first use; NULL when host memory runs out. */
 ta_internal ta_stream_marks *ta_segments_marks_for(ta_segments *s, cudaStream_t stream);
+/* The markers of `stream` if it has any yet, else NULL (nothing is made). */
+ta_internal ta_stream_marks *ta_segments_marks_find(const ta_segments *s, cudaStream_t stream);
 
 /* Give the devices of `peers` read and write access to every mapping of
  * this device, those made from now on and those made before (granules

@@ -19,9 +19,15 @@
 
 #include "segments/segments.h"
 
-ta_stream_marks *ta_segments_marks_for(ta_segments *s, cudaStream_t stream) {
+ta_stream_marks *ta_segments_marks_find(const ta_segments *s, cudaStream_t stream) {
   for (size_t i = 0; i < s->nmarks; i++)
     if (s->marks[i]->stream == stream) return s->marks[i];
+  return NULL;
+}
+
+ta_stream_marks *ta_segments_marks_for(ta_segments *s, cudaStream_t stream) {
+  ta_stream_marks *found = ta_segments_marks_find(s, stream);
+  if (found) return found;
   if (s->nmarks == s->cap_marks) {
     size_t cap = s->cap_marks ? s->cap_marks * 2 : 4;
     ta_stream_marks **grown = realloc(s->marks, cap * sizeof *grown);

@@ -56,9 +56,7 @@ int ta_segments_move_allowed(ta_segments *s, cudaStream_t stream, int must) {
   s->moves_charged = 0;
   if (!s->move_permille) return 1; /* no limit */
   top_up(s);
-  ta_stream_marks *m = NULL;
-  for (size_t i = 0; i < s->nmarks && !m; i++)
-    if (s->marks[i]->stream == stream) m = s->marks[i];
+  const ta_stream_marks *m = ta_segments_marks_find(s, stream);
   /* No marker in flight after the poll: the last one recorded is done, so
    * the device has run out of queued work and the host's time is the step's. */
   s->moves_charged = m && !m->event;
