@@ -64,6 +64,7 @@ typedef struct ta_segment {
   struct ta_stream_marks *marks;  /* reclaim: its stream's progress markers (segments_marks.c); else NULL */
   uint32_t *stamps; /* reclaim: per granule, its stream's marker epoch at the last free of memory it holds */
   unsigned granule_shift; /* expandable: log2 of the granule */
+  uint32_t donor_slot; /* reclaim: its place + 1 in the segment layer's donor candidates; 0: not there */
   void *owner;      /* arena or policy that owns it */
   struct ta_segment *owner_prev, *owner_next; /* the owner's own list of its segments (free for its use) */
   struct ta_policy *policy_instance; /* the policy object that made it: its blocks are freed there */

@@ -240,4 +240,5 @@ void ta_segments_destroy(ta_segments *seg) {
   free(slab->chunks);
   memset(slab, 0, sizeof *slab);
   ta_segments_marks_destroy(seg);
+  ta_segments_donors_destroy(seg);
 }

@@ -86,8 +86,23 @@ struct ta_segments {
   int no_sync;         /* a capture may be underway: nothing may synchronize (the heap's routing) */
   int no_new_segments; /* ta_segments_alloc refuses: only cached blocks may serve (a use_on_oom pool's turn) */
   torchalloc_stats *stats; /* the heap's: segment, reserved_bytes, inactive_split*, num_device_*, num_synchronizes */
-  ta_stream_marks **marks; /* reclaim: one per stream its segments serve (segments_marks.c) */
-  size_t nmarks, cap_marks;
+  /* Reclaim's markers (segments_marks.c): a hash index of each stream's,
+   * for the streams its segments serve (marks_mask + 1 slots, a power of
+   * two; NULL: empty); the active ones, freed on since their last marker or
+   * with one in flight, in a list of their own. */
+  ta_stream_marks **marks;
+  size_t marks_mask, nmarks;
+  uint64_t marks_made; /* markers made so far: the next one's `order` */
+  ta_stream_marks **active;
+  size_t nactive, cap_active;
+  int active_unsorted; /* `active` is not in `order` */
+  /* Expandable segments with memory mapped: the only ones reclaim and
+   * compact take memory from (segments_donors.c); and those they left with
+   * nothing mapped and nothing in use, for their owner to release. */
+  ta_segment **donating;
+  size_t ndonating, cap_donating;
+  ta_segment **drained;
+  size_t ndrained, cap_drained;
   ta_donors donors;
   /* The move budget (segments_moves.c): host nanoseconds reclaim may still
    * spend moving memory while the device waits for the host, the clock
@@ -213,5 +228,21 @@ ta_internal int ta_segments_near_capacity(ta_segments *s, size_t bytes);
 
 /* Teardown: release the markers in flight and free them (segments_marks.c). */
 ta_internal void ta_segments_marks_destroy(ta_segments *s);
+/* A reclaim segment that uses `m` goes: the last one frees it (NULL: nothing). */
+ta_internal void ta_segments_marks_release(ta_segments *s, ta_stream_marks *m);
+/* `seg` (a reclaim segment) is no donor any more, nor drained: it goes (segments_donors.c). */
+ta_internal void ta_segments_donors_forget(ta_segments *s, ta_segment *seg);
+/* Teardown: the lists of segments_donors.c freed. */
+ta_internal void ta_segments_donors_destroy(ta_segments *s);
+/* `seg` was left by take_past or unmap_free with one free block and nothing mapped. */
+ta_internal void ta_segments_note_drained(ta_segments *s, ta_segment *seg);
+/* Memory was mapped into the expandable segment `seg`: it is looked at for memory to move or give back. */
+ta_internal void ta_segments_may_donate(ta_segments *s, ta_segment *seg);
+/* Nothing is mapped in `seg` any more: it is not looked at until something is. */
+ta_internal void ta_segments_donates_nothing(ta_segments *s, ta_segment *seg);
+/* The candidates in address order (their slots renumbered), those with
+ * nothing mapped gone: walks that stop once they have enough take the same
+ * memory every run. */
+ta_internal void ta_segments_donors_sort(ta_segments *s);
 
 #endif

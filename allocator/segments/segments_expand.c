@@ -141,6 +141,7 @@ static int map_run(ta_segments *s, ta_segment *seg, size_t first, size_t n) {
   s->stats->num_handles_moved += (int64_t)k;
   s->stats->num_handles_created += (int64_t)(n - k);
   ta_segments_account(s, seg, addr, bytes, +1);
+  ta_segments_may_donate(s, seg);
   return TA_OK;
 }
 
@@ -195,7 +196,8 @@ ta_segment *ta_segments_alloc_expandable(ta_segments *s, size_t size, cudaStream
                       .stamps = seg->stamps, .granule_shift = shift};
   /* Without its markers (host memory) the segment's free blocks are never
    * past: they wait for a synchronize, as compact's do. */
-  if (policy->flags & TA_POLICY_RECLAIM) seg->marks = ta_segments_marks_for(s, stream);
+  if (policy->flags & TA_POLICY_RECLAIM && (seg->marks = ta_segments_marks_for(s, stream)) != NULL)
+    seg->marks->segments++;
   if (ta_segments_register(s, seg)) {
     s->backend->ops->unreserve(s->backend, s->device, addr, reserved);
     goto fail;
@@ -211,7 +213,7 @@ ta_segment *ta_segments_alloc_expandable(ta_segments *s, size_t size, cudaStream
   return seg;
 fail:
   if (x) free(x->handles), free(x->lent), free(x->split);
-  if (seg) free(seg->stamps);
+  if (seg) ta_segments_marks_release(s, seg->marks), free(seg->stamps);
   free(seg);
   free(x);
   if (b) ta_segments_block_delete(s, b);
@@ -363,6 +365,8 @@ static void expansion_release(ta_segments *s, ta_segment *seg, int account) {
 void ta_segments_release_expandable(ta_segments *s, ta_segment *seg) {
   ta_assert(seg->expansion && seg->first->state == TA_BLOCK_FREE && !seg->first->next);
   expansion_release(s, seg, 1);
+  ta_segments_donors_forget(s, seg);
+  ta_segments_marks_release(s, seg->marks);
   ta_segments_unregister(s, seg);
   ta_stats_sub(s->stats->segment, seg->pool, 1);
   ta_segments_block_delete(s, seg->first);
@@ -393,9 +397,9 @@ static int holds_mapped_granule(const ta_segment *seg, const ta_block *b) {
 size_t ta_segments_unmap_free(ta_segments *s, size_t want, const ta_block *keep) {
   size_t released = 0;
   int synced = 0;
-  for (size_t i = 0; i < s->registry.count && released < want; i++) {
-    ta_segment *seg = s->registry.items[i];
-    if (!seg->expansion) continue;
+  ta_segments_donors_sort(s); /* in address order, as far as `want` */
+  for (size_t i = 0; i < s->ndonating && released < want; i++) {
+    ta_segment *seg = s->donating[i];
     for (ta_block *b = seg->first; b && released < want; b = b->next) {
       if (b->state != TA_BLOCK_FREE || b == keep || !holds_mapped_granule(seg, b)) continue;
       if (!synced) { /* queued kernels may still use memory freed on their stream */
@@ -404,6 +408,7 @@ size_t ta_segments_unmap_free(ta_segments *s, size_t want, const ta_block *keep)
       }
       released += ta_segments_unmap(s, seg, b->addr, b->size);
     }
+    if (seg->unmapped == seg->size && seg->first == seg->last) ta_segments_note_drained(s, seg);
   }
   return released;
 }
@@ -414,14 +419,14 @@ size_t ta_segments_unmap_free(ta_segments *s, size_t want, const ta_block *keep)
 
 /* A granule of a free block the device is past: a donor candidate. */
 struct ta_past_granule {
-  uint32_t stamp;   /* its stream's marker epoch when its memory was last freed: its age */
-  uint32_t segment; /* index in the registry */
+  uint32_t stamp; /* its stream's marker epoch when its memory was last freed: its age */
+  ta_segment *segment;
   size_t g;
 };
 
-static int by_place(const void *pa, const void *pb) {
+static int by_place(const void *pa, const void *pb) { /* address order */
   const ta_past_granule *a = pa, *b = pb;
-  if (a->segment != b->segment) return a->segment < b->segment ? -1 : 1;
+  if (a->segment != b->segment) return a->segment->addr < b->segment->addr ? -1 : 1;
   return a->g < b->g ? -1 : a->g > b->g;
 }
 
@@ -435,9 +440,14 @@ static int by_age(const void *pa, const void *pb) { /* ties in place order: the 
  * when host memory runs out. */
 static ptrdiff_t gather_past(ta_segments *s, size_t granule, const ta_block *keep) {
   size_t n = 0;
-  for (size_t i = 0; i < s->registry.count; i++) {
-    ta_segment *seg = s->registry.items[i];
-    if (!seg->expansion || !seg->marks || seg->expansion->granule != granule) continue;
+  for (size_t i = 0; i < s->ndonating;) {
+    ta_segment *seg = s->donating[i];
+    if (seg->unmapped == seg->size) { /* nothing mapped: the last one takes its place */
+      ta_segments_donates_nothing(s, seg);
+      continue;
+    }
+    i++;
+    if (!seg->marks || seg->expansion->granule != granule) continue;
     for (ta_block *b = seg->first; b; b = b->next) {
       if (b->state != TA_BLOCK_FREE || b == keep) continue;
       size_t first, end;
@@ -451,7 +461,7 @@ static ptrdiff_t gather_past(ta_segments *s, size_t granule, const ta_block *kee
           s->past = grown;
           s->cap_past = cap;
         }
-        s->past[n++] = (ta_past_granule){.stamp = seg->stamps[g], .segment = (uint32_t)i, .g = g};
+        s->past[n++] = (ta_past_granule){.stamp = seg->stamps[g], .segment = seg, .g = g};
       }
     }
   }
@@ -480,13 +490,14 @@ size_t ta_segments_take_past(ta_segments *s, size_t want, size_t granule, const 
     while (run_end < n && s->past[run_end].segment == s->past[k].segment &&
            s->past[run_end].g == s->past[run_end - 1].g + 1)
       run_end++;
-    ta_segment *seg = s->registry.items[s->past[k].segment];
+    ta_segment *seg = s->past[k].segment;
     size_t first = s->past[k].g, len = run_end - k;
     for (size_t j = 0; j < len; j++) /* stamp 0: past, old everywhere */
       donate(&s->donors, granule, seg->expansion->handles[first + j], 0);
     unmap_run(s, seg, first, len, 1, 0);
     seg->unmapped += len * granule;
     got += len * granule;
+    if (seg->unmapped == seg->size && seg->first == seg->last) ta_segments_note_drained(s, seg);
   }
   return got;
 }

@@ -14,34 +14,117 @@
  * event completes, `done` reaches the epoch it covered: a block stamped at
  * or below is past. One event in flight per stream keeps the cost bounded.
  * No event is recorded or queried while a capture may be underway (either
- * would invalidate it). */
+ * would invalidate it).
+ *
+ * A program may use tens of thousands of streams, most once: the markers
+ * are found by a hash of the stream, a reclaim pass asks only the streams
+ * freed on or waiting for a marker (the active list), and a stream's
+ * markers go with the last segment that uses them. */
 #include <stdlib.h>
 
 #include "segments/segments.h"
 
+/* ------------------------------------------------------------------------
+ * The index: open addressing on the stream, backward-shift deletion.
+ * ---------------------------------------------------------------------- */
+
+static inline size_t home_of(const ta_segments *s, cudaStream_t stream) {
+  return (size_t)(((uint64_t)(uintptr_t)stream * UINT64_C(0x9E3779B97F4A7C15)) >> 32) & s->marks_mask;
+}
+
+/* The slot holding `stream`'s markers, or the empty slot where they would go. */
+static ta_stream_marks **slot_of(const ta_segments *s, cudaStream_t stream) {
+  size_t i = home_of(s, stream);
+  while (s->marks[i] && s->marks[i]->stream != stream) i = (i + 1) & s->marks_mask;
+  return &s->marks[i];
+}
+
+static void erase_slot(ta_segments *s, ta_stream_marks **slot) {
+  size_t i = (size_t)(slot - s->marks);
+  for (size_t j = (i + 1) & s->marks_mask; s->marks[j]; j = (j + 1) & s->marks_mask) {
+    size_t home = home_of(s, s->marks[j]->stream);
+    if (((j - home) & s->marks_mask) >= ((j - i) & s->marks_mask)) { /* j may move to i */
+      s->marks[i] = s->marks[j];
+      i = j;
+    }
+  }
+  s->marks[i] = NULL;
+}
+
+/* `slots` slots (a power of two above twice the count), the entries put back. -1 without host memory. */
+static int rehash(ta_segments *s, size_t slots) {
+  ta_stream_marks **old = s->marks;
+  size_t old_slots = old ? s->marks_mask + 1 : 0;
+  ta_stream_marks **fresh = calloc(slots, sizeof *fresh);
+  if (!fresh) return -1;
+  s->marks = fresh;
+  s->marks_mask = slots - 1;
+  for (size_t i = 0; i < old_slots; i++)
+    if (old[i]) *slot_of(s, old[i]->stream) = old[i];
+  free(old);
+  return 0;
+}
+
 ta_stream_marks *ta_segments_marks_find(const ta_segments *s, cudaStream_t stream) {
-  for (size_t i = 0; i < s->nmarks; i++)
-    if (s->marks[i]->stream == stream) return s->marks[i];
-  return NULL;
+  return s->nmarks ? *slot_of(s, stream) : NULL;
 }
 
 ta_stream_marks *ta_segments_marks_for(ta_segments *s, cudaStream_t stream) {
   ta_stream_marks *found = ta_segments_marks_find(s, stream);
   if (found) return found;
-  if (s->nmarks == s->cap_marks) {
-    size_t cap = s->cap_marks ? s->cap_marks * 2 : 4;
-    ta_stream_marks **grown = realloc(s->marks, cap * sizeof *grown);
-    if (!grown) return NULL;
-    s->marks = grown;
-    s->cap_marks = cap;
+  if (!s->marks || 2 * (s->nmarks + 1) > s->marks_mask + 1) {
+    size_t slots = s->marks ? 2 * (s->marks_mask + 1) : 16;
+    if (rehash(s, slots)) return NULL;
   }
   ta_stream_marks *m = calloc(1, sizeof *m); /* one allocation each: segments keep pointers to it */
   if (!m) return NULL;
   m->stream = stream;
   m->epoch = 1; /* done 0: nothing stamped is past yet */
-  s->marks[s->nmarks++] = m;
+  m->order = s->marks_made++;
+  *slot_of(s, stream) = m;
+  s->nmarks++;
   return m;
 }
+
+/* ------------------------------------------------------------------------
+ * The active list: markers freed on since their last, or with one in flight.
+ * ---------------------------------------------------------------------- */
+
+void ta_segments_marks_activate(ta_segments *s, ta_stream_marks *m) {
+  if (m->active) return;
+  if (s->nactive == s->cap_active) {
+    size_t cap = s->cap_active ? s->cap_active * 2 : 16;
+    ta_stream_marks **grown = realloc(s->active, cap * sizeof *grown);
+    if (!grown) return; /* unlisted, its stamps wait for the next free on it, or a synchronize */
+    s->active = grown;
+    s->cap_active = cap;
+  }
+  if (s->nactive && s->active[s->nactive - 1]->order > m->order) s->active_unsorted = 1;
+  s->active[s->nactive++] = m;
+  m->active = 1;
+}
+
+static int idle(const ta_stream_marks *m) { return !m->event && m->frees == m->frees_marked; }
+
+/* Drop the idle ones, keeping the others' order. */
+static void settle_active(ta_segments *s) {
+  size_t kept = 0;
+  for (size_t i = 0; i < s->nactive; i++) {
+    ta_stream_marks *m = s->active[i];
+    if (idle(m)) m->active = 0;
+    else s->active[kept++] = m;
+  }
+  s->nactive = kept;
+}
+
+static int by_order(const void *pa, const void *pb) {
+  const ta_stream_marks *a = *(ta_stream_marks *const *)pa, *b = *(ta_stream_marks *const *)pb;
+  return a->order < b->order ? -1 : a->order > b->order;
+}
+
+/* ------------------------------------------------------------------------
+ * Markers
+ * ---------------------------------------------------------------------- */
 
 static void drop_event(ta_segments *s, ta_stream_marks *m) {
   s->backend->ops->event_release(s->backend, s->device, m->event);
@@ -73,33 +156,59 @@ void ta_segments_marks_progress(ta_segments *s, ta_stream_marks *m) {
 
 void ta_segments_marks_poll(ta_segments *s) {
   if (s->no_sync) return;
-  for (size_t i = 0; i < s->nmarks; i++) poll_one(s, s->marks[i]);
+  for (size_t i = 0; i < s->nactive; i++) poll_one(s, s->active[i]);
+  settle_active(s);
 }
 
 void ta_segments_marks_record(ta_segments *s) {
   if (s->no_sync) return;
-  for (size_t i = 0; i < s->nmarks; i++) record_one(s, s->marks[i]);
+  if (s->active_unsorted) { /* in the order the streams came: the events the same every run */
+    qsort(s->active, s->nactive, sizeof *s->active, by_order);
+    s->active_unsorted = 0;
+  }
+  for (size_t i = 0; i < s->nactive; i++) record_one(s, s->active[i]);
+  settle_active(s);
 }
 
 void ta_segments_synchronize(ta_segments *s) {
   s->backend->ops->synchronize(s->backend, s->device);
   s->stats->num_synchronizes++;
-  for (size_t i = 0; i < s->nmarks; i++) { /* everything stamped so far is past; later frees get a new epoch */
+  for (size_t i = 0; s->nmarks && i <= s->marks_mask; i++) { /* everything stamped so far is past; later frees
+                                                              * get a new epoch */
     ta_stream_marks *m = s->marks[i];
+    if (!m) continue;
     if (m->event) drop_event(s, m);
     m->done = m->epoch++;
     m->frees_marked = m->frees;
   }
+  settle_active(s);
+}
+
+void ta_segments_marks_release(ta_segments *s, ta_stream_marks *m) {
+  if (!m || --m->segments) return;
+  if (m->event) drop_event(s, m);
+  if (m->active) {
+    m->frees_marked = m->frees; /* idle: the next settle drops it */
+    settle_active(s);
+  }
+  erase_slot(s, slot_of(s, m->stream));
+  s->nmarks--;
+  free(m);
 }
 
 void ta_segments_marks_destroy(ta_segments *s) {
-  for (size_t i = 0; i < s->nmarks; i++) {
-    if (s->marks[i]->event) drop_event(s, s->marks[i]);
-    free(s->marks[i]);
+  for (size_t i = 0; s->marks && i <= s->marks_mask; i++) {
+    ta_stream_marks *m = s->marks[i];
+    if (!m) continue;
+    if (m->event) drop_event(s, m);
+    free(m);
   }
   free(s->marks);
   s->marks = NULL;
-  s->nmarks = s->cap_marks = 0;
+  s->nmarks = s->marks_mask = 0;
+  free(s->active);
+  s->active = NULL;
+  s->nactive = s->cap_active = 0;
   free(s->donors.handles);
   free(s->donors.stamps);
   s->donors = (ta_donors){0};

@@ -90,6 +90,7 @@ int ta_split_map(ta_segments *s, ta_segment *seg, size_t g, uintptr_t lo, uintpt
     seg->unmapped -= piece;
     s->stats->num_handles_created++;
     ta_segments_account(s, seg, base + j * piece, piece, +1);
+    ta_segments_may_donate(s, seg);
   }
   settle(seg, g); /* a granule that got no piece is unmapped again */
   return rc;

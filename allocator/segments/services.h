@@ -107,12 +107,17 @@ typedef struct ta_stream_marks {
   void *event;           /* the marker in flight; NULL when none */
   uint64_t frees;        /* frees stamped so far */
   uint64_t frees_marked; /* `frees` when the last marker was recorded (or the device synchronized) */
+  uint64_t order;        /* made after `order` others: markers are recorded in this order */
+  size_t segments;       /* the reclaim segments it serves: it goes with the last */
+  int active;            /* in the segment layer's active list */
 } ta_stream_marks;
 
 /* Frees on a stream between two markers. */
 #define TA_MARK_EVERY 256
 
 ta_internal void ta_segments_marks_progress(ta_segments *s, ta_stream_marks *m);
+/* `m` joins the active list (its stream was freed on): the next reclaim pass records a marker there. */
+ta_internal void ta_segments_marks_activate(ta_segments *s, ta_stream_marks *m);
 /* The free path of a reclaim segment's block: the stamps, and every
  * TA_MARK_EVERY frees a marker on its stream. */
 static inline void ta_segments_note_free(ta_segments *s, const ta_block *b) {
@@ -123,6 +128,7 @@ static inline void ta_segments_note_free(ta_segments *s, const ta_block *b) {
   size_t g = (b->addr - seg->addr) >> seg->granule_shift, end = (b->addr + b->size - 1 - seg->addr) >> seg->granule_shift;
   do seg->stamps[g] = epoch;
   while (g++ < end);
+  if (ta_unlikely(!m->active)) ta_segments_marks_activate(s, m);
   if (ta_unlikely((++m->frees & (TA_MARK_EVERY - 1)) == 0)) ta_segments_marks_progress(s, m);
 }
 /* 1 when the device is past the last use of the memory of every granule
@@ -149,6 +155,11 @@ ta_internal void ta_segments_lend(ta_segments *s, ta_segment *seg, uintptr_t add
 ta_internal void ta_segments_retire(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t len);
 /* Give back to the device any donors not mapped (after a failure). */
 ta_internal void ta_segments_donors_drop(ta_segments *s);
+/* A reclaim segment that taking its memory left with one free block and
+ * nothing mapped (a stream done with it, say), for its owner to release
+ * (ta_segments_release_expandable) when its own bookkeeping is not in use:
+ * each one once, then NULL (segments_donors.c). Check it is still so. */
+ta_internal ta_segment *ta_segments_next_drained(ta_segments *s);
 
 /* --- the move budget (segments_moves.c; TORCHALLOC_CONF move_time, off by default) ---
  * A move costs the host an unmap, a map and a set-access call per handle

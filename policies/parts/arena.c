@@ -228,9 +228,15 @@ static void retire(ta_arena *a, int all, const ta_block *keep) {
  * donors. Safe without waiting: the donors serve a request of the same
  * stream, whose work runs after what is queued there. Returns the bytes. */
 static size_t lend_from(ta_arena *a, cudaStream_t stream, size_t granule, size_t want, const ta_block *keep) {
-  size_t got = 0;
-  for (ta_segment *seg = a->owned; seg && got < want; seg = seg->owner_next) {
-    if (!seg->expansion || !seg->marks || seg->stream != stream || ta_segments_granule_of(seg) != granule) continue;
+  size_t got = 0, i = find_stream(a, stream);
+  if (i == a->nstreams) return 0;
+  /* The stream's expandable segments (its others are ordinary: nothing to
+   * lend), the newest first, as they are in the arena's list. */
+  ta_segment *segs[2] = {a->streams[i].expandable[TA_POOL_SMALL], a->streams[i].expandable[TA_POOL_LARGE]};
+  if (a->streams[i].newest == TA_POOL_LARGE) segs[0] = segs[1], segs[1] = a->streams[i].expandable[TA_POOL_SMALL];
+  for (int k = 0; k < 2 && got < want; k++) {
+    ta_segment *seg = segs[k];
+    if (!seg || !seg->marks || ta_segments_granule_of(seg) != granule) continue;
     for (ta_block *b = seg->first; b && got < want; b = b->next) {
       uintptr_t lo, hi;
       if (b->state != TA_BLOCK_FREE || b == keep || !ta_segments_mapped_run(seg, b->addr, b->addr + b->size, &lo, &hi))
@@ -322,6 +328,7 @@ static ta_block *expand(ta_arena *a, ta_stream_bins *sb, int pool, ta_bins *bins
     if (!seg) return NULL;
     own(a, seg);
     sb->expandable[pool] = seg;
+    sb->newest = (uint8_t)pool;
     return seg->first;
   }
   ta_block *tail = seg->last;
@@ -359,15 +366,52 @@ static ta_block *expand(ta_arena *a, ta_stream_bins *sb, int pool, ta_bins *bins
 /* Release cached memory of an expandable segment: every free granule, the
  * free end cut off, the whole segment when nothing in it lives. Returns the
  * bytes given back. The caller synchronized. */
+/* An expandable segment whose only block is free (in the index) goes, and
+ * with its stream's last segment the stream's entry. */
+static void release_whole(ta_arena *a, ta_segment *seg) {
+  take_free(a, bins_for(a, seg->stream, seg->pool), seg->first);
+  a->streams[a->last].expandable[seg->pool] = NULL; /* bins_for left `last` at the segment's stream */
+  disown(a, seg);
+  ta_segments_release_expandable(a->segments, seg);
+}
+
+static int empty(const ta_segment *seg) {
+  return seg && seg->first == seg->last && seg->first->state == TA_BLOCK_FREE && seg->unmapped == seg->size;
+}
+
+/* Reclaim and compact: a stream whose every segment moving or giving back
+ * memory left with nothing mapped and nothing in use (a stream done with)
+ * loses them, and with them its entry and markers, whichever arena owns
+ * them: they hold only addresses (as many as the device has bytes each). A
+ * stream that still has a segment elsewhere (another phase's arena) keeps
+ * them: its next
+ * request maps memory there again, at the addresses it had (replay of the
+ * phases trace under phase_arena moved 3 % more handles when they went).
+ * Called when no entry of a->streams is in use up the stack (entries move
+ * when one goes). */
+static ta_noinline void release_drained(ta_arena *a) {
+  ta_segment *seg;
+  while ((seg = ta_segments_next_drained(a->segments)) != NULL) {
+    ta_arena *owner = seg->owner; /* expandable segments are all arenas' (expand) */
+    size_t i = find_stream(owner, seg->stream);
+    if (!empty(seg) || i == owner->nstreams) continue;
+    ta_segment *small = owner->streams[i].expandable[TA_POOL_SMALL], *large = owner->streams[i].expandable[TA_POOL_LARGE];
+    size_t gone = (size_t)empty(small) + (size_t)empty(large);
+    /* Segments of the stream elsewhere: counted by its markers under
+     * reclaim; compact has none, so only an arena alone lets them go. */
+    int elsewhere = seg->marks ? seg->marks->segments != gone : owner->family != NULL;
+    if (owner->streams[i].segments != gone || elsewhere) continue;
+    if (empty(small)) release_whole(owner, small);
+    if (empty(large)) release_whole(owner, large); /* (release_whole finds the entry anew) */
+  }
+}
+
 static size_t shrink(ta_arena *a, ta_segment *seg) {
   ta_block *b = seg->last;
   ta_bins *bins = bins_for(a, seg->stream, seg->pool);
   if (b == seg->first && b->state == TA_BLOCK_FREE) {
     size_t mapped = seg->size - seg->unmapped;
-    take_free(a, bins, b);
-    a->streams[a->last].expandable[seg->pool] = NULL; /* bins_for left `last` at the segment's stream */
-    disown(a, seg);
-    ta_segments_release_expandable(a->segments, seg);
+    release_whole(a, seg);
     return mapped;
   }
   size_t released = 0;
@@ -479,6 +523,7 @@ ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream) {
     take_free(a, bins, b);
   } else {
     b = fresh_block(a, stream, pool, bins, rounded);
+    if (a->compact) release_drained(a);
     if (!b) {
       drop_if_unused(a, stream);
       return NULL;
@@ -491,9 +536,13 @@ ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream) {
   }
   b->state = TA_BLOCK_LIVE;
   /* Known mapped: all of it when the split left it `rounded` bytes (not without host memory for the rest). */
-  if (ta_unlikely(b->segment->unmapped != 0) && !(mapped && b->size == rounded) && map_block(a, b)) {
-    ta_arena_free(a, b); /* back to the index, merged with its free neighbours */
-    return NULL;
+  if (ta_unlikely(b->segment->unmapped != 0) && !(mapped && b->size == rounded)) {
+    int failed = map_block(a, b);
+    if (a->compact) release_drained(a);
+    if (failed) {
+      ta_arena_free(a, b); /* back to the index, merged with its free neighbours */
+      return NULL;
+    }
   }
   return b;
 }

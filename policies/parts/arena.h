@@ -29,6 +29,7 @@ typedef struct ta_stream_bins {
   ta_bins *pool[3]; /* indexed by TA_POOL_SMALL / TA_POOL_LARGE; [0] unused */
   ta_segment *expandable[3]; /* the stream's expandable segment of each pool; NULL until the first */
   size_t segments;  /* the arena's segments on this stream */
+  uint8_t newest;   /* the pool whose expandable segment was made last */
 } ta_stream_bins;
 
 typedef struct ta_arena {
