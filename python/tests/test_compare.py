@@ -186,3 +186,41 @@ def test_compare_gpu(tmp_path: Path, library_path: Path) -> None:
     # free 8 MiB: no growth either.
     assert doc["native"]["peak_reserved"] == 40 << 20
     assert doc["caching"]["peak_reserved"] == 32 << 20
+
+
+def test_rounds_interleave_and_a_round_that_writes_nothing_is_not_read_as_the_last(tmp_path: Path) -> None:
+    counter = tmp_path / "runs"
+    s = script(tmp_path, f"""
+        import os, sys
+        path = {str(counter)!r}
+        n = int(open(path).read()) + 1 if os.path.exists(path) else 1
+        open(path, "w").write(str(n))
+        if n == 2:
+            os._exit(3)  # the second round dies before the hook writes its statistics
+    """)
+    status, out, err = run_compare("--policies", "native", "--rounds", "3", "--json", "--", sys.executable, str(s))
+    r = json.loads(out)["policies"]["native"]
+    assert [x["status"] for x in r["rounds"]] == ["ok", "failed (exit 3)", "ok"]
+    assert r["status"] == "failed (exit 3)" and status == 1
+    assert counter.read_text() == "3"
+    assert run_compare("--policies", "native", "--rounds", "0", "--", sys.executable, str(s))[0] == 2
+
+
+def _run(policy: str, wall: float, setup: float | None) -> compare.RunResult:
+    return compare.RunResult(policy, 0, wall, 1 << 30, 1 << 30, False, None, setup_s=setup)
+
+
+def test_the_table_takes_set_up_out_of_the_run_time_and_says_when_a_difference_is_noise() -> None:
+    results = [_run("native", 10.0, None), _run("caching", 12.0, 1.5), _run("exact", 13.0, 0.5),
+               _run("native", 10.4, None), _run("caching", 11.0, 1.5), _run("exact", 13.2, 0.5)]
+    groups = {g.policy: g for g in compare.group_runs(results)}
+    assert [round(r.run_s, 3) for r in groups["caching"].runs] == [10.5, 9.5]
+    native = groups["native"]
+    assert compare.versus_native(groups["caching"], native) == f"{10.0 / 10.2:.3f} (noise)"  # 9.5-10.5 meets 10-10.4
+    assert compare.versus_native(groups["exact"], native) == f"{12.6 / 10.2:.3f}"  # 12.5-12.7: no overlap
+    table = compare.format_table(["python3", "train.py"], results)
+    assert "10.0 s (9.5-10.5)" in table and "1.5 s" in table and "(noise)" in table
+    assert "over 2 interleaved rounds" in table
+    doc = compare.results_json(["python3", "train.py"], results)["policies"]
+    assert doc["caching"]["run_s"] == 10.0 and doc["caching"]["setup_s"] == 1.5 and doc["native"]["setup_s"] is None
+    assert len(doc["exact"]["rounds"]) == 2

@@ -1,6 +1,7 @@
 """`torchalloc compare`: run a training script once per policy on the GPU and tabulate.
 
-    torchalloc compare [--policies native,caching,exact,phase_arena] [--json] [--timeout S] -- python train.py ARGS
+    torchalloc compare [--policies native,caching,exact,phase_arena] [--rounds N] [--json] [--timeout S]
+                       -- python train.py ARGS
 
 Each policy gets its own process (PyTorch can choose its CUDA allocator only
 once per process, before CUDA starts). The script needs no change:
@@ -21,7 +22,20 @@ imports it at start-up, and it
 - then imports any sitecustomize that was on the path before it.
 
 The parent times each process (wall clock, start-up included) and prints
-peak allocated, peak reserved, wall time and whether it ran out of memory.
+peak allocated, peak reserved, run time and whether it ran out of memory.
+So that the run times differ only by the allocator:
+
+- the time inside torchalloc.install() (loading the C++ bridge, starting
+  the library), which native's run does not pay, is taken out of the run
+  time and shown in a column of its own (torch is imported before it, so
+  its import counts for every policy alike);
+- the C++ bridge is built, if it must be, before the first run, by the
+  parent, not by whichever run comes first;
+- the policies run in interleaved rounds (native, caching, ..., native,
+  caching, ...; --rounds, 2 by default), each row gives the median and the
+  range over its rounds, and a ratio to native whose ranges overlap is
+  marked as within the spread of a rerun.
+
 Python started with -I or -S skips sitecustomize: such commands cannot be
 hooked.
 """
@@ -33,6 +47,7 @@ import difflib
 import json
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -68,7 +83,7 @@ def _torchalloc_compare_hook():
         return
     state = {"policy": policy, "pid": _os.getpid(), "argv": list(_sys.argv), "installed": False,
              "install_error": None, "exception": None, "oom": False, "peak_allocated": None,
-             "peak_reserved": None, "num_ooms": None, "seconds": None}
+             "peak_reserved": None, "num_ooms": None, "seconds": None, "setup_seconds": None}
     started = _time.perf_counter()
 
     def write():
@@ -79,9 +94,15 @@ def _torchalloc_compare_hook():
         _os.replace(tmp, out)
 
     if policy != "native":
+        try:  # the script imports torch anyway: its import is not torchalloc's set-up
+            import torch as _torch  # noqa: F401
+        except BaseException:
+            pass  # install() says what is missing
         try:
+            set_up = _time.perf_counter()
             import torchalloc
             torchalloc.install(policy=policy, patch_torch=True)
+            state["setup_seconds"] = _time.perf_counter() - set_up
             state["installed"] = True
         except BaseException as e:  # record why, and do not run the script without the allocator asked for
             state["install_error"] = f"{type(e).__name__}: {e}"
@@ -162,6 +183,12 @@ class RunResult:
     oom: bool
     error: str | None  # install failure, uncaught exception, or why no stats came back
     stderr_tail: str = ""
+    setup_s: float | None = None  # inside torchalloc.install(); None for native (or when it failed)
+
+    @property
+    def run_s(self) -> float:
+        """The wall time less torchalloc's set-up: what the allocator's work cost."""
+        return self.wall_s - (self.setup_s or 0.0)
 
     @property
     def status(self) -> str:
@@ -205,6 +232,7 @@ def run_one(policy: str, command: Sequence[str], workdir: Path, timeout: float |
     hook_dir.mkdir(exist_ok=True)
     (hook_dir / "sitecustomize.py").write_text(SITECUSTOMIZE)
     out = workdir / f"{policy}.json"
+    out.unlink(missing_ok=True)  # an earlier round's: a run that writes none must not read it as its own
     err_path = workdir / f"{policy}.stderr"
     env = child_env(policy, out, hook_dir)
     t0 = time.perf_counter()
@@ -247,6 +275,7 @@ def run_one(policy: str, command: Sequence[str], workdir: Path, timeout: float |
         oom=oom,
         error=error,
         stderr_tail=stderr_tail,
+        setup_s=state.get("setup_seconds"),
     )
 
 
@@ -257,13 +286,80 @@ def _fmt_peak(n: int | None) -> str:
     return fmt_bytes(n, 2)
 
 
-def format_table(command: Sequence[str], results: list[RunResult]) -> str:
-    header = ["policy", "status", "peak allocated", "peak reserved", "reserved/alloc", "wall time"]
-    rows = []
+@dataclasses.dataclass
+class PolicyRuns:
+    """One policy's runs, one a round, in round order."""
+
+    policy: str
+    runs: list[RunResult]
+
+    @property
+    def worst(self) -> RunResult:
+        """The first run that did not end well, else the last: the row's status and errors."""
+        return next((r for r in self.runs if r.status != "ok"), self.runs[-1])
+
+    def _peak(self, field: str) -> int | None:
+        values = [getattr(r, field) for r in self.runs if getattr(r, field) is not None]
+        return max(values) if values else None
+
+    @property
+    def peak_allocated(self) -> int | None:
+        return self._peak("peak_allocated")
+
+    @property
+    def peak_reserved(self) -> int | None:
+        return self._peak("peak_reserved")
+
+    def timed(self) -> list[RunResult]:
+        return [r for r in self.runs if r.returncode == 0 or r.oom]
+
+    def run_range(self) -> tuple[float, float, float] | None:
+        """Median, least and most run time over the runs that ran to the end; None when none did."""
+        times = [r.run_s for r in self.timed()]
+        return (statistics.median(times), min(times), max(times)) if times else None
+
+    def setup(self) -> float | None:
+        values = [r.setup_s for r in self.timed() if r.setup_s is not None]
+        return statistics.median(values) if values else None
+
+
+def group_runs(results: list[RunResult]) -> list[PolicyRuns]:
+    """Runs of every round, by policy, in the order the policies first ran."""
+    groups: dict[str, PolicyRuns] = {}
     for r in results:
-        ratio = f"{r.peak_reserved / r.peak_allocated:.3f}" if r.peak_allocated and r.peak_reserved else "-"
-        rows.append([r.policy, r.status, _fmt_peak(r.peak_allocated), _fmt_peak(r.peak_reserved), ratio,
-                     f"{r.wall_s:.1f} s"])
+        groups.setdefault(r.policy, PolicyRuns(r.policy, [])).runs.append(r)
+    return list(groups.values())
+
+
+def versus_native(row: PolicyRuns, native: PolicyRuns | None) -> str:
+    """The ratio of the medians to native's, marked when the two ranges overlap (a rerun may order them either way)."""
+    mine, theirs = row.run_range(), native.run_range() if native is not None else None
+    if row is native or mine is None or theirs is None or theirs[0] <= 0:
+        return "-"
+    overlap = mine[1] <= theirs[2] and theirs[1] <= mine[2]
+    return f"{mine[0] / theirs[0]:.3f}" + (" (noise)" if overlap and len(row.timed()) > 1 else "")
+
+
+def format_table(command: Sequence[str], results: list[RunResult]) -> str:
+    groups = group_runs(results)
+    native = next((g for g in groups if g.policy == NATIVE), None)
+    rounds = max((len(g.runs) for g in groups), default=0)
+    header = ["policy", "status", "peak allocated", "peak reserved", "reserved/alloc", "run time", "x native",
+              "set-up"]
+    rows = []
+    for g in groups:
+        allocated, reserved = g.peak_allocated, g.peak_reserved
+        ratio = f"{reserved / allocated:.3f}" if allocated and reserved else "-"
+        span = g.run_range()
+        if span is None:
+            run = "-"
+        elif len(g.timed()) > 1:
+            run = f"{span[0]:.1f} s ({span[1]:.1f}-{span[2]:.1f})"
+        else:
+            run = f"{span[0]:.1f} s"
+        setup = g.setup()
+        rows.append([g.policy, g.worst.status, _fmt_peak(allocated), _fmt_peak(reserved), ratio, run,
+                     versus_native(g, native), "-" if setup is None else f"{setup:.1f} s"])
     widths = [max(len(x[i]) for x in [header] + rows) for i in range(len(header))]
     lines = [f"command: {shlex.join(command)}", ""]
     for i, row in enumerate([header] + rows):
@@ -271,7 +367,15 @@ def format_table(command: Sequence[str], results: list[RunResult]) -> str:
                                + [c.rjust(w) for c, w in zip(row[2:], widths[2:])]).rstrip())
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
-    for r in results:
+    lines.append("")
+    lines.append(f"run time: the command's wall time less torchalloc's set-up, median (least-most) over {rounds} "
+                 f"interleaved round{'s' if rounds != 1 else ''}")
+    lines.append("x native: ratio of median run times; (noise): the ranges overlap, a rerun may order them "
+                 "either way")
+    lines.append("set-up: seconds inside torchalloc.install() (C++ bridge loaded, library started), not in the "
+                 "run time")
+    for g in groups:
+        r = g.worst
         if r.error or r.status != "ok":
             lines.append("")
             lines.append(f"{r.policy}: {r.error or r.status}")
@@ -281,21 +385,44 @@ def format_table(command: Sequence[str], results: list[RunResult]) -> str:
 
 
 def results_json(command: Sequence[str], results: list[RunResult]) -> dict[str, Any]:
-    return {
-        "command": list(command),
-        "policies": {
-            r.policy: {
-                "peak_allocated": r.peak_allocated,
-                "peak_reserved": r.peak_reserved,
-                "wall_s": round(r.wall_s, 3),
-                "oom": r.oom,
-                "returncode": r.returncode,
-                "status": r.status,
-                "error": r.error,
-            }
-            for r in results
-        },
-    }
+    policies: dict[str, Any] = {}
+    groups = group_runs(results)
+    native = next((g for g in groups if g.policy == NATIVE), None)
+    for g in groups:
+        r, span = g.worst, g.run_range()
+        policies[g.policy] = {
+            "peak_allocated": g.peak_allocated,
+            "peak_reserved": g.peak_reserved,
+            "wall_s": round(statistics.median(x.wall_s for x in g.runs), 3),
+            "run_s": None if span is None else round(span[0], 3),
+            "run_s_least": None if span is None else round(span[1], 3),
+            "run_s_most": None if span is None else round(span[2], 3),
+            "setup_s": None if g.setup() is None else round(g.setup() or 0.0, 3),
+            "versus_native": versus_native(g, native),
+            "oom": any(x.oom for x in g.runs),
+            "returncode": r.returncode,
+            "status": r.status,
+            "error": r.error,
+            "rounds": [{"wall_s": round(x.wall_s, 3), "setup_s": x.setup_s, "status": x.status} for x in g.runs],
+        }
+    return {"command": list(command), "policies": policies}
+
+
+def prepare_bridge(policies: Sequence[str], quiet: bool) -> None:
+    """Build the C++ bridge now if a torchalloc run would build it, so that no run's time includes a compile."""
+    if all(p == NATIVE for p in policies):
+        return
+    try:
+        from .. import bridge
+
+        found = bridge.find_or_build()
+    except Exception as e:  # the runs take the plain route and say why; nothing to do here
+        if not quiet:
+            print(f"C++ bridge not prepared ({type(e).__name__}: {str(e)[:200]}); the runs say which route they took",
+                  file=sys.stderr, flush=True)
+        return
+    if found.built_now and not quiet:
+        print(f"built the C++ bridge in {found.build_seconds:.1f} s (before the runs)", file=sys.stderr, flush=True)
 
 
 def unknown_policies(policies: Sequence[str]) -> str | None:
@@ -320,6 +447,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--policies", default=",".join(DEFAULT_POLICIES),
                     help="comma-separated; 'native' is PyTorch's own allocator (default: %(default)s)")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="interleaved rounds of every policy, for the spread of the run times (default: %(default)s)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     ap.add_argument("--timeout", type=float, help="seconds per run")
     ap.add_argument("--show-output", action="store_true", help="let the runs print to this terminal")
@@ -344,20 +473,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:  # before anything runs: a typo must not cost a run per policy and end in "install failed"
         print(f"torchalloc compare: error: {unknown}", file=sys.stderr)
         return 2
+    if not 1 <= args.rounds <= 100:
+        print(f"torchalloc compare: error: --rounds {args.rounds} is outside 1-100", file=sys.stderr)
+        return 2
     results: list[RunResult] = []
     environment_error: str | None = None  # an install failure every torchalloc policy would repeat
+    prepare_bridge(policies, args.json)
     with tempfile.TemporaryDirectory(prefix="torchalloc-compare-") as tmp:
-        for policy in policies:
-            if environment_error and policy != NATIVE:
-                results.append(RunResult(policy, _SKIPPED, 0.0, None, None, False,
-                                         f"not run: {environment_error}"))
-                continue
-            if not args.json:
-                print(f"running {policy} ...", file=sys.stderr, flush=True)
-            result = run_one(policy, command, Path(tmp), args.timeout, args.show_output)
-            results.append(result)
-            if result.status == "install failed" and (result.error or "").startswith(_ENVIRONMENT_ERRORS):
-                environment_error = f"torchalloc cannot be installed in this environment ({result.policy} failed)"
+        for round_number in range(1, args.rounds + 1):
+            for policy in policies:
+                if environment_error and policy != NATIVE:
+                    results.append(RunResult(policy, _SKIPPED, 0.0, None, None, False,
+                                             f"not run: {environment_error}"))
+                    continue
+                if not args.json:
+                    print(f"round {round_number}/{args.rounds}: running {policy} ...", file=sys.stderr, flush=True)
+                result = run_one(policy, command, Path(tmp), args.timeout, args.show_output)
+                results.append(result)
+                if result.status == "install failed" and (result.error or "").startswith(_ENVIRONMENT_ERRORS):
+                    environment_error = f"torchalloc cannot be installed in this environment ({result.policy} failed)"
     if args.json:
         print(json.dumps(results_json(command, results), indent=2))
     else:
