@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Memory and step time of real training workloads under every allocator variant, in one interleaved run.
 
-    python3 bench/models.py [--workloads convnet,encoder,resnet50,vit_b16,gpt2,llama,moe,detection,llama_generate]
+    python3 bench/models.py [--workloads convnet,encoder,resnet50,vit_b16,gpt2,llama,moe,detection,seq2seq,
+        llama_generate]
         [--variants ...] [--rounds 3] [--steps N] [--out results.json] [--markdown table.md] [--quick] [--dry-run]
     python3 bench/models.py --stacks ...          # deliverable 4: the cost of logging, on GPT-2
     python3 bench/models.py --merge A.json B.json [--markdown table.md]   # one table from several runs
@@ -12,7 +13,9 @@ autocast), vit_b16 (timm), gpt2 (transformers, 12 layers), llama (a
 Llama-style decoder, sequence lengths drawn from 256-2048 per step), moe
 (a Mixtral-style mixture-of-experts decoder, the same lengths), detection
 (torchvision's Mask R-CNN, image sizes and box counts drawn per step:
-thousands of allocations a step); all AdamW; and llama_generate
+thousands of allocations a step), seq2seq (a T5-small-sized
+encoder-decoder, source and target lengths drawn per step); all AdamW; and
+llama_generate
 (generate() with a growing KV cache, prompt and output lengths drawn per
 step).
 Variants (bench/suite/variants.py): native, native+expandable,

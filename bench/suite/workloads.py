@@ -10,7 +10,9 @@ trains on sequence lengths drawn from 256-2048 every step, `llama_generate`
 runs generate() (a KV cache growing token by token) on prompt and output
 lengths drawn every step; sizes not yet measured. `detection` (torchvision's
 Mask R-CNN on images and box counts drawn per step) is the allocation-heavy
-one: thousands of small allocations a step, every step of other shapes.
+one: thousands of small allocations a step, every step of other shapes;
+`seq2seq` (a T5-small-sized encoder-decoder on source and target lengths
+drawn per step) is the other, shaped like neither detection nor a decoder.
 
 Data is drawn on the device from a seeded generator: every variant and
 round sees the same batches, and drawing costs no host time between steps.
@@ -253,6 +255,41 @@ def build_detection(torch: Any, device: Any, batch: int, seed: int, steps: int) 
     return Built(model, _adamw(torch, model), draw, loss)
 
 
+SEQ2SEQ = dict(vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_decoder_layers=6, num_heads=8,
+               decoder_start_token_id=0, pad_token_id=0)
+SEQ2SEQ_SOURCE = (32, 512)  # source tokens, drawn per step (a multiple of 8)
+SEQ2SEQ_TARGET = (8, 192)  # target tokens, drawn per step
+
+
+def build_seq2seq(torch: Any, device: Any, batch: int, seed: int, steps: int) -> Built:
+    """Allocation-heavy, not shaped like detection: an encoder-decoder (transformers' T5ForConditionalGeneration
+    from a t5-small-sized config, random weights) on source and target lengths drawn independently every step,
+    as a translation or summarisation batch of a length-bucketing loader: every step's activations, attention
+    scores and cross-attention have other shapes, in many small tensors of relative-position biases and
+    layer norms."""
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    model = transformers.T5ForConditionalGeneration(transformers.T5Config(**SEQ2SEQ)).to(device).train()
+    gen = _generator(torch, device, seed)
+    host = torch.Generator().manual_seed(seed)
+    shapes = iter([(8 * int(torch.randint(SEQ2SEQ_SOURCE[0] // 8, SEQ2SEQ_SOURCE[1] // 8 + 1, (), generator=host)),
+                    int(torch.randint(SEQ2SEQ_TARGET[0], SEQ2SEQ_TARGET[1] + 1, (), generator=host)))
+                   for _ in range(steps + 64)])
+
+    def draw(_warmup: bool) -> Any:
+        source, target = next(shapes)
+        vocab = SEQ2SEQ["vocab_size"]
+        return (torch.randint(1, vocab, (batch, source), generator=gen, device=device),
+                torch.randint(1, vocab, (batch, target), generator=gen, device=device))
+
+    def loss(inputs: Any) -> Any:
+        ids, labels = inputs
+        return model(input_ids=ids, labels=labels).loss
+
+    return Built(model, _adamw(torch, model), draw, loss)
+
+
 WORKLOADS: dict[str, Spec] = {s.name: s for s in (
     Spec("convnet", "small conv net (4 conv+BN+ReLU, 32x32 images, 10 classes), AdamW", 128, 40, 4, 4,
          build_convnet),
@@ -273,6 +310,9 @@ WORKLOADS: dict[str, Spec] = {s.name: s for s in (
     Spec("detection", f"torchvision maskrcnn_resnet50_fpn(weights=None), images {DETECTION_SIDES[0]}-"
          f"{DETECTION_SIDES[1]} px a side and {DETECTION_BOXES[0]}-{DETECTION_BOXES[1]} boxes drawn per image, fp32, "
          "AdamW: thousands of allocations a step", 4, 30, 8, 150, build_detection),
+    Spec("seq2seq", f"T5-small-sized encoder-decoder (T5ForConditionalGeneration: 6+6 layers, d 512), random weights, "
+         f"source {SEQ2SEQ_SOURCE[0]}-{SEQ2SEQ_SOURCE[1]} and target {SEQ2SEQ_TARGET[0]}-{SEQ2SEQ_TARGET[1]} tokens "
+         "drawn per step, fp32, AdamW", 32, 30, 10, 60, build_seq2seq),
     Spec("llama_generate", f"generate() on the Llama config (4 layers), greedy, prompt {GENERATE_PROMPT[0]}-"
          f"{GENERATE_PROMPT[1]} and {GENERATE_NEW[0]}-{GENERATE_NEW[1]} new tokens drawn per step, KV cache growing",
          8, 15, 10, 700, build_llama_generate),

@@ -62,15 +62,15 @@ def test_dry_run_prints_the_plan_without_a_gpu() -> None:
     done = models("--dry-run")
     assert done.returncode == 0, done.stderr
     runs = done.stdout.strip().splitlines()
-    # 9 workloads (the Llama-style decoder, the MoE decoder, detection and generate() among them) x 6 variants,
-    # 3 rounds.
-    assert len(runs) == 3 * 9 * 6, runs
+    # 10 workloads (the Llama-style decoder, the MoE decoder, detection, seq2seq and generate() among them) x 6
+    # variants, 3 rounds.
+    assert len(runs) == 3 * 10 * 6, runs
     assert runs[:6] == [f"round 1: convnet {v}" for v in
                         ("native", "native+expandable", "native+async", "torchalloc", "caching+expandable", "caching")]
     assert runs[-1] == "round 3: llama_generate caching"
     assert {r.split()[2] for r in runs} == {"convnet", "encoder", "resnet50", "vit_b16", "gpt2", "llama", "moe",
-                                             "detection", "llama_generate"}
-    assert "162 runs in 3 interleaved round(s); estimated" in done.stderr
+                                             "detection", "seq2seq", "llama_generate"}
+    assert "180 runs in 3 interleaved round(s); estimated" in done.stderr
     # Every torchalloc run counts its host time in malloc and free (deliverable 1 of issue 32) ...
     assert "TORCHALLOC_CONF=policy:caching,expandable:on,time_calls:1" in done.stderr
     assert "TORCHALLOC_CONF=policy:caching,expandable:off,time_calls:1" in done.stderr  # caching: PyTorch's
