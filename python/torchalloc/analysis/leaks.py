@@ -1,25 +1,50 @@
-"""Leaks named: allocation sites whose live bytes grow at every step marker, N steps in a row.
+"""Leaks named: allocation sites whose live bytes, seen at the step markers, gain a low point that is never given back.
 
-A leak in a training loop looks like this: each step keeps a little more
-than the step before (a list that keeps one activation per step, a loss
-kept with its graph), so the bytes live at one allocation site, sampled once
-per step, rise step after step. `Streaks` follows that with a few numbers
-per site: it is fed, one step marker at a time, the live bytes of each site
-at that marker, and flags a site whose live bytes rose at each of at least
-`n` (default STEPS) consecutive step markers. A rise is any increase, however
-small; a marker where the site's bytes stay the same or fall ends the
-streak. The report's pass (stream_leaks.py) and the live view both feed it
-from their own state; `find_leaks` is the same for a list of markers.
+A leak keeps a little more now and then -- every step, every tenth step (a
+logging step keeping `loss` with its graph), in bursts, a drawn size each
+time -- and never gives it back. A cycle comes back: gradient accumulation
+keeps a gradient per micro-step and frees them all at the optimizer step, a
+KV cache grows token by token within one generate(), a per-epoch buffer
+grows through the epoch. A warm-up (a cache filling to its bound) grows for
+a few steps, then stays. So the rule looks at each site's low points, not
+at its rises: `Trends` is fed, one step marker at a time, each site's live
+bytes then, and keeps per site the lowest live bytes in each of at most
+LOWS stretches of markers (the run cut in equal stretches that double in
+length, pairs merging, as the run grows) and a few running figures. When
+asked, it cuts the stretches into four quarters of the run and takes the
+lowest live bytes in each (`floors`):
 
-Feeding it: `Streaks(n)`, then `marker(label, t_s, live)` for each step
-marker in the log's order, `live` mapping each site's key (any hashable: the
+- a *leak*: the last quarter's floor is above the third's -- bytes held
+  through a whole quarter of the run that were not held at some point of
+  the quarter before -- by more than the site ever gave back at once (its
+  largest fall from an earlier high). A cycle shorter than a quarter of
+  the run has a low point in every quarter, so its floors stay level; a
+  longer one cut by the end of the log rises no more than its earlier
+  cycles fell; a site whose bytes come and go at random rises no more
+  than it fell. Bytes that never come back raise the floors whatever
+  their rhythm, once the growth has lasted about a quarter of the run;
+  other sites do not matter (each site is its own). The price: growth on
+  top of a cycle at the same site is named only when a quarter's growth
+  outgrows the cycle.
+- *grew, then stable*: not a leak, the last half's floors level and above
+  the first quarter's, and no new high in the last half (a warm-up).
+  Reported as such, never as a leak.
+- nothing otherwise.
+
+The rule needs MIN_STEPS step markers (two per quarter); `enough()` says
+whether it had them, and a caller says so rather than guess.
+
+Feeding it: `Trends()`, then `marker(label, t_s, live)` for each step marker
+in the log's order, `live` mapping each site's key (any hashable: the
 report's site ids) to its live bytes then (a site not in it has 0), then
-`leaks(describe)`: the flagged sites, `describe(key)` giving a site's label
-("train.py:42 main") and its long location. It keeps per site its live
-bytes at the last marker, its running streak and its last flagged streak:
-nothing per marker, however many markers a log has. A caller that knows
-which sites changed since the last marker says so (`changed`), and a
-marker costs those sites and the running streaks rather than every site.
+`leaks(describe)` and `settled(describe)`, `describe(key)` giving a site's
+label ("train.py:42 main") and its long location. A caller that knows which
+sites changed since the last marker says so (`changed`): a marker then
+costs those sites, the others are brought up to date when next looked at.
+Per site: LOWS low points and seven figures, kept once the site has had
+bytes at a marker (its falls are what tells its cycles from a leak); per
+run: the labels of the markers a site's figures name. Nothing per marker,
+however many a log has.
 
 Which markers are step markers (`step_markers` for a list of labels;
 `step_kind` for counts of kinds kept as markers come): labels that differ only in
@@ -33,13 +58,12 @@ repeated marker has no step markers and no leak is looked for: phases
 in some runs (gradient accumulation, several models), so the figure "per
 step" would not be per step; markers are what the user said a step is.
 
-A `Leak` is its site's last streak of at least n rises: the bytes it grew
-per step (the streak's growth over its rises, rounded down), the marker it
-began at ("since step 3": the last marker before the first rise), how many
-rises, the site's live bytes at the streak's last marker, and the marker
-after its last rise when the streak ended before the last step marker
-(`until`; None: still growing at the last one). `leaks` lists them the
-largest growth per step first.
+A `Leak` says what its site kept since the last step marker it held its
+fewest bytes at (`since`): the bytes gained by the last step marker over
+the markers between (`grown`, `steps`, and their quotient `per_step`,
+rounded down), and its live bytes at the last one. `leaks` lists them the
+largest growth per step first. A `Settled` site says how much it grew and
+over which markers before it stayed.
 """
 from __future__ import annotations
 
@@ -49,7 +73,8 @@ from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
 from ..units import fmt_bytes
 
-STEPS = 5  # consecutive rises that flag a site
+MIN_STEPS = 8  # step markers the rule needs: two in each quarter of the run
+LOWS = 16  # low points kept per site, each over an equal stretch of step markers
 _STEP_WORDS = re.compile(r"\b(step|iter|iteration|epoch|batch)\b", re.I)
 
 
@@ -57,22 +82,51 @@ _STEP_WORDS = re.compile(r"\b(step|iter|iteration|epoch|batch)\b", re.I)
 class Leak:
     site: str  # where its blocks were allocated ("train.py:42 main")
     location: str  # the long form ("/path/train.py:42 in main")
-    per_step: int  # bytes it grew per step over the streak
-    since: str  # the step marker the streak began at: its label
+    per_step: int  # grown / steps, rounded down
+    since: str  # the last step marker at which the site held its fewest bytes: its label
     since_t_s: float  # and its time
-    steps: int  # rises in the streak (>= n)
-    live: int  # the site's live bytes at the streak's last marker
-    until: str | None  # the first step marker it did not rise at, when the streak ended before the last one
+    steps: int  # step markers from `since` to the last one
+    grown: int  # live bytes at the last step marker less those at `since`
+    live: int  # the site's live bytes at the last step marker
+    last: str  # the last step marker's label
 
     def words(self) -> str:
-        """'grows 64.0 MiB per step at train.py:42 main since step 3 (7 steps in a row; 448.0 MiB live then)';
-        a streak that ended says where: '(5 steps in a row, until step 9; 320.0 MiB live then)'"""
-        until = f", until {self.until}" if self.until is not None else ""
-        return (f"grows {fmt_bytes(self.per_step)} per step at {self.site} since {self.since} ({self.steps} steps "
-                f"in a row{until}; {fmt_bytes(self.live)} live then)")
+        """'grows 4.0 MiB per step at train.py:42 main since step 3 (+28.0 MiB over 7 steps, never given back;
+        28.0 MiB live at step 10)'"""
+        return (f"grows {fmt_bytes(self.per_step)} per step at {self.site} since {self.since} "
+                f"(+{fmt_bytes(self.grown)} over {self.steps} steps, never given back; {fmt_bytes(self.live)} live "
+                f"at {self.last})")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class Settled:
+    """A site that grew, then stayed: not a leak (module docstring)."""
+
+    site: str
+    location: str
+    grown: int  # its floor over the last half of the run less its fewest bytes before the growth
+    since: str | None  # the last step marker before the growth at which it held its fewest bytes; None: the first
+    until: str  # the step marker it reached its most bytes at
+    steps: int  # step markers from `since` (or the first) to `until`
+    live: int  # at the last step marker
+
+    def words(self) -> str:
+        """'train.py:9 warm grew during the first 6 steps, then stable (+24.0 MiB; 24.0 MiB live)'"""
+        when = f"during the first {self.steps} steps" if self.since is None else f"from {self.since} to {self.until}"
+        return f"{self.site} grew {when}, then stable (+{fmt_bytes(self.grown)}; {fmt_bytes(self.live)} live)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def too_few(count: int, kind: str) -> str:
+    """What is said of a run with fewer step markers than the rule needs: "5 step markers like 'step 1', fewer
+    than the 8 the leak rule needs: no leak looked for"."""
+    return (f"{count} step marker{'s' if count != 1 else ''} like '{kind}', fewer than the {MIN_STEPS} the leak "
+            "rule needs: no leak looked for")
 
 
 def marker_kind(label: str) -> str:
@@ -102,89 +156,154 @@ def step_markers(labels: Sequence[str]) -> list[int]:
 
 @dataclasses.dataclass
 class _Site:
-    live: int = 0  # at the last marker
-    rises: int = 0  # the running streak: rises so far
-    since: int = -1  # the marker it began at (its position among those fed)
-    since_live: int = 0  # the site's bytes then
-    flagged: tuple[int, int, int, int, int | None] | None = None  # (rises, since, since_live, live, until)
+    """One site's figures, as of step marker `at` (markers are counted from 0, the first fed)."""
+
+    lows: list[int] = dataclasses.field(default_factory=list)  # the fewest live bytes in each stretch of markers
+    live: int = 0  # at marker `at`
+    at: int = -1
+    floor: int = 0  # the fewest live bytes at any marker
+    floor_at: int = 0  # the last marker it held that few at
+    high: int = 0  # the most live bytes at any marker
+    high_at: int = 0  # the first marker it held that many at
+    given_back: int = 0  # its largest fall from an earlier high
 
 
-class Streaks:
-    """Per site, its running streak of rises across step markers (module docstring)."""
+class Trends:
+    """Per site, its low points over the step markers and a few running figures (module docstring)."""
 
-    def __init__(self, n: int = STEPS) -> None:
-        if n < 1:
-            raise ValueError(f"a leak needs at least 1 rise, not {n}")
-        self.n = n
+    def __init__(self) -> None:
         self.sites: dict[Hashable, _Site] = {}
-        self._named: dict[int, tuple[str, float]] = {}  # fed marker -> (label, t_s): those a streak names
-        self._forget_at = 16  # _named's size that sends it through _forget next
-        self.running: set[Hashable] = set()  # the sites with a running streak
+        self.width = 1  # step markers per stretch
         self.fed = 0
+        self._named: dict[int, tuple[str, float]] = {}  # fed marker -> (label, t_s): those a site's figures name
+        self._forget_at = 16  # _named's size that sends it through _forget next
+
+    def enough(self) -> bool:
+        """Whether the rule has the step markers it needs (MIN_STEPS)."""
+        return self.fed >= MIN_STEPS
 
     def marker(self, label: str, t_s: float, live: Mapping[Hashable, int],
                changed: Iterable[Hashable] | None = None) -> None:
         """The next step marker: its label, time and each site's live bytes then. `changed`, when given: every
-        site whose live bytes differ from the last marker's (the others are not looked at: a marker then costs
-        what changed, not every site)."""
+        site whose live bytes differ from the last marker's (a marker then costs what changed, not a look at
+        every site). A site whose bytes did not change is brought up to date when next looked at."""
         k = self.fed
         self.fed += 1
+        if k // self.width == LOWS:  # the stretches are full: each pair becomes one twice as long
+            self.width *= 2
+            for st in self.sites.values():
+                st.lows = [min(st.lows[b: b + 2]) for b in range(0, len(st.lows), 2)]
         self._named[k] = (label, t_s)
-        keys = (set(self.sites) | {s for s, b in live.items() if b} if changed is None
-                else self.running | set(changed))
+        keys = set(self.sites) | {s for s, b in live.items() if b} if changed is None else changed
         for key in keys:
             now = int(live.get(key, 0))
-            st = self.sites.setdefault(key, _Site())
-            if k and now > st.live:
-                if not st.rises:
-                    st.since, st.since_live = k - 1, st.live
-                    self.running.add(key)
-                st.rises += 1
-                if st.rises >= self.n:  # the last flagged streak: this one, still running
-                    st.flagged = (st.rises, st.since, st.since_live, now, None)
-            else:
-                if st.rises >= self.n:
-                    st.flagged = (st.rises, st.since, st.since_live, st.live, k)
-                st.rises = 0
-                self.running.discard(key)
-            st.live = now
-            if not now and not st.rises and st.flagged is None:
-                del self.sites[key]  # nothing to remember of it
+            st = self.sites.get(key)
+            if st is None:
+                if not now:
+                    continue  # a site never seen with bytes at a marker: nothing to remember of it
+                st = self.sites[key] = _Site()
+            elif now == st.live:
+                continue  # unchanged: brought up to date when next looked at
+            self._hold(st, k - 1)
+            self._set(st, k, now)
         if len(self._named) > self._forget_at:  # now and then: forgetting looks at every site
             self._forget()
             self._forget_at = 2 * len(self._named) + 16
 
+    def _stretch(self, st: _Site, b: int, live: int) -> None:
+        if b < len(st.lows):
+            st.lows[b] = min(st.lows[b], live)
+        else:
+            st.lows.append(live)
+
+    def _hold(self, st: _Site, k: int) -> None:
+        """Brings the site up to marker k, its bytes unchanged since marker `st.at` (0 before its first)."""
+        if k <= st.at:
+            return
+        for b in range((st.at + 1) // self.width, k // self.width + 1):
+            self._stretch(st, b, st.live)
+        if st.live <= st.floor:
+            st.floor_at = k
+        st.at = k
+
+    def _set(self, st: _Site, k: int, now: int) -> None:
+        """The site's bytes at marker k (it is up to marker k - 1)."""
+        self._stretch(st, k // self.width, now)
+        if st.at < 0:  # at the first marker
+            st.floor = st.high = now
+        else:
+            if now > st.high:
+                st.high, st.high_at = now, k
+            st.given_back = max(st.given_back, st.high - now)
+            if now <= st.floor:
+                st.floor, st.floor_at = now, k
+        st.live, st.at = now, k
+
     def _forget(self) -> None:
-        """Keeps the labels of the markers a streak or a flag names, and the last one (a streak may begin there)."""
-        keep = {self.fed - 1}
+        """Keeps the labels of the first and last markers and of those a site's figures name."""
+        keep = {0, self.fed - 1}
         for st in self.sites.values():
-            if st.rises:
-                keep.add(st.since)
-            if st.flagged is not None:
-                keep.add(st.flagged[1])
-                if st.flagged[4] is not None:
-                    keep.add(st.flagged[4])
+            keep.update((st.floor_at, st.high_at))
         self._named = {k: v for k, v in self._named.items() if k in keep}
 
+    def _quarters(self) -> list[int]:
+        """Where each quarter of the run begins, in stretches, and where the last ends."""
+        n = (self.fed - 1) // self.width + 1
+        return [round(n * q / 4) for q in range(5)]
+
+    def floors(self, key: Hashable) -> list[int]:
+        """The site's fewest live bytes in each quarter of the run (module docstring)."""
+        st = self.sites[key]
+        self._hold(st, self.fed - 1)
+        cuts = self._quarters()
+        return [min(st.lows[cuts[q]: cuts[q + 1]]) for q in range(4)]
+
+    @staticmethod
+    def _is_leak(st: _Site, floors: list[int]) -> bool:
+        """The last quarter's floor above the third's by more than the site ever gave back at once."""
+        return floors[3] - floors[2] > st.given_back
+
     def leaks(self, describe: Callable[[Hashable], tuple[str, str]] = lambda k: (str(k), str(k))) -> list[Leak]:
-        """The flagged sites, the largest growth per step first; `describe(key)`: a site's label and location."""
+        """The leaks, the largest growth per step first ([] before MIN_STEPS markers); `describe(key)`: a site's
+        label and location."""
+        if not self.enough():
+            return []
+        last = self.fed - 1
         out = []
         for key, st in self.sites.items():
-            if st.flagged is None:
+            if not self._is_leak(st, self.floors(key)):
                 continue
-            rises, since, since_live, live, until = st.flagged
             label, location = describe(key)
-            since_label, since_t = self._named[since]
-            out.append(Leak(label, location, (live - since_live) // rises, since_label, since_t, rises, live,
-                            self._named[until][0] if until is not None else None))
-        out.sort(key=lambda x: (-x.per_step, -x.steps, x.site))
+            since_label, since_t = self._named[st.floor_at]
+            steps = last - st.floor_at
+            grown = st.live - st.floor
+            out.append(Leak(label, location, grown // steps, since_label, since_t, steps, grown, st.live,
+                            self._named[last][0]))
+        out.sort(key=lambda x: (-x.per_step, -x.grown, x.site))
+        return out
+
+    def settled(self, describe: Callable[[Hashable], tuple[str, str]] = lambda k: (str(k), str(k))
+                ) -> list[Settled]:
+        """The sites that grew, then stayed (module docstring), the largest growth first."""
+        if not self.enough():
+            return []
+        half = self._quarters()[2] * self.width  # the last half's first marker
+        out = []
+        for key, st in self.sites.items():
+            f = self.floors(key)
+            if self._is_leak(st, f) or f[3] != f[2] or f[2] <= f[0] or st.high_at > half:
+                continue
+            label, location = describe(key)
+            since = None if st.floor_at == 0 else self._named[st.floor_at][0]
+            out.append(Settled(label, location, f[3] - st.floor, since, self._named[st.high_at][0],
+                               st.high_at - st.floor_at, st.live))
+        out.sort(key=lambda x: (-x.grown, x.site))
         return out
 
 
-def find_leaks(markers: Iterable[tuple[str, float, Mapping[Hashable, int]]], n: int = STEPS,
-               describe: Callable[[Hashable], tuple[str, str]] = lambda k: (str(k), str(k))) -> list[Leak]:
-    """The leaks of step markers given as (label, t_s, {site key: live bytes}), in order (module docstring)."""
-    streaks = Streaks(n)
+def follow(markers: Iterable[tuple[str, float, Mapping[Hashable, int]]]) -> Trends:
+    """The trends of step markers given as (label, t_s, {site key: live bytes}), in order (module docstring)."""
+    trends = Trends()
     for label, t_s, live in markers:
-        streaks.marker(label, t_s, live)
-    return streaks.leaks(describe)
+        trends.marker(label, t_s, live)
+    return trends

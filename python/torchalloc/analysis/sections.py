@@ -87,7 +87,7 @@ def _ooms(a: Analyzed, top: int) -> SectionView | None:
 
 SECTIONS: list[Section] = [
     MARKERS_SECTION,  # what each stretch from a marker to the next allocated, freed and kept
-    LEAKS_SECTION,  # sites whose live bytes rose at each step marker, N in a row
+    LEAKS_SECTION,  # sites whose live bytes at the step markers gain a low point never given back
     Section("lifetimes", "Lifetimes: per allocation site, why its blocks were freed when they were",
             "With JavaScript, click a site for the stacks of the block its sentence speaks for.", _lifetimes),
     Section("phases", "Phases", "", _phases),

@@ -1,4 +1,4 @@
-"""Leaks: allocation sites whose live bytes rose at each of N step markers in a row (leaks.py says which).
+"""Leaks: sites whose live bytes at the step markers gain a low point never given back (leaks.py says which).
 
 The second pass hands `LeaksFollower` each piece's new and ended blocks
 (`step`). A block counts at step marker j when it was allocated before the
@@ -6,13 +6,15 @@ marker and ended after it; so the follower adds a block's bytes to its site
 at the first step marker after its allocation and takes them away at the
 first after its end, keeps these changes only for the markers the pass has
 not gone past yet, and once the pass has read up to a step marker hands
-the sites' live bytes then to leaks.Streaks. It holds each site's live
-bytes and its streak: nothing per marker. It follows the step markers among
+the sites' live bytes then to leaks.Trends. It holds each site's live
+bytes and its trend: nothing per marker. It follows the step markers among
 the first markers the first pass keeps (stream_scan.MARKERS_KEPT); the
 blocks from before the log are not any site's and are left out.
 
-The rows (`Leaks`) are the flagged sites, the largest growth per step
-first; the section lists them, the summary (summary.py) names the first.
+The rows (`Leaks`) are the leaks, the largest growth per step first, and
+the sites that grew, then stayed; the section lists both, the summary
+(summary.py) names the first leaks, or says the run had too few step
+markers for the rule.
 """
 from __future__ import annotations
 
@@ -24,26 +26,37 @@ import numpy as np
 from ..log.chunks import ChunkedLog
 from ..printable import printable
 from ..units import fmt_bytes, fmt_time
-from .leaks import STEPS, Leak, Streaks, step_markers
+from .leaks import MIN_STEPS, Leak, Settled, Trends, step_markers, too_few
 from .stream_follow import Blocks, Follower, Part, Section
 from .stream_scan import Scan
 from .stream_table import report_start_ns
 from .views import Analyzed, SectionView, Table
 
 
+SETTLED_SHOWN = 3  # sites that grew, then stayed, named in the section
+RULE = ("A site is named when the fewest bytes live at it over the last quarter of them are more than over the "
+        "quarter before, by more than it ever gave back at once (a cycle cut by the end of the log rises no more "
+        "than its earlier cycles fell).")
+
+
 @dataclasses.dataclass
 class Leaks:
     rows: list[Leak]
+    settled: list[Settled]  # sites that grew, then stayed: no leaks
     step_markers: int  # the step markers followed (0: the log has none; no leak was looked for)
     kind: str  # their first label ("step 1")
 
+    def enough(self) -> bool:
+        """Whether the rule had the step markers it needs (leaks.MIN_STEPS); a log with none has no verdict."""
+        return self.step_markers >= MIN_STEPS
+
 
 class LeaksFollower(Follower):
-    """Each site's live bytes at each step marker, handed to Streaks as the pass reaches it (module docstring)."""
+    """Each site's live bytes at each step marker, handed to Trends as the pass reaches it (module docstring)."""
 
     def __init__(self, at: np.ndarray, labels: list[str], t_s: list[float]) -> None:
         self.at, self.labels, self.t_s = at, labels, t_s
-        self.streaks = Streaks(STEPS)
+        self.trends = Trends()
         self.live: dict[int, int] = {}  # site id -> its live bytes at the last step marker handed on
         self.pending: dict[int, dict[int, int]] = {}  # step marker -> site id -> the change in its live bytes
         self.next = 0  # the next step marker to hand on
@@ -77,7 +90,7 @@ class LeaksFollower(Follower):
                     self.live[s] = now
                 else:
                     self.live.pop(s, None)
-            self.streaks.marker(self.labels[self.next], self.t_s[self.next], self.live, changes)
+            self.trends.marker(self.labels[self.next], self.t_s[self.next], self.live, changes)
             self.next += 1
 
     def finish(self, bt: Blocks) -> None:
@@ -87,7 +100,7 @@ class LeaksFollower(Follower):
 def _follow(log: ChunkedLog, scan: Scan) -> LeaksFollower | None:
     labels = [printable(log.strings.get(lid, "")) for _, lid, _, _ in scan.markers]
     steps = step_markers(labels)
-    if len(steps) <= STEPS:  # fewer markers than a streak needs
+    if not steps:
         return None
     base_ns = report_start_ns(log.header.created_monotonic_ns, scan.first_ns)
     marks = [scan.markers[k] for k in steps]
@@ -97,13 +110,14 @@ def _follow(log: ChunkedLog, scan: Scan) -> LeaksFollower | None:
 
 def _rows(a: Any, follower: Follower | None) -> Leaks:
     if not isinstance(follower, LeaksFollower):
-        return Leaks([], 0, "")
+        return Leaks([], [], 0, "")
 
     def describe(key: Any) -> tuple[str, str]:
         site = a.site(int(key))
         return site.label, site.location
 
-    return Leaks(follower.streaks.leaks(describe), len(follower.at), follower.labels[0])
+    trends = follower.trends
+    return Leaks(trends.leaks(describe), trends.settled(describe), len(follower.at), follower.labels[0])
 
 
 LEAKS = Part("leaks", _follow, _rows)
@@ -111,20 +125,29 @@ LEAKS = Part("leaks", _follow, _rows)
 
 def _view(a: Analyzed, top: int) -> SectionView | None:
     s: Leaks = a.section_rows(LEAKS.key)
-    if not s.rows:
+    if not s.step_markers or (s.enough() and not s.rows and not s.settled):
         return None
-    shown = s.rows[:top]
-    cells = [(r.site, fmt_bytes(r.per_step), f"{r.since} ({fmt_time(r.since_t_s)})", str(r.steps),
-              r.until or "(still growing)", fmt_bytes(r.live)) for r in shown]
-    more = f"... {len(s.rows) - len(shown)} more growing sites" if len(s.rows) > len(shown) else ""
-    table = Table(["allocated at", "per step", "since", "steps", "until", "live then"], cells, right=(1, 3, 5),
-                  css="leaks", row_notes=[[r.words()] for r in shown], more=more,
-                  row_titles=[r.location for r in shown])
-    sentence = (f"Step markers: the {s.step_markers} like '{s.kind}'. A site is named when the bytes live at it rose "
-                f"at each of {STEPS} step markers in a row or more.")
-    return SectionView(table, [sentence], [r.to_dict() for r in s.rows])
+    if not s.enough():
+        return SectionView(None, [too_few(s.step_markers, s.kind) + "."], [])
+    table = None
+    if s.rows:
+        shown = s.rows[:top]
+        cells = [(r.site, fmt_bytes(r.per_step), f"{r.since} ({fmt_time(r.since_t_s)})", fmt_bytes(r.grown),
+                  fmt_bytes(r.live)) for r in shown]
+        more = f"... {len(s.rows) - len(shown)} more growing sites" if len(s.rows) > len(shown) else ""
+        table = Table(["allocated at", "per step", "since", "grown", "live at the last"], cells, right=(1, 3, 4),
+                      css="leaks", row_notes=[[r.words()] for r in shown], more=more,
+                      row_titles=[r.location for r in shown])
+    sentences = [f"Step markers: the {s.step_markers} like '{s.kind}'. {RULE}"]
+    if s.settled:
+        shown_settled = s.settled[:SETTLED_SHOWN]
+        sentences.append("Grew, then stable (no leak): " + "; ".join(x.words() for x in shown_settled)
+                         + (f"; ... {len(s.settled) - len(shown_settled)} more" if len(s.settled) > SETTLED_SHOWN
+                            else "") + ".")
+    return SectionView(table, sentences, [r.to_dict() for r in s.rows])
 
 
-SECTION = Section("leaks", "Leaks: sites whose live bytes rose step after step",
-                  f"Live bytes of each allocation site at each step marker; a site named rose at {STEPS} or more "
-                  "in a row.", _view, LEAKS)
+SECTION = Section("leaks", "Leaks: sites whose live bytes at the step markers rise and are never given back",
+                  "Live bytes of each allocation site at each step marker; a site named held, all through the last "
+                  "quarter of the step markers, bytes it did not hold at some marker of the quarter before.", _view,
+                  LEAKS)

@@ -13,9 +13,12 @@ and the replays, the marker stretches, the OOMs) and gives a `Summary`:
 - `live`: `LiveReason`s -- the top reasons memory was live at the peak: the
   peak anatomy's largest rows, those with a Python source line first (a row
   whose site is "(no Python stack)" says less), at most TOP_REASONS;
-- `leaks`: `Leak`s (leaks.py) -- the sites whose live bytes rose at each
-  step marker, N in a row (stream_leaks.py's rows), the largest growth per
-  step first, at most LEAKS_SHOWN; `leak_count`: how many in all;
+- `leaks`: `Leak`s (leaks.py) -- the sites whose live bytes at the step
+  markers gained a low point never given back (stream_leaks.py's rows), the
+  largest growth per step first, at most LEAKS_SHOWN; `leak_count`: how
+  many in all; `leak_check`: `LeakCheck` -- the step markers the rule had
+  (a run with fewer than it needs is said to be one) and the sites that
+  grew, then stayed (not leaks);
 - `markers`: `MarkerLine`s -- one per kind of marker (labels that differ
   only in their numbers, "step 1" ... "step 6", are one kind, shown by its
   first): what was live at it, what the stretch after it freed and kept
@@ -36,7 +39,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .leaks import Leak, marker_kind
+from .leaks import Leak, Settled, marker_kind, too_few
 from .sites import BEFORE_LOG, NO_PYTHON, NO_STACKS
 from .stream_leaks import LEAKS, Leaks
 from .stream_markers import MARKERS, Stretches, StretchGroup
@@ -131,12 +134,25 @@ class OomLine:
 
 
 @dataclasses.dataclass
+class LeakCheck:
+    step_markers: int  # the step markers followed (0: none, no leak looked for)
+    kind: str  # their first label
+    enough: bool  # as many as the rule needs (leaks.MIN_STEPS)
+    settled: list[Settled]  # sites that grew, then stayed: no leaks
+
+    def too_few(self) -> str | None:
+        """What is said when the step markers were too few for the rule; None otherwise."""
+        return too_few(self.step_markers, self.kind) if self.step_markers and not self.enough else None
+
+
+@dataclasses.dataclass
 class Summary:
     peak: Peak
     reserve: ReserveSplit | None
     live: list[LiveReason]
     leaks: list[Leak]
     leak_count: int  # sites flagged in all (leaks: the first LEAKS_SHOWN)
+    leak_check: LeakCheck
     markers: list[MarkerLine]
     marker_kinds: int  # kinds of markers in the followed ones (markers: the first MARKER_KINDS)
     change: Change | None
@@ -198,5 +214,6 @@ def summary(a: Any) -> Summary:
         first = o.advice[0] if o.advice else None
         oom = OomLine(len(ooms), o.t_s, o.requested, o.verdict, o.explanation, first.text if first else None,
                       first.check if first else None)
-    return Summary(peak, split, live[:TOP_REASONS], leaks.rows[:LEAKS_SHOWN], len(leaks.rows), markers, kinds, change,
+    return Summary(peak, split, live[:TOP_REASONS], leaks.rows[:LEAKS_SHOWN], len(leaks.rows),
+                   LeakCheck(leaks.step_markers, leaks.kind, leaks.enough(), leaks.settled), markers, kinds, change,
                    oom)

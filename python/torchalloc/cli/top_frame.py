@@ -11,7 +11,7 @@ import os
 import textwrap
 from typing import Sequence
 
-from ..analysis.leaks import STEPS
+from ..analysis.leaks import MIN_STEPS, too_few
 from ..printable import printable
 from ..units import fmt_bytes
 from .top_state import LiveState
@@ -105,11 +105,15 @@ def _grew_lines(state: LiveState, width: int) -> list[str]:
 
 
 def _leak_lines(state: LiveState, width: int) -> list[str]:
-    """The sites that rose at each of the last STEPS step markers (analysis/leaks.py), or that none has yet."""
+    """The leaks by the rule of analysis/leaks.py, that none is, or that too few step markers have come yet."""
     if state.step_kind() is None:
         return []
+    count = state.step_markers()
+    if count < MIN_STEPS:
+        still = " yet" if state.writer == "running" else ""
+        return [_cut(f"Leaks: {too_few(count, printable(state.step_kind() or ''))}{still}", width)]
     leaks = state.leaks()
-    head = f"Leaks (a site whose live bytes rose at each of {STEPS} step markers in a row):"
+    head = "Leaks (a site whose low point over the step markers rose, never given back):"
     if not leaks:
         return [_cut(head[:-1] + ": none", width)]
     return [_cut(head, width)] + [_cut(f"  {printable(leak.words())}", width) for leak in leaks[:3]]

@@ -45,7 +45,7 @@ from .._records import (
 from ..analysis.classify import Reason, classify_stacks
 from ..analysis.frames import Frame, user_suffix
 from ..analysis.roles import phase_role
-from ..analysis.leaks import Leak, Streaks, marker_kind, step_kind
+from ..analysis.leaks import Leak, Trends, marker_kind, step_kind
 from ..analysis.ooms import handle_for, oom_detail
 from ..oom import parse_advice
 from ..analysis.sites import NO_PYTHON, NO_STACKS
@@ -149,10 +149,10 @@ class LiveState:
         self.module_names: dict[int, str] = {}
         self.module = 0  # the module current after the last record read
         self.markers: collections.deque[MarkerSnap] = collections.deque(maxlen=MARKERS_KEPT)
-        # leaks (analysis/leaks.py): the markers of each kind feed that kind's streaks; which kind is the step
+        # leaks (analysis/leaks.py): the markers of each kind feed that kind's trends; which kind is the step
         # kind is decided when asked, by the rule of leaks.step_markers on the markers seen so far
         self.marker_kinds: dict[str, int] = {}
-        self.streaks: dict[str, Streaks] = {}
+        self.trends: dict[str, Trends] = {}
         self.oom: Oom | None = None
         self.maps = self.unmaps = 0  # in the last refresh
         self.window_ns = 0  # the time the last refresh's records span
@@ -362,20 +362,26 @@ class LiveState:
         self.markers.append(snap)
         kind = marker_kind(label)
         self.marker_kinds[kind] = self.marker_kinds.get(kind, 0) + 1
-        self.streaks.setdefault(kind, Streaks()).marker(label, self.seconds(time_ns), snap.sites)
-        if len(self.streaks) > MARKER_KINDS_KEPT:
+        self.trends.setdefault(kind, Trends()).marker(label, self.seconds(time_ns), snap.sites)
+        if len(self.trends) > MARKER_KINDS_KEPT:
             step = self.step_kind()
-            rare = min((k for k in self.streaks if k != step), key=lambda k: self.marker_kinds[k])
-            del self.streaks[rare], self.marker_kinds[rare]
+            rare = min((k for k in self.trends if k != step), key=lambda k: self.marker_kinds[k])
+            del self.trends[rare], self.marker_kinds[rare]
 
     def step_kind(self) -> str | None:
         """The kind of the step markers among those seen so far (leaks.step_kind), None before one repeats."""
         return step_kind(self.marker_kinds)
 
-    def leaks(self) -> list[Leak]:
-        """The sites whose live bytes rose at each of the last step markers, leaks.STEPS in a row or more."""
+    def step_markers(self) -> int:
+        """The step markers seen so far (of the step kind; 0 before one repeats)."""
         step = self.step_kind()
-        return self.streaks[step].leaks(lambda site: (site, site)) if step is not None else []
+        return self.trends[step].fed if step is not None else 0
+
+    def leaks(self) -> list[Leak]:
+        """The leaks by the rule of analysis/leaks.py over the step markers seen so far ([] before it has the
+        markers it needs)."""
+        step = self.step_kind()
+        return self.trends[step].leaks(lambda site: (site, site)) if step is not None else []
 
     # -- what the frame shows ---------------------------------------------------------------------------------
 

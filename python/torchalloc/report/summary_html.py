@@ -8,7 +8,8 @@ JSON reports print first), as a few lines that link to the sections with the res
   segments), and the rarer terms when there are any, as a bar;
 - the largest groups of blocks live at the peak (those with a source line
   first), with their reason and the line that allocated them;
-- the sites whose live bytes rose at each step marker, N in a row (a leak),
+- the sites whose live bytes at the step markers gained a low point never
+  given back (a leak), or that the step markers were too few for the rule,
   the largest growth per step first;
 - one line per kind of marker ("step 1" ... "step 6" are one kind): what was
   live at it, what the run freed and kept from it to the next marker;
@@ -74,6 +75,9 @@ def _live_html(s: Summary) -> str:
 
 
 def _leaks_html(s: Summary) -> str:
+    short = s.leak_check.too_few()
+    if short is not None:
+        return _e(short) + _link("leaks", "Leaks")
     if not s.leaks:
         return ""
     items = "".join(f"<li>{_e(x.words())}</li>" for x in s.leaks)

@@ -168,6 +168,9 @@ def _summary_text(s: Summary, width: int) -> list[str]:
         head += ["  " + line for lines in body for line in lines]  # the columns without their header
     for leak in s.leaks:
         head += said(f"Leak: {leak.words()}")
+    short = s.leak_check.too_few()
+    if short is not None:
+        head += said(f"Leaks: {short}")
     if s.leak_count > len(s.leaks):
         more = s.leak_count - len(s.leaks)
         head.append(f"  ... {more} more growing site{'s' if more != 1 else ''}: see 'Leaks' below")
