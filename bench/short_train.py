@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""A short training script, as a user would time start to exit: eight Linear(4096, 4096) layers with ReLU,
+Adam, 60 steps of batch 256, synchronized at the end.
+
+    python3 bench/short_train.py              # PyTorch's allocator
+    python3 bench/short_train.py --install    # torchalloc.install() first (the default configuration)
+    torchalloc compare --policies native,caching --rounds 3 -- python3 bench/short_train.py
+
+Prints the seconds of its 60 steps; the caller times the whole process. Without torch or a CUDA GPU it
+says so and exits 2.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+
+def main(argv: list[str]) -> int:
+    if "--install" in argv:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+        import torchalloc
+
+        torchalloc.install()
+    try:
+        import torch
+    except ImportError:
+        print("short_train.py: needs torch", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("short_train.py: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    torch.manual_seed(0)
+    layers: list[torch.nn.Module] = []
+    for _ in range(8):
+        layers += [torch.nn.Linear(4096, 4096), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers).cuda()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    x = torch.randn(256, 4096, device="cuda")
+    t0 = time.perf_counter()
+    for _ in range(60):
+        opt.zero_grad(set_to_none=True)
+        model(x).square().mean().backward()
+        opt.step()
+    torch.cuda.synchronize()
+    print(f"60 steps: {time.perf_counter() - t0:.3f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
