@@ -9,13 +9,16 @@
 # there too when clang is there (its UBSan checks things gcc's does not), then
 # runs the fuzzers for FUZZ_SECONDS each (fuzz_api under libFuzzer with
 # clang, in build-fuzz/; fuzz_log_decode.py), then python/tests with pytest.
-# Before anything is built it checks that python3 can import pytest and
-# numpy, and fails at once saying what to install when it cannot (the suite
-# must not pass by being skipped; tqdm, which pip install . brings, is only
-# for progress bars and not needed). Stops at the first
-# failure. The last line of output is always "N passed, N failed": test cases
-# summed over every ctest run (each program prints its own such line) and
-# pytest.
+# Before anything is built it finds a Python that can run the Python suite:
+# python3 itself when it imports numpy, pytest and setuptools' bdist_wheel
+# (setup.py's test extra), else the venv build-py/test-venv, made and filled
+# once with the README's install command and the test extra
+# (pip install '.[test]') -- a fresh machine needs only Python, a compiler
+# and cmake. Stops at the first failure. At the end it lists the tests
+# skipped, by reason (a stage skipped, pytest's skips), and says loudly when
+# the browser tests (the HTML report in headless Chromium) did not run. The
+# last line of output is always "N passed, N failed": test cases summed over
+# every ctest run (each program prints its own such line) and pytest.
 #
 # Environment: JOBS (parallel jobs, default: all cores), SKIP_SANITIZERS=1
 # (Release only, for a quick local loop), FUZZ_SECONDS (default 60; 0 skips
@@ -34,10 +37,28 @@ export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
 PASSED=0
 FAILED=0
 TIMES=()
+SKIPS=()  # "COUNT<TAB>REASON": a stage or pytest's tests skipped, and why
 SUMMARY_PRINTED=0
 ERR_LINE=?
 
+# skipped COUNT REASON: say it now, and again in the summary.
+skipped() {
+  SKIPS+=("$1"$'\t'"$2")
+  echo "== skipped: $2"
+}
+
 summary() {
+  if ((${#SKIPS[@]})); then
+    echo "== skipped, by reason:"
+    printf '%s\n' "${SKIPS[@]}" | awk -F'\t' '{ n[$2] += $1 } END { for (r in n) printf "==   %5d  %s\n", n[r], r }' |
+      sort -k2,2nr
+    local browser
+    browser=$(printf '%s\n' "${SKIPS[@]}" | awk -F'\t' '$2 ~ /^no chromium/ { n += $1 } END { print n + 0 }')
+    if ((browser > 0)); then
+      echo "run.sh: WARNING: THE $browser BROWSER TESTS DID NOT RUN (the HTML report in headless Chromium):" \
+        "install chromium (apt-get install chromium; .ci/run does) and run again"
+    fi
+  fi
   echo "$PASSED passed, $FAILED failed"
   SUMMARY_PRINTED=1
 }
@@ -127,14 +148,29 @@ ctest_failed() { # STAGE DIR
 }
 
 # --------------------------------------------------------------------------
-# 0. What the Python suite needs, checked first: a machine without it fails
-#    now, saying what to install, not after minutes of builds and fuzzing.
+# 0. A Python that can run python/tests, found (or made) first: a machine
+#    that cannot have one fails now, not after minutes of builds and fuzzing.
 # --------------------------------------------------------------------------
 command -v python3 >/dev/null || fail prerequisites "python3 is not installed (python/tests and the log fuzzer need it)"
-missing=()
-for module in pytest numpy; do python3 -c "import $module" >/dev/null 2>&1 || missing+=("$module"); done
-if ((${#missing[@]})); then
-  fail prerequisites "python3 cannot import ${missing[*]}, which python/tests needs: install it (python3 -m pip install ${missing[*]}) or run .ci/run, which does"
+# numpy (the package's dependency), pytest and setuptools >= 70.1 (the test extra: its bdist_wheel for the wheel's tag).
+can_run_the_suite() { "$1" -c 'import numpy, pytest; from setuptools.command.bdist_wheel import bdist_wheel' >/dev/null 2>&1; }
+PYTHON=python3
+if ! can_run_the_suite python3; then
+  venv=build-py/test-venv
+  if ! can_run_the_suite "$venv/bin/python"; then
+    t0=$SECONDS
+    log=build-py/run-setup.log
+    mkdir -p build-py
+    echo "== setup: python3 cannot import numpy, pytest and setuptools >= 70.1: making $venv/ with" \
+      "pip install '.[test]' (once; later runs reuse it)"
+    rm -rf "$venv"
+    python3 -m venv "$venv" >"$log" 2>&1 ||
+      fail setup "python3 -m venv failed: install python3-venv (apt-get install python3-venv)" "$log"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check '.[test]' >>"$log" 2>&1 ||
+      fail setup "pip install '.[test]' into $venv failed (it needs PyPI)" "$log"
+    stage_done setup "$t0"
+  fi
+  PYTHON=$ROOT/$venv/bin/python
 fi
 
 # --------------------------------------------------------------------------
@@ -188,7 +224,7 @@ if command -v clang >/dev/null; then
   fi
   stage_done "clang -Werror asan+ubsan" "$t0"
 else
-  echo "== clang: not installed, skipped"
+  skipped 1 "clang stage: clang is not installed"
 fi
 
 # --------------------------------------------------------------------------
@@ -205,10 +241,9 @@ if ((FUZZ_SECONDS > 0)); then
   printf '%s\n' '#include <stddef.h>' '#include <stdint.h>' \
     'int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }' >"$probe.c"
   if ! command -v clang >/dev/null; then
-    echo "== fuzz_api: skipped: clang is not installed (libFuzzer comes with clang)"
+    skipped 1 "fuzz_api: clang is not installed (libFuzzer comes with clang)"
   elif ! clang -fsanitize=fuzzer,address,undefined "$probe.c" -o "$probe" >"$probe.log" 2>&1; then
-    echo "== fuzz_api: skipped: $(clang --version | head -n1) cannot link -fsanitize=fuzzer (no libFuzzer runtime):" \
-      "$(head -n 1 "$probe.log")"
+    skipped 1 "fuzz_api: $(clang --version | head -n1) cannot link -fsanitize=fuzzer (no libFuzzer runtime): $(head -n 1 "$probe.log")"
   else
     CC=clang BUILD_TARGET=fuzz_api configure_and_build fuzz_api build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_C_COMPILER=clang -DTORCHALLOC_SANITIZE=address,undefined -DTORCHALLOC_FUZZ=ON -DCMAKE_C_FLAGS=-Werror
@@ -225,37 +260,37 @@ if ((FUZZ_SECONDS > 0)); then
     grep -E '^#[0-9]+.*cov: ' "$log" | tail -n 1 | sed 's/^/== fuzz_api: last: /'
     PASSED=$((PASSED + 1))
   fi
-  if python3 -c 'import numpy' >/dev/null 2>&1; then
-    echo "== fuzz_log_decode: python3 tests/fuzz/fuzz_log_decode.py --seconds $FUZZ_SECONDS"
-    if ! python3 tests/fuzz/fuzz_log_decode.py --seconds "$FUZZ_SECONDS" --save build >build/run-fuzz-decode.log 2>&1; then
-      fail fuzz_log_decode "an input neither decoded nor raised LogFormatError in time" build/run-fuzz-decode.log
-    fi
-    sed 's/^/== /' build/run-fuzz-decode.log
-    PASSED=$((PASSED + 1))
-    snapshot_seconds=$(( FUZZ_SECONDS / 3 > 0 ? FUZZ_SECONDS / 3 : 1 ))
-    echo "== fuzz_snapshot: python3 tests/fuzz/fuzz_snapshot.py --seconds $snapshot_seconds"
-    if ! python3 tests/fuzz/fuzz_snapshot.py --seconds "$snapshot_seconds" --save build >build/run-fuzz-snapshot.log 2>&1; then
-      fail fuzz_snapshot "a snapshot neither loaded nor was refused with one clear error in time" build/run-fuzz-snapshot.log
-    fi
-    sed 's/^/== /' build/run-fuzz-snapshot.log | tail -n 5
-    PASSED=$((PASSED + 1))
-  else
-    echo "== fuzz_log_decode: skipped: numpy is not importable"
+  # $PYTHON imports numpy (stage 0).
+  echo "== fuzz_log_decode: $PYTHON tests/fuzz/fuzz_log_decode.py --seconds $FUZZ_SECONDS"
+  if ! "$PYTHON" tests/fuzz/fuzz_log_decode.py --seconds "$FUZZ_SECONDS" --save build >build/run-fuzz-decode.log 2>&1; then
+    fail fuzz_log_decode "an input neither decoded nor raised LogFormatError in time" build/run-fuzz-decode.log
   fi
+  sed 's/^/== /' build/run-fuzz-decode.log
+  PASSED=$((PASSED + 1))
+  snapshot_seconds=$(( FUZZ_SECONDS / 3 > 0 ? FUZZ_SECONDS / 3 : 1 ))
+  echo "== fuzz_snapshot: $PYTHON tests/fuzz/fuzz_snapshot.py --seconds $snapshot_seconds"
+  if ! "$PYTHON" tests/fuzz/fuzz_snapshot.py --seconds "$snapshot_seconds" --save build >build/run-fuzz-snapshot.log 2>&1; then
+    fail fuzz_snapshot "a snapshot neither loaded nor was refused with one clear error in time" build/run-fuzz-snapshot.log
+  fi
+  sed 's/^/== /' build/run-fuzz-snapshot.log | tail -n 5
+  PASSED=$((PASSED + 1))
   stage_done fuzz "$t0"
 else
-  echo "== fuzz: skipped (FUZZ_SECONDS=0)"
+  skipped 3 "the fuzzers: FUZZ_SECONDS=0"
 fi
 
 # --------------------------------------------------------------------------
 # 6. Python tests
 # --------------------------------------------------------------------------
-# pytest and numpy were checked at the start (stage 0).
+# $PYTHON was found (or made) at the start (stage 0). -rs: a line for each skip, with its reason, summed below.
 t0=$SECONDS
-echo "== pytest: python3 -m pytest -q python/tests"
+echo "== pytest: $PYTHON -m pytest -q -rs python/tests"
 log=build/run-pytest.log
 rc=0
-PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" python3 -m pytest -q python/tests 2>&1 | tee "$log" || rc=${PIPESTATUS[0]}
+PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m pytest -q -rs python/tests 2>&1 | tee "$log" || rc=${PIPESTATUS[0]}
+# "SKIPPED [3] python/tests/test_report_page.py:313: REASON" -> "3<TAB>REASON"
+while IFS=$'\t' read -r n reason; do SKIPS+=("$n"$'\t'"$reason"); done < <(
+  sed -n 's/^SKIPPED \[\([0-9]*\)\] [^ ]*:[0-9]*: \(.*\)$/\1\t\2/p' "$log")
 # Counts from pytest's last line, e.g. "3 failed, 12 passed, 1 skipped in 0.52s".
 counts=$(grep -E '[0-9]+ (passed|failed|errors?)' "$log" | tail -n 1 | awk '{
     for (i = 2; i <= NF; i++) {

@@ -1,0 +1,45 @@
+"""tests/run.sh's end (issue 50): the tests skipped, by reason, and a loud line when the browser tests did not run.
+
+The summary's shell functions are taken from run.sh itself and run on a pytest log written here, so the
+test follows the script without running its builds.
+"""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import headless
+
+RUN_SH = Path(__file__).resolve().parents[2] / "tests" / "run.sh"
+
+
+def summary_of(pytest_log: str, tmp_path: Path, *stage_skips: tuple[int, str]) -> str:
+    """What run.sh prints at the end after a pytest run that wrote `pytest_log` and the stages skipped."""
+    log = tmp_path / "run-pytest.log"
+    log.write_text(pytest_log)
+    functions = subprocess.run(["sed", "-n", r"/^skipped() {/,/^}/p; /^summary() {/,/^}/p", str(RUN_SH)],
+                               capture_output=True, text=True, check=True).stdout
+    collect = subprocess.run(["sed", "-n", r'/^# "SKIPPED \[3\]/,/SKIPPED/p', str(RUN_SH)],
+                             capture_output=True, text=True, check=True).stdout
+    assert "summary()" in functions and "SKIPPED" in collect, "run.sh's summary functions were not found"
+    stages = "".join(f"skipped {n} '{why}'\n" for n, why in stage_skips)
+    script = f"set -euo pipefail\nPASSED=7; FAILED=0; SKIPS=()\n{functions}\nlog={log}\n{collect}\n{stages}summary\n"
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
+
+
+def test_skips_are_summed_by_reason_and_missing_browser_tests_are_said_loudly(tmp_path: Path) -> None:
+    log = (f"SKIPPED [9] python/tests/test_report_layout.py:137: {headless.NO_BROWSER}\n"
+           f"SKIPPED [2] python/tests/test_report_page.py:313: {headless.NO_BROWSER}\n"
+           "SKIPPED [4] python/tests/test_torch_gpu.py:20: no GPU\n"
+           "7 passed, 15 skipped in 1.00s\n")
+    out = summary_of(log, tmp_path, (1, "clang stage: clang is not installed"))
+    lines = out.splitlines()
+    assert lines[-1] == "7 passed, 0 failed"
+    assert f"==      11  {headless.NO_BROWSER}" in lines
+    assert "==       4  no GPU" in lines and "==       1  clang stage: clang is not installed" in lines
+    assert any(line.startswith("run.sh: WARNING: THE 11 BROWSER TESTS DID NOT RUN") for line in lines)
+
+
+def test_a_run_with_the_browser_says_nothing_of_it(tmp_path: Path) -> None:
+    out = summary_of("SKIPPED [1] python/tests/test_torch_gpu.py:20: no GPU\n1 passed\n", tmp_path)
+    assert "==       1  no GPU" in out and "BROWSER" not in out
