@@ -19,7 +19,7 @@ around a sub-module. Prints the deltas side by side and exits 1 if any delta
 differs (or a child fails). The peak within each step is shown too, for
 information: it does not decide the outcome.
 
-Without torch or without a CUDA GPU it prints `SKIP: <reason>` and exits 0.
+Without torch or without a CUDA GPU it prints `SKIP: <reason>` and exits 77.
 Build the library first, in the same command on a GPU machine:
     cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DTORCHALLOC_TESTS=OFF && cmake --build build -j
 """
@@ -32,6 +32,8 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Callable
+
+import example_start  # beside this file: which torchalloc, and SKIP
 
 REPO = Path(__file__).resolve().parent.parent
 RESULT_TAG = "ALLOCATED_DELTAS_RESULT "
@@ -145,7 +147,7 @@ WORKLOADS = (mlp, attention, encoder, checkpointed)
 
 def child(variant: str) -> None:
     if variant == "torchalloc":
-        sys.path.insert(0, str(REPO / "python"))
+        example_start.choose_torchalloc()
         import torchalloc
 
         torchalloc.install(policy="caching", expandable="off", patch_torch=True)  # before anything touches CUDA
@@ -210,13 +212,12 @@ def main() -> int:
     if args.child:
         child(args.child)
         return 0
-    sys.path.insert(0, str(REPO / "python"))
+    example_start.choose_torchalloc()
     from torchalloc._gpu_child import skip_reason
 
     reason = skip_reason()
     if reason:
-        print(f"SKIP: {reason}")
-        return 0
+        example_start.cannot_run(reason)
     env = dict(os.environ)
     env.pop("TORCHALLOC_CONF", None)
     if args.lib:

@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "python"))  # run from a checkout without installing
+import example_start  # noqa: E402  (beside this file: which torchalloc, and SKIP)
+example_start.choose_torchalloc()  # the source tree's when it has a built library, else the installed one
 
 from torchalloc import _gpu_child as child  # noqa: E402
 
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--routes", default=",".join(ROUTES))
     p.add_argument("--scenarios", default=",".join(SCENARIOS))
-    p.add_argument("--lib", default=str(REPO / "build" / "libtorchalloc.so"))
+    p.add_argument("--lib", default=str(example_start.default_library()))
     p.add_argument("--timeout", type=float, default=180)
     p.add_argument("--json", type=Path)
     p.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
@@ -159,8 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         return child_main(*args.child)
     reason = child.skip_reason()
     if reason:
-        print(f"SKIP: {reason}")
-        return 0
+        example_start.cannot_run(reason)
     lib = Path(args.lib).resolve()
     if child.library_missing(lib):
         return 1

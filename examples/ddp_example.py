@@ -37,7 +37,7 @@ fail, and that the job report (`torchalloc report 'run.*.talog'`) and that rank'
 Every worker dumps its Python stacks and exits when it has not finished after --hang-after seconds
 (faulthandler), and torchrun's whole process group is killed at --timeout: a hang ends with what each
 rank was doing. Without torch, a CUDA GPU, torch.distributed, or enough GPUs for the chosen layout it
-prints `SKIP: <reason>` and exits 0. Build the library first:
+prints `SKIP: <reason>` and exits 77. Build the library first:
     cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DTORCHALLOC_TESTS=OFF && cmake --build build -j
 """
 from __future__ import annotations
@@ -55,12 +55,13 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "python"))  # run from a checkout without installing
+import example_start  # noqa: E402  (beside this file: which torchalloc, and SKIP)
+example_start.choose_torchalloc()  # the source tree's when it has a built library, else the installed one
 
 from torchalloc import _gpu_child as child  # noqa: E402
 from torchalloc.units import fmt_bytes  # noqa: E402
 
-DEFAULT_LIB = REPO / "build" / "libtorchalloc.so"
+DEFAULT_LIB = example_start.default_library()
 MODES = ("ddp", "fsdp", "p2p", "alltoall", "oom")
 SEED = 1234
 
@@ -353,8 +354,7 @@ def job_report(out: Path, mode: str, nproc: int) -> bool:
 def driver_main(args: argparse.Namespace) -> int:
     why = skip_reason(args)
     if why:
-        print(f"SKIP: {why}")
-        return 0
+        example_start.cannot_run(why)
     if child.library_missing(Path(args.lib)):
         return 1
     modes = [m.strip() for m in args.mode.split(",") if m.strip()]

@@ -47,7 +47,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "python"))  # run from a checkout without installing
+import example_start  # noqa: E402  (beside this file: which torchalloc, and SKIP)
+example_start.choose_torchalloc()  # the source tree's when it has a built library, else the installed one
 
 MiB = 1 << 20
 TAG = "FRAGMENTATION_DEMO "
@@ -178,8 +179,7 @@ def main(argv: list[str] | None = None) -> int:
 
     reason = _gpu_child.skip_reason()
     if reason:
-        print(f"SKIP: {reason}")
-        return 0
+        example_start.cannot_run(reason)
     print(f"workload: live peak {live_peak() / MiB:.0f} MiB, memory fraction capped at {cap / MiB:.0f} MiB\n")
     log = f"/tmp/fragmentation_demo_{os.getpid()}.talog"
     results = {

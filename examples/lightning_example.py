@@ -11,7 +11,7 @@ and writes LOG_STEM.report.txt and LOG_STEM.report.html when fit ends.
 
 Prints one line `RESULT {json}` with what the run measured (PyTorch's own
 peak, the report's peak, the phases seen) for the GPU test. Without
-Lightning, torch or a GPU it prints `SKIP: <reason>` and exits 0.
+Lightning, torch or a GPU it prints `SKIP: <reason>` and exits 77.
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "python"))  # run from a checkout without installing
+import example_start  # noqa: E402  (beside this file: which torchalloc, and SKIP)
+example_start.choose_torchalloc()  # the source tree's when it has a built library, else the installed one
 
 
 def main() -> int:
@@ -36,11 +37,9 @@ def main() -> int:
         import torch
         from torchalloc.integrations.lightning import TorchallocCallback
     except ImportError as e:
-        print(f"SKIP: {e}")
-        return 0
+        example_start.cannot_run(str(e))
     if not torch.cuda.is_available():
-        print("SKIP: no CUDA GPU")
-        return 0
+        example_start.cannot_run("no CUDA GPU")
 
     # First, before anything touches CUDA: the callback installs torchalloc.
     callback = TorchallocCallback(policy=args.policy, log=args.log, stacks=args.stacks)

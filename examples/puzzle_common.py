@@ -3,7 +3,7 @@
 Each puzzle calls `start()` first thing (before any CUDA use), runs on the
 GPU with phases and markers, then `finish()` closes the log and analyses it
 with torchalloc.analysis -- the same code as `torchalloc report`. Without
-torch or a CUDA GPU, start() prints "SKIP: <reason>" and exits 0.
+torch or a CUDA GPU, start() prints "SKIP: <reason>" and exits 77.
 
 The last line a puzzle prints is "RESULT {json}": the facts its GPU test
 (python/tests/test_examples_gpu.py) checks.
@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "python"))  # run from a checkout without installing
+import example_start  # noqa: E402  (beside this file: which torchalloc, and SKIP)
+example_start.choose_torchalloc()  # the source tree's when it has a built library, else the installed one
 
 import torchalloc  # noqa: E402
 
 
 def skip(reason: str) -> None:
-    print(f"SKIP: {reason}")
-    sys.exit(0)
+    example_start.cannot_run(reason)
 
 
 def start(name: str) -> tuple[Any, str]:

@@ -22,7 +22,7 @@ classic cases the report explains, each under its own marker:
 
 The log is xz-compressed to --out with a note beside it (demo_trace.md:
 machine, torch, command). `torchalloc report` with no argument reports it.
-Without a GPU (or torch) it prints SKIP and exits 0.
+Without a GPU (or torch) it prints SKIP and exits 77.
 """
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "python" / "torchalloc" / "data" / "demo_trace.talog.xz"
-sys.path.insert(0, str(REPO / "python"))
+import example_start  # noqa: E402  (beside this file: which torchalloc, and SKIP)
+example_start.choose_torchalloc()  # the source tree's when it has a built library, else the installed one
 
 CONFIG = dict(layers=4, hidden=512, heads=8, intermediate=1376, vocab=8192, batch=8, seq=512, seed=0)
 
@@ -160,8 +161,7 @@ def main(argv: list[str] | None = None) -> int:
 
     reason = skip_reason()
     if reason:
-        print(f"SKIP: {reason}")
-        return 0
+        example_start.cannot_run(reason)
     import torch
     import torchalloc
     from torchalloc import _lib

@@ -27,7 +27,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "python" / "torchalloc" / "data" / "phases_trace.talog.xz"
-sys.path.insert(0, str(REPO / "python"))
+import example_start  # noqa: E402  (beside this file: which torchalloc, and SKIP)
+example_start.choose_torchalloc()  # the source tree's when it has a built library, else the installed one
 
 
 def load_record_trace() -> Any:
@@ -87,8 +88,7 @@ def main(argv: list[str] | None = None) -> int:
 
     reason = skip_reason()
     if reason:
-        print(f"SKIP: {reason}")
-        return 0
+        example_start.cannot_run(reason)
     import torch
     import torchalloc
     from torchalloc import _lib

@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import example_start  # beside this file: which torchalloc, and SKIP
+
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "python" / "torchalloc" / "data" / "default_trace.pickle.xz"
 
@@ -230,13 +232,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = ap.parse_args(argv)
-    sys.path.insert(0, str(REPO / "python"))
+    example_start.choose_torchalloc()
     from torchalloc._gpu_child import skip_reason
 
     reason = skip_reason()
     if reason:
-        print(f"SKIP: {reason}")
-        return 0
+        example_start.cannot_run(reason)
     import torch
     cfg = dict(CONFIG)
     run = train(torch, args.steps, cfg)
@@ -254,8 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     print(note)
     print(f"wrote {args.out} ({args.out.stat().st_size / (1 << 20):.2f} MiB, {len(raw) / (1 << 20):.1f} MiB raw) "
           f"and {md}")
-    # Read it back the way replay does, when torchalloc is importable (from this checkout).
-    sys.path.insert(0, str(REPO / "python"))
+    # Read it back the way replay does, when torchalloc is importable.
     try:
         from torchalloc.log.trace import load_trace
     except ImportError as e:

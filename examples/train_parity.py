@@ -17,7 +17,7 @@ An allocator must not change the numbers, so every torchalloc run's losses
 must equal the native run's bit for bit. Prints a table of losses-equal, peak
 memory and step time; exits 1 on any mismatch or failed child.
 
-Without a CUDA GPU (or without torch) it prints `SKIP: <reason>` and exits 0.
+Without a CUDA GPU (or without torch) it prints `SKIP: <reason>` and exits 77.
 Build the library first:
     cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DTORCHALLOC_TESTS=OFF && cmake --build build -j
 """
@@ -34,12 +34,13 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "python"))  # run from a checkout without installing
+import example_start  # noqa: E402  (beside this file: which torchalloc, and SKIP)
+example_start.choose_torchalloc()  # the source tree's when it has a built library, else the installed one
 
 from torchalloc import _gpu_child as child  # noqa: E402
 from torchalloc.units import MiB  # noqa: E402
 
-DEFAULT_LIB = REPO / "build" / "libtorchalloc.so"
+DEFAULT_LIB = example_start.default_library()
 RESULT_TAG = "TRAIN_PARITY_RESULT "
 MODELS = ("mlp_sgd", "mlp_adamw", "transformer_adamw")
 SEED = 1234
@@ -242,8 +243,7 @@ def print_table(runs: dict[str, dict[str, Any]]) -> list[str]:
 def parent_main(args: argparse.Namespace) -> int:
     reason = child.skip_reason()
     if reason:
-        print(f"SKIP: {reason}")
-        return 0
+        example_start.cannot_run(reason)
     lib = Path(args.lib).resolve()
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     if policies and child.library_missing(lib):

@@ -8,7 +8,7 @@ data, batch and sequence length drawn anew each step (batch 4-16, length
 64-1024): the variable shapes that make a caching allocator fragment.
 Unmodified PyTorch code: compare installs torchalloc through its start-up
 hook. Prints the step time and the peaks torch reports at the end.
-Without torch or without a CUDA GPU it prints `SKIP: <reason>` and exits 0,
+Without torch or without a CUDA GPU it prints `SKIP: <reason>` and exits 77,
 as the other examples do.
 """
 from __future__ import annotations
@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import random
 import time
+
+import example_start  # beside this file: which torchalloc, and SKIP
 
 
 def main() -> None:
@@ -27,11 +29,9 @@ def main() -> None:
     try:
         import torch
     except ImportError as e:
-        print(f"SKIP: torch is not installed ({e})")
-        return
+        example_start.cannot_run(f"torch is not installed ({e})")
     if not torch.cuda.is_available():
-        print("SKIP: no CUDA GPU")
-        return
+        example_start.cannot_run("no CUDA GPU")
     rng = random.Random(0)
     torch.manual_seed(0)
     layer = torch.nn.TransformerEncoderLayer(args.d_model, 8, 4 * args.d_model, batch_first=True)
