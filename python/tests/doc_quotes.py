@@ -111,6 +111,14 @@ def table(lines: Sequence[str], start: str) -> list[str]:
     return list(lines[first:end])
 
 
+def replay_tables(lines: Sequence[str]) -> list[str]:
+    """Replay's table (at 100 columns, two tables, each led by the policy): from the blank line after the trace's
+    lines to the blank line before "replay speed"."""
+    start = lines.index("") + 1
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("replay speed"))
+    return list(lines[start:end - 1])
+
+
 def marker_rows(lines: Sequence[str], labels: Sequence[str]) -> list[str]:
     """The "Between markers" table's header and the rows of the markers `labels` (each with the groups freed and
     kept under it), in the table's order."""
@@ -161,7 +169,7 @@ QUOTES: dict[str, Callable[[], list[str]]] = {
     "phases-policies": lambda: paragraph(tool_output("report", PHASES), r"The one change that would have saved"),
     "phases-phase-arena": lambda: paragraph(tool_output("report", PHASES), r"phase_arena loses here"),
     "phases-page": lambda: page_size(PHASES),
-    "replay-default": lambda: table(tool_output("replay"), r"policy +peak alloc"),
+    "replay-default": lambda: replay_tables(tool_output("replay")),
     "top-demo": lambda: list(tool_output("top", "--once", str(DATA / "demo_trace.talog.xz"))),
 }
 

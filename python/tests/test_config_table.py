@@ -96,8 +96,10 @@ def test_a_readme_row_that_drifts_is_found(library_keys: dict[str, dict[str, str
 def test_info_keys_prints_the_library_description(library_keys: dict[str, dict[str, str]]) -> None:
     status, out, err = cli("info", "--keys")
     assert status == 0, err
+    words = " ".join(out.split())  # lines wrapped to $COLUMNS (test_output_width.py checks that)
     for key, row in library_keys.items():
-        assert f"  {key}: {row['values']} (default: {row['default']})\n      {row['help']}\n" in out
+        assert f"  {key}: {row['values']} (default: {row['default']})\n      " in out
+        assert " ".join(f"{key}: {row['values']} (default: {row['default']}) {row['help']}".split()) in words
     status, out, err = cli("info", "--keys", "--json")
     assert status == 0, err
     assert json.loads(out) == list(library_keys.values())

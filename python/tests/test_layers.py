@@ -36,7 +36,7 @@ RUNTIME, SHARED, TOOL = "runtime", "shared", "tool"
 
 RUNTIME_MODULES = {"torchalloc", "_lib", "_device", "_cuda_init", "plug", "stats", "phases", "tracking", "bridge",
                    "oom"}
-SHARED_MODULES = {"_records", "units", "_compressed", "printable"}  # printable: control characters escaped in every text the tools print
+SHARED_MODULES = {"_records", "units", "_compressed", "printable", "text_fit"}  # printable: control characters escaped in every text the tools print; text_fit: tables within $COLUMNS
 # Top-level, but a tool: imported by the examples' and benchmarks' child processes, never by the package.
 TOP_LEVEL_TOOLS = {"_gpu_child"}
 TOOL_PACKAGES = ["log", "replay", "analysis", "report", "integrations", "cli"]

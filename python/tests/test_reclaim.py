@@ -10,6 +10,7 @@ stats count synchronizes; a workload that fragments ordinary segments fits.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -130,7 +131,10 @@ def test_info_says_which_mode_is_in_force(library_path: Path) -> None:
     assert (info["segments"], info["segments_asked"]) == ("reclaim", "reclaim")
     done = run_cli("info", conf="backend:sim,sim_vmm:0")  # a driver without virtual memory management
     assert done.returncode == 0, done.stderr
-    line = next(x for x in done.stdout.splitlines() if x.startswith("segments:"))
-    assert "ordinary segments" in line and "virtual memory management" in line
+    lines = done.stdout.splitlines()
+    at = next(i for i, x in enumerate(lines) if x.startswith("segments:"))
+    wrapped = itertools.takewhile(lambda x: x.startswith(" "), lines[at + 1:])  # the value's next lines ($COLUMNS)
+    value = " ".join([lines[at], *(x.strip() for x in wrapped)])
+    assert "ordinary segments" in value and "virtual memory management" in value
     done = run_cli("info", "--json", conf="backend:sim,expandable:off")
     assert json.loads(done.stdout)["segments"] == "off"

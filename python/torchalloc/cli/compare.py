@@ -55,6 +55,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from .. import text_fit
 from .._records import POLICY_NAMES
 from ..units import GiB, fmt_bytes
 
@@ -340,7 +341,8 @@ def versus_native(row: PolicyRuns, native: PolicyRuns | None) -> str:
     return f"{mine[0] / theirs[0]:.3f}" + (" (noise)" if overlap and len(row.timed()) > 1 else "")
 
 
-def format_table(command: Sequence[str], results: list[RunResult]) -> str:
+def format_table(command: Sequence[str], results: list[RunResult], width: int | None = None) -> str:
+    """The runs' table and what its columns mean; within `width` when given (text_fit)."""
     groups = group_runs(results)
     native = next((g for g in groups if g.policy == NATIVE), None)
     rounds = max((len(g.runs) for g in groups), default=0)
@@ -360,25 +362,22 @@ def format_table(command: Sequence[str], results: list[RunResult]) -> str:
         setup = g.setup()
         rows.append([g.policy, g.worst.status, _fmt_peak(allocated), _fmt_peak(reserved), ratio, run,
                      versus_native(g, native), "-" if setup is None else f"{setup:.1f} s"])
-    widths = [max(len(x[i]) for x in [header] + rows) for i in range(len(header))]
-    lines = [f"command: {shlex.join(command)}", ""]
-    for i, row in enumerate([header] + rows):
-        lines.append("  ".join([row[0].ljust(widths[0]), row[1].ljust(widths[1])]
-                               + [c.rjust(w) for c, w in zip(row[2:], widths[2:])]).rstrip())
-        if i == 0:
-            lines.append("  ".join("-" * w for w in widths))
+    room = sys.maxsize if width is None else width
+    lines = [*text_fit.paragraph(f"command: {shlex.join(command)}", room), ""]
+    lines += text_fit.table(header, rows, room, left=2)
     lines.append("")
-    lines.append(f"run time: the command's wall time less torchalloc's set-up, median (least-most) over {rounds} "
-                 f"interleaved round{'s' if rounds != 1 else ''}")
-    lines.append("x native: ratio of median run times; (noise): the ranges overlap, a rerun may order them "
-                 "either way")
-    lines.append("set-up: seconds inside torchalloc.install() (C++ bridge loaded, library started), not in the "
-                 "run time")
+    for legend in (f"run time: the command's wall time less torchalloc's set-up, median (least-most) over {rounds} "
+                   f"interleaved round{'s' if rounds != 1 else ''}",
+                   "x native: ratio of median run times; (noise): the ranges overlap, a rerun may order them "
+                   "either way",
+                   "set-up: seconds inside torchalloc.install() (C++ bridge loaded, library started), not in the "
+                   "run time"):
+        lines += text_fit.paragraph(legend, room)
     for g in groups:
         r = g.worst
         if r.error or r.status != "ok":
             lines.append("")
-            lines.append(f"{r.policy}: {r.error or r.status}")
+            lines += text_fit.paragraph(f"{r.policy}: {r.error or r.status}", room)
             if r.stderr_tail and r.status not in ("ok", "install failed", "skipped"):  # those say why in one line
                 lines.extend("  | " + line for line in r.stderr_tail.splitlines()[-10:])
     return "\n".join(lines)
@@ -495,7 +494,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps(results_json(command, results), indent=2))
     else:
-        print(format_table(command, results))
+        print(format_table(command, results, text_fit.terminal_width()))
     return 0 if all(r.returncode == 0 or r.oom for r in results) else 1
 
 

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from ..printable import printable
+from ..text_fit import paragraph, terminal_width
 
 
 def _collect_info() -> dict[str, Any]:
@@ -68,11 +69,17 @@ def _route_info() -> dict[str, Any]:
     return {"route": "bridge", "route_reason": f"C++ bridge {found['bridge']}", **found}
 
 
+# "library:     " and the like: a value's next lines start under its first.
+_VALUE_INDENT = " " * len("config keys: ")
+
+
 def _print_info(info: dict[str, Any]) -> None:
+    width = terminal_width()
     for line in _info_lines(info):
         # Library errors and the configuration's come from the environment ($TORCHALLOC_CONF, $TORCHALLOC_LIB):
         # a bad value echoed as it is could send ESC sequences to the terminal or forge a line.
-        print(printable(line))
+        for fitted in paragraph(printable(line), width, more=_VALUE_INDENT):
+            print(fitted)
 
 
 def _info_lines(info: dict[str, Any]) -> list[str]:
@@ -102,10 +109,11 @@ def _info_lines(info: dict[str, Any]) -> list[str]:
 
 def _keys_lines(keys: list[dict[str, str]]) -> list[str]:
     """What `info --keys` prints: a key, what it takes and its default on one line, its help indented below."""
+    width = terminal_width()
     lines = ["TORCHALLOC_CONF keys (comma-separated key:value):"]
     for key in keys:
-        lines.append(f"  {key['key']}: {key['values']} (default: {key['default']})")
-        lines.append(f"      {key['help']}")
+        lines += paragraph(f"{key['key']}: {key['values']} (default: {key['default']})", width, "  ", "    ")
+        lines += paragraph(key["help"], width, "      ", "")
     return lines
 
 

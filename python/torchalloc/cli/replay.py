@@ -23,6 +23,7 @@ from ..replay.engine import (
     run,
 )
 from ..printable import printable
+from ..text_fit import terminal_width
 from ..units import fmt_bytes, parse_bytes
 from .args import expand_logs, fail, output_problem, with_negative_values
 
@@ -119,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps(report_json(report), indent=2))
     else:
-        print(printable(format_table(report), newlines=True))
+        print(printable(format_table(report, terminal_width()), newlines=True))
     if args.png:
         plot_png(report, args.png)
         if not args.json:
@@ -136,8 +137,8 @@ def _ranks_main(prog: str, paths: list[str], policies: list[str], capacity: int,
                                  prelude=not args.no_prelude, progress=args.progress)
     except (TraceError, ReplayError, _lib.LibraryError) as e:
         fail(prog, str(e))
-    print(json.dumps(ranks_json(ranks, notes), indent=2) if args.json else printable(format_ranks(ranks, notes),
-                                                                                      newlines=True))
+    print(json.dumps(ranks_json(ranks, notes), indent=2) if args.json
+          else printable(format_ranks(ranks, notes, terminal_width()), newlines=True))
     return 0
 
 

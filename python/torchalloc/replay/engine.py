@@ -49,7 +49,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .. import _lib
+from .. import _lib, text_fit
 from .._records import POLICY_NAMES
 from ..log.trace import EVENT_DTYPE, Trace, TraceError
 from ..units import GiB, fmt_bytes, parse_bytes
@@ -362,7 +362,9 @@ def report_json(report: Report) -> dict[str, Any]:
     }
 
 
-def format_table(report: Report) -> str:
+def format_table(report: Report, width: int | None = None) -> str:
+    """The replay's table and what its columns mean; with `width`, fitted to it (text_fit: headers on several
+    lines, then the columns in several tables, each led by the policy; the sentences wrapped)."""
     t = report.trace
     cap = fmt_bytes(report.capacity, 2) if report.capacity else "unlimited"
     header = ["policy", "peak alloc", "peak reserved", "reserved/alloc", "frag@peak", "dev allocs/maps",
@@ -378,25 +380,16 @@ def format_table(report: Report) -> str:
                      fmt_bytes(p.peak_reserved, 2), f"{p.ratio:.3f}", f"{p.fragmentation_at_peak:.3f}",
                      str(p.device_allocs), str(p.device_frees), str(p.handles_moved), str(p.synchronizes), oom,
                      fmt_bytes(p.min_capacity, 2)])
-    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
-    lines = []
     where = t.path or t.source
-    lines.append(f"trace: {where} ({t.source}, {len(t):,} events, peak requested {fmt_bytes(t.peak_requested, 2)})")
-    for note in t.notes:
-        lines.append(f"  note: {note}")
-    lines.append("")
-    for i, r in enumerate([header] + rows):
-        cells = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]
-        lines.append("  ".join(cells).rstrip())
-        if i == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    lines.append("")
+    above = [f"trace: {where} ({t.source}, {len(t):,} events, peak requested {fmt_bytes(t.peak_requested, 2)})"]
+    above += [f"  note: {note}" for note in t.notes]
+    below = []  # what the columns mean, a sentence a line
     speeds = [f"{p.policy} {len(t) / p.seconds / 1e6:.1f} M" for p in report.policies if p.seconds > 0]
     if speeds and len(t) >= 100_000:  # too short a trace to time
-        lines.append(f"replay speed (events/s, {report.threads} policies at a time): " + ", ".join(speeds))
+        below.append(f"replay speed (events/s, {report.threads} policies at a time): " + ", ".join(speeds))
     capped = [p for p in report.policies if p.capped]
     if capped:
-        lines.append(
+        below.append(
             f"under {cap}: " + "; ".join(
                 f"{p.policy} peaked at {fmt_bytes(p.unlimited_peak_reserved, 2)} reserved without a limit, "
                 + (f"so the row is its run up to the OOM at event {p.oom_event}" if p.oom_at_capacity
@@ -405,14 +398,14 @@ def format_table(report: Report) -> str:
             )
         )
     if t.native_peak_reserved is not None:
-        lines.append(
+        below.append(
             f"{t.native_label}: what the allocator that recorded the trace reserved in the run (its segments), "
             "beside the peak of the bytes requested (req.: the trace does not say how that allocator rounded them); "
             "the rows below it are replays")
     if any(p.is_default for p in report.policies):
-        lines.append(f"* {INSTALL_DEFAULT}: what torchalloc.install() picks with no arguments (where the driver has "
+        below.append(f"* {INSTALL_DEFAULT}: what torchalloc.install() picks with no arguments (where the driver has "
                      "virtual memory management; ordinary segments, the policy's name alone, elsewhere)")
-    lines.append(
+    below.append(
         "peak alloc: block bytes (requests rounded as the policy rounds them); frag@peak: (free inside reserved - "
         "largest free block) / free inside reserved, when reserved peaked; dev allocs/maps, frees/unmaps: device "
         "allocations and frees, or for +expandable/+compact/+reclaim runs of granules mapped and unmapped; moves: "
@@ -420,7 +413,12 @@ def format_table(report: Report) -> str:
         "device synchronizes (the simulated device trails the trace by 1000 events); min capacity: smallest device "
         f"size (in {fmt_bytes(SEARCH_GRANULARITY, 2)} steps) that runs the whole trace"
     )
-    return "\n".join(lines)
+    if width is None:
+        return "\n".join([*above, "", *text_fit.table(header, rows, sys.maxsize), "", *below])
+    fitted = [line for text in above for line in text_fit.paragraph(text, width, more="    ")]
+    fitted += ["", *text_fit.table(header, rows, width), ""]
+    fitted += [line for text in below for line in text_fit.paragraph(text, width)]
+    return "\n".join(fitted)
 
 
 def plot_png(report: Report, path: str | os.PathLike[str]) -> None:

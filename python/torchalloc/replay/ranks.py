@@ -13,11 +13,13 @@ GPU of the job must hold its rank's peak, so the job needs the largest.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any, Sequence
 
 from ..log.ranks import assign_ranks
 from .engine import Report, format_table, report_json, run
 from ..log.trace import load_trace
+from .. import text_fit
 from ..units import fmt_bytes
 
 __all__ = ["RankReplay", "run_ranks", "format_ranks", "ranks_json"]
@@ -62,15 +64,18 @@ def _cell(n: int | None) -> str:
     return fmt_bytes(n, 2) if n is not None else "-"
 
 
-def format_ranks(ranks: Sequence[RankReplay], notes: Sequence[str]) -> str:
-    """Every rank's own table, then per policy the ranks' peak reserved and the job's worst."""
+def format_ranks(ranks: Sequence[RankReplay], notes: Sequence[str], width: int | None = None) -> str:
+    """Every rank's own table, then per policy the ranks' peak reserved and the job's worst; within `width` when
+    given (text_fit)."""
+    room = sys.maxsize if width is None else width
     lines: list[str] = []
     for r in ranks:
         lines.append(f"== rank {r.rank}")
-        lines.append(format_table(r.report))
+        lines.append(format_table(r.report, width))
         lines.append("")
-    lines.append("== The job: peak reserved per rank (each replayed alone), and the largest, which every GPU must hold")
-    lines += [f"  note: {n}" for n in notes]
+    lines += text_fit.paragraph("== The job: peak reserved per rank (each replayed alone), and the largest, which "
+                                "every GPU must hold", room)
+    lines += [line for n in notes for line in text_fit.paragraph(f"  note: {n}", room, more="    ")]
     header = ["policy"] + [f"rank {r.rank}" for r in ranks] + ["largest", "min capacity (largest)"]
     rows: list[list[str]] = []
     first = ranks[0].report
@@ -84,11 +89,7 @@ def format_ranks(ranks: Sequence[RankReplay], notes: Sequence[str]) -> str:
         worst = max(range(len(ranks)), key=lambda i: (peaks[i], -i))
         rows.append([p.policy] + [_cell(v) for v in peaks] + [f"{_cell(peaks[worst])} (rank {ranks[worst].rank})",
                                                                 _cell(need)])
-    widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
-    for i, row in enumerate([header] + rows):
-        lines.append("  ".join([row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]).rstrip())
-        if i == 0:
-            lines.append("  ".join("-" * w for w in widths))
+    lines += text_fit.table(header, rows, room)
     return "\n".join(lines)
 
 
