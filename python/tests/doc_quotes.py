@@ -170,7 +170,7 @@ QUOTES: dict[str, Callable[[], list[str]]] = {
     "phases-phase-arena": lambda: paragraph(tool_output("report", PHASES), r"phase_arena loses here"),
     "phases-page": lambda: page_size(PHASES),
     "replay-default": lambda: replay_tables(tool_output("replay")),
-    "top-demo": lambda: list(tool_output("top", "--once", str(DATA / "demo_trace.talog.xz"))),
+    "top-demo": lambda: list(tool_output("top", "--once")),  # no log: the bundled demo
 }
 
 

@@ -15,6 +15,7 @@ import os
 import sys
 import tempfile
 import zlib
+from pathlib import Path
 from typing import NoReturn, Sequence
 
 from .._records import LOG_MAGIC
@@ -42,6 +43,19 @@ def fail(prog: str, message: str, status: int = 2) -> NoReturn:
     """Print "PROG: error: MESSAGE" (one line: argparse's style, without its usage text) and exit."""
     print(printable(f"{prog}: error: {' '.join(message.split())}"), file=sys.stderr)
     raise SystemExit(status)
+
+
+# What a command reads when given no log, as `report` does (and `replay` its own trace): the demo recorded on a
+# GPU (data/demo_trace.md), which the wheel carries.
+BUNDLED_DEMO = Path(__file__).resolve().parents[1] / "data" / "demo_trace.talog.xz"
+
+
+def bundled_demo(prog: str) -> list[str]:
+    """[the bundled demo log], for a command given no log; fails saying so where the installation lacks it."""
+    if not BUNDLED_DEMO.is_file():
+        fail(prog, f"no log given, and this installation has no bundled demo trace ({BUNDLED_DEMO} is missing): "
+                   "give a log (TORCHALLOC_CONF=log:PATH)")
+    return [str(BUNDLED_DEMO)]
 
 
 def at_value(text: str) -> str | float:

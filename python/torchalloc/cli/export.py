@@ -10,7 +10,7 @@ from ..log.reader import LogFormatError
 from ..printable import printable
 from ..log.chunks import ChunkedLog
 from ..report.export import MAX_ENTRIES, to_snapshot, write_snapshot
-from .args import expand_logs, fail, output_problem, snapshot_pointer
+from .args import bundled_demo, expand_logs, fail, output_problem, snapshot_pointer
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -19,8 +19,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Convert a torchalloc log to a PyTorch memory snapshot pickle, for "
         "https://pytorch.org/memory_viz or torch.cuda._memory_viz (trace_plot, segment_plot, segsum).",
     )
-    parser.add_argument("log", nargs="+", help="a torchalloc event log; several (one per rank), or a quoted "
-                        "pattern such as 'run.*.talog', with %%r in -o")
+    parser.add_argument("log", nargs="*", help="a torchalloc event log; several (one per rank), or a quoted "
+                        "pattern such as 'run.*.talog', with %%r in -o; default: the bundled demo trace, "
+                        "torchalloc/data/demo_trace.talog.xz, as report reports it")
     parser.add_argument("-o", "--output", required=True, help="the snapshot to write (.pickle, or .pickle.gz); with "
                         "several logs it must hold %%r, which becomes each log's rank (snap.%%r.pickle)")
     parser.add_argument("--max-entries", type=int, default=MAX_ENTRIES, metavar="N",
@@ -28,7 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "(_record_memory_history(max_entries=N)) does; 0 keeps them all (default: %(default)s). The "
                         "segments and blocks at the end are complete either way")
     args = parser.parse_args(argv)
-    logs, problem = expand_logs(args.log)
+    logs, problem = expand_logs(args.log or bundled_demo(parser.prog))
     problem = problem or next(filter(None, (snapshot_pointer(p, "export") for p in logs)), None)
     if not problem and len(logs) > 1 and "%r" not in args.output:
         problem = (f"-o {args.output}: {len(logs)} logs give {len(logs)} snapshots (memory_viz shows one process "

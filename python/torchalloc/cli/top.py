@@ -25,7 +25,7 @@ import sys
 from typing import Any, Sequence
 
 from ..log.reader import LogFormatError
-from .args import expand_logs, fail, snapshot_pointer
+from .args import bundled_demo, expand_logs, fail, snapshot_pointer
 from .top_frame import ASCII_BARS, BARS, VIEWS, frame
 from .top_reader import LiveReader
 from .top_state import LiveState
@@ -98,14 +98,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "what grew since the last marker, the last OOM; refreshed from the records the writer appends. "
         "Keys: q quit, p pause, v sites/phases/modules.",
     )
-    parser.add_argument("log", nargs="+", help="the log being written (TORCHALLOC_CONF=log:PATH); several, or a "
-                        "quoted pattern such as 'run.*.talog', for every rank side by side")
+    parser.add_argument("log", nargs="*", help="the log being written (TORCHALLOC_CONF=log:PATH); several, or a "
+                        "quoted pattern such as 'run.*.talog', for every rank side by side; default: the bundled "
+                        "demo trace, torchalloc/data/demo_trace.talog.xz, as report reports it")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
     parser.add_argument("--once", action="store_true", help="print one frame as plain text and exit (width: "
                         f"$COLUMNS, else {DEFAULT_WIDTH})")
     parser.add_argument("--rows", type=int, default=8, help="rows of the live table (default 8)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    logs, problem = expand_logs(args.log)
+    logs, problem = expand_logs(args.log or bundled_demo(parser.prog))
     problem = problem or next(filter(None, (snapshot_pointer(p, "top") for p in logs)), None)
     if not problem and not 0 < args.interval <= 3600:  # nan fails too; curses waits at most so long
         problem = "--interval must be more than 0 seconds and at most 3600"
