@@ -615,7 +615,8 @@ TORCHALLOC_API size_t torchalloc_replay_result_size(void);
 /* Replay `n` events through `policy` on a fresh simulated device of
  * `capacity` bytes (0: unlimited). `policy` is a policy's name, for
  * ordinary segments, or the name with +expandable, +compact or +reclaim for
- * expandable:1, 2 or 3. The device trails the trace by 1000 events (its
+ * expandable:1, 2 or 3, then optionally settings after a comma in
+ * TORCHALLOC_CONF's syntax ("caching+reclaim,handle:16MiB"). The device trails the trace by 1000 events (its
  * markers complete that late). Stops at the first allocation that fails
  * even after releasing cached segments (out->oom). `reserved_series` (may be
  * NULL) receives `series_len` samples: sample i is the highest reserved_bytes

@@ -450,8 +450,19 @@ ta_backend *ta_backend_cuda_create(char *err, size_t errlen) {
   *(void **)(&c->fn.GetDriverEntryPoint) = dlsym(c->lib, "cudaGetDriverEntryPoint");
   cudaError_t e = c->fn.GetDeviceCount(&c->devices);
   if (e != CUDA_SUCCESS || c->devices < 1) {
-    snprintf(err, errlen, "no CUDA device (cudaGetDeviceCount: %s); use backend:sim where there is no GPU",
-             e != CUDA_SUCCESS ? c->fn.GetErrorString(e) : "0 devices");
+    /* On a machine without an NVIDIA driver (no GPU) cudart says "CUDA driver version is insufficient for CUDA
+     * runtime version", which reads as an old driver: say that there is none. */
+    const char *why = e != CUDA_SUCCESS ? c->fn.GetErrorString(e) : "0 devices";
+    void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (driver) {
+      dlclose(driver);
+      snprintf(err, errlen, "no CUDA device (cudaGetDeviceCount: %s); use backend:sim where there is no GPU", why);
+    } else {
+      snprintf(err, errlen,
+               "no GPU here: no NVIDIA driver is installed (libcuda.so.1 not found; cudaGetDeviceCount: %s); "
+               "use backend:sim where there is no GPU",
+               why);
+    }
     c->fn.GetLastError();
     free(c);
     return NULL;

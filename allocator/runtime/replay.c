@@ -278,14 +278,25 @@ torchalloc_replay_run *ta_replay_begin(const char *policy, uint64_t capacity, si
   }
   ta_config conf;
   ta_config_defaults(&conf);
+  /* "POLICY+MODE,KEY:VALUE,...": settings after the first comma in TORCHALLOC_CONF's syntax (handle:16MiB,
+   * move_time:5), so that a replay can say what a setting changes; the name still decides the policy and the
+   * segments, and the replay its device. */
+  const char *settings = strchr(policy, ',');
+  if (settings) {
+    char err[256];
+    if (ta_config_parse(&conf, settings + 1, err, sizeof err)) {
+      ta_set_error("policy '%s': %s", policy, err);
+      return NULL;
+    }
+  }
   /* "POLICY+expandable" / "+compact" / "+reclaim": the policy with expandable:1 / 2 / 3; the policy's name
    * alone: ordinary segments (expandable:0, not the configuration's default). */
   static const char *const suffixes[] = {"+expandable", "+compact", "+reclaim"};
-  size_t name_len = strlen(policy);
+  size_t name_len = settings ? (size_t)(settings - policy) : strlen(policy);
   conf.expandable = TA_EXPANDABLE_OFF;
   for (int k = 0; k < 3; k++) {
     size_t len = strlen(suffixes[k]);
-    if (name_len > len && strcmp(policy + name_len - len, suffixes[k]) == 0) {
+    if (name_len > len && strncmp(policy + name_len - len, suffixes[k], len) == 0) {
       conf.expandable = k + 1;
       name_len -= len;
       break;

@@ -170,6 +170,8 @@ QUOTES: dict[str, Callable[[], list[str]]] = {
     "phases-phase-arena": lambda: paragraph(tool_output("report", PHASES), r"phase_arena loses here"),
     "phases-page": lambda: page_size(PHASES),
     "replay-default": lambda: replay_tables(tool_output("replay")),
+    "replay-handle": lambda: table(replay_tables(tool_output("replay", "--policies", "caching+reclaim", "--handle",
+                                                              "4MiB,8MiB,16MiB")), r"\s*peak"),
     "top-demo": lambda: list(tool_output("top", "--once")),  # no log: the bundled demo
 }
 

@@ -119,7 +119,8 @@ def test_a_job_report_shows_the_hostile_ranks_true_peak(write) -> None:
     sane, hostile = write("control-characters"), write("three-allocs-of-2-62")
     status, out, err = cli("report", str(sane), str(hostile))
     assert status == 0, err
-    row = next(line for line in out.splitlines() if str(hostile) in line and line.lstrip().startswith("1 "))
+    assert f"rank 1: {hostile}" in out.splitlines()
+    row = next(line for line in out.splitlines() if line.lstrip().startswith("1 "))
     assert re.search(r"\b4\.0 MiB\b.*\b20\.0 MiB\b", row), row
     assert "-" not in row.split()[3] and "KiB" not in row
     status, out, err = cli("report", str(sane), str(hostile), "--json")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from fractions import Fraction
@@ -49,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "that many times the trace's peak allocated (its requests rounded to 512 B); 0 means "
                     "unlimited: no policy runs out of memory, and the smallest capacity that runs the trace is still "
                     "searched for (default: %(default)s)")
+    ap.add_argument("--handle", metavar="SIZES", help="comma-separated handle sizes, such as 4MiB,8MiB,16MiB: each "
+                    "policy with expandable segments (+expandable, +compact, +reclaim) is replayed once per size, "
+                    "as TORCHALLOC_CONF's handle key sets it (a row POLICY,handle:SIZE)")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     ap.add_argument("--png", metavar="FILE", help="plot reserved memory over the trace per policy (needs matplotlib)")
     ap.add_argument("--device", type=int, help="which device's trace in a multi-GPU snapshot (default: the busiest)")
@@ -58,6 +62,18 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                     help="progress bar (default: on a terminal for traces of 1M+ events)")
     return ap
+
+
+def with_handles(prog: str, policies: list[str], sizes_text: str) -> list[str]:
+    """Each policy with expandable segments once per handle size ("caching+reclaim,handle:4MiB", which the library
+    reads as TORCHALLOC_CONF's syntax after the comma); the others as they are."""
+    sizes = [size.strip() for size in sizes_text.split(",") if size.strip()]
+    if not sizes:
+        fail(prog, "--handle is empty: give sizes such as 4MiB,8MiB,16MiB")
+    if not any("+" in p for p in policies):
+        fail(prog, "--handle sizes the handles of expandable segments: give a policy with +expandable, +compact or "
+                   "+reclaim (--policies caching+reclaim)")
+    return [f"{p},handle:{size}" if "+" in p else p for p in policies for size in (sizes if "+" in p else [None])]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -81,6 +97,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     if not policies:
         fail(prog, "--policies is empty")
+    if args.handle is not None:
+        policies = with_handles(prog, policies, args.handle)
+    if os.environ.get("TORCHALLOC_CONF", "").strip() and not args.json:
+        print(printable(f"{prog}: note: TORCHALLOC_CONF is not read here: each policy runs on a simulated device of "
+                        "its own; --handle replays other handle sizes"), file=sys.stderr)
     if len(args.trace) > 1 or (args.trace and any(c in args.trace[0] for c in "*?[")):
         paths, problem = expand_logs(args.trace)
         if problem or (len(paths) > 1 and args.png):

@@ -381,7 +381,11 @@ def format_table(report: Report, width: int | None = None) -> str:
                      str(p.device_allocs), str(p.device_frees), str(p.handles_moved), str(p.synchronizes), oom,
                      fmt_bytes(p.min_capacity, 2)])
     where = t.path or t.source
-    above = [f"trace: {where} ({t.source}, {len(t):,} events, peak requested {fmt_bytes(t.peak_requested, 2)})"]
+    # The events replayed are the allocations, frees and phase changes; `torchalloc report` counts every record of
+    # a log (segments, markers, modules too), so its count is larger: said here, where the two would be compared.
+    counted = "" if t.source == "pytorch-snapshot" else "; a report counts the log's other records too"
+    above = [f"trace: {where} ({t.source}: {len(t):,} allocations, frees and phase changes replayed{counted}; "
+             f"peak requested {fmt_bytes(t.peak_requested, 2)})"]
     above += [f"  note: {note}" for note in t.notes]
     below = []  # what the columns mean, a sentence a line
     speeds = [f"{p.policy} {len(t) / p.seconds / 1e6:.1f} M" for p in report.policies if p.seconds > 0]

@@ -50,9 +50,10 @@ def render_job_text(job: Job, *, top: int = 15, width: int | None = None) -> str
     out.append("")
     out.append("== Ranks side by side (each at its own peak of allocated bytes)")
     rows = [(r.rank, r.device, r.pid, fmt_bytes(r.peak_allocated), fmt_time(r.peak_t_s), fmt_bytes(r.peak_reserved),
-             r.phase_at_peak, r.top_sites[0][0] if r.top_sites else "-", r.path) for r in ranks]
-    out += text_table(["rank", "device", "pid", "peak allocated", "at", "peak reserved", "phase at peak", "largest site",
-                   "log"], rows, right=(0, 1, 2, 3, 4, 5), width=width)
+             r.phase_at_peak, r.top_sites[0][0] if r.top_sites else "-") for r in ranks]
+    out += text_table(["rank", "device", "pid", "peak allocated", "at", "peak reserved", "phase at peak", "largest site"],
+                      rows, right=(0, 1, 2, 3, 4, 5), width=width)
+    out += [f"rank {r.rank}: {r.path}" for r in ranks]  # below the table: a path is kept whole, on its own line
     out.append("")
     out.append(job.why_highest())
     out.append(job.oom_sentence())
