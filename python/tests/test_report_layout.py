@@ -222,7 +222,7 @@ def test_the_page_leads_with_the_summary(demo: Any, log: str) -> None:
     """The summary (the analysis' Summary, which the text and JSON reports print first) comes first, before the
     timeline: the peak's figures, the reserve split at the peak allocated (its rarer terms, free granules of
     expandable segments in the bundled demo, named when there are any), the largest groups live at the peak, a
-    line per kind of marker, the change that saves the most, the OOM's verdict."""
+    line per kind of marker, the change to try first, the OOM's verdict."""
     if log == "bundled":
         demo = analyze(BUNDLED_DEMO)
     page = render_html(demo)

@@ -2,7 +2,7 @@
 
 The text report opens with a summary of at most 25 lines (the peak, the
 reserve split, the top reasons live at the peak, what each kind of marker
-shows, the one change that saves the most, the OOM), fits COLUMNS (else
+shows, the change to try first, the OOM), fits COLUMNS (else
 100) without cutting a figure, and the JSON carries the same summary. The
 "Between markers" section says what each stretch from a marker to the next
 allocated, freed and kept: its sums are checked against a hand-made log,
@@ -22,6 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cli_in_process import cli  # noqa: E402
 from synthlog import SynthLog  # noqa: E402
 
+from torchalloc.analysis.reserve import ReplayRow, Reserve  # noqa: E402
+from torchalloc.analysis.summary import Change, first_change  # noqa: E402
 from torchalloc.units import MiB, fmt_bytes  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "torchalloc" / "data"
@@ -118,7 +120,12 @@ def test_the_json_summary_is_the_peak_and_the_sections_figures(reports: dict) ->
     anatomy = d["peak_anatomy"]["rows"]
     with_line = [row for row in anatomy if not row["site"].startswith("(")]
     assert [x["site"] for x in s["live"]] == [row["site"] for row in with_line[:3]]  # source lines first
-    assert s["change"]["policy"] == d["reserve_replays"]["best"]
+    replays = d["reserve_replays"]["replays"]
+    base = replays[0]["peak_reserved"]
+    # the demo: only exact (no cache) and +compact (synchronizes) reserve less; compact keeps a cache
+    assert s["change"]["policy"] == "caching+compact" and "synchronize" in s["change"]["cost"]
+    assert s["change"]["least_policy"] == d["reserve_replays"]["best"] == "exact"
+    assert s["change"]["saves"] == base - next(r["peak_reserved"] for r in replays if r["policy"] == "caching+compact")
     kinds = {re.sub(r"\d+", "N", m["label"]) for m in d["timeline"]["markers"]}
     assert s["marker_kinds"] == len(kinds) and len(s["markers"]) == len(kinds)
     step = next(m for m in s["markers"] if m["label"].startswith("step "))
@@ -219,3 +226,42 @@ def test_only_the_first_markers_are_followed(monkeypatch: pytest.MonkeyPatch) ->
     assert (two.until, two.allocated, two.freed, two.kept) == ("step 1", 8 * MiB, 2 * MiB, 8 * MiB)
     view = stream_markers.SECTION.view(a, 15)
     assert view is not None and view.table is not None and view.table.more == "... 2 more markers"
+
+
+def _replay(policy: str, reserved: int, synchronizes: int = 0, recording: bool = False) -> ReplayRow:
+    return ReplayRow(policy, reserved, 100, recording, False, synchronizes)
+
+
+def test_the_change_to_try_first_keeps_a_cache_and_never_synchronizes_when_one_saves_memory() -> None:
+    """Issue 50: exact (no cache) and +compact (synchronizes) come first only when nothing else saves memory, and
+    then the summary says what they cost; when they save more, they are named after the change, with the cost."""
+    def change(*replays: ReplayRow) -> Change | None:
+        return first_change(Reserve([], "caching", list(replays), []))
+
+    base = _replay("caching", 200, recording=True)
+    c = change(base, _replay("exact", 120), _replay("caching+compact", 130, synchronizes=9),
+               _replay("caching+reclaim", 150))
+    assert c is not None and (c.policy, c.setting, c.saves, c.cost) == ("caching+reclaim", "policy:caching,expandable:3",
+                                                                        50, "")
+    assert (c.least_policy, c.least_saves, c.least_cost) == ("exact", 80, "no cache: every request asks the device")
+    assert c.words().startswith("TORCHALLOC_CONF=policy:caching,expandable:3 reserves ")
+    c = change(base, _replay("exact", 120), _replay("caching+compact", 130, synchronizes=9))
+    assert c is not None and c.policy == "caching+compact" and c.cost.startswith("it synchronizes the device")
+    assert c.cost.endswith(": 9 times in the replay")
+    assert "nothing that keeps a cache and never synchronizes saves memory here" in c.words()
+    c = change(base, _replay("exact", 120))
+    assert c is not None and c.policy == "exact" and c.least_policy is None and "no cache" in c.words()
+    assert change(base, _replay("exact", 250)) is None
+
+
+@pytest.mark.parametrize("name", [p.name for p in BUNDLED])
+def test_the_change_ends_within_the_first_25_lines_at_100_columns(name: str, logs: dict,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
+    status, text, err = cli("report", str(logs[name]))
+    assert status == 0, err
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("The change to try first: ")), None)
+    assert start is not None, "\n".join(lines[:30])  # both bundled logs have a replay that reserves less
+    end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith("    "))
+    assert end <= 25, "\n".join(lines[:end])

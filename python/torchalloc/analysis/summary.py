@@ -23,9 +23,10 @@ and the replays, the marker stretches, the OOMs) and gives a `Summary`:
   only in their numbers, "step 1" ... "step 6", are one kind, shown by its
   first): what was live at it, what the stretch after it freed and kept
   (stream_markers.py's rows), at most MARKER_KINDS;
-- `change`: `Change` -- the one change that would have reserved the most
-  less (the best replay, its setting and figures; when it is `exact`,
-  which keeps no cache, the best policy that does); None when none would;
+- `change`: `Change` -- the change proposed first (first_change): the
+  replay that reserves the least of those that keep a cache and never
+  synchronize, a costly one only when none of those saves memory (its cost
+  said), and a costly one that saves more after it; None when none would;
 - `oom`: `OomLine` -- the last OOM's verdict and its first line of advice;
   None without an OOM.
 
@@ -40,6 +41,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .leaks import Leak, Settled, marker_kind, too_few
+from .reserve import Reserve, ReplayRow
 from .sites import BEFORE_LOG, NO_PYTHON, NO_STACKS
 from .stream_leaks import LEAKS, Leaks
 from .stream_markers import MARKERS, Stretches, StretchGroup
@@ -96,30 +98,67 @@ class MarkerLine:
     kept_top: StretchGroup | None  # the largest group it kept
 
 
+def cost_of(row: ReplayRow) -> str:
+    """What a replayed policy costs besides memory ("" for none): exact keeps no cache, compact synchronizes."""
+    if row.policy == "exact":
+        return "no cache: every request asks the device"
+    if row.synchronizes or row.policy.endswith("+compact"):  # compact synchronizes whenever it compacts
+        n = row.synchronizes
+        return (f"it synchronizes the device to compact, each time waiting for the GPU: {n} time{'s' if n != 1 else ''} "
+                "in the replay")
+    return ""
+
+
 @dataclasses.dataclass
 class Change:
-    policy: str  # the replay policy ("caching+compact")
-    setting: str  # its TORCHALLOC_CONF ("policy:caching,expandable:2")
+    """The change the summary proposes first: the replay that reserves the least of those that keep a cache and
+    never synchronize; a costly one (exact, +compact) only when nothing else saves memory, its cost said. When a
+    costly one saves more, it is named after, with its cost (`least_*`)."""
+    policy: str  # the replay policy ("caching+reclaim")
+    setting: str  # its TORCHALLOC_CONF ("policy:caching,expandable:3")
     reserves: int  # its peak reserved on the same events
     saves: int  # less than the recording policy's replay
-    no_cache: bool  # exact: every request asks the device
-    cached_policy: str | None  # with no_cache: the best policy that keeps a cache, and its figures
-    cached_setting: str | None
-    cached_reserves: int | None
-    cached_saves: int | None
+    cost: str  # "" when it keeps a cache and never synchronizes; else what it costs (cost_of)
+    least_policy: str | None  # a costly replay that saves more, when there is one
+    least_setting: str | None
+    least_reserves: int | None
+    least_saves: int | None
+    least_cost: str | None
 
     def words(self, setting: Callable[[str], str] = lambda t: t, saved: Callable[[str], str] = lambda t: t) -> str:
-        """'TORCHALLOC_CONF=policy:exact reserves 1.2 GiB, 82.1 MiB less (no cache: every request asks the
-        device); with a cache, TORCHALLOC_CONF=... reserves ..., ... less'. `setting` and `saved` dress the
-        TORCHALLOC_CONF=... and the '... less' parts (the page marks them up)."""
+        """'TORCHALLOC_CONF=policy:caching,expandable:3 reserves 1.2 GiB, 7.0 MiB less; saving more costs time:
+        TORCHALLOC_CONF=policy:exact reserves ..., ... less (no cache: every request asks the device)'. `setting`
+        and `saved` dress the TORCHALLOC_CONF=... and the '... less' parts (the page marks them up)."""
         text = f"{setting('TORCHALLOC_CONF=' + self.setting)} reserves {fmt_bytes(self.reserves)}, " \
                f"{saved(fmt_bytes(self.saves) + ' less')}"
-        if self.no_cache:
-            text += " (no cache: every request asks the device)"
-            if self.cached_setting is not None and self.cached_reserves is not None and self.cached_saves is not None:
-                text += (f"; with a cache, {setting('TORCHALLOC_CONF=' + self.cached_setting)} reserves "
-                         f"{fmt_bytes(self.cached_reserves)}, {fmt_bytes(self.cached_saves)} less")
+        if self.cost:
+            text += f" ({self.cost}; nothing that keeps a cache and never synchronizes saves memory here)"
+        if self.least_setting is not None and self.least_reserves is not None and self.least_saves is not None:
+            text += (f"; saving more costs time: {setting('TORCHALLOC_CONF=' + self.least_setting)} reserves "
+                     f"{fmt_bytes(self.least_reserves)}, {fmt_bytes(self.least_saves)} less ({self.least_cost})")
         return text
+
+
+def first_change(r: Reserve) -> Change | None:
+    """The change the summary proposes (Change), from the replays of the reserve section; None when no replay
+    reserves less than the recording policy's."""
+    if not r.replays:
+        return None
+    base = r.replays[0]
+    saving = [x for x in r.replays if not x.recording and not x.oom and x.peak_reserved < base.peak_reserved]
+    if not saving:
+        return None
+    # Never synchronizes and keeps a cache, else keeps a cache (compact: synchronizes), else none (exact).
+    free = [x for x in saving if not cost_of(x)]
+    cached = [x for x in saving if x.policy != "exact"]
+    chosen = min(free or cached or saving, key=ReplayRow.rank)
+    least = min(saving, key=ReplayRow.rank)
+    more = least if least.peak_reserved < chosen.peak_reserved else None
+    return Change(chosen.policy, setting_of(chosen.policy), chosen.peak_reserved,
+                  base.peak_reserved - chosen.peak_reserved, cost_of(chosen),
+                  more.policy if more else None, setting_of(more.policy) if more else None,
+                  more.peak_reserved if more else None, base.peak_reserved - more.peak_reserved if more else None,
+                  cost_of(more) if more else None)
 
 
 @dataclasses.dataclass
@@ -199,14 +238,7 @@ def summary(a: Any) -> Summary:
     live.sort(key=lambda x: (not x.has_line, -x.bytes))  # stable: the anatomy's order among equals
     leaks: Leaks = a.section_rows(LEAKS.key)
     markers, kinds = _markers(a.section_rows(MARKERS.key))
-    change = None
-    best = r.best
-    if best is not None:
-        base = r.replays[0]
-        c = r.best_cached()
-        change = Change(best.policy, setting_of(best.policy), best.peak_reserved,
-                        base.peak_reserved - best.peak_reserved, best.policy == "exact", c.policy if c else None, setting_of(c.policy) if c else None,
-                        c.peak_reserved if c else None, base.peak_reserved - c.peak_reserved if c else None)
+    change = first_change(r)
     ooms = a.ooms()
     oom = None
     if ooms:

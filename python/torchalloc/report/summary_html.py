@@ -128,7 +128,7 @@ def summary_html(a: Analysis) -> str:
              ("reserved", "Reserved", _split_html(s.reserve) if s.reserve is not None else ""),
              ("groups", "Live at the peak", _live_html(s)), ("leaks", "Leaks", _leaks_html(s)),
              ("markers", "Markers", _markers_html(s)),
-             ("change", "Would save the most", _change_html(s.change) if s.change is not None else ""),
+             ("change", "Change to try first", _change_html(s.change) if s.change is not None else ""),
              ("oom", "Out of memory", _oom_html(s.oom) if s.oom is not None else "")]
     rows = "".join(f'<dt>{_e(name)}</dt><dd class="summary-{key}">{value}</dd>' for key, name, value in facts if value)
     return f'<section id="summary" class="summary"><h2>Summary</h2><dl class="summary-facts">{rows}</dl></section>'

@@ -36,7 +36,7 @@ __all__ = ["report", "render_text"]
 
 WIDTH = 100  # columns of the report where neither COLUMNS nor a terminal says
 MIN_WIDTH = 40  # a narrower COLUMNS is read as this: below, a table's figures alone overflow
-SUMMARY_LINES = 25  # the summary's most lines; the markers it lists are cut to fit
+SUMMARY_LINES = 25  # the report's first lines, which the summary ends within (one screen); its markers are cut to fit
 LABEL_CHARS = 60  # a marker text longer than this is cut: one label is text from the log, of any length
 
 
@@ -143,9 +143,9 @@ def _in(phase: str) -> str:
     return f" (in {phase})" if phase else ""
 
 
-def _summary_text(s: Summary, width: int) -> list[str]:
-    """The summary (analysis/summary.py) in at most SUMMARY_LINES lines of `width` columns: the markers it lists
-    are those that fit."""
+def _summary_text(s: Summary, width: int, above: int = 0) -> list[str]:
+    """The summary (analysis/summary.py) in lines of `width` columns that end within the report's first
+    SUMMARY_LINES, `above` lines coming before it (the title, the notes): the markers it lists are those that fit."""
     def said(text: str, indent: str = "") -> list[str]:
         return wrap(text, width, indent, "    ")
 
@@ -176,7 +176,7 @@ def _summary_text(s: Summary, width: int) -> list[str]:
         head.append(f"  ... {more} more growing site{'s' if more != 1 else ''}: see 'Leaks' below")
     tail: list[str] = []
     if s.change is not None:
-        tail += said(f"The change that saves the most: {s.change.words()}")
+        tail += said(f"The change to try first: {s.change.words()}")
     if s.oom is not None:
         o = s.oom
         which = f" (the last of {o.count})" if o.count > 1 else ""
@@ -184,7 +184,7 @@ def _summary_text(s: Summary, width: int) -> list[str]:
         tail += said(f"Out of memory{which} at {fmt_time(o.t_s)} asking {fmt_bytes(o.requested)}: {first}")
         if o.advice:
             tail += said(f"First advice: {o.advice} ({o.advice_check})", "  ")
-    room = SUMMARY_LINES - 1 - len(head) - len(tail) - 2  # the title; the markers' heading and a "more" line
+    room = SUMMARY_LINES - above - 1 - len(head) - len(tail) - 2  # the heading; the markers' heading, a "more" line
     return ["== Summary", *head, *_summary_markers(s, room, said), *tail]
 
 
@@ -232,7 +232,7 @@ def render_text(a: Analysis, *, top: int = 15, at: Sequence[str | float] = (), w
                    "allocated nothing while the log was open, or torchalloc was not its allocator "
                    "(torchalloc.install() must run before the first CUDA tensor).")
         return _fitted(out, width)
-    out += _summary_text(a.summary(), width)
+    out += _summary_text(a.summary(), width, above=_fitted(out, width).count("\n"))
     out.append("")
     out.append("== Timeline")
     at_least = " (at least: the log began mid-run)" if a.blocks.before_log else ""
