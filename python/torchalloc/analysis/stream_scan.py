@@ -377,7 +377,10 @@ class Orphans:
 
     def columns(self) -> dict[str, np.ndarray]:
         """In the blocks' order for those from before the log: by address, then free index."""
-        cols = {k: (np.concatenate(v) if v else np.zeros(0, dtype=np.int64)) for k, v in self.parts.items()}
+        # Empty, each column keeps the dtype its values would have: an int64 addr beside the blocks' uint64 ones would
+        # make their concatenation float64 (addresses near 2**64 then round past it, and casting back warns).
+        empty = {"addr": np.uint64, "deferred": np.bool_}
+        cols = {k: (np.concatenate(v) if v else np.zeros(0, dtype=empty.get(k, np.int64))) for k, v in self.parts.items()}
         if cols["addr"].size:
             o = np.lexsort((cols["free_i"], cols["addr"]))
             cols = {k: v[o] for k, v in cols.items()}
