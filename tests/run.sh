@@ -8,7 +8,8 @@
 # builds with clang -Werror and ASan+UBSan in build-clang/ and runs ctest
 # there too when clang is there (its UBSan checks things gcc's does not), then
 # runs the fuzzers for FUZZ_SECONDS each (fuzz_api under libFuzzer with
-# clang, in build-fuzz/; fuzz_log_decode.py), then python/tests with pytest.
+# clang, in build-fuzz/; fuzz_log_decode.py; fuzz_snapshot.py a third as
+# long) in the background while python/tests runs with pytest.
 # Before anything is built it finds a Python that can run the Python suite:
 # python3 itself when it imports numpy, pytest and setuptools' bdist_wheel
 # (setup.py's test extra), else the venv build-py/test-venv, made and filled
@@ -230,10 +231,63 @@ fi
 # --------------------------------------------------------------------------
 # 5. Fuzzing, FUZZ_SECONDS each: fuzz_api (libFuzzer: the C API on the sim
 #    device, the full check after every operation; clang with ASan+UBSan) on
-#    a scratch copy of the committed corpus, and fuzz_log_decode.py (a
-#    mutation fuzzer of the log decoder). Each counts as one test.
+#    a scratch copy of the committed corpus, fuzz_log_decode.py (a mutation
+#    fuzzer of the log decoder) and fuzz_snapshot.py (a third as long). Each
+#    counts as one test. fuzz_api is built here; the fuzzers then run one
+#    after another in the background while pytest (stage 6) runs: pytest
+#    keeps one core busy and leaves the other mostly idle, and a fuzzer's run
+#    is bounded by wall time, so on two cores they cost the run their build
+#    and whatever of their 2 1/3 x FUZZ_SECONDS outlasts pytest, not the sum.
 # --------------------------------------------------------------------------
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+FUZZ_API=0  # 1: fuzz_api was built and runs
+FUZZ_PID=
+FUZZ_T0=
+snapshot_seconds=$(( FUZZ_SECONDS / 3 > 0 ? FUZZ_SECONDS / 3 : 1 ))
+
+# The fuzzers one after another; the exit status says which failed first (10 fuzz_api, 11 decoder, 12 snapshot).
+run_fuzzers() {
+  if ((FUZZ_API)); then
+    build-fuzz/tests/fuzz_api -max_total_time="$FUZZ_SECONDS" -max_len=4096 -print_final_stats=1 \
+      -artifact_prefix=build-fuzz/ build-fuzz/corpus-api >build-fuzz/run-fuzz-api.log 2>&1 || return 10
+  fi
+  "$PYTHON" tests/fuzz/fuzz_log_decode.py --seconds "$FUZZ_SECONDS" --save build >build/run-fuzz-decode.log 2>&1 ||
+    return 11
+  "$PYTHON" tests/fuzz/fuzz_snapshot.py --seconds "$snapshot_seconds" --save build >build/run-fuzz-snapshot.log 2>&1 ||
+    return 12
+}
+
+# Wait for the fuzzers; print what they found; count them. Returns 1 (after saying why) when one failed.
+finish_fuzzers() {
+  [[ -n $FUZZ_PID ]] || return 0
+  local rc=0
+  wait "$FUZZ_PID" || rc=$?
+  FUZZ_PID=
+  if ((FUZZ_API && rc != 10)); then
+    grep -E '^(Done [0-9]+ runs|fuzz_api: )' build-fuzz/run-fuzz-api.log | sed 's/^/== fuzz_api: /'
+    grep -E '^#[0-9]+.*cov: ' build-fuzz/run-fuzz-api.log | tail -n 1 | sed 's/^/== fuzz_api: last: /'
+  fi
+  ((rc == 0 || rc > 11)) && sed 's/^/== /' build/run-fuzz-decode.log
+  ((rc == 0)) && sed 's/^/== /' build/run-fuzz-snapshot.log | tail -n 5
+  local log why
+  case $rc in
+    0) PASSED=$((PASSED + FUZZ_API + 2)); stage_done "fuzz (beside pytest)" "$FUZZ_T0"; return 0 ;;
+    10) log=build-fuzz/run-fuzz-api.log
+        why="fuzz_api: a violation or a crash (input saved as build-fuzz/crash-*; replay it with build-fuzz/tests/fuzz_api FILE)" ;;
+    11) log=build/run-fuzz-decode.log why="fuzz_log_decode: an input neither decoded nor raised LogFormatError in time" ;;
+    12) log=build/run-fuzz-snapshot.log why="fuzz_snapshot: a snapshot neither loaded nor was refused with one clear error in time" ;;
+    *) log= why="the fuzzers stopped with exit $rc" ;;
+  esac
+  if [[ -n $log ]]; then
+    echo "---- last lines of $log ----"
+    tail -n 40 "$log"
+    echo "----"
+  fi
+  echo "run.sh: FAILED in fuzz: $why"
+  ((FAILED += 1)) || true
+  return 1
+}
+
 if ((FUZZ_SECONDS > 0)); then
   t0=$SECONDS
   mkdir -p build-fuzz
@@ -249,38 +303,21 @@ if ((FUZZ_SECONDS > 0)); then
       -DCMAKE_C_COMPILER=clang -DTORCHALLOC_SANITIZE=address,undefined -DTORCHALLOC_FUZZ=ON -DCMAKE_C_FLAGS=-Werror
     mkdir -p build-fuzz/corpus-api
     cp -n tests/fuzz/corpus/api/* tests/fuzz/corpus/api-found/* build-fuzz/corpus-api/
-    log=build-fuzz/run-fuzz-api.log
-    echo "== fuzz_api: build-fuzz/tests/fuzz_api -max_total_time=$FUZZ_SECONDS build-fuzz/corpus-api" \
-      "($(ls build-fuzz/corpus-api | wc -l) inputs)"
-    if ! build-fuzz/tests/fuzz_api -max_total_time="$FUZZ_SECONDS" -max_len=4096 -print_final_stats=1 \
-        -artifact_prefix=build-fuzz/ build-fuzz/corpus-api >"$log" 2>&1; then
-      fail fuzz_api "a violation or a crash (input saved as build-fuzz/crash-*; replay it with build-fuzz/tests/fuzz_api FILE)" "$log"
-    fi
-    grep -E '^(Done [0-9]+ runs|fuzz_api: )' "$log" | sed 's/^/== fuzz_api: /'
-    grep -E '^#[0-9]+.*cov: ' "$log" | tail -n 1 | sed 's/^/== fuzz_api: last: /'
-    PASSED=$((PASSED + 1))
+    FUZZ_API=1
+    stage_done "fuzz_api build" "$t0"
   fi
-  # $PYTHON imports numpy (stage 0).
-  echo "== fuzz_log_decode: $PYTHON tests/fuzz/fuzz_log_decode.py --seconds $FUZZ_SECONDS"
-  if ! "$PYTHON" tests/fuzz/fuzz_log_decode.py --seconds "$FUZZ_SECONDS" --save build >build/run-fuzz-decode.log 2>&1; then
-    fail fuzz_log_decode "an input neither decoded nor raised LogFormatError in time" build/run-fuzz-decode.log
-  fi
-  sed 's/^/== /' build/run-fuzz-decode.log
-  PASSED=$((PASSED + 1))
-  snapshot_seconds=$(( FUZZ_SECONDS / 3 > 0 ? FUZZ_SECONDS / 3 : 1 ))
-  echo "== fuzz_snapshot: $PYTHON tests/fuzz/fuzz_snapshot.py --seconds $snapshot_seconds"
-  if ! "$PYTHON" tests/fuzz/fuzz_snapshot.py --seconds "$snapshot_seconds" --save build >build/run-fuzz-snapshot.log 2>&1; then
-    fail fuzz_snapshot "a snapshot neither loaded nor was refused with one clear error in time" build/run-fuzz-snapshot.log
-  fi
-  sed 's/^/== /' build/run-fuzz-snapshot.log | tail -n 5
-  PASSED=$((PASSED + 1))
-  stage_done fuzz "$t0"
+  echo "== fuzz: in the background while pytest runs:" \
+    "$( ((FUZZ_API)) && echo "fuzz_api -max_total_time=$FUZZ_SECONDS build-fuzz/corpus-api ($(ls build-fuzz/corpus-api | wc -l) inputs),")" \
+    "fuzz_log_decode.py --seconds $FUZZ_SECONDS, fuzz_snapshot.py --seconds $snapshot_seconds"
+  FUZZ_T0=$SECONDS
+  run_fuzzers &
+  FUZZ_PID=$!
 else
   skipped 3 "the fuzzers: FUZZ_SECONDS=0"
 fi
 
 # --------------------------------------------------------------------------
-# 6. Python tests
+# 6. Python tests (the fuzzers running beside them)
 # --------------------------------------------------------------------------
 # $PYTHON was found (or made) at the start (stage 0). -rs: a line for each skip, with its reason, summed below.
 t0=$SECONDS
@@ -302,14 +339,18 @@ counts=$(grep -E '[0-9]+ (passed|failed|errors?)' "$log" | tail -n 1 | awk '{
 counts=${counts:-0 0}
 PASSED=$((PASSED + ${counts% *}))
 FAILED=$((FAILED + ${counts#* }))
-case $rc in
-  0) ;;
-  *) ((FAILED > 0)) || FAILED=1
-     echo "run.sh: FAILED in pytest: exit code $rc (see above)"
-     summary
-     exit 1 ;;
-esac
-stage_done pytest "$t0"
+if ((rc != 0)); then
+  ((FAILED > 0)) || FAILED=1
+  echo "run.sh: FAILED in pytest: exit code $rc (see above)"
+else
+  stage_done pytest "$t0"
+fi
+fuzz_ok=1
+finish_fuzzers || fuzz_ok=0
+if ((rc != 0 || fuzz_ok == 0)); then
+  summary
+  exit 1
+fi
 
 echo "== times: ${TIMES[*]}"
 summary

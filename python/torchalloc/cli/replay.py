@@ -73,7 +73,10 @@ def with_handles(prog: str, policies: list[str], sizes_text: str) -> list[str]:
     if not any("+" in p for p in policies):
         fail(prog, "--handle sizes the handles of expandable segments: give a policy with +expandable, +compact or "
                    "+reclaim (--policies caching+reclaim)")
-    return [f"{p},handle:{size}" if "+" in p else p for p in policies for size in (sizes if "+" in p else [None])]
+    out: list[str] = []
+    for policy in policies:
+        out += [f"{policy},handle:{size}" for size in sizes] if "+" in policy else [policy]
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
