@@ -48,3 +48,10 @@ def test_without_columns_the_width_is_100(monkeypatch: pytest.MonkeyPatch, libra
     monkeypatch.setattr(os, "get_terminal_size", lambda *a: (_ for _ in ()).throw(OSError("not a terminal")))
     status, out, _ = cli("info", "--keys")
     assert status == 0 and max(len(line) for line in out.splitlines()) <= 100
+
+
+def test_a_figure_and_its_unit_stay_on_one_line() -> None:
+    from torchalloc.text_fit import paragraph
+
+    lines = paragraph("trace: x (pytorch-snapshot: 220,128 events replayed; peak requested 5.62 GiB)", 74)
+    assert lines[-1].endswith("5.62 GiB)") and not any(line.endswith("5.62") for line in lines)

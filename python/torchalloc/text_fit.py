@@ -29,12 +29,14 @@ def terminal_width() -> int:
 
 
 def paragraph(text: str, width: int, indent: str = "", more: str = "  ") -> list[str]:
-    """`text` in lines of at most `width` columns (a word longer than that on a line of its own), the first after
-    `indent`, the others after `indent + more`."""
+    """`text` in lines of at most `width` columns (a word longer than that on a line of its own; a figure and its
+    unit kept together), the first after `indent`, the others after `indent + more`."""
     if len(indent) + len(text) <= width:
         return [indent + text]
-    return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent + more,
-                         break_long_words=False, break_on_hyphens=False) or [indent]
+    glued = _FIGURE.sub(lambda m: m.group(1) + _GLUE + m.group(2), text)  # textwrap does not break at _GLUE
+    lines = textwrap.wrap(glued, width=width, initial_indent=indent, subsequent_indent=indent + more,
+                          break_long_words=False, break_on_hyphens=False)
+    return [line.replace(_GLUE, " ") for line in lines] or [indent]
 
 
 def _header_lines(header: str, width: int) -> list[str]:
