@@ -65,6 +65,66 @@ TEST(a_log_cut_short_by_another_program_stops_logging_and_training_goes_on) {
   unlink(path);
 }
 
+/* What Python's faulthandler does on a fault: put back the handler it
+ * replaced and raise the signal again, which then carries no address. */
+static struct sigaction replaced;
+
+static void like_faulthandler(int sig) {
+  static const char msg[] = "Fatal error: Bus error (as faulthandler prints it)\n";
+  ssize_t ignored = write(2, msg, sizeof msg - 1);
+  (void)ignored;
+  sigaction(sig, &replaced, NULL);
+  raise(sig);
+}
+
+static void truncate_under_a_handler_that_raises_again(const void *arg) {
+  const char *path = arg;
+  /* A log whose whole file is allocated at open (log_max = the first
+   * growth): nothing grows it later, so no growth check finds the cut
+   * before a store faults on it. */
+  if (log_reset(path, "log_max:16MiB") != 0) _exit(1);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = like_faulthandler;
+  sa.sa_flags = SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(SIGBUS, &sa, &replaced) != 0) _exit(2);
+  churn(1000);
+  if (truncate(path, 0) != 0) _exit(3);
+  churn(100000);
+  torchalloc_log_close();
+  _exit(0);
+}
+
+TEST(a_cut_log_stops_logging_when_a_later_handler_raises_the_fault_again) {
+  SKIP_UNDER_TSAN("it defers the SIGBUS handler");
+  char path[256], out[4096];
+  temp_path(path, sizeof path, "reraised");
+  int status = run_in_child(truncate_under_a_handler_that_raises_again, path, out, sizeof out);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  if (!WIFEXITED(status)) fprintf(stderr, "  the child died of signal %d\n", WTERMSIG(status));
+  CHECK(strstr(out, "Bus error") != NULL); /* the later handler did see the fault */
+  CHECK(strstr(out, "cut short by another program") != NULL);
+  unlink(path);
+}
+
+static void raise_sigbus_with_a_whole_log(const void *arg) {
+  if (log_reset(arg, "") != 0) _exit(1);
+  churn(10);
+  raise(SIGBUS);
+  _exit(0);
+}
+
+TEST(a_sigbus_the_log_did_not_cause_keeps_its_default) {
+  char path[256], out[4096];
+  temp_path(path, sizeof path, "raised");
+  int status = run_in_child(raise_sigbus_with_a_whole_log, path, out, sizeof out);
+  /* Ended as the signal's default ends it, or by the handler that was
+   * there before the guard (a sanitizer's, in those builds): never goes on. */
+  CHECK(!(WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  unlink(path);
+}
+
 static void log_past_a_file_size_limit(const void *arg) {
   const char *path = arg;
   struct rlimit limit = {20 << 20, 20 << 20};

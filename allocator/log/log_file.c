@@ -443,7 +443,7 @@ static int open_locked(const char *pattern, size_t max_bytes, char *err, size_t 
   h->status = TA_LOG_STATUS_OPEN;
   snprintf(h->producer, sizeof h->producer, "torchalloc");
   refresh_header_checksum();
-  ta_log_guard_arm(L.base, L.reserve, &ta_log_enabled);
+  ta_log_guard_arm(L.base, L.reserve, &ta_log_enabled, L.fd, &L.size);
   helper_start();
   publish_path(L.path);
   atomic_store_explicit(&ta_log_enabled, 1, memory_order_release);

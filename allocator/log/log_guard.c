@@ -11,6 +11,17 @@
  * SIGBUS goes to the previous handler, or, when there was none, kills the
  * process as it would have.
  *
+ * A handler installed over this one (Python's faulthandler, which every
+ * torchrun rank using @record enables) takes the fault first; faulthandler
+ * then puts this handler back and raises the signal again with raise(),
+ * which carries no fault address (si_code SI_TKILL). Such a SIGBUS is the
+ * log's when the log's file is now shorter than the part this process gave
+ * it (fstat, also safe in a handler): exactly when a store into the
+ * mapping faults. The guard trips, returns, and the faulting store, tried
+ * again, lands in the anonymous memory. Were the fault another one after
+ * all, trying it again faults again, now with its address, and goes to the
+ * previous handler; a SIGBUS raised while the log is whole is never taken.
+ *
  * File-size limits. Growing past RLIMIT_FSIZE sends the growing thread
  * SIGXFSZ, whose default also kills (Python ignores it; C and C++ hosts do
  * not). The signal is blocked around the log's posix_fallocate and drained
@@ -32,8 +43,15 @@ static _Atomic(char *) armed_base;
 static _Atomic uint64_t armed_len;
 static atomic_int tripped;
 static atomic_int *armed_enabled; /* the log's on switch, turned off when the guard trips */
+static atomic_int armed_fd = -1;  /* the log's file */
+static _Atomic(const _Atomic uint64_t *) armed_size; /* its length as this process grew it */
 static struct sigaction previous;
 static pthread_once_t install_once = PTHREAD_ONCE_INIT;
+
+/* A signal the process sent itself (raise, kill), not a fault the kernel raised. */
+static int raised_by_this_process(const siginfo_t *info) {
+  return info && info->si_code <= 0 && info->si_pid == getpid();
+}
 
 static void chain(int sig, siginfo_t *info, void *context) {
   if (previous.sa_flags & SA_SIGINFO) {
@@ -44,8 +62,22 @@ static void chain(int sig, siginfo_t *info, void *context) {
     previous.sa_handler(sig);
     return;
   }
-  /* No handler before ours: the default action, on the faulting store. */
+  int sent = info && info->si_code <= 0;
+  if (previous.sa_handler == SIG_IGN && sent) return;
+  /* No handler before ours: the default action. A fault meets it when the
+   * store is tried again; a sent signal happens once, so it is sent again
+   * (held until this handler returns). */
   signal(sig, SIG_DFL);
+  if (sent) raise(sig);
+}
+
+/* The armed log's file is shorter than this process made it: another
+ * program cut it. */
+static int file_was_cut(void) {
+  const _Atomic uint64_t *size = atomic_load(&armed_size);
+  int fd = atomic_load(&armed_fd);
+  struct stat st;
+  return size && fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size < atomic_load(size);
 }
 
 /* The file was cut short: anonymous memory over the whole mapping (later
@@ -69,9 +101,15 @@ static int trip(char *base, uint64_t len) {
 static void on_sigbus(int sig, siginfo_t *info, void *context) {
   char *base = atomic_load(&armed_base);
   uint64_t len = atomic_load(&armed_len);
-  char *addr = info ? (char *)info->si_addr : NULL;
   int saved = errno;
-  if (!base || !addr || addr < base || addr >= base + len || trip(base, len) != 0) chain(sig, info, context);
+  int ours;
+  if (raised_by_this_process(info)) { /* a handler over ours raised it again, without the address */
+    ours = base && file_was_cut();
+  } else {
+    char *addr = info ? (char *)info->si_addr : NULL;
+    ours = base && addr && addr >= base && addr < base + len;
+  }
+  if (!ours || trip(base, len) != 0) chain(sig, info, context);
   errno = saved;
 }
 
@@ -84,9 +122,11 @@ static void install(void) {
   sigaction(SIGBUS, &sa, &previous);
 }
 
-void ta_log_guard_arm(char *base, uint64_t len, atomic_int *enabled) {
+void ta_log_guard_arm(char *base, uint64_t len, atomic_int *enabled, int fd, const _Atomic uint64_t *file_size) {
   pthread_once(&install_once, install);
   armed_enabled = enabled;
+  atomic_store(&armed_size, file_size);
+  atomic_store(&armed_fd, fd);
   atomic_store(&tripped, 0);
   atomic_store(&armed_len, len);
   atomic_store(&armed_base, base);
@@ -95,6 +135,7 @@ void ta_log_guard_arm(char *base, uint64_t len, atomic_int *enabled) {
 void ta_log_guard_disarm(void) {
   atomic_store(&armed_base, NULL);
   atomic_store(&armed_len, 0);
+  atomic_store(&armed_fd, -1);
 }
 
 int ta_log_guard_tripped(void) { return atomic_load(&tripped); }

@@ -11,11 +11,15 @@
 
 #include "base/common.h"
 
-/* From now on a write into [base, base + len) (the log's mapping) that
- * faults because the file was truncated lands in anonymous memory instead,
- * `*enabled` (the log's on switch) turns 0 and ta_log_guard_tripped() says
- * so. SIGBUS elsewhere goes to whatever handled it before. */
-ta_internal void ta_log_guard_arm(char *base, uint64_t len, atomic_int *enabled);
+/* From now on a write into [base, base + len) (the log's mapping of `fd`)
+ * that faults because the file was truncated lands in anonymous memory
+ * instead, `*enabled` (the log's on switch) turns 0 and
+ * ta_log_guard_tripped() says so. `*file_size` is the file's length as this
+ * process grew it: a SIGBUS raised again without its address (by a handler
+ * installed over the guard) is the log's when the file is shorter. SIGBUS
+ * elsewhere goes to whatever handled it before. */
+ta_internal void ta_log_guard_arm(char *base, uint64_t len, atomic_int *enabled, int fd,
+                                  const _Atomic uint64_t *file_size);
 /* Before the mapping goes away. */
 ta_internal void ta_log_guard_disarm(void);
 /* 1 once a truncation was caught since the last arm. */
