@@ -3,6 +3,7 @@
  * by another program, or a file-size limit (ulimit -f), stops logging and
  * never kills the process that trains. Each case runs in a child, whose
  * exit status says whether it survived. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -240,6 +241,50 @@ TEST(the_fallback_report_gets_a_name_nobody_could_predict) {
   if (at) unlink(at);
   torchalloc_teardown();
   unlink(predictable), unlink(victim);
+}
+
+static void oom_under_a_tiny_file_size_limit(const void *arg) {
+  char conf[400];
+  snprintf(conf, sizeof conf, "sim_capacity:64MiB,oom_report:%s", (const char *)arg);
+  if (sim_reset(conf) != 0) _exit(1);
+  fprintf(stderr, "pid %d\n", (int)getpid());
+  struct rlimit limit = {1024, 1024}; /* ulimit -f 1 */
+  if (setrlimit(RLIMIT_FSIZE, &limit) != 0) _exit(2);
+  if (torchalloc_try_malloc(100 * MiB, 0, S0) != NULL) _exit(3);
+  _exit(torchalloc_oom_report_path(0)[0] == '\0' ? 0 : 4); /* no report claimed */
+}
+
+/* Whether `dir` holds no file starting with `prefix`; any found is named and removed. */
+static int none_left(const char *dir, const char *prefix) {
+  DIR *d = opendir(dir);
+  int none = d != NULL;
+  for (struct dirent *e; d && (e = readdir(d));) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    if (strncmp(e->d_name, prefix, strlen(prefix)) != 0) continue;
+    char file[512];
+    snprintf(file, sizeof file, "%s/%s", dir, e->d_name);
+    fprintf(stderr, "  left behind: %s\n", file);
+    unlink(file);
+    none = 0;
+  }
+  if (d) closedir(d);
+  return none;
+}
+
+TEST(an_oom_report_past_a_file_size_limit_is_dropped_and_the_process_lives) {
+  char dir[] = "/tmp/talog-oom-fsize-XXXXXX", out[4096];
+  REQUIRE(mkdtemp(dir) != NULL);
+  int status = run_in_child(oom_under_a_tiny_file_size_limit, dir, out, sizeof out);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0); /* SIGXFSZ's default ended it with signal 25 */
+  if (WIFSIGNALED(status)) fprintf(stderr, "  the child died of signal %d\n", WTERMSIG(status));
+  CHECK(none_left(dir, "")); /* neither the report nor its temporary file */
+  CHECK(rmdir(dir) == 0);
+  int pid = 0;
+  const char *at = strstr(out, "pid ");
+  REQUIRE(at && sscanf(at, "pid %d", &pid) == 1);
+  char fallback[64]; /* /tmp/torchalloc-oom-PID-cuda0-XXXXXX.txt */
+  snprintf(fallback, sizeof fallback, "torchalloc-oom-%d-cuda0-", pid);
+  CHECK(none_left("/tmp", fallback));
 }
 
 static long rss_kib(void) {

@@ -23,6 +23,7 @@
 #include "accounting/oom_advice.h"
 #include "accounting/oom_verdict.h"
 #include "policies/parts/size_classes.h"
+#include "base/file_limit.h"
 #include "base/text.h"
 
 #define MAP_WIDTH 48          /* characters of a segment's occupancy bar */
@@ -502,14 +503,10 @@ static int write_new_file(const char *text, const char *path, char *written, siz
   if (snprintf(written, len, templated ? "%s" : "%s.XXXXXX", path) >= (int)len) return -1;
   int fd = templated ? mkstemps(written, 4) : mkstemp(written);
   if (fd < 0) return -1;
-  size_t left = strlen(text);
-  const char *at = text;
   int ok = fchmod(fd, 0644) == 0; /* a report is no secret: the user's other tools read it */
-  while (ok && left) {
-    ssize_t w = write(fd, at, left);
-    ok = w > 0;
-    if (ok) at += w, left -= (size_t)w;
-  }
+  /* Past a file-size limit (ulimit -f) the write fails, where SIGXFSZ would
+   * kill a C or C++ host; the file is then removed below. */
+  ok = ok && ta_write_within_limit(fd, text, strlen(text)) == 0;
   ok = close(fd) == 0 && ok;
   if (ok && !templated) {
     ok = rename(written, path) == 0;

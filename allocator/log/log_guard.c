@@ -24,9 +24,11 @@
  *
  * File-size limits. Growing past RLIMIT_FSIZE sends the growing thread
  * SIGXFSZ, whose default also kills (Python ignores it; C and C++ hosts do
- * not). The signal is blocked around the log's posix_fallocate and drained
- * after, so the call reports EFBIG and the log stops as on a full disk. */
+ * not). The log's posix_fallocate holds it back (base/file_limit.c), so
+ * the call reports EFBIG and the log stops as on a full disk. */
 #include "log/log_guard.h"
+
+#include "base/file_limit.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -36,7 +38,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 static _Atomic(char *) armed_base;
@@ -149,16 +150,4 @@ int ta_log_guard_check(int fd, uint64_t size) {
   return 1;
 }
 
-int ta_log_guard_fallocate(int fd, off_t offset, off_t len) {
-  sigset_t xfsz, old;
-  sigemptyset(&xfsz);
-  sigaddset(&xfsz, SIGXFSZ);
-  pthread_sigmask(SIG_BLOCK, &xfsz, &old);
-  int e = posix_fallocate(fd, offset, len);
-  if (e == EFBIG && !sigismember(&old, SIGXFSZ)) {
-    const struct timespec now = {0, 0};
-    while (sigtimedwait(&xfsz, NULL, &now) == SIGXFSZ) {} /* the limit's signal, answered by EFBIG already */
-  }
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
-  return e;
-}
+int ta_log_guard_fallocate(int fd, off_t offset, off_t len) { return ta_fallocate_within_limit(fd, offset, len); }
