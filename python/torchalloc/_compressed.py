@@ -6,6 +6,9 @@ hundred kilobytes of xz can hold gigabytes of zeros (issue 36), so what a
 reader keeps must be decided by what the stream holds, never by inflating it
 whole first. `open_decompressed` gives the stream, `read_trimmed` its bytes
 without the zeros it ends with.
+
+Every input is opened by `open_file`, which takes regular files only: a
+FIFO given as a log would block the open, then every read, for ever.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import gzip
 import io
 import lzma
 import os
+import stat
 import zlib
 from typing import IO, Any, BinaryIO, Callable, Union
 
@@ -29,6 +33,40 @@ Source = Union[str, "os.PathLike[str]"]
 
 class CompressedError(ValueError):
     """A truncated or corrupt compressed stream; the message says so and names the cause."""
+
+
+class NotAFileError(ValueError):
+    """The input is a directory, FIFO, device or socket, not a regular file; the message names which."""
+
+
+_NOT_A_FILE = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def file_kind(mode: int) -> str | None:
+    """What a file of `mode` (st_mode) is when it is not a regular file ("a FIFO", ...), or None."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((name for test, name in _NOT_A_FILE if test(mode)), "not a regular file")
+
+
+def open_file(path: Source, buffering: int = -1, what: str = "a file") -> BinaryIO:
+    """The regular file at `path`, open for reading; NotAFileError ("PATH: is a FIFO, not WHAT") otherwise.
+
+    Opened without blocking (a FIFO's open waits for a writer, a device's may wait too) and checked on the
+    open descriptor, so what is read is what was checked; reads then block as usual (a regular file's never
+    wait). OSError (no such file, permission) goes to the caller as it is."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        kind = file_kind(os.fstat(fd).st_mode)
+        if kind is not None:
+            raise NotAFileError(f"{os.fspath(path)}: is {kind}, not {what}")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb", buffering=buffering)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def is_compressed(head: bytes) -> bool:
@@ -84,10 +122,11 @@ def _inflating(raw: BinaryIO, owned: bool) -> BinaryIO | None:
     return None
 
 
-def open_decompressed(path: Source) -> BinaryIO:
+def open_decompressed(path: Source, what: str = "a file") -> BinaryIO:
     """The file at `path` as a stream of its content: decompressed as it is read when it is gzip, xz or
-    bz2 (reads then raise CompressedError for a truncated or corrupt stream), the file itself otherwise."""
-    raw = open(path, "rb")
+    bz2 (reads then raise CompressedError for a truncated or corrupt stream), the file itself otherwise.
+    NotAFileError for a FIFO, device or directory (open_file)."""
+    raw = open_file(path, what=what)
     try:
         inflating = _inflating(raw, owned=True)
     except BaseException:

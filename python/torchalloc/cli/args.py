@@ -18,6 +18,7 @@ import zlib
 from pathlib import Path
 from typing import NoReturn, Sequence
 
+from .._compressed import NotAFileError, file_kind, open_file
 from .._records import LOG_MAGIC
 from ..log.trace_snapshot import looks_like_pickle
 from ..printable import printable
@@ -116,8 +117,12 @@ def input_problem(path: str) -> str | None:
     """Why `path` cannot be read as an input file, or None (its content is checked by the reader)."""
     if not os.path.exists(path):
         return f"{path}: no such file"
-    if os.path.isdir(path):
-        return f"{path}: is a directory, not a log"
+    try:
+        kind = file_kind(os.stat(path).st_mode)
+    except OSError as e:
+        return f"{path}: cannot read it ({e.strerror or e})"
+    if kind is not None:  # a FIFO's or a device's reads may wait for ever
+        return f"{path}: is {kind}, not a log"
     if not os.access(path, os.R_OK):
         return f"{path}: cannot read it (permission denied)"
     return None
@@ -126,9 +131,9 @@ def input_problem(path: str) -> str | None:
 def snapshot_pointer(path: str, verb: str) -> str | None:
     """When `path` is a PyTorch memory snapshot rather than a torchalloc log: what to run instead."""
     try:
-        with open(path, "rb") as f:
+        with open_file(path) as f:
             head = f.read(_SNIFF_BYTES)
-    except OSError:
+    except (OSError, NotAFileError):
         return None
     data = _first_bytes(head)
     if data.startswith(LOG_MAGIC) or not looks_like_pickle(data):

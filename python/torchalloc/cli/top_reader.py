@@ -42,6 +42,7 @@ from ..log.reader import (
     _lock_held,
     _parse_header,
     _xor_folded,
+    open_log_file,
 )
 
 # Slots read per piece: a refresh after a long pause (or the first one on a big log) reads the backlog in
@@ -62,7 +63,7 @@ class LiveReader:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        with open(path, "rb") as f:
+        with open_log_file(path) as f:  # never a FIFO: its reads would wait for ever
             head = f.read(8)
         self._bytes: np.ndarray | None = None  # a compressed log, inflated once: it no longer grows
         if is_compressed(head):
@@ -82,7 +83,7 @@ class LiveReader:
         self.skipped = 0  # incomplete slots passed over once the writer was gone
 
     def _read_header(self) -> LogHeader:
-        with open(self.path, "rb") as f:
+        with open_log_file(self.path) as f:
             head = f.read(HEADER_SIZE)
         return _parse_header(self.path, np.frombuffer(head, dtype=np.uint8))
 
@@ -118,7 +119,7 @@ class LiveReader:
         if self._bytes is not None:
             data = self._bytes[start:end]
         else:
-            with open(self.path, "rb") as f:
+            with open_log_file(self.path) as f:
                 f.seek(start)
                 data = np.frombuffer(f.read(max(end - start, 0)), dtype=np.uint8)
         n = len(data) // RECORD_SIZE

@@ -29,7 +29,7 @@ from typing import IO, Any, Iterator, Union
 
 import numpy as np
 
-from .._compressed import is_compressed, open_decompressed
+from .._compressed import is_compressed
 from .._records import END, FRAME, MAX_KIND, PHASE_BEGIN, STACK, STATUS_CUT_SHORT, STATUS_NO_SPACE, STRING, TRUNCATED
 from .checks import Checker
 from .reader import (
@@ -50,6 +50,7 @@ from .reader import (
     _parse_header,
     _writer_state,
     _xor_folded,
+    open_log_file,
 )
 from .trace_events import TraceError
 
@@ -257,7 +258,7 @@ class ChunkedLog:
         else:
             self.path = str(os.fspath(source))
             _check_regular_file(self.path)
-            with open(self.path, "rb") as f:
+            with open_log_file(self.path) as f:
                 self._compressed = is_compressed(f.read(8))
             self.is_file = not self._compressed
         with self._open() as f:
@@ -331,8 +332,8 @@ class ChunkedLog:
 
             return io.BytesIO(self._bytes)  # type: ignore[arg-type]
         if self._compressed:
-            return open_decompressed(self.path)
-        return open(self.path, "rb", buffering=0)
+            return open_log_file(self.path, compressed=True)
+        return open_log_file(self.path, buffering=0)
 
     def _read(self, f: IO[bytes], n: int, into: np.ndarray | None = None) -> bytes | int:
         """Up to n bytes (or into `into`: how many were read), reading again until EOF or n."""

@@ -33,7 +33,6 @@ import csv
 import io
 import json
 import os
-import stat
 import struct
 import warnings
 from dataclasses import dataclass, field
@@ -41,7 +40,8 @@ from typing import IO, Iterator, NamedTuple, Union
 
 import numpy as np
 
-from .._compressed import CompressedError, is_compressed, open_decompressed, read_trimmed
+from .._compressed import (CompressedError, NotAFileError, file_kind, is_compressed, open_decompressed, open_file,
+                           read_trimmed)
 # The record kinds, flags, statuses, policy and pool names: defined in _records
 # (one source for the whole package), re-exported here for users of the decoder.
 from .._records import (  # noqa: F401
@@ -249,16 +249,23 @@ def kind_names(kinds: Union[np.ndarray, int]) -> Union[np.ndarray, str]:
 # ---------------------------------------------------------------------------
 
 
-_NOT_A_FILE = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_WHAT = "a torchalloc log"
 
 
 def _check_regular_file(path: str) -> None:
     """LogFormatError for a directory, FIFO or device: reading one fails or never ends."""
-    mode = os.stat(path).st_mode  # FileNotFoundError and PermissionError go to the caller as they are
-    if not stat.S_ISREG(mode):
-        what = next((name for test, name in _NOT_A_FILE if test(mode)), "not a regular file")
-        raise LogFormatError(f"{path}: is {what}, not a torchalloc log")
+    kind = file_kind(os.stat(path).st_mode)  # FileNotFoundError and PermissionError go to the caller as they are
+    if kind is not None:
+        raise LogFormatError(f"{path}: is {kind}, not {_WHAT}")
+
+
+def open_log_file(path: str, buffering: int = -1, compressed: bool = False) -> IO[bytes]:
+    """The log file at `path` open for reading (inflated as read when `compressed`), never blocking on a FIFO or
+    device put there since it was checked: LogFormatError for one (open_file checks the open descriptor)."""
+    try:
+        return open_decompressed(path, what=_WHAT) if compressed else open_file(path, buffering, what=_WHAT)
+    except NotAFileError as e:
+        raise LogFormatError(str(e)) from None
 
 
 def _load(source: Union[str, os.PathLike, bytes, bytearray, memoryview]) -> tuple[str, np.ndarray, bool, int]:
@@ -273,13 +280,14 @@ def _load(source: Union[str, os.PathLike, bytes, bytearray, memoryview]) -> tupl
         return "<bytes>", data, False, len(data)
     path = os.fspath(source)
     _check_regular_file(path)
-    with open(path, "rb") as f:
+    with open_log_file(path) as f:
         compressed = is_compressed(f.read(8))
-    if not compressed:
-        data = np.fromfile(path, dtype=np.uint8)
-        return str(path), data, True, len(data)
+        if not compressed:
+            f.seek(0)
+            data = np.fromfile(f, dtype=np.uint8)
+            return str(path), data, True, len(data)
     try:
-        with open_decompressed(path) as f:
+        with open_log_file(path, compressed=True) as f:
             kept, size = read_trimmed(f, keep_at_least=HEADER_SIZE, pad=RECORD_SIZE - 1)
     except CompressedError as e:
         raise LogFormatError(f"{path}: {e}") from None
@@ -298,7 +306,7 @@ def _lock_held(path: str) -> bool | None:
     except ImportError:  # not a POSIX system
         return None
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return None
     try:
@@ -471,11 +479,11 @@ def read_header(path: Union[str, os.PathLike]) -> LogHeader:
     log; a compressed one is decompressed, as read_log would."""
     name = os.fspath(path)
     _check_regular_file(name)
-    with open(name, "rb") as f:
+    with open_log_file(name) as f:
         head = f.read(HEADER_SIZE)
     if is_compressed(head[:8]):  # only the header is inflated, not the log
         try:
-            with open_decompressed(name) as f:
+            with open_log_file(name, compressed=True) as f:
                 head = f.read(HEADER_SIZE)
         except CompressedError as e:
             raise LogFormatError(f"{name}: {e}") from None

@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 
 from .. import _records as records
-from .._compressed import CompressedError, decompress, is_compressed, open_decompressed
+from .._compressed import CompressedError, NotAFileError, decompress, is_compressed, open_decompressed, open_file
 from .trace_events import (  # noqa: F401  (the trace's vocabulary, imported from here across the package)
     ALLOC,
     EVENT_DTYPE,
@@ -51,6 +51,9 @@ __all__ = [
 ]
 
 
+_WHAT = "a trace"
+
+
 def load_trace(path: str | os.PathLike[str], *, device: int | None = None, prelude: bool = True) -> Trace:
     """Load a PyTorch memory snapshot or a torchalloc log (recognised by content, not by name). A log is read in
     pieces (trace_stream.py); a long one's events stay in pieces too (`Trace.chunks`)."""
@@ -61,7 +64,7 @@ def load_trace(path: str | os.PathLike[str], *, device: int | None = None, prelu
     compressed = is_compressed(head)
     if compressed:  # never inflated whole (issue 36: a small file can inflate to gigabytes)
         try:
-            with open_decompressed(p) as f:
+            with open_decompressed(p, what=_WHAT) as f:
                 head = f.read(8)
         except CompressedError as e:
             raise TraceError(f"{p}: {e}") from None
@@ -71,7 +74,7 @@ def load_trace(path: str | os.PathLike[str], *, device: int | None = None, prelu
         return load_log(p, device=device, prelude=prelude, what=str(p))
     _check_pickle(head, p)
     if compressed:  # a snapshot is unpickled as it is inflated, so it takes what its objects take
-        with open_decompressed(p) as f:  # read errors come as TraceError from the unpickler
+        with open_decompressed(p, what=_WHAT) as f:  # read errors come as TraceError from the unpickler
             return load_snapshot(f, str(p), device=device, prelude=prelude)
     return load_snapshot(read_bytes(p), str(p), device=device, prelude=prelude)
 
@@ -88,12 +91,12 @@ def _check_pickle(data: bytes, p: Path) -> None:
 def _read(p: Path, n: int | None = None) -> bytes:
     """The file's first `n` bytes (None: all of them), as they are on disk."""
     try:
-        with open(p, "rb") as f:
+        with open_file(p, what=_WHAT) as f:
             return f.read() if n is None else f.read(n)
     except FileNotFoundError:
         raise TraceError(f"{p}: no such file") from None
-    except IsADirectoryError:
-        raise TraceError(f"{p}: is a directory, not a trace") from None
+    except NotAFileError as e:  # a directory, or a FIFO or device whose reads would wait for ever
+        raise TraceError(str(e)) from None
     except OSError as e:
         raise TraceError(f"{p}: cannot read ({e.strerror or e})") from None
 
