@@ -530,3 +530,69 @@ TEST(init_accepted_after_freeing_a_record_stream_block) {
   CHECK_EQ(stats0().allocation[ALL].current, 0);
   check_accepted("backend:sim,warn:0");
 }
+
+/* Every size the message allows is accepted: 1 PiB was refused while the
+ * message said "between 1 B and 1 PiB" (no unit spelled a petabyte). */
+TEST(the_largest_size_a_message_names_is_accepted) {
+  static const struct {
+    const char *conf;
+    size_t bytes;
+  } sizes[] = {{"sim_capacity:1PiB", (size_t)1 << 50}, {"sim_capacity:1P", (size_t)1 << 50},
+               {"sim_capacity:1PB", (size_t)1000000000000000}, {"sim_capacity:1024TiB", (size_t)1 << 50}};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    ta_config c;
+    char err[512] = "";
+    ta_config_defaults(&c);
+    CHECK_EQ(ta_config_parse(&c, sizes[i].conf, err, sizeof err), 0);
+    CHECK_EQ(c.sim_capacity, sizes[i].bytes);
+    if (err[0]) fprintf(stderr, "  %s: %s\n", sizes[i].conf, err);
+  }
+  torchalloc_teardown();
+  check_accepted("backend:sim,warn:0,sim_capacity:1PiB");
+  torchalloc_teardown();
+  check_refused("backend:sim,sim_capacity:1025TiB", "between 1 B and 1 PiB");
+}
+
+/* A long bad value is shown cut, so the message keeps what the key expects
+ * (it was cut at 511 bytes, "(expected ...)" lost). */
+TEST(a_long_bad_value_keeps_the_expected_part) {
+  char conf[2048];
+  int n = snprintf(conf, sizeof conf, "backend:sim,sim_capacity:");
+  memset(conf + n, '9', 1500);
+  snprintf(conf + n + 1500, sizeof conf - (size_t)n - 1500, "x");
+  check_refused(conf, "(expected a size such as 80GiB, between 1 B and 1 PiB)");
+  CHECK(strlen(torchalloc_last_error()) < 300);
+  CHECK(strstr(torchalloc_last_error(), "1501 characters") != NULL);
+  n = snprintf(conf, sizeof conf, "backend:sim,");
+  memset(conf + n, 'k', 1000);
+  snprintf(conf + n + 1000, sizeof conf - (size_t)n - 1000, ":1");
+  check_refused(conf, "unknown key");
+  CHECK(strstr(torchalloc_last_error(), "(known keys: ") != NULL);
+  CHECK(strstr(torchalloc_last_error(), "sim_held_elsewhere") != NULL);
+}
+
+/* Another user's memory on a sim device is part of that device: more than
+ * its capacity cannot be held elsewhere (2^64-1 was accepted). */
+TEST(memory_held_elsewhere_fits_on_the_device) {
+  check_refused("backend:sim,sim_capacity:1GiB,sim_held_elsewhere:18446744073709551615", "'sim_held_elsewhere'");
+  check_refused("backend:sim,sim_capacity:1GiB,sim_held_elsewhere:2GiB",
+                "sim_held_elsewhere 2.00 GiB is more than sim_capacity");
+  check_refused("backend:sim,sim_held_elsewhere:2GiB,sim_capacity:1GiB", "more than sim_capacity");
+  torchalloc_teardown();
+  check_accepted("backend:sim,warn:0,sim_capacity:1GiB,sim_held_elsewhere:1GiB");
+  CHECK(torchalloc_try_malloc(512, 0, S0) == NULL); /* all of it held elsewhere */
+  torchalloc_teardown();
+}
+
+/* A fraction just past 1 is named as given ("memory fraction 1 is outside
+ * [0, 1]" was the message for 1.0000001). */
+TEST(a_refused_memory_fraction_is_shown_as_given) {
+  REQUIRE(sim_reset("sim_capacity:1GiB") == 0);
+  torchalloc_set_memory_fraction(1.0000001, 0);
+  CHECK(strstr(torchalloc_last_error(), "memory fraction 1.0000001 is outside [0, 1]") != NULL);
+  torchalloc_set_memory_fraction(1.0 + 1e-15, 0);
+  CHECK(strstr(torchalloc_last_error(), "memory fraction 1.000000000000001 is outside [0, 1]") != NULL);
+  torchalloc_set_memory_fraction(-0.5, 0);
+  CHECK(strstr(torchalloc_last_error(), "memory fraction -0.5 is outside [0, 1]") != NULL);
+  torchalloc_teardown();
+}

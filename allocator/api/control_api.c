@@ -2,6 +2,7 @@
  * hooks PyTorch calls through CUDAPluggableAllocator, the checker, the log
  * and markers. Each finds its heap through the runtime and asks the heap. */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "base/errors.h"
 #include "log/log.h"
@@ -100,6 +101,15 @@ TORCHALLOC_API void torchalloc_record_stream(void *ptr, cudaStream_t stream) {
   if (h) ta_heap_report_bad_record_stream(h, ptr);
 }
 
+/* `x` in the fewest digits that read back as `x`: %g's six made 1.0000001
+ * "1", and a message refusing it then said "1 is outside [0, 1]". */
+static void shortest_digits(double x, char *out, size_t len) {
+  for (int digits = 6; digits <= 17; digits++) {
+    snprintf(out, len, "%.*g", digits, x);
+    if (strtod(out, NULL) == x) return;
+  }
+}
+
 TORCHALLOC_API void torchalloc_set_memory_fraction(double fraction, int device) {
   ta_heap *h = ta_runtime_heap_for_control(device);
   if (!h) {
@@ -107,7 +117,9 @@ TORCHALLOC_API void torchalloc_set_memory_fraction(double fraction, int device) 
     return;
   }
   if (!(fraction >= 0.0 && fraction <= 1.0)) { /* 0 as PyTorch takes it: nothing may be allocated */
-    ta_set_error("memory fraction %g is outside [0, 1]", fraction);
+    char shown[32];
+    shortest_digits(fraction, shown, sizeof shown);
+    ta_set_error("memory fraction %s is outside [0, 1]", shown);
     fprintf(stderr, "torchalloc: error: %s\n", ta_error_text());
     return;
   }

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/text.h"
 #include "log/log_format.h"
 #include "policy/policy.h"
 
@@ -84,8 +85,8 @@ static const conf_key keys[] = {
      .default_value = "0", .help = "fault injection: the Nth device allocation fails"},
     {.name = "sim_event_polls", .kind = CONF_INT, FIELD(sim_event_polls), .lo = 0, .hi = 1000000,
      .default_value = "0", .help = "simulated stream events complete on their Nth query"},
-    {.name = "sim_held_elsewhere", .kind = CONF_SIZE, FIELD(sim_held_elsewhere), .lo = 0, .hi = SIZE_MAX,
-     .expected = "a size such as 2GiB", .default_value = "0",
+    {.name = "sim_held_elsewhere", .kind = CONF_SIZE, FIELD(sim_held_elsewhere), .lo = 0, .hi = (uint64_t)1 << 50,
+     .expected = "a size such as 2GiB, at most sim_capacity", .default_value = "0",
      .help = "bytes of each simulated device held by someone else (another process): never available to torchalloc"},
     {.name = "warn", .kind = CONF_INT, FIELD(warn), .lo = 0, .hi = 1, .default_value = "1",
      .help = "print misuse warnings and OOM reports on stderr"},
@@ -139,8 +140,9 @@ int ta_parse_bytes(const char *text, size_t *out) {
     uint64_t mult;
   } units[] = {
       {"", 1},          {"B", 1},           {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30},
-      {"TiB", 1ull << 40}, {"KB", 1000ull}, {"MB", 1000000ull},  {"GB", 1000000000ull}, {"TB", 1000000000000ull},
-      {"K", 1ull << 10}, {"M", 1ull << 20},  {"G", 1ull << 30},   {"T", 1ull << 40},
+      {"TiB", 1ull << 40}, {"PiB", 1ull << 50}, {"KB", 1000ull}, {"MB", 1000000ull},  {"GB", 1000000000ull},
+      {"TB", 1000000000000ull}, {"PB", 1000000000000000ull}, {"K", 1ull << 10}, {"M", 1ull << 20},
+      {"G", 1ull << 30},   {"T", 1ull << 40}, {"P", 1ull << 50},
   };
   if (!text || !isdigit((unsigned char)*text)) return -1;
   errno = 0;
@@ -180,6 +182,18 @@ static int choice_value(const conf_key *k, const char *val, int *out) {
   if (!k->numbered || parse_int(val, 0, highest, &n)) return -1;
   *out = (int)n;
   return 0;
+}
+
+/* Text from the user is echoed at most this long, so a long mistake never
+ * pushes out of the message what the key expects. */
+#define SHOWN_MAX 64
+
+/* `text` as a message shows it: whole, or its start and its length. */
+static const char *show(const char *text, char out[SHOWN_MAX + 32]) {
+  size_t n = strlen(text);
+  if (n <= SHOWN_MAX) return text;
+  snprintf(out, SHOWN_MAX + 32, "%.*s... (%zu characters)", SHOWN_MAX - 16, text, n);
+  return out;
 }
 
 static int size_accepted(const conf_key *k, size_t bytes) {
@@ -256,12 +270,13 @@ static int store_value(ta_config *c, const conf_key *k, const char *val, char *e
     snprintf(field, k->width, "%s", k->empty_alias && strcmp(val, k->empty_alias) == 0 ? "" : val);
     return 0;
   }
-  char expected[256];
+  char expected[256], shown[SHOWN_MAX + 32];
   describe_values(k, expected, sizeof expected);
   if (k->kind == CONF_TEXT) /* a refused path is not echoed: it may be longer than the whole message */
     snprintf(err, errlen, "TORCHALLOC_CONF: bad value for key '%s' (expected %s)", k->name, expected);
   else
-    snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key '%s' (expected %s)", val, k->name, expected);
+    snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key '%s' (expected %s)", show(val, shown), k->name,
+             expected);
   return -1;
 }
 
@@ -321,7 +336,9 @@ static const conf_key *find_key(const char *name) {
 static int apply(ta_config *c, const char *key, const char *val, char *err, size_t errlen) {
   const conf_key *k = find_key(key);
   if (!k) {
-    snprintf(err, errlen, "TORCHALLOC_CONF: unknown key '%s' (known keys: %s)", key, ta_config_key_list());
+    char shown[SHOWN_MAX + 32];
+    snprintf(err, errlen, "TORCHALLOC_CONF: unknown key '%s' (known keys: %s)", show(key, shown),
+             ta_config_key_list());
     return -1;
   }
   if (store_value(c, k, val, err, errlen)) return -1;
@@ -334,6 +351,16 @@ static char *trim(char *s) {
   char *e = s + strlen(s);
   while (e > s && isspace((unsigned char)e[-1])) *--e = '\0';
   return s;
+}
+
+/* What no single key's range can say: memory another process holds on a
+ * sim device is part of that device. 0, or -1 with the message. */
+static int check_together(const ta_config *c, char *err, size_t errlen) {
+  if (c->sim_held_elsewhere <= c->sim_capacity) return 0;
+  snprintf(err, errlen, "TORCHALLOC_CONF: sim_held_elsewhere %s is more than sim_capacity %s (what other processes "
+           "hold is part of the device)", ta_format_size(c->sim_held_elsewhere).text,
+           ta_format_size(c->sim_capacity).text);
+  return -1;
 }
 
 int ta_config_parse(ta_config *c, const char *text, char *err, size_t errlen) {
@@ -353,7 +380,8 @@ int ta_config_parse(ta_config *c, const char *text, char *err, size_t errlen) {
     if (!*item) continue;
     char *colon = strchr(item, ':');
     if (!colon) {
-      snprintf(err, errlen, "TORCHALLOC_CONF: '%s' is not key:value", item);
+      char shown[SHOWN_MAX + 32];
+      snprintf(err, errlen, "TORCHALLOC_CONF: '%s' is not key:value", show(item, shown));
       rc = -1;
       break;
     }
@@ -364,6 +392,7 @@ int ta_config_parse(ta_config *c, const char *text, char *err, size_t errlen) {
     }
   }
   free(copy);
+  if (rc == 0) rc = check_together(&next, err, errlen);
   if (rc == 0) *c = next;
   return rc;
 }

@@ -126,3 +126,29 @@ def test_one_device_is_not_plural(tmp_path: Path) -> None:
         {"action": "alloc", "addr": 4096, "size": 512, "stream": 0, "frames": []}]]}))
     with pytest.raises(TraceError, match=r"no device 3 \(the snapshot has traces for 1 device: 0\)"):
         load_trace(snap, device=3)
+
+
+@pytest.mark.parametrize("text", ["Some notes about the run\n", "Nothing to see\n"])
+def test_a_text_file_is_not_called_a_snapshot(tmp_path: Path, text: str) -> None:
+    """Its first letter is a pickle opcode (STRING, NONE): it was called "a PyTorch memory snapshot (a
+    pickle)" with a pointer to replay, which then failed on it (issue 47)."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text(text)
+    for args in (["report"], ["top", "--once"], ["export", "-o", str(tmp_path / "s.pickle")]):
+        status, out, err = cli(*args, str(notes))
+        assert status == 2 and out == "", (args, err)
+        assert "snapshot" not in err and f"{notes}: not a torchalloc log" in err, (args, err)
+    status, out, err = cli("replay", str(notes))
+    assert status == 2 and out == ""
+    assert f"{notes}: neither a torchalloc log nor a readable PyTorch memory snapshot" in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("protocol", [0, 1, 2, 4, 5])
+def test_a_snapshot_is_still_pointed_to_replay(tmp_path: Path, protocol: int) -> None:
+    import pickle
+
+    snapshot = tmp_path / "snap.pickle"
+    snapshot.write_bytes(pickle.dumps({"segments": [], "device_traces": [[]]}, protocol=protocol))
+    status, _, err = cli("report", str(snapshot))
+    assert status == 2 and "is a PyTorch memory snapshot (a pickle)" in err and "torchalloc replay" in err, err

@@ -160,7 +160,7 @@ def test_a_log_with_nothing_in_it_says_so(library_path: Path, tmp_path: Path) ->
 def test_tool_errors_are_one_line(library_path: Path, tmp_path: Path) -> None:
     """Bad paths and non-logs, for every verb: one line, the verb named, a status other than 0."""
     snapshot = tmp_path / "snap.pickle"
-    snapshot.write_bytes(b"\x80\x04\x95" + b"\0" * 32)
+    snapshot.write_bytes(b"\x80\x04\x95" + b"\0" * 8 + b"}" + b"\0" * 23)  # starts a pickled dict, as a snapshot does
     cases = [
         (("report", str(tmp_path)), "is a directory"),
         (("report", str(tmp_path / "absent.talog")), "no such file"),

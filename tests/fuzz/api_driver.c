@@ -37,7 +37,8 @@ void drv_fail(const char *fmt, ...) {
 
 void drv_start(const uint8_t c[DRV_CONFIG_BYTES], unsigned check_every) {
   static const char *const capacities[] = {"80GiB", "80GiB", "1GiB", "256MiB", "64MiB", "24MiB"};
-  static const char *const held[] = {"0", "0", "0", "16MiB", "30MiB", "2GiB"};
+  static const unsigned long long capacity_mib[] = {80 << 10, 80 << 10, 1 << 10, 256, 64, 24};
+  static const unsigned long long held_mib[] = {0, 0, 0, 16, 30, 2 << 10};
   torchalloc_teardown();
   torchalloc_segment_info *segs = D.segs;
   torchalloc_block_info *blocks = D.blocks;
@@ -54,10 +55,12 @@ void drv_start(const uint8_t c[DRV_CONFIG_BYTES], unsigned check_every) {
   canary_set_translate(drv_physical);
   torchalloc_sim_on_copy(drv_copied);
   snprintf(D.log_path, sizeof D.log_path, "/tmp/torchalloc-fuzz-%ld.talog", (long)getpid());
+  /* Another process cannot hold more than the device: past its capacity, all of it. */
+  unsigned long long held = held_mib[c[4] % 6] < capacity_mib[c[2] % 6] ? held_mib[c[4] % 6] : capacity_mib[c[2] % 6];
   snprintf(D.conf, sizeof D.conf,
            "backend:sim,warn:0,oom_report:off,policy:%s,sim_devices:%d,sim_capacity:%s,sim_fail_alloc:%d,"
-           "sim_held_elsewhere:%s,sim_event_polls:%d,log_max:256KiB,stacks:%d,expandable:%d,sim_lag:%llu",
-           drv_policies[c[0] % 3], D.ndevices, capacities[c[2] % 6], c[3] < 128 ? 0 : 1 + c[3] % 32, held[c[4] % 6],
+           "sim_held_elsewhere:%lluMiB,sim_event_polls:%d,log_max:256KiB,stacks:%d,expandable:%d,sim_lag:%llu",
+           drv_policies[c[0] % 3], D.ndevices, capacities[c[2] % 6], c[3] < 128 ? 0 : 1 + c[3] % 32, held,
            c[5] % 4, c[7] % 2, D.expandable, (unsigned long long)D.lag);
   EXPECT(torchalloc_init(D.conf) == 0, "init: %s", torchalloc_last_error());
   EXPECT(torchalloc_device_count() == D.ndevices, "device_count %d", torchalloc_device_count());

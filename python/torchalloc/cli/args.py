@@ -20,7 +20,7 @@ from typing import NoReturn, Sequence
 
 from .._compressed import NotAFileError, file_kind, open_file
 from .._records import LOG_MAGIC
-from ..log.trace_snapshot import looks_like_pickle
+from ..log.trace_snapshot import looks_like_snapshot
 from ..printable import printable
 
 _SNIFF_BYTES = 64 << 10  # a compressed file's first block: enough to show what it starts with
@@ -136,7 +136,7 @@ def snapshot_pointer(path: str, verb: str) -> str | None:
     except (OSError, NotAFileError):
         return None
     data = _first_bytes(head)
-    if data.startswith(LOG_MAGIC) or not looks_like_pickle(data):
+    if data.startswith(LOG_MAGIC) or not looks_like_snapshot(data):
         return None
     return (f"{path} is a PyTorch memory snapshot (a pickle), not a torchalloc log, so `torchalloc {verb}` "
             f"cannot read it: `torchalloc replay {path}` replays it through each policy, and "

@@ -41,7 +41,14 @@ from .trace_events import (  # noqa: F401  (the trace's vocabulary, imported fro
     from_arrays,
     live_peaks,
 )
-from .trace_snapshot import from_snapshot, load_snapshot, looks_like_pickle, safe_unpickle  # noqa: F401
+from .trace_snapshot import (  # noqa: F401
+    MalformedPickleError,
+    from_snapshot,
+    load_snapshot,
+    looks_like_pickle,
+    looks_like_snapshot,
+    safe_unpickle,
+)
 from .reader import empty_file
 
 __all__ = [
@@ -52,20 +59,21 @@ __all__ = [
 
 
 _WHAT = "a trace"
+_HEAD = 16  # bytes enough to tell a log (its magic) and a snapshot's pickle (PROTO, FRAME, a dict)
 
 
 def load_trace(path: str | os.PathLike[str], *, device: int | None = None, prelude: bool = True) -> Trace:
     """Load a PyTorch memory snapshot or a torchalloc log (recognised by content, not by name). A log is read in
     pieces (trace_stream.py); a long one's events stay in pieces too (`Trace.chunks`)."""
     p = Path(path)
-    head = _read(p, 8)
+    head = _read(p, _HEAD)
     if not head:
         raise TraceError(empty_file(p))
     compressed = is_compressed(head)
     if compressed:  # never inflated whole (issue 36: a small file can inflate to gigabytes)
         try:
             with open_decompressed(p, what=_WHAT) as f:
-                head = f.read(8)
+                head = f.read(_HEAD)
         except CompressedError as e:
             raise TraceError(f"{p}: {e}") from None
     if head.startswith(records.LOG_MAGIC):
@@ -73,10 +81,18 @@ def load_trace(path: str | os.PathLike[str], *, device: int | None = None, prelu
 
         return load_log(p, device=device, prelude=prelude, what=str(p))
     _check_pickle(head, p)
-    if compressed:  # a snapshot is unpickled as it is inflated, so it takes what its objects take
-        with open_decompressed(p, what=_WHAT) as f:  # read errors come as TraceError from the unpickler
-            return load_snapshot(f, str(p), device=device, prelude=prelude)
-    return load_snapshot(read_bytes(p), str(p), device=device, prelude=prelude)
+    try:
+        if compressed:  # a snapshot is unpickled as it is inflated, so it takes what its objects take
+            with open_decompressed(p, what=_WHAT) as f:  # read errors come as TraceError from the unpickler
+                return load_snapshot(f, str(p), device=device, prelude=prelude)
+        return load_snapshot(read_bytes(p), str(p), device=device, prelude=prelude)
+    except MalformedPickleError as e:
+        if looks_like_snapshot(head):
+            raise
+        # Text whose first letter is a pickle opcode ("Some notes"): it was never a snapshot.
+        reason = str(e).removeprefix(f"{p}: ")
+        raise TraceError(f"{p}: neither a torchalloc log nor a readable PyTorch memory snapshot (starts with "
+                         f"{head[:8]!r}; read as a pickle: {reason})") from None
 
 
 def _check_pickle(data: bytes, p: Path) -> None:

@@ -43,6 +43,20 @@ def looks_like_pickle(data: bytes) -> bool:
     return bool(data) and data[0] in _PICKLE_STARTS
 
 
+def looks_like_snapshot(data: bytes) -> bool:
+    """Whether `data` (at least the content's first 12 bytes) starts a pickle of a dict, as every PyTorch memory
+    snapshot is: PROTO and FRAME aside, its first opcode makes a dict (EMPTY_DICT, or MARK and DICT in protocol 0).
+    A text file whose first letter happens to be a pickle opcode ("Some notes", "N...") does not."""
+    at = 2 if data[:1] == b"\x80" else 0
+    if data[at:at + 1] == b"\x95":  # FRAME and its 8-byte length (protocol 4 and later)
+        at += 9
+    return data[at:at + 1] == b"}" or data[at:at + 2] == b"(d"
+
+
+class MalformedPickleError(TraceError):
+    """The bytes are not a pickle the unpickler can finish (truncated, or opcodes that make no sense)."""
+
+
 class _RestrictedUnpickler(pickle.Unpickler):
     """Builds dicts, lists, tuples, sets, str, bytes, int, float, bool and None; nothing else.
 
@@ -167,12 +181,12 @@ class _MemoCheck:
         """At the end of the bytes: a pickle that ends before its STOP is refused here, before the unpickler
         reserves what an argument cut short declares (BYTEARRAY8 of 10^18 bytes)."""
         if not self.done:
-            raise TraceError(f"{self.what}: truncated pickle (ends before its STOP opcode)")
+            raise MalformedPickleError(f"{self.what}: truncated pickle (ends before its STOP opcode)")
 
     def _check(self, index: int, at: int) -> None:
         if not 0 <= index <= at:
             stored = f"object {index}" if index >= 0 else "an object under an index that is no number"
-            raise TraceError(
+            raise MalformedPickleError(
                 f"{self.what}: malformed pickle: it stores {stored} at byte {at}: no pickler numbers objects beyond "
                 "the bytes before them, and unpickling it would take memory for every number up to it "
                 "(9 bytes of pickle once took 16.8 GB); refusing it"
@@ -200,13 +214,13 @@ def safe_unpickle(data: bytes | BinaryIO, what: str = "trace") -> Any:
     except CompressedError as e:  # the stream under the pickle is cut short or corrupt
         raise TraceError(f"{what}: {e}") from None
     except RecursionError:
-        raise TraceError(f"{what}: malformed pickle (nested too deeply)") from None
+        raise MalformedPickleError(f"{what}: malformed pickle (nested too deeply)") from None
     except MemoryError:
-        raise TraceError(f"{what}: malformed pickle (asks for more memory than there is)") from None
+        raise MalformedPickleError(f"{what}: malformed pickle (asks for more memory than there is)") from None
     except EOFError:
-        raise TraceError(f"{what}: truncated pickle (ends before its STOP opcode)") from None
+        raise MalformedPickleError(f"{what}: truncated pickle (ends before its STOP opcode)") from None
     except Exception as e:  # UnpicklingError, ValueError, KeyError, TypeError, ... from bad opcodes
-        raise TraceError(f"{what}: malformed pickle ({type(e).__name__}: {e})") from None
+        raise MalformedPickleError(f"{what}: malformed pickle ({type(e).__name__}: {e})") from None
 
 
 def load_snapshot(data: bytes | BinaryIO, what: str, *, device: int | None, prelude: bool) -> Trace:
