@@ -119,15 +119,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LogFormatError as e:
         fail(parser.prog, str(e))
     if args.once:
-        for s in states:
-            s.refresh()
+        try:
+            for s in states:
+                s.refresh()
+        except LogFormatError as e:  # blocks adding up past what int64 levels hold (log/checks.py)
+            fail(parser.prog, str(e))
         print("\n".join(frame(states, _width(), "sites", args.rows)))
         return 0
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         fail(parser.prog, "not a terminal: the live view needs one; --once prints one frame as plain text")
     import curses
 
-    last = curses.wrapper(_loop, states, args.interval, args.rows)
+    try:
+        last = curses.wrapper(_loop, states, args.interval, args.rows)  # the terminal is restored first
+    except LogFormatError as e:
+        fail(parser.prog, str(e))
     if last is not None:
         print("\n".join(last))
     return 0

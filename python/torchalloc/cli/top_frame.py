@@ -29,6 +29,12 @@ def _t(state: LiveState, t_ns: int) -> str:
     return f"t={state.seconds(t_ns):.3f} s"
 
 
+def _records(n: int, what: str) -> str:
+    """"1 impossible record", "3 records failing their checksum"."""
+    noun = "record" if n == 1 else "records"
+    return f"{n} {what} {noun}" if what == "impossible" else f"{n} {noun} {what}"
+
+
 def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
 
@@ -171,6 +177,12 @@ def log_frame(state: LiveState, width: int, view: str, rows: int, bars: str = BA
         lines.append(f"{rates} (over the last {state.window_ns / 1e9:.1f} s of the log)")
     else:  # a rate over less than a second says little: the counts
         lines.append(f"maps {state.maps}, unmaps {state.unmaps} (in the last {state.window_ns / 1e9:.3f} s of the log)")
+    reader = state.reader
+    if reader.impossible or reader.dropped:  # what `report` drops, dropped here too, and said
+        parts = ([_records(reader.impossible, "impossible")] if reader.impossible else []) + \
+                ([_records(reader.dropped, "failing their checksum")] if reader.dropped else [])
+        lines += _flow([f"dropped {' and '.join(parts)}:", "a damaged or hand-made log", "(`torchalloc report` "
+                        "names them)"], width, " ")
     if state.before_log_frees:
         lines.append(_cut(f"({state.before_log_frees} frees of blocks allocated before the log began: allocated "
                           "counts the log's blocks only)", width))

@@ -14,7 +14,10 @@ locations of the run, not with its length.
 
 A slot whose checksum fails is dropped and counted (`dropped`); a slot left
 incomplete between complete ones is skipped once the writer is gone (while
-it runs, another thread may still be finishing it). A compressed log (a
+it runs, another thread may still be finishing it). Event records go
+through the checks `report` applies (log/checks.py): one no writer produces
+(a block of 2^63 bytes, a time past 2^63 ns) is dropped and counted
+(`impossible`, named in `impossible_notes()`). A compressed log (a
 finished run's copy) is decompressed once and read the same way.
 """
 from __future__ import annotations
@@ -25,6 +28,7 @@ import numpy as np
 
 from .._compressed import is_compressed
 from .._records import FRAME, STACK, STATUS_CLOSED, STATUS_NAMES, STATUS_OPEN, STRING
+from ..log.checks import Checker
 from ..log.reader import (
     _FRAME_DTYPE,
     _STACK_CHUNK,
@@ -80,6 +84,8 @@ class LiveReader:
         self._string_parts: dict[int, dict[int, bytes]] = {}  # strings whose chunks have not all arrived
         self._stack_parts: dict[int, dict[int, list[int]]] = {}
         self.dropped = 0  # slots that failed their checksum
+        self.impossible = 0  # event records no writer produces (log/checks.py), dropped
+        self._checker = Checker(header_size=self.header.header_size, path=path)
         self.skipped = 0  # incomplete slots passed over once the writer was gone
 
     def _read_header(self) -> LogHeader:
@@ -166,6 +172,12 @@ class LiveReader:
                 self._metadata(items[good & meta].view(RECORD_DTYPE))
             events = items[good & ~meta].view(RECORD_DTYPE)
             if len(events):
+                bad = self._checker.piece(events)
+                self._checker.check_sum()  # LogFormatError: levels summed in int64 could overflow
+                if bad.any():
+                    self.impossible += int(np.count_nonzero(bad))
+                    events = events[~bad]
+            if len(events):
                 sink(events)
             self.next_slot += take
             consumed += take
@@ -173,6 +185,10 @@ class LiveReader:
                 break
             want = min(want * 2, PIECE_SLOTS)
         return consumed
+
+    def impossible_notes(self) -> list[str]:
+        """One line per kind of impossible record dropped so far, naming the first few (as report's note does)."""
+        return self._checker.notes()
 
     def _metadata(self, raw: np.ndarray) -> None:
         kinds = raw["kind"]

@@ -49,7 +49,8 @@ from ..analysis.leaks import Leak, Trends, marker_kind, step_kind
 from ..analysis.ooms import handle_for, oom_detail
 from ..oom import parse_advice
 from ..analysis.sites import NO_PYTHON, NO_STACKS
-from ..analysis.stream_table import Carry, Piece, PieceTable, pair_piece
+from ..analysis.stream_table import Carry, Piece, PieceTable, pair_piece, report_start_ns
+from ..log.checks import MAX_TIME_NS
 from .top_reader import LiveReader
 
 MARKERS_KEPT = 16  # markers whose per-site live bytes are kept (what grew from one to the next)
@@ -132,7 +133,7 @@ class LiveState:
 
     def __init__(self, reader: LiveReader) -> None:
         self.reader = reader
-        self.t0 = reader.header.created_monotonic_ns
+        self.t0 = min(reader.header.created_monotonic_ns, MAX_TIME_NS)  # until the first record (_start_at)
         self.carry = Carry.empty(_CARRY)
         self.ordinals = 0
         self.allocated = self.reserved = 0
@@ -174,10 +175,20 @@ class LiveState:
         self.writer = self.reader.writer
         self.window_ns = self.last_ns - before
 
+    def _start_at(self, first_ns: int) -> None:
+        """Time zero as the report takes it (stream_table.report_start_ns), once the first record is known: the
+        log's opening, unless the header's clock is not the records' (a damaged or hand-made header)."""
+        opened = self.reader.header.created_monotonic_ns
+        self.t0 = report_start_ns(opened if opened <= MAX_TIME_NS else None, first_ns)
+        self.peak_allocated_ns = self.peak_reserved_ns = self.last_ns = self.t0
+        self.spark = Sparkline(self.t0)
+
     def _piece(self, records: np.ndarray) -> None:
         """Fold in one piece of event records, in parts that end at markers and oom_device records: a marker sees
         the blocks live as it was written, an OOM's advice those live at the failure (its oom_device record is
         written right after it)."""
+        if not self.records and len(records):
+            self._start_at(int(records["time_ns"][0]))
         self.records += len(records)
         cuts = np.flatnonzero(np.isin(records["kind"], (MARKER, OOM_DEVICE))) + 1
         for part in np.split(records, cuts):

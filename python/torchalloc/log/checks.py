@@ -13,7 +13,11 @@ The bounds are the C core's: no request above TA_MAX_REQUEST
 (allocator/base/common.h) is ever served, logged or recorded in an OOM (alloc_api.c
 refuses it before the heap sees it), so no block or segment exceeds that
 request rounded up to 2 MiB, and no device or total comes near 2^50 bytes;
-phase ids are below TORCHALLOC_MAX_PHASES.
+phase ids are below TORCHALLOC_MAX_PHASES. Record times are below 2^63 ns
+(CLOCK_MONOTONIC would need 292 years of uptime; past it int64 times wrap).
+
+Every reader of event records applies these checks: read_log's callers,
+the pieces of a ChunkedLog (report, export, replay) and `top`'s LiveReader.
 """
 from __future__ import annotations
 
@@ -39,6 +43,7 @@ MAX_TOTAL = 1 << 50  # device totals, reserved bytes at an OOM: beyond any devic
 # All the bytes a log's blocks and segments ever take, added up: below this no level summed in int64 can
 # overflow (4 EiB; a run allocating 100 GB a second would need a year and a half to reach it).
 MAX_SUM = 1 << 62
+MAX_TIME_NS = (1 << 63) - 1  # the latest time an int64 holds: every tool computes with signed times
 LISTED = 5  # records named per kind of problem; the rest are counted
 HEADER_SIZE = 128
 RECORD_SIZE = 64
@@ -58,6 +63,7 @@ def _size_problems(r: np.ndarray) -> list[tuple[np.ndarray, str]]:
     blocks, segments = np.isin(kind, _BLOCKS), np.isin(kind, _SEGMENTS)
     oom, oom_device = kind == OOM, kind == OOM_DEVICE
     return [
+        (_over(r["time_ns"], MAX_TIME_NS), "a time at or past 2^63 ns (no clock reaches it)"),
         (r["phase"] >= MAX_PHASES, f"a phase id above {MAX_PHASES - 1} (a process has at most {MAX_PHASES} phases)"),
         (np.isin(kind, _ABOUT_A_DEVICE) & (r["device"] < 0), "a block, segment or OOM record about no device"),
         (blocks & _over(r["size"], MAX_REQUEST), f"a block of more than {MAX_REQUEST} bytes requested "
