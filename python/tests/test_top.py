@@ -293,7 +293,8 @@ def test_a_torn_slot_is_skipped_once_the_writer_is_gone(writer: tuple[Writer, Pa
     torn = 128 + 64 * 40
     data[torn + 63] = 0  # the kind byte never written
     growing = tmp_path / "killed.talog"
-    growing.write_bytes(_open_header(bytes(data)) + bytes(data[128:]))
+    # sized as a running writer sizes its file (whole 2 MiB steps; another size says it was cut)
+    growing.write_bytes((_open_header(bytes(data)) + bytes(data[128:])).ljust(2 << 20, b"\0"))
     fd = os.open(growing, os.O_RDONLY)
     fcntl.flock(fd, fcntl.LOCK_EX)
     state = LiveState(LiveReader(str(growing)))

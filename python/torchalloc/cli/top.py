@@ -43,6 +43,9 @@ def _width() -> int:
 def _ended_line(states: Sequence[LiveState]) -> str:
     if any(s.writer == "unknown" for s in states):  # a compressed copy, a version-1 log: nothing will be appended
         return "nothing more to follow: a compressed copy or a version-1 log is shown as it is"
+    if any(s.writer.startswith("log cut") for s in states):  # the process may still run; its log has ended
+        return "nothing more to follow (" + ", ".join(f"{os.path.basename(s.reader.path)}: {s.writer}"
+                                                      for s in states) + ")"
     if len(states) == 1:
         return f"the writer ended ({states[0].writer})"
     return "every writer ended (" + ", ".join(f"{os.path.basename(s.reader.path)}: {s.writer}" for s in states) + ")"

@@ -183,6 +183,17 @@ def log_frame(state: LiveState, width: int, view: str, rows: int, bars: str = BA
                 ([_records(reader.dropped, "failing their checksum")] if reader.dropped else [])
         lines += _flow([f"dropped {' and '.join(parts)}:", "a damaged or hand-made log", "(`torchalloc report` "
                         "names them)"], width, " ")
+    if reader.holes:  # the run goes on past them: say where the log is missing records
+        named = ", ".join(f"{slot} (byte offset {reader.header.header_size + slot * 64})" for slot in reader.hole_slots)
+        more = f" and {reader.holes - len(reader.hole_slots)} more" if reader.holes > len(reader.hole_slots) else ""
+        lines += textwrap.wrap(f"passed over {reader.holes} slot{'s' if reader.holes > 1 else ''} the writer "
+                               "never completed, though later ones are (damaged, or a thread killed mid-record): "
+                               f"slot {named}{more}", width, break_on_hyphens=False)
+    if reader.waiting_at is not None and state.writer == "running":
+        lines += textwrap.wrap(f"stopped at slot {reader.waiting_at} (byte offset "
+                               f"{reader.header.header_size + reader.waiting_at * 64}): not complete, though later "
+                               "ones are; being written, or damaged (passed over if still so at the next refresh)",
+                               width, break_on_hyphens=False)
     if state.before_log_frees:
         lines.append(_cut(f"({state.before_log_frees} frees of blocks allocated before the log began: allocated "
                           "counts the log's blocks only)", width))

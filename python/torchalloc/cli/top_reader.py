@@ -14,7 +14,18 @@ locations of the run, not with its length.
 
 A slot whose checksum fails is dropped and counted (`dropped`); a slot left
 incomplete between complete ones is skipped once the writer is gone (while
-it runs, another thread may still be finishing it). Event records go
+it runs, another thread may still be finishing it). While it runs, a slot
+still incomplete at a poll although a later slot was complete at the poll
+before never will be (zeroed by another program, or its thread killed
+mid-record: a writer finishes a slot within microseconds of the ones after
+it): it is skipped and counted (`holes`, the first named in `hole_slots`),
+and reading goes on past it instead of showing the run as it was there.
+
+A running writer sizes its file in whole steps of 2 MiB (log_file.c: the
+growth and the helper's steps), or to its log_max. A file shorter than what
+was read already, or of another size at two asks in a row, was cut by
+another program: the writer's guard has stopped its log, so nothing more
+will come, and the writer state says so (`CUT`) instead of "running". Event records go
 through the checks `report` applies (log/checks.py): one no writer produces
 (a block of 2^63 bytes, a time past 2^63 ns) is dropped and counted
 (`impossible`, named in `impossible_notes()`). A compressed log (a
@@ -22,6 +33,7 @@ finished run's copy) is decompressed once and read the same way.
 """
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 import numpy as np
@@ -59,6 +71,10 @@ _ITEM = np.dtype((np.void, RECORD_SIZE))
 # The writer state once the file no longer holds the run that was followed (emptied, removed, or opened again by
 # a new process: a log path is reused by emptying the file).
 RESTARTED = "gone: the file was emptied or reused by another run"
+# The writer state once another program cut the file of a running writer (formatted with the file's size).
+CUT = "log cut to {size} bytes by another program; its process runs on, no longer logging"
+WRITER_STEP = 2 << 20  # a running writer's file is a whole number of these long (STEP, GROW_CHUNK in log_file.c)
+HOLES_NAMED = 5  # slots named among those skipped as never completed
 
 
 class LiveReader:
@@ -75,9 +91,10 @@ class LiveReader:
             self.header = _parse_header(path, self._bytes)
         else:
             self.header = self._read_header()
+        self.next_slot = 0  # the index of the next slot to read
+        self._last_size: int | None = None  # the file's size at the last ask
         self.writer = ""  # not asked yet (_ask_writer reads it)
         self.writer = self._ask_writer()  # as of the last poll: "running", or how the writer ended
-        self.next_slot = 0  # the index of the next slot to read
         self.strings: dict[int, str] = {}
         self.frames: dict[int, Frame] = {}
         self.stacks: dict[int, list[Frame]] = {}
@@ -87,6 +104,10 @@ class LiveReader:
         self.impossible = 0  # event records no writer produces (log/checks.py), dropped
         self._checker = Checker(header_size=self.header.header_size, path=path)
         self.skipped = 0  # incomplete slots passed over once the writer was gone
+        self.holes = 0  # slots the running writer never completed, passed over
+        self.hole_slots: list[int] = []  # the first HOLES_NAMED of them
+        self._complete_through = -1  # the last complete slot the previous poll saw (its index)
+        self.waiting_at: int | None = None  # the incomplete slot the last poll stopped at, later ones complete
 
     def _read_header(self) -> LogHeader:
         with open_log_file(self.path) as f:
@@ -114,7 +135,22 @@ class LiveReader:
             return "closed" if status == STATUS_CLOSED else STATUS_NAMES.get(status, f"status {status}")
         if held is None or self.header.version < CHECKSUMS_FROM:
             return "unknown"
-        return "running" if held else "killed"
+        if not held:
+            return "killed"
+        size = self._cut_size()
+        return "running" if size is None else CUT.format(size=size)
+
+    def _cut_size(self) -> int | None:
+        """The file's size when another program cut it under its running writer (see the module's docstring)."""
+        try:
+            size = os.stat(self.path).st_size
+        except OSError:
+            return None
+        read = self.header.header_size + self.next_slot * RECORD_SIZE
+        last, self._last_size = self._last_size, size
+        if size < read or (size % WRITER_STEP and size != self.header.max_bytes and size == last):
+            return size
+        return None
 
     def _slots(self, first: int, count: int) -> np.ndarray:
         """Up to `count` whole slots from slot `first` (fewer at the end of the data), as rows of 64 bytes."""
@@ -140,12 +176,15 @@ class LiveReader:
             return 0
         consumed = 0
         want = FIRST_SLOTS
+        complete_before = self._complete_through  # as the previous poll left it
+        self.waiting_at = None
         while True:
             slots = self._slots(self.next_slot, want)
             if not len(slots):
                 break
             raw = slots.view(RECORD_DTYPE).reshape(-1)
             zero = raw["kind"] == 0
+            skipped_hole = False
             # stop at the first incomplete slot: its writer may finish it before the next poll; once the writer
             # is gone, a torn slot between complete ones is skipped, and zeros after the last one are unused space
             if ended:
@@ -155,6 +194,15 @@ class LiveReader:
             else:
                 first_zero = np.flatnonzero(zero)
                 take = int(first_zero[0]) if first_zero.size else len(raw)
+                complete = np.flatnonzero(~zero)
+                if complete.size and complete[-1] > take:  # a later slot is complete: remember the last
+                    if self.next_slot + take < complete_before:  # incomplete since the poll before
+                        self._hole(self.next_slot + take)
+                        take += 1  # it goes with the slots before it (a zero slot is never taken as a record)
+                        skipped_hole = True
+                    else:
+                        self.waiting_at = self.next_slot + take
+                    self._complete_through = max(self._complete_through, self.next_slot + int(complete[-1]))
             if take == 0:
                 break
             raw, slots = raw[:take], slots[:take]
@@ -181,10 +229,15 @@ class LiveReader:
                 sink(events)
             self.next_slot += take
             consumed += take
-            if take < want:
+            if take < want and not skipped_hole:
                 break
             want = min(want * 2, PIECE_SLOTS)
         return consumed
+
+    def _hole(self, slot: int) -> None:
+        self.holes += 1
+        if len(self.hole_slots) < HOLES_NAMED:
+            self.hole_slots.append(slot)
 
     def impossible_notes(self) -> list[str]:
         """One line per kind of impossible record dropped so far, naming the first few (as report's note does)."""
