@@ -216,7 +216,7 @@ def test_a_blocks_list_shared_by_segments_is_refused(tmp_path: Path) -> None:
                            "segments": [segment] * 4000})
     assert len(square) < 20_000
     path.write_bytes(square)
-    _refused_cheaply(path, r"segments\[1\] is segments\[0\] again")
+    _refused_cheaply(path, r"segments\[0\]\.blocks\[1\] is segments\[0\]\.blocks\[0\] again")  # its shared block
     xz = tmp_path / "shared.pickle.xz"  # unpickled as it is inflated: the same refusal
     xz.write_bytes(lzma.compress(raw))
     _refused_cheaply(xz, r"has the blocks list of segments\[0\]")
@@ -269,8 +269,12 @@ def test_a_memo_index_beyond_the_bytes_before_it_is_refused(data: bytes) -> None
     peak = _refusal_peak(data, r"memo.pickle: malformed pickle: it stores (object \d+|an object under an index "
                                r"that is no number) at byte \d+: no pickler")
     assert peak < 1 << 20
-    # An index no larger than the bytes before it stays allowed, even where no pickler would write it.
-    assert trace.safe_unpickle(b"\x80\x02]q\x00(K\x01r\x05\x00\x00\x00e.") == [1]
+    # The index a pickler writes next (the objects memoized before it) stays allowed; one beyond it is refused
+    # even where it is below the bytes before it (issue 47: a compressed pickle has bytes to spare).
+    assert trace.safe_unpickle(b"\x80\x02]q\x00(K\x01r\x01\x00\x00\x00e.") == [1]
+    with pytest.raises(TraceError, match=r"it stores object 5 at byte 8: no pickler numbers objects out of order "
+                                         r"\(the next is 1\)"):
+        trace.safe_unpickle(b"\x80\x02]q\x00(K\x01r\x05\x00\x00\x00e.")
 
 
 def test_a_pickle_cut_inside_a_declared_size_is_refused_before_unpickling() -> None:

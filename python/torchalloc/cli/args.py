@@ -18,7 +18,7 @@ import zlib
 from pathlib import Path
 from typing import NoReturn, Sequence
 
-from .._compressed import NotAFileError, file_kind, open_file
+from .._compressed import XZ_MEMLIMIT, NotAFileError, file_kind, open_file
 from .._records import LOG_MAGIC
 from ..log.trace_snapshot import looks_like_snapshot
 from ..printable import printable
@@ -32,7 +32,7 @@ def _first_bytes(head: bytes) -> bytes:
         if head.startswith(b"\x1f\x8b"):
             return zlib.decompressobj(wbits=31).decompress(head, 16)
         if head.startswith(b"\xfd7zXZ\x00"):
-            return lzma.LZMADecompressor().decompress(head, 16)
+            return lzma.LZMADecompressor(memlimit=XZ_MEMLIMIT).decompress(head, 16)
         if head.startswith(b"BZh"):
             return bz2.BZ2Decompressor().decompress(head)[:16]
     except (OSError, EOFError, ValueError, lzma.LZMAError, zlib.error):

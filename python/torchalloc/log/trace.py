@@ -44,6 +44,7 @@ from .trace_events import (  # noqa: F401  (the trace's vocabulary, imported fro
 from .trace_snapshot import (  # noqa: F401
     MalformedPickleError,
     from_snapshot,
+    inflated_limit,
     load_snapshot,
     looks_like_pickle,
     looks_like_snapshot,
@@ -83,8 +84,9 @@ def load_trace(path: str | os.PathLike[str], *, device: int | None = None, prelu
     _check_pickle(head, p)
     try:
         if compressed:  # a snapshot is unpickled as it is inflated, so it takes what its objects take
+            limit = inflated_limit(os.path.getsize(p))  # and what it inflates to is bounded by its size
             with open_decompressed(p, what=_WHAT) as f:  # read errors come as TraceError from the unpickler
-                return load_snapshot(f, str(p), device=device, prelude=prelude)
+                return load_snapshot(f, str(p), device=device, prelude=prelude, limit=limit)
         return load_snapshot(read_bytes(p), str(p), device=device, prelude=prelude)
     except MalformedPickleError as e:
         if looks_like_snapshot(head):

@@ -79,7 +79,8 @@ class _RestrictedUnpickler(pickle.Unpickler):
 
 # How _MemoCheck passes over each opcode (from pickletools' table): a positive number is the opcode's whole
 # length (no argument, or one of fixed size); the rest are codes below.
-_HALT, _LINE, _PUT, _LONG_BINPUT = 0, -1, -2, -3  # nothing after it runs; a newline-ended argument; the two puts
+_HALT, _LINE, _PUT, _LONG_BINPUT = 0, -1, -2, -3  # nothing after it runs; a newline-ended argument; two puts
+_BINPUT, _MEMOIZE, _FRAME = -4, -5, -6  # the third put, the put without an index, a frame and its length
 # An argument whose size comes first (pickletools' n -> the size's width, signed), coded -10 + n in _STEP.
 _SIZE_FIRST = {pickletools.TAKEN_FROM_ARGUMENT1: (1, False), pickletools.TAKEN_FROM_ARGUMENT4: (4, True),
                pickletools.TAKEN_FROM_ARGUMENT4U: (4, False), pickletools.TAKEN_FROM_ARGUMENT8U: (8, False)}
@@ -92,41 +93,67 @@ for _op in pickletools.opcodes:
                             else _LINE if _arg.n == pickletools.UP_TO_NEWLINE else -10 + _arg.n)
 for _code in b".ciP":  # STOP, and what the unpickler refuses (GLOBAL, INST, PERSID)
     _STEP[_code] = _HALT
-_STEP[ord("p")], _STEP[ord("r")] = _PUT, _LONG_BINPUT
+_STEP[ord("p")], _STEP[ord("r")], _STEP[ord("q")] = _PUT, _LONG_BINPUT, _BINPUT
+_STEP[0x94], _STEP[0x95] = _MEMOIZE, _FRAME
+# The longest string, bytes or frame a snapshot's pickle can need: its text is file and function names, source
+# lines and field values, none near this; the pickler's frames are about 64 KiB. A longer one is refused before
+# the unpickler reserves it (one 3 GiB bytes object in 469 KB of xz took 6.35 GB).
+MAX_ARGUMENT = 1 << 20
+# A compressed snapshot inflates to at most this many times its size (the bundled one: 8.9 times), or
+# INFLATED_FLOOR bytes, whichever is more: what a pickle makes is bounded by its bytes, and past this they are
+# padding no snapshot holds (a 39 KB xz took 4.24 GB). Plain files: their bytes are on disk.
+MAX_INFLATION = 1000
+INFLATED_FLOOR = 64 << 20
 _LONGEST_PUT = 24  # bytes of a PUT opcode and its decimal index: longer, the index is beyond any memo
 _PIECE = 1 << 20  # bytes of a stream checked at a time
 
 
 class _MemoCheck:
-    """Walks a pickle's opcodes before it is unpickled and refuses a memo index (PUT, LONG_BINPUT) larger
-    than the bytes before it.
+    """Walks a pickle's opcodes before it is unpickled and refuses what would cost memory beyond what the
+    pickle makes: a memo index out of order, an argument (a string, bytes, a frame) longer than MAX_ARGUMENT,
+    and, given `limit`, more bytes than that (a compressed file inflated past MAX_INFLATION).
 
     CPython's C unpickler (until its fix for gh-115952) keeps its memo in an array as long as the largest
     index stored: PROTO 2, an empty dict, LONG_BINPUT 2^30 and STOP, 9 bytes, took 16.8 GB and 46 s
-    (Python 3.11). A pickler numbers what it memoizes from 0, each after the opcodes that made it, so no
-    index it writes is larger than the bytes before it; bounded so, the memo takes at most 16 bytes a byte
-    of pickle. The bytes come in pieces (a compressed file as it is inflated); an opcode cut between two
-    is finished in the next."""
+    (Python 3.11). A pickler numbers what it memoizes from 0 in order (the next index is the memo's size,
+    in CPython's picklers in Python and in C alike: PUT, BINPUT, LONG_BINPUT, and MEMOIZE which names
+    none), so an index above the objects memoized before it is refused: the memo then holds one entry per
+    object the pickle made. The bytes come in pieces (a compressed file as it is inflated); an opcode cut between two is
+    finished in the next."""
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, limit: int | None = None) -> None:
         self.what = what
+        self.limit = limit  # the most bytes accepted, or None
         self.offset = 0  # bytes of the pickle before `carry`
         self.carry = b""  # an opcode whose argument the next piece completes
         self.skip = 0  # bytes of a long argument still to pass over
         self.in_line = False  # inside a newline-ended argument that does not matter (not a PUT's)
+        self.line = 0  # bytes of that argument so far
+        self.memoized = 0  # objects memoized so far: the next index a pickler writes
+        self.long: tuple[int, int] | None = None  # an argument over MAX_ARGUMENT being passed over: (size, at)
         self.done = False  # at STOP, or at an opcode the unpickler refuses or does not know
 
     def feed(self, piece: bytes) -> None:
         if self.done:
             return
+        if self.limit is not None and self.offset + len(self.carry) + len(piece) > self.limit:
+            raise TraceError(
+                f"{self.what}: it inflates to more than {self.limit} bytes, {MAX_INFLATION} times its compressed "
+                "size: beyond any snapshot (PyTorch's inflate about 10 times), and what it would make could take "
+                "that much memory; refusing it"
+            )
         if self.skip or self.in_line:
             if self.skip:
                 k = min(self.skip, len(piece))
                 self.skip -= k
+                if self.long and not self.skip:
+                    self._check_length(*self.long)
             else:
                 j = piece.find(b"\n")
                 k = len(piece) if j < 0 else j + 1
                 self.in_line = j < 0
+                self.line += k
+                self._check_length(self.line, self.offset)
             self.offset += k
             piece = piece[k:]
             if not piece:
@@ -152,12 +179,29 @@ class _MemoCheck:
                 if size < 0:  # the unpickler refuses a negative size
                     self.done = True
                     return
+                if size > MAX_ARGUMENT:  # refused once its bytes are there (else the pickle is truncated)
+                    self.long = (size, base + i)
                 i += 1 + width + size
+                if self.long and i <= end:
+                    self._check_length(*self.long)
             elif step == _LONG_BINPUT:
                 if i + 5 > end:
                     break
                 self._check(int.from_bytes(data[i + 1:i + 5], "little"), base + i)
                 i += 5
+            elif step == _BINPUT:
+                if i + 2 > end:
+                    break
+                self._check(data[i + 1], base + i)
+                i += 2
+            elif step == _MEMOIZE:
+                self.memoized += 1
+                i += 1
+            elif step == _FRAME:  # the unpickler reads a frame whole: its length is an argument's
+                if i + 9 > end:
+                    break
+                self._check_length(int.from_bytes(data[i + 1:i + 9], "little"), base + i)
+                i += 9
             elif step == _HALT:
                 self.done = True
                 return
@@ -169,8 +213,11 @@ class _MemoCheck:
                     index = data[i + 1:j] if j >= 0 else b""
                     self._check(int(index) if index.isdigit() and len(index) < _LONGEST_PUT else -1, base + i)
                 if j < 0:
+                    self.line = end - i
+                    self._check_length(self.line, base + i)
                     self.in_line, self.carry, self.offset = True, b"", base + end
                     return
+                self._check_length(j - i, base + i)
                 i = j + 1
         if i > end:  # inside a long argument: its rest is in the next pieces
             self.skip, self.carry, self.offset = i - end, b"", base + end
@@ -184,20 +231,30 @@ class _MemoCheck:
             raise MalformedPickleError(f"{self.what}: truncated pickle (ends before its STOP opcode)")
 
     def _check(self, index: int, at: int) -> None:
-        if not 0 <= index <= at:
+        if not 0 <= index <= self.memoized:
             stored = f"object {index}" if index >= 0 else "an object under an index that is no number"
             raise MalformedPickleError(
-                f"{self.what}: malformed pickle: it stores {stored} at byte {at}: no pickler numbers objects beyond "
-                "the bytes before them, and unpickling it would take memory for every number up to it "
-                "(9 bytes of pickle once took 16.8 GB); refusing it"
+                f"{self.what}: malformed pickle: it stores {stored} at byte {at}: no pickler numbers objects out "
+                f"of order (the next is {self.memoized}), and unpickling it would take memory for every number up "
+                "to it (9 bytes of pickle once took 16.8 GB); refusing it"
+            )
+        self.memoized = max(self.memoized, index + 1)
+
+    def _check_length(self, size: int, at: int) -> None:
+        if size > MAX_ARGUMENT:
+            raise MalformedPickleError(
+                f"{self.what}: malformed pickle: a string, bytes or frame of {size} bytes at byte {at}: no memory "
+                "snapshot holds one "
+                f"longer than {MAX_ARGUMENT} bytes (its text is file and function names and source lines), and "
+                "unpickling it would take that much memory; refusing it"
             )
 
 
-def safe_unpickle(data: bytes | BinaryIO, what: str = "trace") -> Any:
+def safe_unpickle(data: bytes | BinaryIO, what: str = "trace", *, limit: int | None = None) -> Any:
     """Unpickle `data` (bytes, or a seekable stream: a compressed file, inflated as it is read) admitting
-    only builtin containers and scalars; TraceError otherwise. The pickle's memo is checked first
-    (_MemoCheck): a stream is read twice."""
-    check = _MemoCheck(what)
+    only builtin containers and scalars; TraceError otherwise. The pickle is checked first (_MemoCheck, which
+    refuses more than `limit` bytes when given): a stream is read twice."""
+    check = _MemoCheck(what, limit)
     try:
         if isinstance(data, (bytes, bytearray, memoryview)):
             check.feed(bytes(data))
@@ -223,10 +280,16 @@ def safe_unpickle(data: bytes | BinaryIO, what: str = "trace") -> Any:
         raise MalformedPickleError(f"{what}: malformed pickle ({type(e).__name__}: {e})") from None
 
 
-def load_snapshot(data: bytes | BinaryIO, what: str, *, device: int | None, prelude: bool) -> Trace:
+def inflated_limit(compressed_size: int) -> int:
+    """The most bytes a compressed snapshot of `compressed_size` bytes may inflate to (MAX_INFLATION)."""
+    return max(MAX_INFLATION * compressed_size, INFLATED_FLOOR)
+
+
+def load_snapshot(data: bytes | BinaryIO, what: str, *, device: int | None, prelude: bool,
+                  limit: int | None = None) -> Trace:
     """The trace in a snapshot's pickled bytes (or a stream of them); `what` names the source in errors and is
-    the trace's path."""
-    trace = from_snapshot(safe_unpickle(data, what), device=device, prelude=prelude, what=what)
+    the trace's path. `limit`: the most bytes accepted (a compressed file's inflated_limit)."""
+    trace = from_snapshot(safe_unpickle(data, what, limit=limit), device=device, prelude=prelude, what=what)
     trace.path = what
     return trace
 
@@ -395,6 +458,7 @@ def from_snapshot(snapshot: Any, *, device: int | None = None, prelude: bool = T
     if isinstance(segments, list):
         end_reserved = 0
         walked: dict[int, int] = {}  # id of each segment and blocks list walked -> its segment's index
+        walked_blocks: dict[int, str] = {}  # id of each block dict walked -> where it was
         for s, seg in enumerate(segments):
             if not isinstance(seg, dict):
                 raise TraceError(f"{what}: segments[{s}] is a {type(seg).__name__}, not a dict")
@@ -414,6 +478,12 @@ def from_snapshot(snapshot: Any, *, device: int | None = None, prelude: bool = T
                 bwhere = f"{where}.blocks[{b}]"
                 if not isinstance(block, dict):
                     raise TraceError(f"{bwhere} is a {type(block).__name__}, not a dict")
+                first = walked_blocks.setdefault(id(block), bwhere)
+                if first != bwhere:  # one dict named for every block: 16 million blocks from 7.6 KB of xz
+                    raise TraceError(
+                        f"{bwhere} is {first.removeprefix(what + ': ')} again (a shared reference in the pickle): "
+                        "PyTorch writes each block once, and walking it again for every reference would take time "
+                        "and memory far beyond the file's size; refusing the snapshot")
                 bsize = _size_field(block, "size", bwhere)
                 addr = _int_field(block, "address", bwhere, offset) & _U64
                 offset = addr + bsize
