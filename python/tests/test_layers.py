@@ -63,7 +63,7 @@ ANALYSIS_STAGES: list[tuple[str, ...]] = [
 ]
 # The readers: the log decoder, the trace sources sharing trace_events, trace.py picking between them; a log
 # read in pieces (chunks, checked as checks does) and the trace built from it (trace_stream).
-LOG_STAGES: list[tuple[str, ...]] = [("reader", "ranks", "trace_events"), ("checks",),
+LOG_STAGES: list[tuple[str, ...]] = [("strings",), ("reader", "ranks", "trace_events"), ("checks",),
                                      ("trace_snapshot", "chunks"), ("trace_stream",), ("trace",),
                                      ("__init__",)]
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from typing import Any, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -64,6 +64,23 @@ from .wording import estimate_sentence, oom_explanation, phase_sentence, reason_
 
 
 
+class _Printable(Mapping[int, str]):
+    """A log's strings, each escaped as every report shows it (torchalloc.printable) when looked up: a copy of
+    them all would cost what the log's string table costs again, for strings the report never prints."""
+
+    def __init__(self, strings: Mapping[int, str]) -> None:
+        self._strings = strings
+
+    def __getitem__(self, sid: int) -> str:
+        return printable(self._strings[sid])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._strings)
+
+    def __len__(self) -> int:
+        return len(self._strings)
+
+
 @dataclasses.dataclass
 class StreamTable:
     """What the report reads of the event table: its path, its length, the writer; no per-event arrays."""
@@ -74,7 +91,7 @@ class StreamTable:
     rank: int
     world_size: int
     phase_names: dict[int, str]
-    strings: dict[int, str]
+    strings: Mapping[int, str]
     stacks: dict[int, tuple[Frame, ...]]
     wall_offset_ns: int  # add to a time_ns for Unix time
 
@@ -113,7 +130,7 @@ class Analysis:
         self.table = StreamTable(log.path, scan_.n, int(header.pid), int(header.rank),
                                  int(getattr(header, "world_size", 0)),
                                  {k: printable(v) for k, v in log.phase_names.items()},
-                                 {k: printable(v) for k, v in log.strings.items()}, stacks,
+                                 _Printable(log.strings), stacks,
                                  int(header.created_realtime_ns - header.created_monotonic_ns))
         self.device = scan_.device
         self.notes = notes

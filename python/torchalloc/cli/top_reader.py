@@ -41,6 +41,7 @@ import numpy as np
 from .._compressed import is_compressed
 from .._records import FRAME, STACK, STATUS_CLOSED, STATUS_NAMES, STATUS_OPEN, STRING
 from ..log.checks import Checker
+from ..log.strings import StringTable
 from ..log.reader import (
     _FRAME_DTYPE,
     _STACK_CHUNK,
@@ -95,10 +96,9 @@ class LiveReader:
         self._last_size: int | None = None  # the file's size at the last ask
         self.writer = ""  # not asked yet (_ask_writer reads it)
         self.writer = self._ask_writer()  # as of the last poll: "running", or how the writer ended
-        self.strings: dict[int, str] = {}
+        self.strings = StringTable(_STRING_CHUNK[self.header.version])  # decoded when looked up
         self.frames: dict[int, Frame] = {}
         self.stacks: dict[int, list[Frame]] = {}
-        self._string_parts: dict[int, dict[int, bytes]] = {}  # strings whose chunks have not all arrived
         self._stack_parts: dict[int, dict[int, list[int]]] = {}
         self.dropped = 0  # slots that failed their checksum
         self.impossible = 0  # event records no writer produces (log/checks.py), dropped
@@ -245,16 +245,7 @@ class LiveReader:
 
     def _metadata(self, raw: np.ndarray) -> None:
         kinds = raw["kind"]
-        version = self.header.version
-        chunk_bytes = _STRING_CHUNK[version]
-        strings = raw[kinds == STRING].view(_STRING_DTYPES[version])
-        for sid, length, chunk, text in zip(strings["id"].tolist(), strings["len"].tolist(),
-                                            strings["chunk"].tolist(), strings["text"]):
-            parts = self._string_parts.setdefault(sid, {})
-            parts[chunk] = text.tobytes()
-            if len(parts) >= ((length + chunk_bytes - 1) // chunk_bytes or 1):
-                del self._string_parts[sid]
-                self.strings[sid] = b"".join(parts[c] for c in sorted(parts))[:length].decode("utf-8", "replace")
+        self.strings.add(raw[kinds == STRING].view(_STRING_DTYPES[self.header.version]))
         frames = raw[kinds == FRAME].view(_FRAME_DTYPE)
         for fid, line, file_id, func_id in zip(frames["id"].tolist(), frames["line"].tolist(),
                                                frames["file"].tolist(), frames["func"].tolist()):

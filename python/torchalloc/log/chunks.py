@@ -25,13 +25,14 @@ from __future__ import annotations
 import lzma
 import os
 import zlib
-from typing import IO, Any, Iterator, Union
+from typing import IO, Any, Iterator, Mapping, Union
 
 import numpy as np
 
 from .._compressed import is_compressed
 from .._records import END, FRAME, MAX_KIND, PHASE_BEGIN, STACK, STATUS_CUT_SHORT, STATUS_NO_SPACE, STRING, TRUNCATED
 from .checks import Checker
+from .strings import StringTable
 from .reader import (
     _FRAME_DTYPE,
     _STACK_DTYPE,
@@ -175,22 +176,18 @@ class _Scan:
 class _Metadata:
     """Strings, frames and stacks as log._strings, _frames and _stacks build them, gathered piece by piece."""
 
-    def __init__(self, version: int) -> None:
+    def __init__(self, version: int, strings: StringTable | None = None) -> None:
         self.version = version
-        self.parts: dict[int, list[tuple[int, bytes]]] = {}
-        self.lengths: dict[int, int] = {}
+        # An earlier whole pass's table, added to again (the same slots give the same strings): one table
+        # alive, not one a pass
+        self.strings = strings if strings is not None else StringTable(_STRING_CHUNK[version])
         self.frames: dict[int, tuple[int, int, int]] = {}  # id -> (line, file string id, function string id)
         self.stack_ids: dict[int, list[int]] = {}
         self.begins: set[tuple[int, int]] = set()  # (phase, label) of every phase_begin: read_log's set
 
     def piece(self, kept: np.ndarray) -> None:
         kinds = kept["kind"]
-        strings = kept[kinds == STRING].view(_STRING_DTYPES[self.version])
-        texts = strings["text"]
-        for i, (sid, length, chunk) in enumerate(zip(strings["id"].tolist(), strings["len"].tolist(),
-                                                      strings["chunk"].tolist())):
-            self.parts.setdefault(sid, []).append((chunk, texts[i].tobytes()))
-            self.lengths[sid] = length
+        self.strings.add(kept[kinds == STRING].view(_STRING_DTYPES[self.version]))
         frames = kept[kinds == FRAME].view(_FRAME_DTYPE)
         for fid, line, f, fn in zip(frames["id"].tolist(), frames["line"].tolist(), frames["file"].tolist(),
                                     frames["func"].tolist()):
@@ -203,10 +200,7 @@ class _Metadata:
 
     def text(self, string_id: int) -> str:
         """String `string_id` from what was read so far ("?" when none)."""
-        chunks = sorted(self.parts.get(string_id, []))
-        if not chunks:
-            return "?"
-        return b"".join(t for _, t in chunks)[: self.lengths[string_id]].decode("utf-8", "replace")
+        return self.strings.get(string_id, "?")
 
     def stack_now(self, sid: int) -> list[Frame]:
         """Stack `sid` from what this pass has read so far (a stack, its frames and strings come before the
@@ -217,15 +211,11 @@ class _Metadata:
             out.append(Frame(self.text(f), line, self.text(fn)) if fid in self.frames else Frame("?", 0, "?"))
         return out
 
-    def resolve(self, notes: list[str], path: str) -> tuple[dict[int, str], dict[int, Frame], dict[int, list[Frame]]]:
-        chunk_bytes = _STRING_CHUNK[self.version]
-        strings: dict[int, str] = {}
-        for sid, chunks in self.parts.items():
-            chunks.sort()
-            length = self.lengths[sid]
-            if [c for c, _ in chunks] != list(range((length + chunk_bytes - 1) // chunk_bytes or 1)):
-                notes.append(f"{path}: string {sid} is missing chunks; shown as far as it goes")
-            strings[sid] = b"".join(t for _, t in chunks)[:length].decode("utf-8", "replace")
+    def resolve(self, notes: list[str], path: str) -> tuple[StringTable, dict[int, Frame], dict[int, list[Frame]]]:
+        strings = self.strings
+        note = strings.missing_note()
+        if note:
+            notes.append(f"{path}: {note}")
         frames = {fid: Frame(strings.get(f, "?"), line, strings.get(fn, "?"))
                   for fid, (line, f, fn) in self.frames.items()}
         unknown = Frame("?", 0, "?")
@@ -265,7 +255,7 @@ class ChunkedLog:
             head = self._read(f, HEADER_SIZE)
         self.header = _parse_header(self.path, np.frombuffer(head, dtype=np.uint8))
         # What a whole pass fills in (read_log's Log fields).
-        self.strings: dict[int, str] = {}
+        self.strings: Mapping[int, str] = {}
         self.frames: dict[int, Frame] = {}
         self.stacks: dict[int, list[Frame]] = {}
         self.phase_names: dict[int, str] = {0: "default"}
@@ -318,7 +308,7 @@ class ChunkedLog:
         meta = getattr(self, "_meta", None)
         if meta is None:
             return self.strings.get(sid, default)
-        return meta.text(sid) if sid in meta.parts else default
+        return meta.strings.get(sid, default)
 
     def stack_now(self, sid: int) -> list[Frame]:
         """During a pass: stack `sid` as far as the pass has read (_Metadata.stack_now); after it, `stacks`."""
@@ -364,7 +354,8 @@ class ChunkedLog:
         must live longer; columns taken from it are copies)."""
         header = self.header
         limit = header.end_offset if header.status != 0 and header.end_offset >= header.header_size else None
-        scan, meta = _Scan(header), _Metadata(header.version)
+        known = self.strings if isinstance(self.strings, StringTable) else None
+        scan, meta = _Scan(header), _Metadata(header.version, known)
         checker = Checker(header_size=header.header_size, path=self.path) if self.check != "none" else None
         self._meta = meta
         buf = np.empty(self.chunk_records * RECORD_SIZE, dtype=np.uint8)

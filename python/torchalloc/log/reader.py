@@ -36,7 +36,7 @@ import os
 import struct
 import warnings
 from dataclasses import dataclass, field
-from typing import IO, Iterator, NamedTuple, Union
+from typing import IO, Iterator, Mapping, NamedTuple, Union
 
 import numpy as np
 
@@ -75,6 +75,7 @@ from .._records import (  # noqa: F401
     TRIM_REASONS,
     TRUNCATED,
 )
+from .strings import StringTable
 
 __all__ = [
     "MAGIC",
@@ -194,7 +195,7 @@ class Log:
     path: str
     header: LogHeader
     records: np.ndarray
-    strings: dict[int, str] = field(default_factory=dict)
+    strings: Mapping[int, str] = field(default_factory=dict)  # a StringTable: decoded when looked up
     frames: dict[int, Frame] = field(default_factory=dict)
     stacks: dict[int, list[Frame]] = field(default_factory=dict)
     phase_names: dict[int, str] = field(default_factory=dict)
@@ -435,27 +436,16 @@ def _scan(raw: np.ndarray, slots: np.ndarray, header: LogHeader, tail: bytes, da
     return good[:last]
 
 
-def _strings(raw: np.ndarray, version: int, damage: _Damage) -> dict[int, str]:
-    slots = raw[raw["kind"] == STRING].view(_STRING_DTYPES[version])
-    chunk_bytes = _STRING_CHUNK[version]
-    parts: dict[int, list[tuple[int, bytes]]] = {}
-    lengths: dict[int, int] = {}
-    texts = slots["text"]
-    for i, (sid, length, chunk) in enumerate(zip(slots["id"].tolist(), slots["len"].tolist(),
-                                                  slots["chunk"].tolist())):
-        parts.setdefault(sid, []).append((chunk, texts[i].tobytes()))
-        lengths[sid] = length
-    out: dict[int, str] = {}
-    for sid, chunks in parts.items():
-        chunks.sort()
-        length = lengths[sid]
-        if [c for c, _ in chunks] != list(range((length + chunk_bytes - 1) // chunk_bytes or 1)):
-            damage.note(f"string {sid} is missing chunks; shown as far as it goes")
-        out[sid] = b"".join(t for _, t in chunks)[:length].decode("utf-8", "replace")
-    return out
+def _strings(raw: np.ndarray, version: int, damage: _Damage) -> StringTable:
+    table = StringTable(_STRING_CHUNK[version])
+    table.add(raw[raw["kind"] == STRING].view(_STRING_DTYPES[version]))
+    note = table.missing_note()
+    if note:
+        damage.note(note)
+    return table
 
 
-def _frames(raw: np.ndarray, strings: dict[int, str]) -> dict[int, Frame]:
+def _frames(raw: np.ndarray, strings: Mapping[int, str]) -> dict[int, Frame]:
     slots = raw[raw["kind"] == FRAME].view(_FRAME_DTYPE)
     return {
         fid: Frame(strings.get(f, "?"), line, strings.get(fn, "?"))
