@@ -29,7 +29,7 @@ from typing import IO, Any, Iterator, Mapping, Union
 
 import numpy as np
 
-from .._compressed import is_compressed
+from .._compressed import CompressedError, is_compressed
 from .._records import END, FRAME, MAX_KIND, PHASE_BEGIN, STACK, STATUS_CUT_SHORT, STATUS_NO_SPACE, STRING, TRUNCATED
 from .checks import Checker
 from .strings import StringTable
@@ -344,6 +344,8 @@ class ChunkedLog:
                     break
                 got += k
             return got
+        except CompressedError as e:  # it says what is wrong already (cut short, or refused: _compressed.py)
+            raise LogFormatError(f"{self.path}: {e}") from None
         except _STREAM_ERRORS as e:
             raise LogFormatError(f"{self.path}: truncated or corrupt compressed file ({e})") from None
 
