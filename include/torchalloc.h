@@ -104,6 +104,13 @@ TORCHALLOC_API int torchalloc_device_count(void);
 
 TORCHALLOC_API int torchalloc_set_policy(const char *name);
 TORCHALLOC_API const char *torchalloc_policy_name(void);
+/* A PyTorch allocator settings string (PYTORCH_CUDA_ALLOC_CONF's syntax, what
+ * torch.cuda.memory._set_allocator_settings takes), already accepted by
+ * PyTorch: roundup_power2_divisions takes effect for every request from now
+ * on, and, as in PyTorch, goes back to none when the string does not name
+ * it; keys that configure only PyTorch's allocator are skipped. 0, or -1 with
+ * torchalloc_last_error (nothing changed). */
+TORCHALLOC_API int torchalloc_set_allocator_settings(const char *settings);
 /* Every policy's name, space-separated, in id order (the id a log record's
  * `policy` field holds). */
 TORCHALLOC_API const char *torchalloc_policy_names(void);
@@ -615,8 +622,11 @@ TORCHALLOC_API size_t torchalloc_replay_result_size(void);
 /* Replay `n` events through `policy` on a fresh simulated device of
  * `capacity` bytes (0: unlimited). `policy` is a policy's name, for
  * ordinary segments, or the name with +expandable, +compact or +reclaim for
- * expandable:1, 2 or 3, then optionally settings after a comma in
- * TORCHALLOC_CONF's syntax ("caching+reclaim,handle:16MiB"). The device trails the trace by 1000 events (its
+ * expandable:1, 2 or 3; either may end in "@DIVISIONS", PyTorch's
+ * roundup_power2_divisions value ("caching+reclaim@4",
+ * "caching@[256:1,>:8]"), to round requests as that option does; then
+ * optionally settings after a comma in TORCHALLOC_CONF's syntax
+ * ("caching+reclaim,handle:16MiB"). The device trails the trace by 1000 events (its
  * markers complete that late). Stops at the first allocation that fails
  * even after releasing cached segments (out->oom). `reserved_series` (may be
  * NULL) receives `series_len` samples: sample i is the highest reserved_bytes

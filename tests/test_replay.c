@@ -412,3 +412,39 @@ TEST(any_number_of_stream_pool_pairs) {
   }
   free(ev);
 }
+
+/* "POLICY@DIVISIONS": the program's roundup_power2_divisions. Two requests of
+ * 84 MiB (+ 1 B) and one of 9000 B: PyTorch's allocator makes blocks of
+ * 96 MiB and 10 KiB of them under roundup_power2_divisions:4, 84 MiB + 512 B
+ * and 9 KiB without; under a list whose divisions above 1 start at 1 GiB
+ * nothing changes. The requests stay what the trace asked for. */
+static const torchalloc_replay_event T_ROUNDUP[] = {
+    A_(0x1000, 84 * MiB), A_(0x2000, 84 * MiB + 1), A_(0x3000, 9000), F_(0x1000), F_(0x2000), F_(0x3000),
+};
+
+TEST(a_policy_with_divisions_rounds_as_pytorch_does) {
+  static const struct {
+    const char *policy;
+    int64_t allocated;
+  } cases[] = {
+      {"exact", 84 * MiB + 84 * MiB + 512 + 9216},
+      {"exact@4", 96 * MiB + 96 * MiB + 10240},
+      {"caching@4", 96 * MiB + 96 * MiB + 10240},
+      {"caching+reclaim@4", 96 * MiB + 96 * MiB + 10240},
+      {"phase_arena+expandable@[2:4,>:16]", 84 * MiB + 88 * MiB + 10240},
+      {"caching@[1:1,1024:8]", 84 * MiB + 84 * MiB + 512 + 9216},
+      {"caching@[1024:8]", 88 * MiB + 88 * MiB + 9216}, /* the first entry covers the sizes below it too */
+  };
+  for (size_t i = 0; i < N(cases); i++) {
+    torchalloc_replay_result r = run(T_ROUNDUP, N(T_ROUNDUP), cases[i].policy, 0);
+    if (r.peak_allocated != cases[i].allocated || r.peak_requested != (int64_t)(168 * MiB + 1 + 9000)) {
+      fprintf(stderr, "  %s: peak allocated %lld, requested %lld (expected %lld, %lld)\n", cases[i].policy,
+              (long long)r.peak_allocated, (long long)r.peak_requested, (long long)cases[i].allocated,
+              (long long)(168 * MiB + 1 + 9000));
+      g_failures++;
+    }
+  }
+  torchalloc_replay_result r;
+  CHECK(torchalloc_replay(T_ROUNDUP, N(T_ROUNDUP), "caching@3", 0, &r, NULL, 0) == -1);
+  CHECK(strstr(torchalloc_last_error(), "'caching@3': roundup_power2_divisions: '3' is not a power of 2") != NULL);
+}

@@ -30,6 +30,27 @@ TORCHALLOC_API int torchalloc_set_policy(const char *name) {
   return rc;
 }
 
+/* PyTorch's settings string, as PyTorch itself accepted it: the options
+ * torchalloc honours (roundup_power2_divisions) take effect on every device
+ * and on heaps made later; the rest configure PyTorch's own allocator. */
+TORCHALLOC_API int torchalloc_set_allocator_settings(const char *settings) {
+  if (!ta_runtime_ready()) return -1;
+  char err[256];
+  pthread_mutex_lock(&ta_rt.lock);
+  ta_roundup r;
+  int rc = ta_roundup_from_pytorch_settings(settings, &r, err, sizeof err);
+  if (rc == 0) {
+    ta_rt.conf.roundup = r; /* heaps made later start with it */
+    for (int d = 0; d < ta_rt.ndevices; d++) {
+      ta_heap *h = ta_runtime_heap_if_any(d);
+      if (h) ta_heap_set_roundup(h, &r);
+    }
+  }
+  pthread_mutex_unlock(&ta_rt.lock);
+  if (rc) ta_set_error("%s", err);
+  return rc;
+}
+
 TORCHALLOC_API const char *torchalloc_policy_name(void) { return ta_runtime_ready() ? ta_rt.conf.policy : ""; }
 
 TORCHALLOC_API const char *torchalloc_policy_names(void) { return ta_policy_names(); }

@@ -28,6 +28,7 @@ enum conf_kind {
   CONF_CHOICE, /* one of `choices`, stored as its value; an int field */
   CONF_POLICY, /* the name of a registered policy; a text field */
   CONF_TEXT,   /* any non-empty text that fits the field; a text field */
+  CONF_ROUNDUP, /* roundup_power2_divisions's value (roundup.h); a ta_roundup field */
 };
 
 typedef struct conf_choice {
@@ -121,6 +122,12 @@ static const conf_key keys[] = {
              "limit); past it the reserve grows instead of moving"},
     {.name = "time_calls", .kind = CONF_INT, FIELD(time_calls), .lo = 0, .hi = 1, .default_value = "0",
      .help = "count the host time spent in malloc and free (stats host_ns, timed_calls; two clock reads a call)"},
+    /* PyTorch's option, in PyTorch's syntax; PYTORCH_CUDA_ALLOC_CONF and _set_allocator_settings reach it through
+     * install() (torchalloc_set_allocator_settings). */
+    {.name = "roundup_power2_divisions", .kind = CONF_ROUNDUP, FIELD(roundup),
+     .expected = "a power of 2, or a list such as [256:1,512:2,>:8] (MiB:divisions), as PyTorch takes it",
+     .help = "round each request up to the next of N equal steps between two powers of 2, as PyTorch's option "
+             "of that name does"},
     {.name = "sim_vmm", .kind = CONF_INT, FIELD(sim_vmm), .lo = 0, .hi = 1, .default_value = "1",
      .help = "the simulated device has virtual memory (0: model one without, for tests)"},
     {.name = "sim_lag", .kind = CONF_INT, FIELD(sim_lag), .lo = 0, .hi = 1000000000, .default_value = "0",
@@ -208,6 +215,7 @@ static void describe_values(const conf_key *k, char *out, size_t len) {
     snprintf(out, len, "an integer from %" PRIu64 " to %" PRIu64, k->lo, k->hi);
     return;
   case CONF_SIZE:
+  case CONF_ROUNDUP:
     snprintf(out, len, "%s", k->expected);
     return;
   case CONF_TEXT:
@@ -248,6 +256,7 @@ static int store_value(ta_config *c, const conf_key *k, const char *val, char *e
   long n;
   size_t bytes;
   int value;
+  char why[160] = ""; /* ROUNDUP: what in the value is wrong */
   switch (k->kind) {
   case CONF_INT:
     if (parse_int(val, (long)k->lo, (long)k->hi, &n)) break;
@@ -269,14 +278,20 @@ static int store_value(ta_config *c, const conf_key *k, const char *val, char *e
     if (!*val || strlen(val) >= k->width) break;
     snprintf(field, k->width, "%s", k->empty_alias && strcmp(val, k->empty_alias) == 0 ? "" : val);
     return 0;
+  case CONF_ROUNDUP: {
+    ta_roundup parsed;
+    if (ta_roundup_parse(val, &parsed, why, sizeof why)) break;
+    memcpy(field, &parsed, sizeof parsed);
+    return 0;
+  }
   }
   char expected[256], shown[SHOWN_MAX + 32];
   describe_values(k, expected, sizeof expected);
   if (k->kind == CONF_TEXT) /* a refused path is not echoed: it may be longer than the whole message */
     snprintf(err, errlen, "TORCHALLOC_CONF: bad value for key '%s' (expected %s)", k->name, expected);
   else
-    snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key '%s' (expected %s)", show(val, shown), k->name,
-             expected);
+    snprintf(err, errlen, "TORCHALLOC_CONF: bad value '%s' for key '%s' (expected %s)%s%s", show(val, shown), k->name,
+             expected, *why ? ": " : "", why + (strncmp(why, k->name, strlen(k->name)) ? 0 : strlen(k->name) + 2));
   return -1;
 }
 
@@ -346,6 +361,24 @@ static int apply(ta_config *c, const char *key, const char *val, char *err, size
   return 0;
 }
 
+/* The next "key:value" item of the text at *cursor, cut at the first ','
+ * outside brackets (roundup_power2_divisions's list holds commas); NULL at
+ * the end. */
+static char *next_item(char **cursor) {
+  char *start = *cursor;
+  if (!start) return NULL;
+  int depth = 0;
+  for (char *c = start;; c++) {
+    if (*c == '[') depth++;
+    else if (*c == ']' && depth) depth--;
+    else if ((*c == ',' && !depth) || !*c) {
+      *cursor = *c ? c + 1 : NULL;
+      *c = '\0';
+      return start;
+    }
+  }
+}
+
 static char *trim(char *s) {
   while (isspace((unsigned char)*s)) s++;
   char *e = s + strlen(s);
@@ -374,8 +407,8 @@ int ta_config_parse(ta_config *c, const char *text, char *err, size_t errlen) {
   memcpy(copy, text, len + 1);
   ta_config next = *c;
   int rc = 0;
-  char *save = NULL;
-  for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+  char *cursor = copy;
+  for (char *item; (item = next_item(&cursor)) != NULL;) {
     item = trim(item);
     if (!*item) continue;
     char *colon = strchr(item, ':');
@@ -402,8 +435,8 @@ void ta_config_salvage(ta_config *c, const char *text) {
   char *copy = text ? malloc(len + 1) : NULL;
   if (!copy) return;
   memcpy(copy, text, len + 1);
-  char *save = NULL, err[256];
-  for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+  char *cursor = copy, err[256];
+  for (char *item; (item = next_item(&cursor)) != NULL;) {
     char *colon = strchr(item, ':');
     if (!colon) continue;
     *colon = '\0';

@@ -3,6 +3,7 @@
 #define TA_CONFIG_H
 
 #include "base/common.h"
+#include "context/roundup.h"
 
 enum ta_backend_kind { TA_BACKEND_CUDA = 0, TA_BACKEND_SIM = 1 };
 
@@ -34,6 +35,7 @@ typedef struct ta_config {
   int time_calls;           /* count the host time of malloc and free in the stats (host_ns) */
   int move_time;            /* per mille of the host's time reclaim may spend moving memory while the device
                              * waits for the host (segments_moves.c); 0: no limit */
+  ta_roundup roundup;       /* roundup_power2_divisions (roundup.h); all 0: requests round to 512 B */
 } ta_config;
 
 /* `peers`: memory mapped with the driver's virtual memory calls is

@@ -46,6 +46,7 @@ ta_heap *ta_heap_create(ta_backend *backend, int device, const ta_config *conf, 
   ta_lock_init(&h->lock);
   h->device = device;
   h->conf = conf;
+  h->roundup = conf->roundup;
   h->stats.version = TORCHALLOC_STATS_VERSION;
   ta_segments_init(&h->seg, backend, device, &h->stats, conf->large_handle, conf->large_handle_set);
   ta_segments_moves_init(&h->seg, (unsigned)conf->move_time);
@@ -183,8 +184,10 @@ static inline ta_block *malloc_locked(ta_heap *h, ta_policy *policy, size_t size
                                       uint32_t epoch) {
   h->seg.phase = phase;
   if (ta_unlikely(h->npending != 0) && !h->routing) ta_heap_process_pending(h);
-  ta_block *b = policy->ops->malloc(policy, size, stream, phase);
-  if (ta_unlikely(!b)) b = malloc_retry(h, policy, size, stream, phase);
+  /* Rounded here, not in each policy: every policy, private pools and replay get PyTorch's sizes. */
+  size_t ask = ta_unlikely(h->roundup.any) ? ta_roundup_size(&h->roundup, size) : size;
+  ta_block *b = policy->ops->malloc(policy, ask, stream, phase);
+  if (ta_unlikely(!b)) b = malloc_retry(h, policy, ask, stream, phase);
   if (ta_unlikely(b == NULL)) return NULL;
   if (ta_unlikely(ta_ptrmap_put(&h->live, b->addr, b) != 0)) {
     policy->ops->free(policy, b); /* host OOM: give it back */
@@ -425,6 +428,12 @@ int ta_heap_set_policy(ta_heap *h, const char *name) {
   if (p) h->current = p;
   ta_lock_release(&h->lock);
   return p ? 0 : -1;
+}
+
+void ta_heap_set_roundup(ta_heap *h, const ta_roundup *r) {
+  ta_lock_acquire(&h->lock);
+  h->roundup = *r;
+  ta_lock_release(&h->lock);
 }
 
 void ta_heap_set_limit(ta_heap *h, size_t limit, double fraction) {

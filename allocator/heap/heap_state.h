@@ -89,6 +89,9 @@ typedef struct ta_heap {
    * device waits while another device's capture may be underway too. */
   const atomic_int *routing_anywhere;
   uint32_t alloc_seq; /* allocations made so far (wraps): blocks keep theirs as their age */
+  /* roundup_power2_divisions in force (from the configuration, then from
+   * PyTorch's settings: ta_heap_set_roundup); read under the lock. */
+  ta_roundup roundup;
   ta_oom_info oom;
   char *oom_report;   /* the full text of the last failure's report (heap_oom.c) */
   double fraction; /* the memory fraction last set (0 allows nothing), when fraction_set */

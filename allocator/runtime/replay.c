@@ -281,7 +281,10 @@ torchalloc_replay_run *ta_replay_begin(const char *policy, uint64_t capacity, si
   /* "POLICY+MODE,KEY:VALUE,...": settings after the first comma in TORCHALLOC_CONF's syntax (handle:16MiB,
    * move_time:5), so that a replay can say what a setting changes; the name still decides the policy and the
    * segments, and the replay its device. */
-  const char *settings = strchr(policy, ',');
+  const char *settings = policy;
+  for (int depth = 0; *settings && (*settings != ',' || depth); settings++) /* a bracketed list keeps its commas */
+    depth += *settings == '[' ? 1 : *settings == ']' ? -1 : 0;
+  if (!*settings) settings = NULL;
   if (settings) {
     char err[256];
     if (ta_config_parse(&conf, settings + 1, err, sizeof err)) {
@@ -293,6 +296,18 @@ torchalloc_replay_run *ta_replay_begin(const char *policy, uint64_t capacity, si
    * alone: ordinary segments (expandable:0, not the configuration's default). */
   static const char *const suffixes[] = {"+expandable", "+compact", "+reclaim"};
   size_t name_len = settings ? (size_t)(settings - policy) : strlen(policy);
+  /* "POLICY@DIVISIONS": with roundup_power2_divisions (its syntax: "4", "[256:1,>:8]"), as the traced
+   * program's PyTorch settings had it; before any settings. */
+  const char *divisions = memchr(policy, '@', name_len);
+  if (divisions) {
+    char why[160], value[128];
+    snprintf(value, sizeof value, "%.*s", (int)(name_len - (size_t)(divisions + 1 - policy)), divisions + 1);
+    if (ta_roundup_parse(value, &conf.roundup, why, sizeof why)) {
+      ta_set_error("torchalloc_replay: '%s': %s", policy, why);
+      return NULL;
+    }
+    name_len = (size_t)(divisions - policy);
+  }
   conf.expandable = TA_EXPANDABLE_OFF;
   for (int k = 0; k < 3; k++) {
     size_t len = strlen(suffixes[k]);

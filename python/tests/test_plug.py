@@ -6,6 +6,7 @@ import importlib
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -108,3 +109,64 @@ def test_the_bridge_route_grants_peer_access_as_pytorch_asks() -> None:
     assert plug._for_route("", "bridge") == "peers:asked"
     assert plug._for_route("policy:caching", "plain") == "policy:caching"
     assert plug._for_route("peers:all,warn:0", "bridge") == "peers:all,warn:0"
+
+
+def _allocated_for(lib: ctypes.CDLL, size: int) -> int:
+    """The block bytes a request of `size` gets on device 0 (freed again)."""
+    before = _lib.get_stats(0).allocated_bytes[0].current
+    ptr = lib.torchalloc_malloc(size, 0, None)
+    assert ptr
+    got = _lib.get_stats(0).allocated_bytes[0].current - before
+    lib.torchalloc_free(ptr, size, 0, None)
+    return got
+
+
+class _FakeMemory:
+    """torch.cuda.memory's _set_allocator_settings as PyTorch has it: it parses (here: refuses "bad") and
+    tells no installed allocator."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def _set_allocator_settings(self, env: str) -> None:
+        if env == "bad":
+            raise RuntimeError("Unrecognized key 'bad' in CUDA allocator config.")
+        self.seen.append(env)
+
+
+def _fake_torch() -> Any:
+    import types
+
+    memory = _FakeMemory()
+    return types.SimpleNamespace(cuda=types.SimpleNamespace(memory=memory))
+
+
+def test_pytorch_settings_reach_torchalloc(sim: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True,roundup_power2_divisions:4")
+    torch = _fake_torch()
+    memory = torch.cuda.memory
+    plug._follow_pytorch_settings(torch, "backend:sim")
+    assert _allocated_for(sim, 9000) == 10240  # 4 divisions: steps of 2 KiB between 8 KiB and 16 KiB
+    assert _allocated_for(sim, 88080384) == 100663296  # 84 MiB -> 96 MiB, as test_allocator_settings expects
+    memory._set_allocator_settings("roundup_power2_divisions:[2:4,>:16]")
+    assert memory.seen == ["roundup_power2_divisions:[2:4,>:16]"]  # PyTorch's own parser still runs first
+    assert _allocated_for(sim, 629145600) == 637534208  # 600 MiB in 16 steps between 512 MiB and 1 GiB
+    with pytest.raises(RuntimeError, match="Unrecognized key"):
+        memory._set_allocator_settings("bad")
+    assert _allocated_for(sim, 629145600) == 637534208  # what PyTorch refused changed nothing
+    memory._set_allocator_settings("")  # PyTorch resets the option on each string
+    assert _allocated_for(sim, 9000) == 9216 and _allocated_for(sim, 629145600) == 629145600
+    plug._follow_pytorch_settings(torch, "backend:sim")  # a second install() does not wrap the wrapper
+    memory._set_allocator_settings("roundup_power2_divisions:8")
+    assert memory.seen[-1] == "roundup_power2_divisions:8" and len(memory.seen) == 3
+
+
+def test_torchalloc_conf_wins_over_the_environment(sim: ctypes.CDLL, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTORCH_ALLOC_CONF", "roundup_power2_divisions:4")
+    conf = plug.conf_string(roundup_power2_divisions="[256:1,>:2]")
+    assert conf.endswith("roundup_power2_divisions:[256:1,>:2]")
+    torchalloc.configure(backend="sim", warn=0, expandable="off", roundup_power2_divisions="[256:1,>:2]")
+    plug._follow_pytorch_settings(_fake_torch(), conf)
+    assert _allocated_for(sim, 9000) == 9216  # 512 B rounding below 256 MiB: not the environment's 4
+    assert _allocated_for(sim, 629145600) == 805306368  # 2 divisions from 256 MiB up

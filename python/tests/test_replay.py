@@ -259,6 +259,23 @@ def test_bad_policy_is_a_clear_error(lib: Path) -> None:
     assert status == 2 and "unknown policy 'nope'" in err
 
 
+def test_roundup_power2_divisions_names_and_rounds_each_policy(lib: Path) -> None:
+    # Two divisions a power of 2: D's 9 MiB becomes 12 MiB (8 + 4), so exact holds B + C + D + P = 22.5 MiB at
+    # e7 and runs out there at 21 MiB, where without them it runs out at e11 (E); the other requests are
+    # multiples of their step already.
+    status, out, err = run_main(str(SNAPSHOT), "--json", "--no-search", "--capacity", "21MiB", "--policies",
+                                "exact,caching", "--roundup-power2-divisions", "2")
+    assert status == 0, err
+    rounded = json.loads(out)["policies"]
+    assert set(rounded) == {"exact@2", "caching@2"}
+    assert rounded["exact@2"]["oom_event"] == 7
+    status, out, err = run_main(str(SNAPSHOT), "--json", "--no-search", "--capacity", "21MiB", "--policies", "exact")
+    assert status == 0, err
+    assert json.loads(out)["policies"]["exact"]["oom_event"] == 11
+    status, out, err = run_main(str(SNAPSHOT), "--policies", "exact", "--roundup-power2-divisions", "3")
+    assert status == 2 and "'exact@3': roundup_power2_divisions: '3' is not a power of 2" in err
+
+
 # ---------------------------------------------------------------------------
 # Command line and output
 # ---------------------------------------------------------------------------

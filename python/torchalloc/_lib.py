@@ -209,6 +209,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "torchalloc_config_keys": (_c_char_p, []),
     "torchalloc_device_count": (_c_int, []),
     "torchalloc_set_policy": (_c_int, [_c_char_p]),
+    "torchalloc_set_allocator_settings": (_c_int, [_c_char_p]),
     "torchalloc_policy_name": (_c_char_p, []),
     "torchalloc_stats_size": (_c_size_t, []),
     "torchalloc_get_stats": (_c_int, [_c_int, ctypes.POINTER(Stats)]),
@@ -422,6 +423,13 @@ def init(conf: str | None) -> None:
     """torchalloc_init(conf); ValueError with the library's reason (it names the bad key)."""
     if lib().torchalloc_init(None if conf is None else conf.encode()) != 0:
         raise ValueError(last_error() or f"torchalloc_init({conf!r}) failed")
+
+
+def set_allocator_settings(settings: str) -> None:
+    """torchalloc_set_allocator_settings: a PyTorch settings string (roundup_power2_divisions is honoured);
+    ValueError with the library's reason."""
+    if lib().torchalloc_set_allocator_settings(settings.encode()) != 0:
+        raise ValueError(last_error() or f"torchalloc_set_allocator_settings({settings!r}) failed")
 
 
 def teardown() -> None:

@@ -95,7 +95,10 @@ def _format_value(key: str, value: Any) -> str:
         text = os.fspath(value) if isinstance(value, os.PathLike) else str(value)
     else:
         raise TypeError(f"torchalloc option {key!r}: expected a str, int or bool, got {type(value).__name__}")
-    if "," in text or not text.strip():
+    # A bracketed list (roundup_power2_divisions:[256:1,>:8]) keeps its commas: the library splits items outside
+    # brackets only.
+    listed = text.startswith("[") and text.endswith("]") and text.count("[") == 1 and text.count("]") == 1
+    if ("," in text and not listed) or not text.strip():
         raise ValueError(f"torchalloc option {key!r}: value {text!r} cannot be written in TORCHALLOC_CONF")
     return text
 
@@ -266,6 +269,7 @@ def install(
         found, why = _choose_bridge(bridge)
         text = _for_route(text, "bridge" if found is not None else "plain")
         _lib.init(text)
+        _follow_pytorch_settings(torch, text)
         if log_via_api:
             assert log_path is not None
             _open_log(log_path)
@@ -288,6 +292,42 @@ def install(
     if patch_torch:
         _apply_torch_patch()
     return _installed
+
+
+# PyTorch's settings strings, newest name first (torch 2.11 reads the first one set).
+PYTORCH_SETTINGS_ENV = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
+ROUNDUP_KEY = "roundup_power2_divisions"
+
+
+def _follow_pytorch_settings(torch: Any, conf: str) -> None:
+    """Give torchalloc the PyTorch allocator settings it honours (roundup_power2_divisions).
+
+    PyTorch parses its settings string (the environment's at start, then each
+    torch.cuda.memory._set_allocator_settings call) into its own allocator's
+    configuration and tells an installed allocator nothing, so: the
+    environment's string now, unless TORCHALLOC_CONF or install() set the
+    option (torchalloc's own configuration wins), and each string
+    _set_allocator_settings accepts from now on (PyTorch checks it first: a
+    string it refuses changes nothing here either).
+    """
+    if f"{ROUNDUP_KEY}:" not in conf.replace(" ", ""):
+        for name in PYTORCH_SETTINGS_ENV:
+            if os.environ.get(name) is not None:
+                _lib.set_allocator_settings(os.environ[name])
+                break
+    memory = getattr(getattr(torch, "cuda", None), "memory", None)
+    original = getattr(memory, "_set_allocator_settings", None)
+    if original is None or getattr(original, "_torchalloc_follows", False):
+        return
+
+    def _set_allocator_settings(env: str) -> Any:
+        result = original(env)
+        _lib.set_allocator_settings(env)
+        return result
+
+    _set_allocator_settings._torchalloc_follows = True  # type: ignore[attr-defined]
+    _set_allocator_settings.__doc__ = original.__doc__
+    memory._set_allocator_settings = _set_allocator_settings
 
 
 def installed() -> Installation | None:

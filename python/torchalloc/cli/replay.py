@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--handle", metavar="SIZES", help="comma-separated handle sizes, such as 4MiB,8MiB,16MiB: each "
                     "policy with expandable segments (+expandable, +compact, +reclaim) is replayed once per size, "
                     "as TORCHALLOC_CONF's handle key sets it (a row POLICY,handle:SIZE)")
+    ap.add_argument("--roundup-power2-divisions", metavar="VALUE",
+                    help="round requests as PyTorch's roundup_power2_divisions:VALUE does (4, or a list such as "
+                    "[256:1,512:2,>:8]), as the traced program's settings had it: each policy is named POLICY@VALUE")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     ap.add_argument("--png", metavar="FILE", help="plot reserved memory over the trace per policy (needs matplotlib)")
     ap.add_argument("--device", type=int, help="which device's trace in a multi-GPU snapshot (default: the busiest)")
@@ -100,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     if not policies:
         fail(prog, "--policies is empty")
+    if args.roundup_power2_divisions is not None:
+        policies = [f"{p}@{args.roundup_power2_divisions.strip()}" for p in policies]
     if args.handle is not None:
         policies = with_handles(prog, policies, args.handle)
     if os.environ.get("TORCHALLOC_CONF", "").strip() and not args.json:
