@@ -343,7 +343,7 @@ typedef struct torchalloc_segment_info {
 
 typedef struct torchalloc_block_info {
   uint64_t addr, size;
-  uint64_t requested;   /* 0 while free */
+  uint64_t requested;   /* bytes asked for; a free block: its last request's, as PyTorch shows (0: none) */
   uint32_t stack;       /* allocation stack id (stacks:1 with a log open), 0: none */
   uint16_t phase;
   uint8_t state;        /* TORCHALLOC_BLOCK_* */

@@ -236,3 +236,49 @@ TEST(an_80GiB_trace_simulates_without_host_memory) {
   for (int i = 0; i < 79; i++) torchalloc_free(p[i], 1 * GiB, 0, S0);
   CHECK_INVARIANTS();
 }
+
+/* The block at `addr` in device 0's snapshot (its state and requested bytes). */
+static torchalloc_block_info snapshot_block(void *addr) {
+  torchalloc_segment_info segs[16];
+  torchalloc_block_info blocks[64];
+  size_t nseg = 0, nblk = 0;
+  torchalloc_block_info none = {.state = 0xff};
+  if (torchalloc_snapshot(0, segs, 16, blocks, 64, &nseg, &nblk) != 0) return none;
+  for (size_t i = 0; i < nblk; i++)
+    if (blocks[i].addr == (uint64_t)(uintptr_t)addr) return blocks[i];
+  return none;
+}
+
+/* PyTorch's snapshot shows a free block with the size of the last request
+ * it served (memory_plots finds a freed tensor's size there), and a free
+ * block split off another with that block's; bytes never handed out show 0.
+ * The stats count requested bytes of live blocks only. */
+TEST(a_freed_block_keeps_its_last_requested_size_in_the_snapshot) {
+  REQUIRE(sim_reset("") == 0);
+  void *a = torchalloc_malloc(65536, 0, S0); /* a 128 x 128 float tensor */
+  void *b = torchalloc_malloc(1000, 0, S0);
+  REQUIRE(a && b);
+  torchalloc_block_info tail = snapshot_block((char *)b + 1024); /* the rest of the 2 MiB segment */
+  CHECK_EQ(tail.state, TORCHALLOC_BLOCK_FREE);
+  CHECK_EQ(tail.requested, 0);
+  torchalloc_free(a, 65536, 0, S0);
+  torchalloc_block_info freed = snapshot_block(a);
+  CHECK_EQ(freed.state, TORCHALLOC_BLOCK_FREE);
+  CHECK_EQ(freed.requested, 65536);
+  CHECK_EQ(stats0().requested_bytes[ALL].current, 1000);
+  void *c = torchalloc_malloc(30000, 0, S0); /* best fit: the head of a's 64 KiB; the rest split off */
+  REQUIRE(c == a);
+  torchalloc_block_info rest = snapshot_block((char *)a + 30208);
+  CHECK_EQ(rest.state, TORCHALLOC_BLOCK_FREE);
+  CHECK_EQ(rest.requested, 65536); /* as PyTorch's split remainder keeps the block's */
+  CHECK_EQ(snapshot_block(a).requested, 30000);
+  torchalloc_free(b, 1000, 0, S0); /* merges with the free blocks on both sides; b's descriptor survives */
+  CHECK_EQ(snapshot_block((char *)a + 30208).requested, 1000);
+  torchalloc_free(c, 30000, 0, S0);
+  CHECK_EQ(snapshot_block(a).requested, 30000); /* a's whole segment is one free block again */
+  torchalloc_stats s = stats0();
+  CHECK_EQ(s.requested_bytes[ALL].current, 0);
+  CHECK_EQ(s.requested_bytes[ALL].allocated, 65536 + 1000 + 30000);
+  CHECK_EQ(s.requested_bytes[ALL].freed, 65536 + 1000 + 30000);
+  CHECK_INVARIANTS();
+}

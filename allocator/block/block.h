@@ -29,7 +29,7 @@ typedef struct ta_stream_uses {
 typedef struct ta_block {
   uintptr_t addr;
   size_t size;      /* bytes the block spans, a multiple of 512 */
-  size_t requested; /* bytes the caller asked for; 0 while free */
+  size_t requested; /* bytes the caller asked for; while free, the last request's (0: never handed out) */
   struct ta_block *prev, *next;         /* address neighbours inside the segment */
   struct ta_block *bin_prev, *bin_next; /* free-index links while free */
   struct ta_segment *segment;

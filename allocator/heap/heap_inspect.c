@@ -26,7 +26,9 @@ static void stretch_blocks(const ta_segment *s, uintptr_t lo, uintptr_t hi, torc
       blocks[*nb] = (torchalloc_block_info){
           .addr = start,
           .size = end - start,
-          .requested = freed ? 0 : b->requested,
+          /* A free block keeps the size of the last request it served, as in PyTorch's snapshot (its
+           * memory_plots looks for a freed tensor's size there); in the stretch where the block starts. */
+          .requested = !freed || start == b->addr ? b->requested : 0,
           .stack = freed ? 0 : b->stack_id,
           .phase = freed ? 0 : b->phase,
           .state = b->state == TA_BLOCK_LIVE ? TORCHALLOC_BLOCK_LIVE

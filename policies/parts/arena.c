@@ -599,7 +599,7 @@ void ta_arena_free(ta_arena *a, ta_block *b) {
     else b->segment->last = b;
     ta_segments_block_delete(a->segments, n);
   }
-  b->requested = 0;
+  /* b->requested stays: a snapshot shows a free block with its last request, as PyTorch's does. */
   put_free(a, bins, b);
 }
 
