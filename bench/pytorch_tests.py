@@ -3,6 +3,7 @@
     python3 bench/pytorch_tests.py PATH/TO/test_cuda.py                  # the allocator tests, both allocators
     python3 bench/pytorch_tests.py PATH/TO/test_cuda.py --list           # only list what would run
     python3 bench/pytorch_tests.py PATH/TO/test_cuda.py -k 'mempool|fraction' --jobs 8 --gpus 0,1 --json out.json
+    python3 bench/pytorch_tests.py PATH/TO/test_cuda.py PATH/TO/test_cuda_multigpu.py --gpus 0,1 --jobs 12
 
 PATH is a test file of a PyTorch checkout (test/test_cuda.py of the release of the installed torch, or the
 nearest), given by the user: it is PyTorch's code and is never copied into this repository. Its tests are
@@ -14,12 +15,17 @@ route, the default configuration): a crash (a signal), a hang (the timeout; the 
 stack first) and a failure are outcomes like a pass or a skip. The table lists every test whose outcome
 differs, then the counts; --json writes every outcome with its first lines of output.
 
+Several files run in one pool of --jobs, each with its own defaults (FILES): test_cuda_multigpu.py runs every
+test of its two classes (TestCudaMultiGPU, TestCudaComm), and each of them is given two GPUs of --gpus
+(CUDA_VISIBLE_DEVICES "0,1"; with four, "0,1" and "2,3" in turn), as its tests need; a file of another
+name gets test_cuda.py's. --classes, -k and --gpus-per-test override them for every file.
+
 A test file newer than the installed torch may import names that torch does not have yet: --stub
 "module:attribute" (repeatable) puts a stand-in there before the file is imported (a function that raises
 unittest.SkipTest, so a test that really uses it is skipped, not failed), "module:attribute=VALUE" a
 constant (a Python literal). The defaults cover what the copy of the file run here needs on torch 2.11. PyTorch's test utilities import expecttest: put its wheel's folder on
 PYTHONPATH where it is not installed. Needs torch with CUDA and a GPU (each test runs on the GPUs of --gpus,
-round robin); without them it says so and exits 2.
+round robin, or as groups of --gpus-per-test); without them it says so and exits 2.
 """
 from __future__ import annotations
 
@@ -33,7 +39,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "python"))  # run from a checkout without installing
@@ -42,6 +48,37 @@ from torchalloc import _gpu_child as child  # noqa: E402
 CLASSES = ("TestCuda", "TestCudaMallocAsync", "TestMemPool", "TestBlockStateAbsorption")
 SELECT = r"memory|alloc|cache|snapshot|oom|fraction|record_stream|mempool|mem_pool|expandable|stats|graph"
 ALLOCATORS = ("native", "torchalloc")
+
+
+class FileDefaults(NamedTuple):
+    """What runs of a test file by default: its classes, the names selected, the GPUs each test is given."""
+
+    classes: tuple[str, ...]
+    select: str
+    gpus_per_test: int
+
+
+# By file name; any other file is treated as test_cuda.py. test_cuda_multigpu.py's tests are all about
+# several GPUs and the allocator under them (peer copies, streams and events across devices, comm's scatter
+# and gather): every one runs, and its two-GPU tests skip themselves on one GPU, so each gets two.
+FILES = {
+    "test_cuda.py": FileDefaults(CLASSES, SELECT, 1),
+    "test_cuda_multigpu.py": FileDefaults(("TestCudaMultiGPU", "TestCudaComm"), r".", 2),
+}
+
+
+def defaults_for(path: str) -> FileDefaults:
+    return FILES.get(os.path.basename(path), FILES["test_cuda.py"])
+
+
+def gpu_groups(gpus: list[str] | None, per_test: int) -> list[str | None]:
+    """CUDA_VISIBLE_DEVICES of each slot tests take in turn: --gpus cut into groups of `per_test`
+    (a remainder too small for a test is left out); [None] (inherited) without --gpus."""
+    if gpus is None:
+        return [None]
+    if per_test < 1 or per_test > len(gpus):
+        raise ValueError(f"a test given {per_test} GPUs needs that many in --gpus ({','.join(gpus)})")
+    return [",".join(gpus[i:i + per_test]) for i in range(0, len(gpus) - per_test + 1, per_test)]
 TAG = "PYTORCH_TESTS_RESULT "
 
 # What the child runs before the test file is imported: the allocator, stand-ins, then one test by unittest.
@@ -149,12 +186,18 @@ def selected(names: list[str], select: str, classes: tuple[str, ...]) -> list[st
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__.split("\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("path", help="PyTorch's test/test_cuda.py (of the installed release, or the nearest)")
-    ap.add_argument("-k", "--select", default=SELECT, help="regular expression on test names (default: %(default)s)")
-    ap.add_argument("--classes", default=",".join(CLASSES), help="test classes (default: %(default)s)")
+    ap.add_argument("paths", nargs="+", metavar="path",
+                    help="PyTorch's test/test_cuda.py, test/test_cuda_multigpu.py (of the installed release, or the "
+                    "nearest)")
+    ap.add_argument("-k", "--select", default=None, help="regular expression on test names (default: the file's; "
+                    f"test_cuda.py: {SELECT})")
+    ap.add_argument("--classes", default=None, help="test classes (default: the file's; test_cuda.py: "
+                    f"{','.join(CLASSES)})")
+    ap.add_argument("--gpus-per-test", type=int, default=None, help="GPUs of --gpus each test is given (default: "
+                    "the file's: 2 for test_cuda_multigpu.py, else 1)")
     ap.add_argument("--allocators", default=",".join(ALLOCATORS), help="default: %(default)s")
     ap.add_argument("--timeout", type=float, default=60, help="seconds per test and allocator (default: 60)")
-    ap.add_argument("--jobs", type=int, default=4, help="tests at a time (default: 4)")
+    ap.add_argument("--jobs", type=int, default=4, help="tests at a time, over all files (default: 4)")
     ap.add_argument("--gpus", default=None, help="CUDA_VISIBLE_DEVICES for the tests, round robin: 0,1,2 (default: "
                     "as inherited)")
     ap.add_argument("--stub", action="append", default=[],
@@ -164,8 +207,15 @@ def main() -> int:
     ap.add_argument("--list", action="store_true", help="list the selected tests and stop")
     ap.add_argument("--json", type=Path, help="write every outcome here")
     args = ap.parse_args()
-    if not Path(args.path).is_file():
-        sys.exit(f"pytorch_tests: {args.path}: no such file")
+    for path in args.paths:
+        if not Path(path).is_file():
+            sys.exit(f"pytorch_tests: {path}: no such file")
+    gpus = args.gpus.split(",") if args.gpus else None
+    try:  # before anything runs: a file whose tests need more GPUs than --gpus has is refused at once
+        slots = {path: gpu_groups(gpus, args.gpus_per_test or defaults_for(path).gpus_per_test)
+                 for path in args.paths}
+    except ValueError as e:
+        sys.exit(f"pytorch_tests: {e}")
     why = child.skip_reason()
     if why:
         print(f"pytorch_tests: {why}: NOTHING RAN")
@@ -175,31 +225,53 @@ def main() -> int:
     allocators = [a for a in args.allocators.split(",") if a]
     if any(a not in ALLOCATORS for a in allocators):
         sys.exit(f"pytorch_tests: --allocators takes {', '.join(ALLOCATORS)}")
-    gpus = args.gpus.split(",") if args.gpus else [None]
-    names = selected(list_tests(args.path, stubs, child_env(gpus[0], 300, args.lib), 300), args.select,
-                     tuple(args.classes.split(",")))
-    print(f"{len(names)} tests selected from {args.path} (torch {torch.__version__})", flush=True)
+    chosen: dict[str, list[str]] = {}
+    for path in args.paths:
+        file = defaults_for(path)
+        classes = tuple(args.classes.split(",")) if args.classes else file.classes
+        chosen[path] = selected(list_tests(path, stubs, child_env(slots[path][0], 300, args.lib), 300),
+                                args.select or file.select, classes)
+        where = " or ".join(f"CUDA_VISIBLE_DEVICES={g}" for g in slots[path] if g) or "the inherited GPUs"
+        print(f"{len(chosen[path])} tests selected from {path} (torch {torch.__version__}), each on {where}",
+              flush=True)
     if args.list:
-        print("\n".join(names))
+        for path in args.paths:
+            print("\n".join(chosen[path]))
         return 0
-    jobs = [(name, a) for name in names for a in allocators]
-    results: dict[str, dict[str, Any]] = {name: {} for name in names}
+    results = run_all(args.paths, chosen, allocators, slots, stubs, args, torch.__version__)
+    for path in args.paths:
+        print_outcomes(path, chosen[path], allocators, results[path])
+    return 0
+
+
+def run_all(paths: list[str], chosen: dict[str, list[str]], allocators: list[str],
+            slots: dict[str, list[str | None]], stubs: list[str], args: argparse.Namespace,
+            torch_version: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """Every (file, test, allocator) in one pool of --jobs; each file's tests take its GPU slots in turn."""
+    jobs = [(path, name, a, slots[path][k % len(slots[path])])
+            for path in paths for k, (name, a) in enumerate((n, a) for n in chosen[path] for a in allocators)]
+    results: dict[str, dict[str, dict[str, Any]]] = {path: {name: {} for name in chosen[path]} for path in paths}
     t0 = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = {pool.submit(run_one, a, args.path, name, stubs,
-                               child_env(gpus[k % len(gpus)], args.timeout, args.lib), args.timeout): (name, a)
-                   for k, (name, a) in enumerate(jobs)}
+        futures = {pool.submit(run_one, a, path, name, stubs, child_env(gpu, args.timeout, args.lib),
+                               args.timeout): (path, name, a)
+                   for path, name, a, gpu in jobs}
         for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
-            name, a = futures[future]
-            results[name][a] = future.result()
+            path, name, a = futures[future]
+            results[path][name][a] = future.result()
             print(f"\r{done}/{len(jobs)} runs ({time.perf_counter() - t0:.0f} s)", end="", file=sys.stderr,
                   flush=True)
             if args.json:  # kept current: a run stopped from outside leaves what finished
-                write_json(args.json, args.path, torch.__version__, results, complete=done == len(jobs))
+                write_json(args.json, torch_version, results, complete=done == len(jobs))
     print(file=sys.stderr)
+    return results
+
+
+def print_outcomes(path: str, names: list[str], allocators: list[str], results: dict[str, dict[str, Any]]) -> None:
+    """The tests of `path` whose outcome differs between the allocators, then each allocator's counts."""
     differ = [n for n in names if len({results[n][a]["outcome"] for a in allocators}) > 1]
     width = max([len(n) for n in differ] + [4])
-    print(f"\n{len(differ)} tests whose outcome differs:")
+    print(f"\n{path}: {len(differ)} tests whose outcome differs:")
     print(f"{'test':<{width}}  " + "  ".join(f"{a:<16}" for a in allocators))
     for n in differ:
         print(f"{n:<{width}}  " + "  ".join(f"{results[n][a]['outcome']:<16}" for a in allocators))
@@ -208,15 +280,14 @@ def main() -> int:
         for n in names:
             counts[results[n][a]["outcome"]] = counts.get(results[n][a]["outcome"], 0) + 1
         print(f"{a}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
-    return 0
 
 
-def write_json(path: Path, test_file: str, torch_version: str, results: dict[str, dict[str, Any]],
+def write_json(path: Path, torch_version: str, results: dict[str, dict[str, dict[str, Any]]],
                complete: bool) -> None:
-    """Every outcome so far (a test whose runs are not all done has fewer allocators), written whole then renamed."""
+    """Every outcome so far, by test file (a test whose runs are not all done has fewer allocators), written
+    whole then renamed."""
     partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps({"file": test_file, "torch": torch_version, "complete": complete,
-                                   "results": results}, indent=1))
+    partial.write_text(json.dumps({"torch": torch_version, "complete": complete, "files": results}, indent=1))
     os.replace(partial, path)
 
 

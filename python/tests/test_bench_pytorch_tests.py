@@ -2,8 +2,11 @@
 process, and a pass, a failure, a skip, a crash, a hang and a hang at exit each reported as what it is."""
 from __future__ import annotations
 
+import argparse
 import importlib.util
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -81,3 +84,72 @@ def test_hangs_end_with_the_stacks(stand_in: Path, tmp_path: Path, test: str, ou
                        env(tmp_path, 15), 15)
     assert r["outcome"] == outcome, r
     assert "Timeout (" in r["detail"] and "File " in r["detail"], r["detail"]
+
+
+MULTIGPU_STAND_IN = '''
+import os, unittest
+class TestCudaMultiGPU(unittest.TestCase):
+    def test_copy_between_devices(self):  # no word of the test_cuda.py selection: runs all the same
+        self.assertEqual(os.environ["CUDA_VISIBLE_DEVICES"], "0,1")
+class TestCudaComm(unittest.TestCase):
+    def test_scatter_gpu(self):
+        self.assertEqual(os.environ["CUDA_VISIBLE_DEVICES"], "0,1")
+class TestOther(unittest.TestCase):
+    def test_memory_elsewhere(self):
+        pass
+'''
+
+
+def test_each_file_has_its_classes_selection_and_gpus() -> None:
+    multi = runner.defaults_for("/checkout/test/test_cuda_multigpu.py")
+    assert multi.classes == ("TestCudaMultiGPU", "TestCudaComm") and multi.gpus_per_test == 2
+    assert runner.selected(["TestCudaComm.test_gather", "TestCudaMultiGPU.test_streams", "TestCuda.test_gather"],
+                           multi.select, multi.classes) == ["TestCudaComm.test_gather", "TestCudaMultiGPU.test_streams"]
+    assert runner.defaults_for("test/test_cuda.py") == runner.defaults_for("my_copy.py") == \
+        runner.FileDefaults(runner.CLASSES, runner.SELECT, 1)
+
+
+@pytest.mark.parametrize("gpus,per_test,slots", [
+    (["0", "1"], 1, ["0", "1"]),
+    (["0", "1"], 2, ["0,1"]),
+    (["0", "1", "2", "3"], 2, ["0,1", "2,3"]),
+    (["0", "1", "2"], 2, ["0,1"]),  # the third GPU alone cannot run a two-GPU test
+    (None, 2, [None]),
+])
+def test_gpu_groups(gpus: list[str] | None, per_test: int, slots: list[str | None]) -> None:
+    assert runner.gpu_groups(gpus, per_test) == slots
+
+
+def test_too_few_gpus_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    path = tmp_path / "test_cuda_multigpu.py"
+    path.write_text(MULTIGPU_STAND_IN)
+    with pytest.raises(ValueError, match="a test given 2 GPUs needs that many in --gpus \\(0\\)"):
+        runner.gpu_groups(["0"], 2)
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "pytorch_tests.py"), str(path), "--gpus", "0"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "a test given 2 GPUs needs that many in --gpus (0)" in done.stderr
+
+
+def test_two_files_in_one_pool_each_test_on_its_gpus(tmp_path: Path, stand_in: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    multi = tmp_path / "test_cuda_multigpu.py"
+    multi.write_text(MULTIGPU_STAND_IN)
+    paths = [str(stand_in), str(multi)]
+    stubs = ["torchalloc_stand_in:missing_helper"]
+    chosen = {str(stand_in): ["TestCuda.test_memory_passes", "TestCuda.test_memory_uses_a_missing_name"],
+              str(multi): runner.selected(runner.list_tests(str(multi), [], env(tmp_path, 60), 60),
+                                          runner.defaults_for(str(multi)).select,
+                                          runner.defaults_for(str(multi)).classes)}
+    assert chosen[str(multi)] == ["TestCudaComm.test_scatter_gpu", "TestCudaMultiGPU.test_copy_between_devices"]
+    slots = {str(stand_in): runner.gpu_groups(["0", "1"], 1), str(multi): runner.gpu_groups(["0", "1"], 2)}
+    out = tmp_path / "out.json"
+    args = argparse.Namespace(jobs=3, timeout=120, lib=None, json=out)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    results = runner.run_all(paths, chosen, ["native"], slots, stubs, args, "2.11.0")
+    assert {n: r["native"]["outcome"] for n, r in results[str(multi)].items()} == {
+        "TestCudaComm.test_scatter_gpu": "passed", "TestCudaMultiGPU.test_copy_between_devices": "passed"}
+    assert {n: r["native"]["outcome"] for n, r in results[str(stand_in)].items()} == {
+        "TestCuda.test_memory_passes": "passed", "TestCuda.test_memory_uses_a_missing_name": "skipped"}
+    written = json.loads(out.read_text())
+    assert written["complete"] is True and set(written["files"]) == set(paths)
+    assert written["files"][str(multi)]["TestCudaComm.test_scatter_gpu"]["native"]["outcome"] == "passed"
