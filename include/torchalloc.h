@@ -488,6 +488,14 @@ TORCHALLOC_API const char *torchalloc_oom_report_path(int device);
  * backend is not sim.
  * ------------------------------------------------------------------------- */
 TORCHALLOC_API int torchalloc_sim_capture(int device, cudaStream_t stream, int capturing);
+/* `waiter` waits for the work queued on `waited` so far (an event recorded
+ * on `waited`, then cudaStreamWaitEvent on `waiter`). In a capture the sim
+ * models its topology: a kernel reported with torchalloc_sim_use on a
+ * capturing stream is a node after that stream's last ones, and a wait adds
+ * `waited`'s last nodes to `waiter`'s (a stream outside the capture joins
+ * it: a fork; a stream waiting for a forked one: a join). -1 when the
+ * backend is not sim. */
+TORCHALLOC_API int torchalloc_sim_stream_wait(int device, cudaStream_t waiter, cudaStream_t waited);
 /* Violations so far on `device` (and the last one's description in `buf`):
  * the capture ones, and those of the lag model below. */
 TORCHALLOC_API int64_t torchalloc_sim_capture_violations(int device, char *buf, size_t len);

@@ -386,7 +386,7 @@ TEST(config_keys_lists_every_key) {
  * ---------------------------------------------------------------------- */
 
 typedef struct help_row {
-  char key[32], values[160], default_value[32], help[200];
+  char key[48], values[160], default_value[32], help[200];
 } help_row;
 
 /* `src` into `dst` (`n` bytes); -1 when it does not fit (memcpy: the
@@ -457,8 +457,8 @@ TEST(config_help_values_are_what_a_bad_value_is_told) {
   REQUIRE(n > 0);
   for (int i = 0; i < n; i++) {
     char conf[128], needle[256];
-    snprintf(conf, sizeof conf, "backend:sim,%.31s:", rows[i].key); /* the fields' sizes bound them */
-    snprintf(needle, sizeof needle, "'%.31s' (expected %.159s)", rows[i].key, rows[i].values);
+    snprintf(conf, sizeof conf, "backend:sim,%.47s:", rows[i].key); /* the fields' sizes bound them */
+    snprintf(needle, sizeof needle, "'%.47s' (expected %.159s)", rows[i].key, rows[i].values);
     check_refused(conf, needle);
   }
 }
@@ -474,11 +474,11 @@ TEST(config_help_defaults_are_accepted_and_in_force) {
   for (int i = 0; i < n; i++) {
     if (strcmp(rows[i].default_value, "none") == 0) continue; /* log: no value means no log */
     char conf[160];
-    snprintf(conf, sizeof conf, "%.31s:%.31s,backend:sim,warn:0,oom_report:off", rows[i].key,
+    snprintf(conf, sizeof conf, "%.47s:%.31s,backend:sim,warn:0,oom_report:off", rows[i].key,
              rows[i].default_value);
     torchalloc_teardown();
     check_accepted(conf);
-    used += (size_t)snprintf(all + used, sizeof all - used, "%.31s:%.31s,", rows[i].key, rows[i].default_value);
+    used += (size_t)snprintf(all + used, sizeof all - used, "%.47s:%.31s,", rows[i].key, rows[i].default_value);
   }
   REQUIRE(used < sizeof all);
   snprintf(all + used, sizeof all - used, "backend:sim,warn:0,oom_report:off");

@@ -31,19 +31,21 @@ TORCHALLOC_API int torchalloc_set_policy(const char *name) {
 }
 
 /* PyTorch's settings string, as PyTorch itself accepted it: the options
- * torchalloc honours (roundup_power2_divisions) take effect on every device
+ * torchalloc honours (roundup_power2_divisions, graph_capture_record_stream_reuse) take effect on every device
  * and on heaps made later; the rest configure PyTorch's own allocator. */
 TORCHALLOC_API int torchalloc_set_allocator_settings(const char *settings) {
   if (!ta_runtime_ready()) return -1;
   char err[256];
   pthread_mutex_lock(&ta_rt.lock);
   ta_roundup r;
-  int rc = ta_roundup_from_pytorch_settings(settings, &r, err, sizeof err);
+  int reuse = ta_rt.conf.capture_reuse;
+  int rc = ta_roundup_from_pytorch_settings(settings, &r, &reuse, err, sizeof err);
   if (rc == 0) {
-    ta_rt.conf.roundup = r; /* heaps made later start with it */
+    ta_rt.conf.roundup = r; /* heaps made later start with them */
+    ta_rt.conf.capture_reuse = reuse;
     for (int d = 0; d < ta_rt.ndevices; d++) {
       ta_heap *h = ta_runtime_heap_if_any(d);
-      if (h) ta_heap_set_roundup(h, &r);
+      if (h) ta_heap_set_pytorch_settings(h, &r, reuse);
     }
   }
   pthread_mutex_unlock(&ta_rt.lock);

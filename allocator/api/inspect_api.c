@@ -145,11 +145,25 @@ TORCHALLOC_API int torchalloc_oom_advice(const torchalloc_oom_facts *facts, cons
 
 TORCHALLOC_API int torchalloc_sim_capture(int device, cudaStream_t stream, int capturing) {
   if (!ta_runtime_ready()) return -1;
-  if (ta_backend_sim_capture(ta_rt.backend, device, stream, capturing)) {
+  ta_heap *h = device >= 0 && device < ta_rt.ndevices ? ta_runtime_heap(device) : NULL;
+  if (h) ta_lock_acquire(&h->lock); /* the capture's topology is read under it (heap_streams.c) */
+  int rc = ta_backend_sim_capture(ta_rt.backend, device, stream, capturing);
+  if (h) ta_lock_release(&h->lock);
+  if (rc) {
     ta_set_error("torchalloc_sim_capture: needs backend:sim, a device in range, and a capture to end");
     return -1;
   }
   return 0;
+}
+
+TORCHALLOC_API int torchalloc_sim_stream_wait(int device, cudaStream_t waiter, cudaStream_t waited) {
+  ta_heap *h = ta_runtime_heap_for_control(device);
+  if (!h) return -1;
+  ta_lock_acquire(&h->lock);
+  int rc = ta_backend_sim_stream_wait(ta_rt.backend, device, waiter, waited);
+  ta_lock_release(&h->lock);
+  if (rc) ta_set_error("torchalloc_sim_stream_wait: needs backend:sim");
+  return rc;
 }
 
 TORCHALLOC_API int64_t torchalloc_sim_capture_violations(int device, char *buf, size_t len) {

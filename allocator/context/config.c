@@ -128,6 +128,11 @@ static const conf_key keys[] = {
      .expected = "a power of 2, or a list such as [256:1,512:2,>:8] (MiB:divisions), as PyTorch takes it",
      .help = "round each request up to the next of N equal steps between two powers of 2, as PyTorch's option "
              "of that name does"},
+    /* PyTorch's option; `graph_capture_record_stream_reuse:True` in PyTorch's settings sets it too. */
+    {.name = "graph_capture_record_stream_reuse", .kind = CONF_INT, FIELD(capture_reuse), .lo = 0, .hi = 1,
+     .default_value = "0",
+     .help = "during a CUDA graph capture, reuse a block freed after record_stream once the captured work of "
+             "every stream that used it precedes the allocating stream's, as PyTorch's option of that name does"},
     {.name = "sim_vmm", .kind = CONF_INT, FIELD(sim_vmm), .lo = 0, .hi = 1, .default_value = "1",
      .help = "the simulated device has virtual memory (0: model one without, for tests)"},
     {.name = "sim_lag", .kind = CONF_INT, FIELD(sim_lag), .lo = 0, .hi = 1000000000, .default_value = "0",

@@ -1,5 +1,6 @@
 /* roundup_power2_divisions (roundup.h): its syntax, the sizes it gives, and
- * reading it out of a PyTorch settings string. The sizes and the syntax are
+ * reading it (and graph_capture_record_stream_reuse) out of a PyTorch
+ * settings string. The sizes and the syntax are
  * PyTorch's (c10/core/AllocatorConfig.cpp and round_size in
  * c10/cuda/CUDACachingAllocator.cpp, torch 2.11): a program that sets the
  * option gets the same block sizes, so memory_allocated() moves by the same
@@ -167,10 +168,12 @@ static int skip_value(const tokens *t, int i) {
   return i;
 }
 
-int ta_roundup_from_pytorch_settings(const char *text, ta_roundup *r, char *err, size_t errlen) {
+int ta_roundup_from_pytorch_settings(const char *text, ta_roundup *r, int *record_stream_reuse, char *err,
+                                     size_t errlen) {
   tokens t;
   if (tokenize(text ? text : "", &t, err, errlen)) return -1;
   ta_roundup next = {{0}, 0}; /* PyTorch resets the option on each settings string */
+  int reuse = *record_stream_reuse;
   for (int i = 0; i < t.count; i++) {
     if (!token_is(&t, i + 1, ":") || i + 2 >= t.count) {
       snprintf(err, errlen, "allocator settings: '%s' is not key:value", t.text[i]);
@@ -180,6 +183,12 @@ int ta_roundup_from_pytorch_settings(const char *text, ta_roundup *r, char *err,
     i += 2;
     if (!strcmp(key, "roundup_power2_divisions")) {
       if (parse_value(&t, &i, &next, err, errlen)) return -1;
+    } else if (!strcmp(key, "graph_capture_record_stream_reuse")) {
+      if (strcmp(t.text[i], "True") && strcmp(t.text[i], "False")) {
+        snprintf(err, errlen, "graph_capture_record_stream_reuse: '%s' is not True or False", t.text[i]);
+        return -1;
+      }
+      reuse = !strcmp(t.text[i], "True");
     } else {
       i = skip_value(&t, i);
       if (i >= t.count) {
@@ -193,5 +202,6 @@ int ta_roundup_from_pytorch_settings(const char *text, ta_roundup *r, char *err,
     }
   }
   *r = next;
+  *record_stream_reuse = reuse;
   return 0;
 }

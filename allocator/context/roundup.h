@@ -29,12 +29,15 @@ ta_internal int ta_roundup_parse(const char *text, ta_roundup *out, char *err, s
 ta_internal size_t ta_roundup_size(const ta_roundup *r, size_t size);
 
 /* Apply a PyTorch allocator settings string ("key:value,...", the syntax
- * of PYTORCH_CUDA_ALLOC_CONF and torch.cuda.memory._set_allocator_settings)
- * to `r`: roundup_power2_divisions is set from it, and reset to none when
- * the string does not name it, as PyTorch resets it on each settings
- * string. The other keys configure PyTorch's own allocator (PyTorch checks
- * them before torchalloc is told): their values are skipped. 0, or -1 with
- * a message (`r` unchanged). */
-ta_internal int ta_roundup_from_pytorch_settings(const char *text, ta_roundup *r, char *err, size_t errlen);
+ * of PYTORCH_CUDA_ALLOC_CONF and torch.cuda.memory._set_allocator_settings):
+ * roundup_power2_divisions into `r`, reset to none when the string does not
+ * name it, as PyTorch resets it on each settings string; and
+ * graph_capture_record_stream_reuse (True or False) into
+ * *record_stream_reuse, left as it was when the string does not name it, as
+ * PyTorch leaves it. The other keys configure PyTorch's own allocator
+ * (PyTorch checks them before torchalloc is told): their values are
+ * skipped. 0, or -1 with a message (nothing changed). */
+ta_internal int ta_roundup_from_pytorch_settings(const char *text, ta_roundup *r, int *record_stream_reuse,
+                                                  char *err, size_t errlen);
 
 #endif

@@ -90,6 +90,16 @@ typedef struct ta_backend_ops {
    * TA_EDEVICE when the driver refuses. */
   int (*peer_capable)(ta_backend *, int device, int peer);
   int (*grant)(ta_backend *, int device, uintptr_t addr, size_t size, uint64_t peers);
+  /* A CUDA graph capture's topology, for graph_capture_record_stream_reuse
+   * (heap_streams.c), which may ask it while a capture is underway (it
+   * neither records nor queries anything). capture_frontier: 1 while
+   * `stream` captures, with the capture's nodes its next work will depend
+   * on (cudaStreamGetCaptureInfo's dependencies), *n of them, written up to
+   * `cap`; 0 when it does not capture. node_dependencies: the nodes `node`
+   * depends on, likewise. -1 on error. NULL when the backend cannot tell
+   * (such blocks wait for the capture's end). */
+  int (*capture_frontier)(ta_backend *, int device, cudaStream_t stream, uint64_t *nodes, size_t cap, size_t *n);
+  int (*node_dependencies)(ta_backend *, int device, uint64_t node, uint64_t *deps, size_t cap, size_t *n);
 
   /* CUDA IPC: memory of this process opened in another (segments_ipc.c).
    * Mapped memory travels as its physical handles: ipc_export gives a
@@ -139,6 +149,11 @@ ta_internal int ta_backend_sim_address_exhausted(ta_backend *sim, int device);
  * sim backend or the device is out of range. */
 ta_internal int ta_backend_sim_capture(ta_backend *b, int device, cudaStream_t stream, int capturing);
 ta_internal int64_t ta_backend_sim_violations(ta_backend *b, int device, char *buf, size_t len);
+/* `waiter` waits for the work queued on `waited` so far (an event recorded
+ * there, then cudaStreamWaitEvent): in a capture, waiter's next work
+ * depends on waited's captured work, and a waiter that did not capture
+ * joins the capture (a fork). -1 when `b` is not sim. */
+ta_internal int ta_backend_sim_stream_wait(ta_backend *b, int device, cudaStream_t waiter, cudaStream_t waited);
 /* The program's kernel on `stream` touches [addr, addr + size) now: one
  * tick of the sim's clock, checked against the work still queued (see
  * backend_sim.c). -1 when `b` is not a sim backend or the device is bad. */

@@ -103,6 +103,41 @@ static int cuda_stream_capturing(ta_backend *b, int device, cudaStream_t stream)
   return status != 0; /* active, or invalidated: either way a capture */
 }
 
+/* The capture's topology for graph_capture_record_stream_reuse
+ * (heap_streams.c). Both calls only read the capture: legal while it runs. */
+static const cugraph_fns *graph_fns(cuda_backend *c) {
+  return c->graph.StreamGetCaptureInfo && c->graph.GraphNodeGetDependencies ? &c->graph : NULL;
+}
+
+_Static_assert(sizeof(void *) == sizeof(uint64_t), "graph nodes travel as 64-bit numbers");
+
+static int cuda_capture_frontier(ta_backend *b, int device, cudaStream_t stream, uint64_t *nodes, size_t cap,
+                                 size_t *n) {
+  (void)device;
+  const cugraph_fns *g = graph_fns((cuda_backend *)b);
+  int status = 0; /* CU_STREAM_CAPTURE_STATUS_NONE; 1 active, 2 invalidated */
+  void *const *deps = NULL;
+  size_t count = 0;
+  if (!g || g->StreamGetCaptureInfo(stream, &status, NULL, NULL, &deps, &count) != CUDA_SUCCESS || status == 2)
+    return -1;
+  if (status == 0) return 0;
+  for (size_t i = 0; i < count && i < cap; i++) nodes[i] = (uint64_t)(uintptr_t)deps[i];
+  *n = count;
+  return 1;
+}
+
+static int cuda_node_dependencies(ta_backend *b, int device, uint64_t node, uint64_t *deps, size_t cap,
+                                  size_t *n) {
+  (void)device;
+  const cugraph_fns *g = graph_fns((cuda_backend *)b);
+  size_t count = 0;
+  if (!g || g->GraphNodeGetDependencies((void *)(uintptr_t)node, NULL, &count) != CUDA_SUCCESS) return -1;
+  if (count && count <= cap && g->GraphNodeGetDependencies((void *)(uintptr_t)node, (void **)deps, &count))
+    return -1;
+  *n = count;
+  return 0;
+}
+
 /* ------------------------------------------------------------------------
  * Virtual memory (expandable segments)
  * ---------------------------------------------------------------------- */
@@ -388,6 +423,8 @@ static const ta_backend_ops cuda_ops = {
     .ipc_base_handle = ta_cuda_ipc_base_handle,
     .ipc_open_base = ta_cuda_ipc_open_base,
     .ipc_close_base = ta_cuda_ipc_close_base,
+    .capture_frontier = cuda_capture_frontier,
+    .node_dependencies = cuda_node_dependencies,
 };
 
 static void *open_cudart(void) {
@@ -448,6 +485,8 @@ ta_backend *ta_backend_cuda_create(char *err, size_t errlen) {
   *(void **)(&c->fn.IpcCloseMemHandle) = dlsym(c->lib, "cudaIpcCloseMemHandle");
   *(void **)(&c->fn.GetDriverEntryPointByVersion) = dlsym(c->lib, "cudaGetDriverEntryPointByVersion");
   *(void **)(&c->fn.GetDriverEntryPoint) = dlsym(c->lib, "cudaGetDriverEntryPoint");
+  *(void **)&c->graph.StreamGetCaptureInfo = driver_entry(c, "cuStreamGetCaptureInfo");
+  *(void **)&c->graph.GraphNodeGetDependencies = driver_entry(c, "cuGraphNodeGetDependencies");
   cudaError_t e = c->fn.GetDeviceCount(&c->devices);
   if (e != CUDA_SUCCESS || c->devices < 1) {
     /* On a machine without an NVIDIA driver (no GPU) cudart says "CUDA driver version is insufficient for CUDA

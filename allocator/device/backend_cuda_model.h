@@ -91,10 +91,21 @@ typedef struct exported_fd {
   int fd;
 } exported_fd;
 
+/* A capture's topology (graph_capture_record_stream_reuse), through the
+ * driver at the ABI of CUDA 12.0 (cuStreamGetCaptureInfo_v2 and the first
+ * cuGraphNodeGetDependencies), which the CUDA 13 driver keeps: streams,
+ * graphs and nodes are pointers. Found when cudart is loaded; NULL when absent. */
+typedef struct cugraph_fns {
+  CUresult (*StreamGetCaptureInfo)(void *stream, int *status, unsigned long long *id, void **graph,
+                                   void *const **dependencies, size_t *count);
+  CUresult (*GraphNodeGetDependencies)(void *node, void **dependencies, size_t *count);
+} cugraph_fns;
+
 typedef struct cuda_backend {
   ta_backend base;
   void *lib;
   cudart_fns fn;
+  cugraph_fns graph;
   int devices;
   int vmm_loaded; /* 1: vmm has every function */
   cuvmm_fns vmm;

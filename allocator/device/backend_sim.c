@@ -30,7 +30,9 @@
  * of the device captures, each call that would invalidate a real capture
  * under cudaStreamCaptureModeGlobal (synchronize, event record or query,
  * cudaFree) is a counted violation. Allocations are allowed: the CUDA
- * backend makes them in relaxed capture mode, as PyTorch does. */
+ * backend makes them in relaxed capture mode, as PyTorch does. The
+ * capture's topology (which captured kernels come after which: forks and
+ * joins of streams) is modelled in backend_sim_graph.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,6 +133,7 @@ static void sim_destroy(ta_backend *b) {
     for (size_t h = 0; h < d->nhandles; h++) free(d->handles[h].uses);
     free(d->handles);
     free(d->free_tokens);
+    ta_sim_graph_end(d);
   }
   free(b);
 }
@@ -163,6 +166,8 @@ static const ta_backend_ops sim_ops = {
     .ipc_base_handle = ta_sim_ipc_base_handle,
     .ipc_open_base = ta_sim_ipc_open_base,
     .ipc_close_base = ta_sim_ipc_close_base,
+    .capture_frontier = ta_sim_capture_frontier,
+    .node_dependencies = ta_sim_node_dependencies,
 };
 
 static int is_sim(ta_backend *b, int device) {
@@ -170,11 +175,18 @@ static int is_sim(ta_backend *b, int device) {
 }
 
 int ta_backend_sim_capture(ta_backend *b, int device, cudaStream_t stream, int capturing) {
-  (void)stream; /* any capture forbids the calls above (global mode) */
-  if (!is_sim(b, device)) return -1;
+  if (!is_sim(b, device)) return -1; /* any capture forbids the calls above (global mode) */
   sim_device *d = &((sim_backend *)b)->dev[device];
   if (!capturing && d->capturing == 0) return -1;
   d->capturing += capturing ? 1 : -1;
+  if (capturing) ta_sim_graph_begin(d, stream); /* without host memory the topology is unknown: asking fails */
+  else if (d->capturing == 0) ta_sim_graph_end(d);
+  return 0;
+}
+
+int ta_backend_sim_stream_wait(ta_backend *b, int device, cudaStream_t waiter, cudaStream_t waited) {
+  if (!is_sim(b, device)) return -1;
+  ta_sim_graph_wait(&((sim_backend *)b)->dev[device], waiter, waited);
   return 0;
 }
 
@@ -190,6 +202,7 @@ int ta_backend_sim_use(ta_backend *b, int device, cudaStream_t stream, uintptr_t
   sim_backend *s = (sim_backend *)b;
   sim_device *d = &s->dev[device];
   d->clock++;
+  if (d->graph) ta_sim_graph_launch(d, stream); /* a captured kernel: a node of the graph */
   const sim_reservation *r = ta_sim_reservation_of(d, addr);
   if (!r) return 0; /* an ordinary allocation: its addresses are never mapped again, nothing can race on them */
   uintptr_t end = addr + (size ? size : 1);

@@ -75,6 +75,7 @@ typedef struct sim_device {
   uintptr_t end_addr;
   int address_exhausted;
   int capturing;                 /* streams of this device capturing now */
+  struct sim_graph *graph;       /* the capture's nodes while one is underway (backend_sim_graph.c) */
   sim_reservation *reservations; /* sorted by base: found by binary search */
   size_t nreservations, cap_reservations;
   sim_range *released;           /* ranges of released reservations */
@@ -166,6 +167,18 @@ ta_internal int ta_sim_copy(ta_backend *b, int device, uintptr_t dst, uintptr_t 
 ta_internal int ta_sim_peer_capable(ta_backend *b, int device, int peer);
 ta_internal int ta_sim_grant(ta_backend *b, int device, uintptr_t addr, size_t size, uint64_t peers);
 /* 1 (and a violation) when a copy or kernel of `peer` may not touch [addr, addr + size) of device `device`. */
+/* The capture graph (backend_sim_graph.c): begun on `stream`, ended (every
+ * node dropped), a kernel of `stream` captured (a node after its frontier),
+ * `waiter` waiting for `waited`; the two backend ops. 0, or -1 without host
+ * memory (the model then forgets the capture: the frontier calls fail). */
+ta_internal int ta_sim_graph_begin(sim_device *d, cudaStream_t stream);
+ta_internal void ta_sim_graph_end(sim_device *d);
+ta_internal int ta_sim_graph_launch(sim_device *d, cudaStream_t stream);
+ta_internal int ta_sim_graph_wait(sim_device *d, cudaStream_t waiter, cudaStream_t waited);
+ta_internal int ta_sim_capture_frontier(ta_backend *b, int device, cudaStream_t stream, uint64_t *nodes, size_t cap,
+                                        size_t *n);
+ta_internal int ta_sim_node_dependencies(ta_backend *b, int device, uint64_t node, uint64_t *deps, size_t cap,
+                                         size_t *n);
 ta_internal int ta_sim_peer_touch(sim_device *d, int device, int peer, uintptr_t addr, size_t size);
 ta_internal int ta_sim_ipc_export(ta_backend *b, int device, uint64_t handle, int *fd, char *why, size_t whylen);
 ta_internal int ta_sim_ipc_import(ta_backend *b, int device, int pid, const int *fds, size_t n, size_t handle,

@@ -47,6 +47,7 @@ ta_heap *ta_heap_create(ta_backend *backend, int device, const ta_config *conf, 
   h->device = device;
   h->conf = conf;
   h->roundup = conf->roundup;
+  h->capture_reuse = conf->capture_reuse;
   h->stats.version = TORCHALLOC_STATS_VERSION;
   ta_segments_init(&h->seg, backend, device, &h->stats, conf->large_handle, conf->large_handle_set);
   ta_segments_moves_init(&h->seg, (unsigned)conf->move_time);
@@ -183,7 +184,10 @@ void *ta_heap_malloc(ta_heap *h, size_t size, cudaStream_t stream) {
 static inline ta_block *malloc_locked(ta_heap *h, ta_policy *policy, size_t size, cudaStream_t stream, int phase,
                                       uint32_t epoch) {
   h->seg.phase = phase;
-  if (ta_unlikely(h->npending != 0) && !h->routing) ta_heap_process_pending(h);
+  if (ta_unlikely(h->npending != 0)) {
+    if (!h->routing) ta_heap_process_pending(h);
+    else if (h->capture_reuse) ta_heap_reuse_in_capture(h, stream);
+  }
   /* Rounded here, not in each policy: every policy, private pools and replay get PyTorch's sizes. */
   size_t ask = ta_unlikely(h->roundup.any) ? ta_roundup_size(&h->roundup, size) : size;
   ta_block *b = policy->ops->malloc(policy, ask, stream, phase);
@@ -430,9 +434,10 @@ int ta_heap_set_policy(ta_heap *h, const char *name) {
   return p ? 0 : -1;
 }
 
-void ta_heap_set_roundup(ta_heap *h, const ta_roundup *r) {
+void ta_heap_set_pytorch_settings(ta_heap *h, const ta_roundup *r, int capture_reuse) {
   ta_lock_acquire(&h->lock);
   h->roundup = *r;
+  h->capture_reuse = capture_reuse;
   ta_lock_release(&h->lock);
 }
 

@@ -77,8 +77,8 @@ ta_internal void ta_heap_report_bad_size(ta_heap *h, size_t size);
 /* Count and report a free of an address that is not a live block. */
 ta_internal void ta_heap_report_bad_free(ta_heap *h, uintptr_t addr);
 ta_internal int ta_heap_set_policy(ta_heap *h, const char *name);
-/* roundup_power2_divisions for the requests from now on. */
-ta_internal void ta_heap_set_roundup(ta_heap *h, const ta_roundup *r);
+/* roundup_power2_divisions and graph_capture_record_stream_reuse from now on. */
+ta_internal void ta_heap_set_pytorch_settings(ta_heap *h, const ta_roundup *r, int capture_reuse);
 /* The memory fraction: `limit` bytes of reserve at most (0: none). */
 ta_internal void ta_heap_set_limit(ta_heap *h, size_t limit, double fraction);
 /* The fraction last set, or -1 when none was. */

@@ -22,6 +22,12 @@ typedef struct ta_pending_free {
   ta_block *block;
   int nevents;
   void **events;
+  /* graph_capture_record_stream_reuse: the capture's nodes that were the
+   * last work of the block's streams when it was freed (NULL: it waits for
+   * the capture's end); reused in the capture once all of them precede the
+   * allocating stream's work (heap_streams.c). */
+  uint64_t *markers;
+  size_t nmarkers;
 } ta_pending_free;
 
 /* A private pool (heap_pools.c): the memory of a CUDA graph, or of a
@@ -92,6 +98,7 @@ typedef struct ta_heap {
   /* roundup_power2_divisions in force (from the configuration, then from
    * PyTorch's settings: ta_heap_set_roundup); read under the lock. */
   ta_roundup roundup;
+  int capture_reuse; /* graph_capture_record_stream_reuse, likewise (heap_streams.c) */
   ta_oom_info oom;
   char *oom_report;   /* the full text of the last failure's report (heap_oom.c) */
   double fraction; /* the memory fraction last set (0 allows nothing), when fraction_set */

@@ -17,6 +17,10 @@ ta_internal void ta_heap_defer_free(ta_heap *h, ta_block *b);
 /* Hand back every pending block whose events have all completed. Not while
  * routing: querying events during a capture would invalidate it. */
 ta_internal void ta_heap_process_pending(ta_heap *h);
+/* graph_capture_record_stream_reuse, routing: before a request on
+ * `stream`, hand back every pending block of `stream` whose uses the
+ * capture's graph orders before that stream's next work (heap_streams.c). */
+ta_internal void ta_heap_reuse_in_capture(ta_heap *h, cudaStream_t stream);
 /* Routing ended: record the events of the frees that had to wait for it. */
 ta_internal void ta_heap_record_deferred_events(ta_heap *h);
 
