@@ -143,6 +143,7 @@ static int append_frontier(ta_heap *h, cudaStream_t stream, uint64_t **nodes, si
     *nodes = grown;
     *cap = want;
   }
+  if (count == 0) return 1; /* a capture with nothing in it yet */
   if (count <= FRONTIER_GUESS) memcpy(*nodes + *n, guess, count * sizeof *guess);
   else if (backend->ops->capture_frontier(backend, h->device, stream, *nodes + *n, count, &count) != 1) return -1;
   *n += count;
@@ -224,6 +225,7 @@ static int preceding_nodes(ta_heap *h, cudaStream_t stream, node_set *seen) {
       if (grown) todo = grown, cap = want;
       else rc = -1;
     }
+    if (rc == 0 && count == 0) continue; /* the capture's first node */
     if (rc == 0 && count <= FRONTIER_GUESS) memcpy(todo + n, deps, count * sizeof *deps);
     else if (rc == 0 && backend->ops->node_dependencies(backend, h->device, node, todo + n, count, &count)) rc = -1;
     if (rc == 0) n += count;
