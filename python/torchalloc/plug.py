@@ -313,7 +313,10 @@ def _follow_pytorch_settings(torch: Any, conf: str) -> None:
     if f"{ROUNDUP_KEY}:" not in conf.replace(" ", ""):
         for name in PYTORCH_SETTINGS_ENV:
             if os.environ.get(name) is not None:
-                _lib.set_allocator_settings(os.environ[name])
+                try:  # PyTorch reads it at CUDA's start and says what it refuses; install() must not fail first
+                    _lib.set_allocator_settings(os.environ[name])
+                except ValueError as e:
+                    print(f"torchalloc: warning: ${name} not followed: {e}", file=sys.stderr)
                 break
     memory = getattr(getattr(torch, "cuda", None), "memory", None)
     original = getattr(memory, "_set_allocator_settings", None)
