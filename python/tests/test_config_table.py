@@ -98,7 +98,7 @@ def test_info_keys_prints_the_library_description(library_keys: dict[str, dict[s
     assert status == 0, err
     words = " ".join(out.split())  # lines wrapped to $COLUMNS (test_output_width.py checks that)
     for key, row in library_keys.items():
-        assert f"  {key}: {row['values']} (default: {row['default']})\n      " in out
+        assert f"\n  {key}: " in out  # each key opens its own line (a long description wraps after it)
         assert " ".join(f"{key}: {row['values']} (default: {row['default']}) {row['help']}".split()) in words
     status, out, err = cli("info", "--keys", "--json")
     assert status == 0, err
