@@ -175,6 +175,7 @@ struct torchalloc_replay_run {
   char error[256];
   uint32_t epoch[TA_MAX_PHASES];
   ta_free_census *census; /* kept by every arena of the heap; NULL: host memory ran out */
+  ta_config conf;         /* the heap's configuration: it keeps a pointer to it for its whole life */
   int64_t walked;         /* blocks walked for the figures at new peaks */
 };
 typedef struct torchalloc_replay_run replay_state;
@@ -353,7 +354,8 @@ torchalloc_replay_run *ta_replay_begin(const char *policy, uint64_t capacity, si
   char err[256];
   st->census = ta_census_create(); /* NULL: new peaks walk instead */
   ta_arena_census_arm(st->census);
-  st->h = ta_heap_create(st->backend, 0, &conf, 0, err, sizeof err);
+  st->conf = conf;
+  st->h = ta_heap_create(st->backend, 0, &st->conf, 0, err, sizeof err);
   ta_arena_census_arm(NULL);
   if (!st->h) {
     ta_set_error("%s%s", err,
