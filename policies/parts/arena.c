@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 
+#include "arena_streams.h"
 #include "segments/services.h"
 #include "size_classes.h"
 
@@ -31,112 +32,6 @@ void ta_arena_join(ta_arena *a, ta_arena **family) {
 /* The arenas reclaim works across: `a`'s family, or `a` alone. */
 #define FOR_FAMILY(f, a) for (ta_arena *f = (a)->family ? *(a)->family : (a); f; f = (a)->family ? f->family_next : NULL)
 
-/* ------------------------------------------------------------------------
- * Streams: one entry each, found through a hash index (a trace may name
- * tens of thousands), dropped once the stream has no segment here.
- * ---------------------------------------------------------------------- */
-
-static inline size_t stream_home(const ta_arena *a, cudaStream_t stream) {
-  return (size_t)(((uint64_t)(uintptr_t)stream * UINT64_C(0x9E3779B97F4A7C15)) >> 32) & a->index_mask;
-}
-
-/* The index slot of `stream`'s entry, or the empty slot where it would go. */
-static uint32_t *index_slot(const ta_arena *a, cudaStream_t stream) {
-  size_t i = stream_home(a, stream);
-  while (a->index[i] && a->streams[a->index[i] - 1].stream != stream) i = (i + 1) & a->index_mask;
-  return &a->index[i];
-}
-
-/* Backward-shift deletion (no tombstones: entries come and go all the time). */
-static void index_erase(ta_arena *a, uint32_t *slot) {
-  size_t i = (size_t)(slot - a->index);
-  for (size_t j = (i + 1) & a->index_mask; a->index[j]; j = (j + 1) & a->index_mask) {
-    size_t home = stream_home(a, a->streams[a->index[j] - 1].stream);
-    if (((j - home) & a->index_mask) >= ((j - i) & a->index_mask)) { /* j may move to i */
-      a->index[i] = a->index[j];
-      i = j;
-    }
-  }
-  a->index[i] = 0;
-}
-
-/* Room for `cap` entries (> nstreams), the index rebuilt at twice that.
- * -1 without host memory (nothing changed). */
-static int resize_streams(ta_arena *a, size_t cap) {
-  uint32_t *index = calloc(2 * cap, sizeof *index);
-  if (!index) return -1;
-  ta_stream_bins *s = realloc(a->streams, cap * sizeof *s);
-  if (!s) {
-    free(index);
-    return -1;
-  }
-  a->streams = s;
-  a->cap_streams = cap;
-  free(a->index);
-  a->index = index;
-  a->index_mask = 2 * cap - 1;
-  for (size_t i = 0; i < a->nstreams; i++) *index_slot(a, a->streams[i].stream) = (uint32_t)i + 1;
-  return 0;
-}
-
-static ta_noinline ta_stream_bins *add_stream(ta_arena *a, cudaStream_t stream) {
-  if (a->nstreams == a->cap_streams && resize_streams(a, a->cap_streams ? a->cap_streams * 2 : 4)) return NULL;
-  ta_stream_bins *s = &a->streams[a->nstreams];
-  *s = (ta_stream_bins){.stream = stream}; /* bins made on a pool's first use */
-  *index_slot(a, stream) = (uint32_t)a->nstreams + 1;
-  a->last = a->nstreams++;
-  return s;
-}
-
-/* The index of `stream`'s entry; nstreams when it has none. */
-static size_t find_stream(const ta_arena *a, cudaStream_t stream) {
-  if (a->nstreams && a->streams[a->last].stream == stream) return a->last;
-  uint32_t slot = a->nstreams ? *index_slot(a, stream) : 0;
-  return slot ? slot - 1 : a->nstreams;
-}
-
-/* Entry `i`'s stream has no segment here, so no block: its (empty) bins go
- * and the last entry takes its place; a burst of streams gone, the arrays
- * shrink. */
-static void drop_stream(ta_arena *a, size_t i) {
-  ta_stream_bins *s = &a->streams[i];
-  ta_bins_destroy(s->pool[TA_POOL_SMALL]);
-  ta_bins_destroy(s->pool[TA_POOL_LARGE]);
-  index_erase(a, index_slot(a, s->stream));
-  size_t moved = --a->nstreams;
-  if (i != moved) {
-    *s = a->streams[moved];
-    *index_slot(a, s->stream) = (uint32_t)i + 1; /* found by its stream, at its old place */
-  }
-  if (a->last == i) a->last = 0;
-  else if (a->last == moved) a->last = i;
-  if (a->cap_streams > 64 && a->nstreams * 8 <= a->cap_streams) resize_streams(a, a->cap_streams / 2);
-}
-
-/* A stream that got bins but no segment (the device said no) leaves none behind. */
-static void drop_if_unused(ta_arena *a, cudaStream_t stream) {
-  size_t i = find_stream(a, stream);
-  if (i < a->nstreams && a->streams[i].segments == 0) drop_stream(a, i);
-}
-
-static void own(ta_arena *a, ta_segment *s) {
-  s->owner_prev = NULL;
-  s->owner_next = a->owned;
-  if (a->owned) a->owned->owner_prev = s;
-  a->owned = s;
-  size_t i = find_stream(a, s->stream); /* there: its request made it */
-  if (i < a->nstreams) a->streams[i].segments++;
-}
-
-/* The caller is done with the segment's stream entry: it may go. */
-static void disown(ta_arena *a, ta_segment *s) {
-  if (s->owner_prev) s->owner_prev->owner_next = s->owner_next;
-  else a->owned = s->owner_next;
-  if (s->owner_next) s->owner_next->owner_prev = s->owner_prev;
-  size_t i = find_stream(a, s->stream);
-  if (i < a->nstreams && --a->streams[i].segments == 0) drop_stream(a, i);
-}
-
 size_t ta_arena_reserved(const ta_arena *a) {
   size_t total = 0;
   for (const ta_segment *s = a->owned; s; s = s->owner_next) total += s->size - s->unmapped;
@@ -145,8 +40,8 @@ size_t ta_arena_reserved(const ta_arena *a) {
 
 /* bins_for's slow path: another stream, or a pool of the stream not used yet. */
 static ta_noinline ta_bins *bins_slow(ta_arena *a, cudaStream_t stream, int pool) {
-  size_t i = find_stream(a, stream);
-  ta_stream_bins *s = i < a->nstreams ? &a->streams[i] : add_stream(a, stream);
+  size_t i = ta_arena_find_stream(a, stream);
+  ta_stream_bins *s = i < a->nstreams ? &a->streams[i] : ta_arena_add_stream(a, stream);
   if (!s) return NULL;
   a->last = (size_t)(s - a->streams);
   if (!s->pool[pool]) s->pool[pool] = ta_bins_create();
@@ -228,7 +123,7 @@ static void retire(ta_arena *a, int all, const ta_block *keep) {
  * donors. Safe without waiting: the donors serve a request of the same
  * stream, whose work runs after what is queued there. Returns the bytes. */
 static size_t lend_from(ta_arena *a, cudaStream_t stream, size_t granule, size_t want, const ta_block *keep) {
-  size_t got = 0, i = find_stream(a, stream);
+  size_t got = 0, i = ta_arena_find_stream(a, stream);
   if (i == a->nstreams) return 0;
   /* The stream's expandable segments (its others are ordinary: nothing to
    * lend), the newest first, as they are in the arena's list. */
@@ -326,7 +221,7 @@ static ta_block *expand(ta_arena *a, ta_stream_bins *sb, int pool, ta_bins *bins
     }
     moves_end(a, moved, since);
     if (!seg) return NULL;
-    own(a, seg);
+    ta_arena_own(a, seg);
     sb->expandable[pool] = seg;
     sb->newest = (uint8_t)pool;
     return seg->first;
@@ -371,7 +266,7 @@ static ta_block *expand(ta_arena *a, ta_stream_bins *sb, int pool, ta_bins *bins
 static void release_whole(ta_arena *a, ta_segment *seg) {
   take_free(a, bins_for(a, seg->stream, seg->pool), seg->first);
   a->streams[a->last].expandable[seg->pool] = NULL; /* bins_for left `last` at the segment's stream */
-  disown(a, seg);
+  ta_arena_disown(a, seg);
   ta_segments_release_expandable(a->segments, seg);
 }
 
@@ -393,7 +288,7 @@ static ta_noinline void release_drained(ta_arena *a) {
   ta_segment *seg;
   while ((seg = ta_segments_next_drained(a->segments)) != NULL) {
     ta_arena *owner = seg->owner; /* expandable segments are all arenas' (expand) */
-    size_t i = find_stream(owner, seg->stream);
+    size_t i = ta_arena_find_stream(owner, seg->stream);
     if (!empty(seg) || i == owner->nstreams) continue;
     ta_segment *small = owner->streams[i].expandable[TA_POOL_SMALL], *large = owner->streams[i].expandable[TA_POOL_LARGE];
     size_t gone = (size_t)empty(small) + (size_t)empty(large);
@@ -460,7 +355,7 @@ static ta_noinline ta_block *fresh_block(ta_arena *a, cudaStream_t stream, int p
       a->policy->flags & TA_POLICY_NO_SPLIT ? ta_align_up(rounded, TA_ROUND_LARGE) : ta_segment_size_for(rounded);
   ta_segment *seg = ta_segments_alloc(a->segments, size, stream, pool, a, a->policy);
   if (!seg) return NULL;
-  own(a, seg);
+  ta_arena_own(a, seg);
   return seg->first;
 }
 
@@ -525,7 +420,7 @@ ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream) {
     b = fresh_block(a, stream, pool, bins, rounded);
     if (a->compact) release_drained(a);
     if (!b) {
-      drop_if_unused(a, stream);
+      ta_arena_drop_if_unused(a, stream);
       return NULL;
     }
   }
@@ -616,7 +511,7 @@ size_t ta_arena_release_cached(ta_arena *a) {
     if (b->state != TA_BLOCK_FREE || b->next) continue;
     take_free(a, bins_for(a, s->stream, s->pool), b);
     released += s->size;
-    disown(a, s);
+    ta_arena_disown(a, s);
     ta_segments_release(a->segments, s);
   }
   return released;
