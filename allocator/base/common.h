@@ -32,6 +32,13 @@
 
 static inline size_t ta_align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
+/* A stream's bucket in an open-addressing index of `mask + 1` slots (a power
+ * of two): Fibonacci hashing, the product's high half, since streams are
+ * pointers whose low bits repeat. */
+static inline size_t ta_stream_home(const void *stream, size_t mask) {
+  return (size_t)(((uint64_t)(uintptr_t)stream * UINT64_C(0x9E3779B97F4A7C15)) >> 32) & mask;
+}
+
 /* CLOCK_MONOTONIC in nanoseconds (the log's timestamps, time_calls, the move budget). */
 static inline uint64_t ta_clock_gettime_ns(void) {
   struct timespec ts;

@@ -234,8 +234,9 @@ ta_internal void ta_segments_marks_release(ta_segments *s, ta_stream_marks *m);
 ta_internal void ta_segments_donors_forget(ta_segments *s, ta_segment *seg);
 /* Teardown: the lists of segments_donors.c freed. */
 ta_internal void ta_segments_donors_destroy(ta_segments *s);
-/* `seg` was left by take_past or unmap_free with one free block and nothing mapped. */
-ta_internal void ta_segments_note_drained(ta_segments *s, ta_segment *seg);
+/* take_past or unmap_free took memory from `seg`: listed as drained when that left it one free block and
+ * nothing mapped. */
+ta_internal void ta_segments_note_if_drained(ta_segments *s, ta_segment *seg);
 /* Memory was mapped into the expandable segment `seg`: it is looked at for memory to move or give back. */
 ta_internal void ta_segments_may_donate(ta_segments *s, ta_segment *seg);
 /* Nothing is mapped in `seg` any more: it is not looked at until something is. */

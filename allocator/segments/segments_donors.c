@@ -54,7 +54,7 @@ void ta_segments_donors_sort(ta_segments *s) {
   size_t kept = 0;
   for (size_t i = 0; i < s->ndonating; i++) { /* those with nothing mapped leave first */
     ta_segment *seg = s->donating[i];
-    if (seg->unmapped == seg->size) seg->donor_slot = 0;
+    if (ta_segments_nothing_mapped(seg)) seg->donor_slot = 0;
     else s->donating[kept++] = seg;
   }
   s->ndonating = kept;
@@ -62,7 +62,8 @@ void ta_segments_donors_sort(ta_segments *s) {
   for (size_t i = 0; i < s->ndonating; i++) s->donating[i]->donor_slot = (uint32_t)i + 1;
 }
 
-void ta_segments_note_drained(ta_segments *s, ta_segment *seg) {
+void ta_segments_note_if_drained(ta_segments *s, ta_segment *seg) {
+  if (!ta_segments_nothing_mapped(seg) || seg->first != seg->last) return;
   for (size_t i = 0; i < s->ndrained; i++)
     if (s->drained[i] == seg) return;
   push(&s->drained, &s->ndrained, &s->cap_drained, seg); /* without host memory it stays, as before */

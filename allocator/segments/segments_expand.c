@@ -408,7 +408,7 @@ size_t ta_segments_unmap_free(ta_segments *s, size_t want, const ta_block *keep)
       }
       released += ta_segments_unmap(s, seg, b->addr, b->size);
     }
-    if (seg->unmapped == seg->size && seg->first == seg->last) ta_segments_note_drained(s, seg);
+    ta_segments_note_if_drained(s, seg);
   }
   return released;
 }
@@ -442,7 +442,7 @@ static ptrdiff_t gather_past(ta_segments *s, size_t granule, const ta_block *kee
   size_t n = 0;
   for (size_t i = 0; i < s->ndonating;) {
     ta_segment *seg = s->donating[i];
-    if (seg->unmapped == seg->size) { /* nothing mapped: the last one takes its place */
+    if (ta_segments_nothing_mapped(seg)) { /* the last one takes its place */
       ta_segments_donates_nothing(s, seg);
       continue;
     }
@@ -497,7 +497,7 @@ size_t ta_segments_take_past(ta_segments *s, size_t want, size_t granule, const 
     unmap_run(s, seg, first, len, 1, 0);
     seg->unmapped += len * granule;
     got += len * granule;
-    if (seg->unmapped == seg->size && seg->first == seg->last) ta_segments_note_drained(s, seg);
+    ta_segments_note_if_drained(s, seg);
   }
   return got;
 }

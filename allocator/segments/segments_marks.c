@@ -28,13 +28,9 @@
  * The index: open addressing on the stream, backward-shift deletion.
  * ---------------------------------------------------------------------- */
 
-static inline size_t home_of(const ta_segments *s, cudaStream_t stream) {
-  return (size_t)(((uint64_t)(uintptr_t)stream * UINT64_C(0x9E3779B97F4A7C15)) >> 32) & s->marks_mask;
-}
-
 /* The slot holding `stream`'s markers, or the empty slot where they would go. */
 static ta_stream_marks **slot_of(const ta_segments *s, cudaStream_t stream) {
-  size_t i = home_of(s, stream);
+  size_t i = ta_stream_home(stream, s->marks_mask);
   while (s->marks[i] && s->marks[i]->stream != stream) i = (i + 1) & s->marks_mask;
   return &s->marks[i];
 }
@@ -42,7 +38,7 @@ static ta_stream_marks **slot_of(const ta_segments *s, cudaStream_t stream) {
 static void erase_slot(ta_segments *s, ta_stream_marks **slot) {
   size_t i = (size_t)(slot - s->marks);
   for (size_t j = (i + 1) & s->marks_mask; s->marks[j]; j = (j + 1) & s->marks_mask) {
-    size_t home = home_of(s, s->marks[j]->stream);
+    size_t home = ta_stream_home(s->marks[j]->stream, s->marks_mask);
     if (((j - home) & s->marks_mask) >= ((j - i) & s->marks_mask)) { /* j may move to i */
       s->marks[i] = s->marks[j];
       i = j;

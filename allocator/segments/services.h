@@ -48,6 +48,8 @@ ta_internal size_t ta_segments_unmapped_in(const ta_segment *seg, uintptr_t addr
  * pieces) in *at; 0 when there is none. *at is lo or a granule's start. */
 ta_internal int ta_segments_mapped_window(const ta_segment *seg, uintptr_t lo, uintptr_t hi, size_t len,
                                           uintptr_t *at);
+/* 1 when nothing of the expandable segment `seg` is backed by device memory here. */
+static inline int ta_segments_nothing_mapped(const ta_segment *seg) { return seg->unmapped == seg->size; }
 /* Bytes of addresses the expandable segment `seg` may still grow by. */
 ta_internal size_t ta_segments_addresses_left(const ta_segment *seg);
 /* Unmap the mapped granules lying wholly inside [addr, addr + len), a free

@@ -271,7 +271,7 @@ static void release_whole(ta_arena *a, ta_segment *seg) {
 }
 
 static int empty(const ta_segment *seg) {
-  return seg && seg->first == seg->last && seg->first->state == TA_BLOCK_FREE && seg->unmapped == seg->size;
+  return seg && seg->first == seg->last && seg->first->state == TA_BLOCK_FREE && ta_segments_nothing_mapped(seg);
 }
 
 /* Reclaim and compact: a stream whose every segment moving or giving back

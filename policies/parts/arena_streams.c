@@ -7,13 +7,9 @@
 #include <stdlib.h>
 
 
-static inline size_t stream_home(const ta_arena *a, cudaStream_t stream) {
-  return (size_t)(((uint64_t)(uintptr_t)stream * UINT64_C(0x9E3779B97F4A7C15)) >> 32) & a->index_mask;
-}
-
 /* The index slot of `stream`'s entry, or the empty slot where it would go. */
 static uint32_t *index_slot(const ta_arena *a, cudaStream_t stream) {
-  size_t i = stream_home(a, stream);
+  size_t i = ta_stream_home(stream, a->index_mask);
   while (a->index[i] && a->streams[a->index[i] - 1].stream != stream) i = (i + 1) & a->index_mask;
   return &a->index[i];
 }
@@ -22,7 +18,7 @@ static uint32_t *index_slot(const ta_arena *a, cudaStream_t stream) {
 static void index_erase(ta_arena *a, uint32_t *slot) {
   size_t i = (size_t)(slot - a->index);
   for (size_t j = (i + 1) & a->index_mask; a->index[j]; j = (j + 1) & a->index_mask) {
-    size_t home = stream_home(a, a->streams[a->index[j] - 1].stream);
+    size_t home = ta_stream_home(a->streams[a->index[j] - 1].stream, a->index_mask);
     if (((j - home) & a->index_mask) >= ((j - i) & a->index_mask)) { /* j may move to i */
       a->index[i] = a->index[j];
       i = j;
