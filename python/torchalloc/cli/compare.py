@@ -388,7 +388,7 @@ def results_json(command: Sequence[str], results: list[RunResult]) -> dict[str, 
     groups = group_runs(results)
     native = next((g for g in groups if g.policy == NATIVE), None)
     for g in groups:
-        r, span = g.worst, g.run_range()
+        r, span, setup = g.worst, g.run_range(), g.setup()
         policies[g.policy] = {
             "peak_allocated": g.peak_allocated,
             "peak_reserved": g.peak_reserved,
@@ -396,7 +396,7 @@ def results_json(command: Sequence[str], results: list[RunResult]) -> dict[str, 
             "run_s": None if span is None else round(span[0], 3),
             "run_s_least": None if span is None else round(span[1], 3),
             "run_s_most": None if span is None else round(span[2], 3),
-            "setup_s": None if g.setup() is None else round(g.setup() or 0.0, 3),
+            "setup_s": None if setup is None else round(setup, 3),
             "versus_native": versus_native(g, native),
             "oom": any(x.oom for x in g.runs),
             "returncode": r.returncode,
