@@ -197,6 +197,8 @@ def main() -> int:
                     "the file's: 2 for test_cuda_multigpu.py, else 1)")
     ap.add_argument("--allocators", default=",".join(ALLOCATORS), help="default: %(default)s")
     ap.add_argument("--timeout", type=float, default=60, help="seconds per test and allocator (default: 60)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each test under each allocator (default: 1); "
+                    "with more, an outcome seen in some runs only is listed with its count")
     ap.add_argument("--jobs", type=int, default=4, help="tests at a time, over all files (default: 4)")
     ap.add_argument("--gpus", default=None, help="CUDA_VISIBLE_DEVICES for the tests, round robin: 0,1,2 (default: "
                     "as inherited)")
@@ -210,6 +212,8 @@ def main() -> int:
     for path in args.paths:
         if not Path(path).is_file():
             sys.exit(f"pytorch_tests: {path}: no such file")
+    if args.repeat < 1:
+        sys.exit("pytorch_tests: --repeat takes a positive number of runs")
     gpus = args.gpus.split(",") if args.gpus else None
     try:  # before anything runs: a file whose tests need more GPUs than --gpus has is refused at once
         slots = {path: gpu_groups(gpus, args.gpus_per_test or defaults_for(path).gpus_per_test)
@@ -247,9 +251,13 @@ def main() -> int:
 def run_all(paths: list[str], chosen: dict[str, list[str]], allocators: list[str],
             slots: dict[str, list[str | None]], stubs: list[str], args: argparse.Namespace,
             torch_version: str) -> dict[str, dict[str, dict[str, Any]]]:
-    """Every (file, test, allocator) in one pool of --jobs; each file's tests take its GPU slots in turn."""
+    """Every (file, test, allocator, run) in one pool of --jobs; each file's tests take its GPU slots in turn.
+    A test's runs under one allocator are folded into one outcome (fold_runs)."""
     jobs = [(path, name, a, slots[path][k % len(slots[path])])
-            for path in paths for k, (name, a) in enumerate((n, a) for n in chosen[path] for a in allocators)]
+            for path in paths
+            for k, (name, a) in enumerate((n, a) for n in chosen[path] for a in allocators for _ in range(args.repeat))]
+    runs: dict[str, dict[str, dict[str, list[dict[str, Any]]]]] = {
+        path: {name: {} for name in chosen[path]} for path in paths}
     results: dict[str, dict[str, dict[str, Any]]] = {path: {name: {} for name in chosen[path]} for path in paths}
     t0 = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
@@ -258,13 +266,31 @@ def run_all(paths: list[str], chosen: dict[str, list[str]], allocators: list[str
                    for path, name, a, gpu in jobs}
         for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
             path, name, a = futures[future]
-            results[path][name][a] = future.result()
+            runs[path][name].setdefault(a, []).append(future.result())
+            results[path][name][a] = fold_runs(runs[path][name][a])
             print(f"\r{done}/{len(jobs)} runs ({time.perf_counter() - t0:.0f} s)", end="", file=sys.stderr,
                   flush=True)
             if args.json:  # kept current: a run stopped from outside leaves what finished
                 write_json(args.json, torch_version, results, complete=done == len(jobs))
     print(file=sys.stderr)
     return results
+
+
+def fold_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One test's runs under one allocator as one result: the outcome when every run had it, else each
+    outcome with its count, most frequent first ("passed 38, passed, then hung at exit 2"); the detail is
+    that of the first run whose outcome is the rarest (the one worth reading)."""
+    if len(runs) == 1:
+        return runs[0]
+    counts: dict[str, int] = {}
+    for r in runs:
+        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+    order = sorted(counts, key=lambda o: (-counts[o], o))
+    rarest = order[-1]
+    outcome = order[0] + f" x{len(runs)}" if len(order) == 1 else ", ".join(f"{o} {counts[o]}" for o in order)
+    first_rare = next(r for r in runs if r["outcome"] == rarest)
+    return {"outcome": outcome, "detail": first_rare["detail"], "seconds": max(r["seconds"] for r in runs),
+            "runs": [r["outcome"] for r in runs]}
 
 
 def print_outcomes(path: str, names: list[str], allocators: list[str], results: dict[str, dict[str, Any]]) -> None:

@@ -143,7 +143,7 @@ def test_two_files_in_one_pool_each_test_on_its_gpus(tmp_path: Path, stand_in: P
     assert chosen[str(multi)] == ["TestCudaComm.test_scatter_gpu", "TestCudaMultiGPU.test_copy_between_devices"]
     slots = {str(stand_in): runner.gpu_groups(["0", "1"], 1), str(multi): runner.gpu_groups(["0", "1"], 2)}
     out = tmp_path / "out.json"
-    args = argparse.Namespace(jobs=3, timeout=120, lib=None, json=out)
+    args = argparse.Namespace(jobs=3, timeout=120, lib=None, json=out, repeat=1)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
     results = runner.run_all(paths, chosen, ["native"], slots, stubs, args, "2.11.0")
     assert {n: r["native"]["outcome"] for n, r in results[str(multi)].items()} == {
@@ -153,3 +153,36 @@ def test_two_files_in_one_pool_each_test_on_its_gpus(tmp_path: Path, stand_in: P
     written = json.loads(out.read_text())
     assert written["complete"] is True and set(written["files"]) == set(paths)
     assert written["files"][str(multi)]["TestCudaComm.test_scatter_gpu"]["native"]["outcome"] == "passed"
+
+
+FLAKY_STAND_IN = '''
+import os, threading, time, unittest
+class TestCuda(unittest.TestCase):
+    def test_memory_hangs_at_exit_once(self):
+        # the first run to take the marker hangs at exit; the others exit cleanly
+        try:
+            os.close(os.open(os.environ["FLAKY_MARKER"], os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            return
+        threading.Thread(target=time.sleep, args=(3600,)).start()
+'''
+
+
+def test_repeated_runs_count_an_outcome_seen_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "test_flaky.py"
+    path.write_text(FLAKY_STAND_IN)
+    monkeypatch.setenv("FLAKY_MARKER", str(tmp_path / "marker"))
+    args = argparse.Namespace(jobs=2, timeout=10, lib=None, json=None, repeat=3)
+    name = "TestCuda.test_memory_hangs_at_exit_once"
+    results = runner.run_all([str(path)], {str(path): [name]}, ["native"], {str(path): [None]}, [], args, "2.11.0")
+    folded = results[str(path)][name]["native"]
+    assert folded["outcome"] == "passed 2, passed, then hung at exit 1"
+    assert sorted(folded["runs"]) == ["passed", "passed", "passed, then hung at exit"]
+    assert "Timeout (" in folded["detail"]  # the rare run's stacks, the one worth reading
+
+
+def test_runs_that_agree_fold_into_one_outcome() -> None:
+    runs = [{"outcome": "passed", "detail": "", "seconds": s} for s in (1.0, 2.5)]
+    assert runner.fold_runs(runs) == {"outcome": "passed x2", "detail": "", "seconds": 2.5,
+                                      "runs": ["passed", "passed"]}
+    assert runner.fold_runs(runs[:1]) is runs[0]
