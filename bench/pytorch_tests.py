@@ -23,7 +23,8 @@ name gets test_cuda.py's. --classes, -k and --gpus-per-test override them for ev
 A test file newer than the installed torch may import names that torch does not have yet: --stub
 "module:attribute" (repeatable) puts a stand-in there before the file is imported (a function that raises
 unittest.SkipTest, so a test that really uses it is skipped, not failed), "module:attribute=VALUE" a
-constant (a Python literal). The defaults cover what the copy of the file run here needs on torch 2.11. PyTorch's test utilities import expecttest: put its wheel's folder on
+constant (a Python literal), "module:attribute@" a decorator factory that leaves the test as it is (for a
+skip-if of another CI system). The defaults cover what the copy of the file run here needs on torch 2.11. PyTorch's test utilities import expecttest: put its wheel's folder on
 PYTHONPATH where it is not installed. Needs torch with CUDA and a GPU (each test runs on the GPUs of --gpus,
 round robin, or as groups of --gpus-per-test); without them it says so and exits 2.
 """
@@ -97,9 +98,12 @@ import ast
 for spec in stubs:
     module_name, _, rest = spec.partition(":")
     attr, _, value = rest.partition("=")
+    decorator = attr.endswith("@")
+    attr = attr.rstrip("@")
     module = importlib.import_module(module_name)
     if not hasattr(module, attr):
-        setattr(module, attr, ast.literal_eval(value) if value else stand_in(spec))
+        setattr(module, attr, (lambda *a, **k: (lambda test: test)) if decorator else
+                ast.literal_eval(value) if value else stand_in(spec))
 sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
 module = importlib.import_module(os.path.splitext(os.path.basename(path))[0])
 if test_id == "--list":
@@ -121,8 +125,10 @@ detail = (result.failures or result.errors or result.skipped or [(None, "")])[0]
 print("PYTORCH_TESTS_RESULT " + json.dumps({"outcome": outcome, "detail": detail[-1500:]}), flush=True)
 """  # then a normal exit: a process that hangs or crashes at exit is an outcome too
 
-# Newer than torch 2.11: whether PyTorch's allocator backend is cudaMallocAsync, which it is not in these runs.
-DEFAULT_STUBS = ["torch.testing._internal.common_utils:TEST_CUDAMALLOCASYNC=False"]
+# Newer than torch 2.11: whether PyTorch's allocator backend is cudaMallocAsync, which it is not in these runs;
+# skipIfSandcastle(reason), which skips a test on Meta's internal CI only, so here leaves it as it is.
+DEFAULT_STUBS = ["torch.testing._internal.common_utils:TEST_CUDAMALLOCASYNC=False",
+                 "torch.testing._internal.common_utils:skipIfSandcastle@"]
 
 
 def child_env(gpu: str | None, timeout: float, lib: str | None) -> dict[str, str]:
@@ -203,7 +209,8 @@ def main() -> int:
     ap.add_argument("--gpus", default=None, help="CUDA_VISIBLE_DEVICES for the tests, round robin: 0,1,2 (default: "
                     "as inherited)")
     ap.add_argument("--stub", action="append", default=[],
-                    help="module:name (a function that skips) or module:name=VALUE to stand in for (repeatable)")
+                    help="module:name (a function that skips), module:name=VALUE (a constant) or module:name@ (a "
+                    "decorator factory that changes nothing) to stand in for (repeatable)")
     ap.add_argument("--lib", default=os.environ.get("TORCHALLOC_LIB"), help="libtorchalloc.so (default: "
                     "$TORCHALLOC_LIB, else the package's own)")
     ap.add_argument("--list", action="store_true", help="list the selected tests and stop")

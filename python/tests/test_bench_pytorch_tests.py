@@ -186,3 +186,18 @@ def test_runs_that_agree_fold_into_one_outcome() -> None:
     assert runner.fold_runs(runs) == {"outcome": "passed x2", "detail": "", "seconds": 2.5,
                                       "runs": ["passed", "passed"]}
     assert runner.fold_runs(runs[:1]) is runs[0]
+
+
+def test_a_decorator_stand_in_leaves_the_test_as_it_is(tmp_path: Path) -> None:
+    # skipIfSandcastle(reason) of a newer PyTorch: a stand-in "name@" must decorate without skipping
+    (tmp_path / "torchalloc_stand_in.py").write_text("")
+    path = tmp_path / "test_decorated.py"
+    path.write_text("import unittest\nfrom torchalloc_stand_in import skip_elsewhere\n"
+                    "class TestCuda(unittest.TestCase):\n"
+                    "    @skip_elsewhere('not here')\n"
+                    "    def test_memory_decorated(self):\n"
+                    "        self.assertEqual(2, 2)\n")
+    stubs = ["torchalloc_stand_in:skip_elsewhere@"]
+    e = env(tmp_path, 60)
+    assert runner.list_tests(str(path), stubs, e, 60) == ["TestCuda.test_memory_decorated"]
+    assert runner.run_one("native", str(path), "TestCuda.test_memory_decorated", stubs, e, 60)["outcome"] == "passed"
