@@ -407,7 +407,10 @@ ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream) {
   size_t rounded = ta_round_size(size);
   int pool = ta_pool_for(rounded);
   ta_bins *bins = bins_for(a, stream, pool);
-  if (ta_unlikely(!bins)) return NULL;
+  if (ta_unlikely(!bins)) { /* no host memory for the index: a stream new here keeps no entry without segments */
+    ta_arena_drop_if_unused(a, stream);
+    return NULL;
+  }
   ta_block *b = ta_bins_find(bins, rounded);
   int mapped = 0; /* b's first `rounded` bytes lie on mapped granules (on_mapped_memory found so) */
   if (b && ta_unlikely(b->segment->unmapped != 0) && a->reclaim && !(a->policy->flags & TA_POLICY_NO_SPLIT)) {
