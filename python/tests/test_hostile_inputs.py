@@ -252,7 +252,7 @@ def test_an_event_timed_before_the_first_is_sampled_in_the_first_bucket() -> Non
     report failed (IndexError; fuzz_log_decode found it once every log was read in pieces)."""
     import numpy as np
 
-    from torchalloc.analysis.stream_running import Sampler
+    from torchalloc.analysis.passes.first_state import Sampler
 
     s = Sampler(first_ns=10**10, last_ns=10**10 + 40_000, base_ns=10**10, max_points=10)
     times = 10**10 + 1000 * np.arange(40, dtype=np.int64)

@@ -43,20 +43,21 @@ TOOL_PACKAGES = ["log", "replay", "analysis", "report", "integrations", "cli"]
 
 # The analysis in the order the data flows; a stage imports only its own stage or earlier ones.
 ANALYSIS_STAGES: list[tuple[str, ...]] = [
-    ("frames", "roles"),  # what the names in a log mean
-    ("sites", "classify", "categorize"),  # allocation sites; the reasons and categories, and their rules
-    ("ranges",),  # which address range held an address when
+    ("rules", "rules.frames", "rules.roles"),  # what the names in a log mean
+    ("rules.sites", "rules.classify", "rules.categorize"),  # allocation sites; the reasons, the categories, their rules
+    ("rules.blocks",),  # those rules block by block, and the facts of a block's future they read
+    ("passes", "passes.ranges"),  # which address range held an address when
     ("reserve_terms",),  # segments and the terms of reserved, piece by piece
-    ("anatomy", "lifetimes", "phase_summary", "estimate", "ooms", "reserve", "modules", "timeline", "leaks"),  # result rows
+    ("anatomy", "lifetimes", "phase_summary", "estimate", "ooms", "reserve", "modules", "timeline",
+     "leaks"),  # result rows
     ("wording",),
     ("views",),  # what a section shows, as plain data
-    ("stream_table", "stream_running", "stream_groups", "stream_details"),  # the log's events piece by piece
-    ("stream_scan",),  # the first pass
-    ("stream_follow",),  # what a section declares: its entry, its follower of the second pass and the Part naming it
-    ("stream_notes", "stream_blocks", "stream_ooms", "stream_reserve", "stream_modules", "stream_moments",
-     "stream_markers", "stream_leaks"),
+    ("passes.pieces", "passes.first_state", "stream_groups", "passes.details"),  # the log's events piece by piece
+    ("passes.first",),  # the first pass
+    ("passes.follow",),  # what a section declares: its entry, its follower of the second pass and the Part naming it
+    ("notes", "stream_ooms", "stream_reserve", "stream_modules", "passes.moments", "stream_markers", "stream_leaks"),
     ("sections", "summary"),  # the report's sections after the anatomy, in order, as views; their parts of the pass
-    ("stream_pass",),  # the second pass, feeding the sections' parts
+    ("passes.second",),  # the second pass, feeding the sections' parts
     ("result",),  # Analysis, analyze
     ("__init__",),  # re-exports
     ("job",),  # several logs (one per rank) analysed together
@@ -145,8 +146,8 @@ def lazy_exports() -> dict[str, str]:
 
 def test_the_import_reader_sees_imports() -> None:
     """The checks below are only as good as imports_of: it must see relative, aliased and lazy imports."""
-    assert {"numpy", "torchalloc.log.chunks", "torchalloc._records", "torchalloc.analysis.frames"} <= imports_of(
-        "torchalloc.analysis.stream_scan")
+    assert {"numpy", "torchalloc.log.chunks", "torchalloc._records", "torchalloc.analysis.rules.frames"} <= imports_of(
+        "torchalloc.analysis.passes.first")
     assert "torchalloc.replay.ranks" in imports_of("torchalloc.cli.replay")  # lazy, in a function
     assert "torchalloc._lib" in imports_of("torchalloc.stats")  # from . import _lib
     assert "torch" in imports_of("torchalloc.plug")  # inside a function

@@ -33,7 +33,7 @@ from torchalloc.analysis.stream_groups import EXACT_LIFETIMES, Lifetimes
 from torchalloc.report.export import to_snapshot
 from torchalloc.log.reader import read_log
 from torchalloc.log.chunks import ChunkedLog
-from torchalloc.analysis.stream_notes import table_notes
+from torchalloc.analysis.notes import table_notes
 from torchalloc.report.text import render_text
 from torchalloc.report.html import render_html
 

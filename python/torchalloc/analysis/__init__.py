@@ -5,11 +5,11 @@
     a.anatomy("peak"); a.lifetimes(); a.phases(); a.estimate(); a.reserve(); a.modules(); a.ooms(); a.to_dict()
 
 One pipeline for every log (result.py): a first pass over the log's pieces
-gathers what the second needs (stream_scan.py: the levels, the peaks, the
+gathers what the second needs (passes/first.py: the levels, the peaks, the
 phase occurrences, backward, the markers and OOMs, the timeline's
 samples); the second classifies each block as it ends and keeps sums and
-the blocks live at the moments the report shows (stream_pass.py), with its
-parts per section fed as it goes (stream_follow.py: a section's follower of
+the blocks live at the moments the report shows (passes/second.py), with its
+parts per section fed as it goes (passes/follow.py: a section's follower of
 the pass, and the Part declaring it): the reserve and each policy's replay
 (stream_reserve.py, reserve_terms.py), memory by module (stream_modules.py).
 What the names in a log mean: frames, roles, sites; the rules that say why
@@ -41,18 +41,18 @@ from .._records import (
     TRUNCATED,
 )
 from .anatomy import Anatomy, AnatomyRow
-from .categorize import CATEGORIES, WORKSPACE_SIZES, Category
-from .classify import REASONS, Reason
+from .rules.categorize import CATEGORIES, WORKSPACE_SIZES, Category
+from .rules.classify import REASONS, Reason
 from .estimate import Estimate
-from .frames import Frame, Stack, is_library_frame, user_suffix
+from .rules.frames import Frame, Stack, is_library_frame, user_suffix
 from .lifetimes import LifetimeRow
 from .modules import ModuleRow, Modules
 from .ooms import OomRow
 from .phase_summary import PhaseRow
 from .reserve import Reserve
 from .result import Analysis, analyze
-from .roles import phase_role
-from .sites import BEFORE_LOG, NO_PYTHON, NO_STACKS, Site
+from .rules.roles import phase_role
+from .rules.sites import BEFORE_LOG, NO_PYTHON, NO_STACKS, Site
 from .timeline import Timeline
 
 __all__ = [

@@ -8,7 +8,7 @@ reason: the one holding most of its bytes), `some_labels` (marker labels
 named in an error). Analysis.anatomy (result.py) takes the moment --
 "peak" (default), "peak_reserved", "end", "oom", a marker label or a time
 in seconds -- and groups the blocks the second pass kept live then
-(stream_pass.py).
+(passes/second.py).
 """
 from __future__ import annotations
 

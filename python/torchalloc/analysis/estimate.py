@@ -1,9 +1,9 @@
 """The usual estimate, measured: params + optimizer state + max(grads + optimizer intermediates, activations).
 
 Holds `Estimate`: every term is the peak over time of the live bytes of
-its categories (categorize.py), then the estimate those terms add up to,
+its categories (rules/categorize.py), then the estimate those terms add up to,
 the measured peak, and the categories live at the peak. The second pass
-follows each term's live bytes and keeps their peak (stream_pass.py's
+follows each term's live bytes and keeps their peak (passes/second.py's
 ESTIMATE_TERMS); Analysis.estimate (result.py) builds the row, its
 sentence written by wording.estimate_sentence.
 """

@@ -21,7 +21,7 @@ The log says which module a block belongs to in two ways
   block's later tag beats an earlier one.
 
 Without a tag, what a block is comes from its reason and category
-(classify.py, categorize.py). Logs without module records give no rows.
+(rules/classify.py, rules/categorize.py). Logs without module records give no rows.
 """
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 
 from .._records import TAG_GRADIENT, TAG_OPTIMIZER_STATE, TAG_PARAMETER
-from .categorize import CATEGORIES, Category
-from .classify import REASONS, Reason
+from .rules.categorize import CATEGORIES, Category
+from .rules.classify import REASONS, Reason
 
 OUTSIDE = "(outside modules)"
 SAVED = "activations saved for backward"
@@ -68,7 +68,7 @@ class ModuleRow:
 @dataclasses.dataclass
 class Modules:
     """The section: its rows, and the module names they use. Nothing per block: a block the page lists has its
-    module in its details (stream_details.py)."""
+    module in its details (passes/details.py)."""
 
     names: dict[int, str]  # module id -> path
     peak_index: int

@@ -42,8 +42,8 @@ import numpy as np
 from .. import _lib
 from ..oom import parse_advice
 from ..replay.oom_alternatives import (AdviceCheck, Alternative, alternatives, check_advice, default_policies)
-from .frames import user_suffix
-from .sites import NO_PYTHON, NO_STACKS
+from .rules.frames import user_suffix
+from .rules.sites import NO_PYTHON, NO_STACKS
 
 BLOCKERS_SHOWN = 10
 # The physical handle a request would be mapped in under expandable segments (heap_oom.c note_detail), which the

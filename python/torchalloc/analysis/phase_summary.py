@@ -7,7 +7,7 @@ and its blocks split into persistent (live at the end), handed on
 A phase that never began (the default phase, a log without phases) has no
 occurrences: there, transient means freed while the same phase was
 current. The first pass finds each phase's peak, rise and reserved growth
-(stream_scan.py), the second its sums (stream_pass.py); Analysis.phases
+(passes/first.py), the second its sums (passes/second.py); Analysis.phases
 (result.py) builds the rows, each sentence written by
 wording.phase_sentence.
 """

@@ -6,9 +6,9 @@
 
 Every log, of any size, is read the same way: in pieces (log/chunks.py; a
 small log is one piece), twice -- a first pass for the facts the second
-needs (stream_scan.py), a second that classifies each block as it ends and
+needs (passes/first.py), a second that classifies each block as it ends and
 keeps only sums, and the blocks live at the moments the report shows
-(stream_pass.py), feeding each section's part of it as it goes
+(passes/second.py), feeding each section's part of it as it goes
 (sections.pass_parts: the segments and the terms of reserved,
 stream_reserve.py, every policy's replay fed the events as they are read
 on a thread of its own; each block's module, stream_modules.py).
@@ -39,25 +39,25 @@ from ..log.chunks import DEFAULT_CHUNK_RECORDS, ChunkedLog
 from ..log.reader import RECORD_DTYPE
 from ..printable import printable
 from .anatomy import MARKER_ANATOMIES, Anatomy, AnatomyRow, bytes_by, dominant, some_labels
-from .categorize import CATEGORIES, CATEGORY_CODE, Category
-from .classify import REASONS
+from .rules.categorize import CATEGORIES, CATEGORY_CODE, Category
+from .rules.classify import REASONS
 from .estimate import Estimate
-from .frames import Frame
+from .rules.frames import Frame
 from .lifetimes import LifetimeRow
 from .modules import Modules
 from .ooms import Blocker, OomRow, blockers_of, handle_for, oom_detail, oom_row, replay_last, segment_gaps
 from .reserve import Reserve
 from .sections import pass_parts, report_dict
 from .phase_summary import PhaseRow
-from .roles import phase_role
-from .sites import BEFORE_LOG, Site
-from .stream_follow import Follower
-from .stream_pass import Passed, Wanted, run_pass
-from .stream_moments import anatomy_moments, is_time, page_moments
+from .rules.roles import phase_role
+from .rules.sites import BEFORE_LOG, Site
+from .passes.follow import Follower
+from .passes.second import Passed, Wanted, run_pass
+from .passes.moments import anatomy_moments, is_time, page_moments
 from .stream_ooms import trace_until
-from .stream_notes import SPANS_KEPT, backward_from, derive_notes, table_notes
-from .stream_scan import Scan, scan
-from .stream_table import report_start_ns
+from .notes import SPANS_KEPT, backward_from, derive_notes, table_notes
+from .passes.first import Scan, scan
+from .passes.pieces import report_start_ns
 from .summary import Summary, summary
 from .timeline import Timeline
 from .wording import estimate_sentence, oom_explanation, phase_sentence, reason_sentence
@@ -480,7 +480,7 @@ class Analysis:
 
     # -- the sections fed by the pass (sections.pass_parts) ---------------------------------------
     def section_rows(self, key: str) -> Any:
-        """The rows of the part `key` of the pass (stream_follow.Part), built once from its follower."""
+        """The rows of the part `key` of the pass (follow.Part), built once from its follower."""
         if key not in self._section_rows:
             part = next(p for p in pass_parts() if p.key == key)
             self._section_rows[key] = part.rows(self, self.followers.get(key))

@@ -1,6 +1,6 @@
 """The report's sections after the timeline and the anatomy, in order: the one place to add one.
 
-Each `Section` (stream_follow.py) has a key (its name in `--json`), a
+Each `Section` (passes/follow.py) has a key (its name in `--json`), a
 title, and `view(a, top)`: what the section shows of an analysis as plain
 data (views.py) -- its table (headers, rows of strings, the sentence under
 each row), the sentences under the table, and its JSON -- or None when
@@ -9,7 +9,7 @@ there is nothing to show. The text report (report/text.py), the HTML page
 none of them names a section.
 
 A section whose rows need the second pass is one module holding its
-follower of the pass, its `Part` (stream_follow.py), its rows and its
+follower of the pass, its `Part` (passes/follow.py), its rows and its
 view, and declaring its entries (stream_reserve.SECTIONS,
 stream_modules.SECTION): `analyze` makes each part's follower and hands it
 to the pass (`pass_parts`). A new one is that module, its sentences in
@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ..units import fmt_bytes, fmt_seconds, fmt_time
-from .stream_follow import Part, Section
+from .passes.follow import Part, Section
 from .stream_leaks import SECTION as LEAKS_SECTION
 from .stream_markers import SECTION as MARKERS_SECTION
 from .stream_modules import SECTION as MODULES_SECTION
@@ -118,7 +118,7 @@ def report_dict(a: Any, top: int, markers: Sequence[str], labels: int) -> dict[s
     every section's JSON."""
     t = a.table
     notes = list(a.notes)
-    if labels > len(markers):  # said, as the notes say what else the report lists in part (stream_notes.py)
+    if labels > len(markers):  # said, as the notes say what else the report lists in part (notes.py)
         notes.append(f"the anatomies at markers are those of the first {len(markers)} of {labels} marker labels "
                      "(--at LABEL gives any other)")
     return {

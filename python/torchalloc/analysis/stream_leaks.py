@@ -8,7 +8,7 @@ first after its end, keeps these changes only for the markers the pass has
 not gone past yet, and once the pass has read up to a step marker hands
 the sites' live bytes then to leaks.Trends. It holds each site's live
 bytes and its trend: nothing per marker. It follows the step markers among
-the first markers the first pass keeps (stream_scan.MARKERS_KEPT); the
+the first markers the first pass keeps (first.MARKERS_KEPT); the
 blocks from before the log are not any site's and are left out.
 
 The rows (`Leaks`) are the leaks, the largest growth per step first, and
@@ -27,9 +27,9 @@ from ..log.chunks import ChunkedLog
 from ..printable import printable
 from ..units import fmt_bytes, fmt_time
 from .leaks import MIN_STEPS, Leak, Settled, Trends, step_markers, too_few
-from .stream_follow import Blocks, Follower, Part, Section
-from .stream_scan import Scan
-from .stream_table import report_start_ns
+from .passes.follow import Blocks, Follower, Part, Section
+from .passes.first import Scan
+from .passes.pieces import report_start_ns
 from .views import Analyzed, SectionView, Table
 
 

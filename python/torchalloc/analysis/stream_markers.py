@@ -25,14 +25,14 @@ import numpy as np
 
 from ..log.chunks import ChunkedLog
 from ..units import fmt_bytes, fmt_time
-from .categorize import CATEGORIES
-from .classify import REASONS
-from .sites import BEFORE_LOG
-from .stream_follow import Follower, Part, Section
-from .stream_scan import Scan
+from .rules.categorize import CATEGORIES
+from .rules.classify import REASONS
+from .rules.sites import BEFORE_LOG
+from .passes.follow import Follower, Part, Section
+from .passes.first import Scan
 from .views import Analyzed, SectionView, Table
 
-STRETCHES = 200  # markers followed (the first ones): stream_moments.PAGE_MAX_MARKERS, the page's
+STRETCHES = 200  # markers followed (the first ones): moments.PAGE_MAX_MARKERS, the page's
 GROUPS_SHOWN = 2  # freed and kept groups a row lists
 _ORPHAN = -2  # the site id of a block from before the log, in the follower's keys (the pass' ids are >= 0)
 

@@ -1,4 +1,4 @@
-"""Memory by module: modules.py's section, from the second pass (stream_pass.py).
+"""Memory by module: modules.py's section, from the second pass (passes/second.py).
 
 Takes what the second pass hands it, piece by piece: the piece's module
 records, its new blocks, its ended blocks (each with its final module and
@@ -14,12 +14,12 @@ gives `Modules`, its rows built with modules.py's steps:
   under its final module, to every such moment it was live at (a
   difference array per module over the moments: no block is kept);
 - at the peak, the blocks live then are followed to their end (`Followed`,
-  columns, as stream_details.py's details read them): their final module,
+  columns, as passes/details.py's details read them): their final module,
   tag and reason give the rows, and the HTML page lists the largest of
   each module from them.
 
 Nothing is kept per block but the followed blocks' columns. `MODULES` is
-the section's part of the pass (stream_follow.Part), `SECTION` its entry
+the section's part of the pass (follow.Part), `SECTION` its entry
 of sections.SECTIONS, with its view.
 """
 from __future__ import annotations
@@ -32,18 +32,18 @@ import numpy as np
 from .._records import MODULE, MODULE_NAME, MODULE_TAG
 from ..log.chunks import ChunkedLog
 from ..units import fmt_bytes
-from .categorize import CATEGORY_CODE, Category
-from .classify import REASON_CODE, Reason
+from .rules.categorize import CATEGORY_CODE, Category
+from .rules.classify import REASON_CODE, Reason
 from .modules import Modules, add_phase, current_modules, held_at, module_rows, named_peaks, what_codes
-from .ranges import holders
-from .stream_details import detail_alloc, detail_orphan, with_end
-from .stream_follow import Follower, Part, Section, end_columns
-from .stream_running import INT_MAX
-from .stream_scan import Scan
+from .passes.ranges import holders
+from .passes.details import detail_alloc, detail_orphan, with_end
+from .passes.follow import Follower, Part, Section, end_columns
+from .passes.first_state import INT_MAX
+from .passes.first import Scan
 from .views import Analyzed, SectionView, Table
 from .wording import module_sentences, what_words
 
-# The block table's columns a followed block keeps (stream_details.detail_alloc reads them), then its end.
+# The block table's columns a followed block keeps (details.detail_alloc reads them), then its end.
 _ALLOC_COLUMNS = ("ordinal", "addr", "size", "block_size", "phase", "site", "category", "occ", "alloc_i", "time",
                   "stack", "module", "tag")
 _END_COLUMNS = ("free_i", "free_t", "free_phase", "free_stack", "free_site", "returned", "rerun", "reason")

@@ -10,7 +10,7 @@ import numpy as np
 
 from .._records import SEGMENT_ALLOC, SEGMENT_FREE
 from ..log.chunks import ChunkedLog
-from .stream_scan import Scan
+from .passes.first import Scan
 
 
 def before_log_events(scan: Scan) -> np.ndarray:

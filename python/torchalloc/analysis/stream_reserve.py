@@ -1,4 +1,4 @@
-"""Reserved memory: reserve.py's section, from the second pass (stream_pass.py).
+"""Reserved memory: reserve.py's section, from the second pass (passes/second.py).
 
 Takes what the second pass hands it, piece by piece: the piece's records
 (segment records, ALLOCs) and its new and ended blocks; feeds them to
@@ -14,7 +14,7 @@ those of the blocks from before the log, to one C replay per policy
 (_lib.ReplayRun) on a thread of their own: the replays run beside the pass
 and need no more reading of the log.
 
-`RESERVE` is the section's part of the pass (stream_follow.Part), and
+`RESERVE` is the section's part of the pass (follow.Part), and
 `SECTIONS` its two entries of sections.SECTIONS (the split of reserved at
 the peaks; the replays), with their views.
 """
@@ -33,13 +33,14 @@ from ..log.trace_events import EVENT_DTYPE
 from ..log.trace_stream import to_events
 from ..replay.engine import DEFAULT_POLICIES
 from ..units import fmt_bytes
-from .categorize import CATEGORIES
+from .rules.categorize import CATEGORIES
 from .reserve import Reserve, ReserveMoment, assembled, moment, policy_name, replay_rows, replayed
 from .reserve_terms import Terms, split
-from .stream_follow import Follower, Part, Section
+from .passes.follow import Follower, Part, Section
 from .stream_ooms import before_log_events
-from .stream_scan import BIT_PERSISTENT, Scan
-from .stream_table import device_pieces
+from .passes.first import Scan
+from .rules.blocks import BIT_PERSISTENT
+from .passes.pieces import device_pieces
 from .views import Analyzed, SectionView, Table
 from .wording import pinned_lines, replay_note, reserve_sentences, setting_of
 

@@ -42,7 +42,7 @@ import numpy as np
 
 from .leaks import Leak, Settled, marker_kind, too_few
 from .reserve import Reserve, ReplayRow
-from .sites import BEFORE_LOG, NO_PYTHON, NO_STACKS
+from .rules.sites import BEFORE_LOG, NO_PYTHON, NO_STACKS
 from .stream_leaks import LEAKS, Leaks
 from .stream_markers import MARKERS, Stretches, StretchGroup
 from ..units import fmt_bytes

@@ -7,8 +7,8 @@ spans, markers, OOMs and the peaks. The levels are running sums of the
 blocks' and the segments' sizes. A log opened mid-run lacks the segments
 made before it: reserved starts from the smallest level that keeps it at
 or above allocated. The first pass computes the levels and picks the
-samples (stream_scan.py, stream_running.Sampler), the second gives
-allocated per phase at them (stream_pass.py); Analysis (result.py) builds
+samples (passes/first.py, first_state.Sampler), the second gives
+allocated per phase at them (passes/second.py); Analysis (result.py) builds
 the Timeline.
 """
 from __future__ import annotations

@@ -18,14 +18,14 @@ from typing import Any
 
 
 from ..units import fmt_bytes, fmt_seconds, fmt_times
-from .categorize import Category
-from .classify import Reason
+from .rules.categorize import Category
+from .rules.classify import Reason
 from .estimate import Estimate
 from .modules import OUTSIDE, Modules
 from .ooms import OomRow
 from .phase_summary import PhaseRow
 from .reserve import PinnedSegment, Reserve, ReserveMoment, ReplayRow
-from .sites import NO_PYTHON
+from .rules.sites import NO_PYTHON
 
 
 def reason_sentence(reason: Reason, category: Category, site: str, free_site: str | None, fn: str | None, phase: str,
@@ -55,7 +55,7 @@ def reason_sentence(reason: Reason, category: Category, site: str, free_site: st
             Category.WORKSPACE: (f"a library workspace (cuBLAS's, per thread and stream), allocated at the first "
                                  f"matmul in {phase} and never freed"),
         }.get(category, f"allocated in {phase}, still referenced when the log ended")
-        if free_phase:  # freed, but only after the run's work ended (classify.py, rule 1: the whole run)
+        if free_phase:  # freed, but only after the run's work ended (rules/classify.py, rule 1: the whole run)
             return (f"persistent: lived through the whole run, freed only after its last phase ended (in "
                     f"{free_phase}) -- {detail.replace(', still referenced when the log ended', '')}")
         return f"persistent: still live at the end of the log -- {detail}"

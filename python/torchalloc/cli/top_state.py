@@ -3,7 +3,7 @@
 `LiveState.refresh()` polls its `LiveReader` (top_reader.py) and folds in
 the event records appended since: allocated and reserved now and at their
 peaks, the live blocks (paired with their frees as the report pairs them:
-analysis/stream_table.py `pair_piece`, with the blocks still live carried
+analysis/passes/pieces.py `pair_piece`, with the blocks still live carried
 from one piece to the next), the whole segments held (for the reserve
 split), the open phases, the last marker and what each site held then, the
 module current at each allocation, the last OOM, maps and unmaps per
@@ -16,7 +16,7 @@ Reasons, as the report gives them (saved for backward, freed on
 rebinding ...), need each block's future (how it was freed); a live view
 has not seen it for the blocks live now, so a site says which phase made
 its live bytes and how its blocks freed so far were freed (the report's
-rules on their alloc and free stacks: analysis/classify.py), which for a
+rules on their alloc and free stacks: analysis/rules/classify.py), which for a
 line run every step is how its live blocks will go.
 """
 from __future__ import annotations
@@ -42,14 +42,14 @@ from .._records import (
     SEGMENT_EXPANDABLE,
     SEGMENT_FREE,
 )
-from ..analysis.classify import Reason, classify_stacks
-from ..analysis.frames import Frame, user_suffix
-from ..analysis.roles import phase_role
+from ..analysis.rules.classify import Reason, classify_stacks
+from ..analysis.rules.frames import Frame, user_suffix
+from ..analysis.rules.roles import phase_role
 from ..analysis.leaks import Leak, Trends, marker_kind, step_kind
 from ..analysis.ooms import handle_for, oom_detail
 from ..oom import parse_advice
-from ..analysis.sites import NO_PYTHON, NO_STACKS
-from ..analysis.stream_table import Carry, Piece, PieceTable, pair_piece, report_start_ns
+from ..analysis.rules.sites import NO_PYTHON, NO_STACKS
+from ..analysis.passes.pieces import Carry, Piece, PieceTable, pair_piece, report_start_ns
 from ..log.checks import MAX_TIME_NS
 from .top_reader import LiveReader
 
@@ -176,7 +176,7 @@ class LiveState:
         self.window_ns = self.last_ns - before
 
     def _start_at(self, first_ns: int) -> None:
-        """Time zero as the report takes it (stream_table.report_start_ns), once the first record is known: the
+        """Time zero as the report takes it (pieces.report_start_ns), once the first record is known: the
         log's opening, unless the header's clock is not the records' (a damaged or hand-made header)."""
         opened = self.reader.header.created_monotonic_ns
         self.t0 = report_start_ns(opened if opened <= MAX_TIME_NS else None, first_ns)
@@ -287,7 +287,7 @@ class LiveState:
             self.module_names[size] = self.reader.strings.get(stack, "")
 
     def _inside_backward(self, t: PieceTable) -> np.ndarray:
-        """Per record, 1 while an occurrence of a backward-like phase (analysis/roles.py) is open, as the report
+        """Per record, 1 while an occurrence of a backward-like phase (analysis/rules/roles.py) is open, as the report
         counts it: by the phase records, not by the phase a record names (autograd's thread names none)."""
         kind = t.kind
         begins = np.flatnonzero(kind == PHASE_BEGIN)

@@ -15,7 +15,7 @@ From Python the same data:
     print(render_text(analyze("run.talog")))     # the text
 
 The analysis itself is the torchalloc.analysis package (its docstring
-describes the two passes over the log; torchalloc.analysis.classify's gives
+describes the two passes over the log; torchalloc.analysis.rules.classify's gives
 the rules behind every reason). The command line is cli/report.py.
 """
 from __future__ import annotations

@@ -2,12 +2,12 @@
 
 Holds `Reason`, the rules below, and `classify_stacks` (rule 3 for one
 alloc/free stack pair). The analysis applies them block by block as it
-reads the log: the first pass finds backward (stream_scan.py,
-stream_running.Backward) and notes per block what only its end tells
+reads the log: the first pass finds backward (passes/first.py,
+first_state.Backward) and notes per block what only its end tells
 (`BIT_*`: freed during backward, by autograd, within its phase
 occurrence); the second gives each block its allocation site and, as it
-ends, its reason, free site and returning function (stream_pass.py, with
-stream_blocks.BlockRules). Stacks are optional: without them the rules
+ends, its reason, free site and returning function (passes/second.py, with
+blocks.BlockRules). Stacks are optional: without them the rules
 fall back to phases (rule 4), and without phases as well every block still
 gets a reason.
 

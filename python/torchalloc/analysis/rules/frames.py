@@ -35,10 +35,10 @@ class Frame(NamedTuple):
 
 Stack = tuple[Frame, ...]
 
-# The torchalloc package itself (this file is torchalloc/analysis/frames.py), and its modules by their path
+# The torchalloc package itself (this file is torchalloc/analysis/rules/frames.py), and its modules by their path
 # below the package: a log recorded with torchalloc at another place (a source tree, another machine) names
 # them under that place, and they are still torchalloc's, not the user's.
-_PACKAGE = Path(__file__).resolve().parents[1]
+_PACKAGE = Path(__file__).resolve().parents[2]
 _PACKAGE_DIR = str(_PACKAGE).replace("\\", "/") + "/"
 _OWN_MODULES = frozenset(p.relative_to(_PACKAGE).as_posix() for p in _PACKAGE.rglob("*.py"))
 _LIBRARY_PACKAGES = r"(?:torch|torchalloc|functorch|triton|torchgen)"

@@ -16,8 +16,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .._records import ALLOC, FREE
-from ..log.chunks import ChunkedLog
+from ..._records import ALLOC, FREE
+from ...log.chunks import ChunkedLog
 
 # The columns a piece's rows are read as, and their dtypes; `kind` holds the record kinds of torchalloc._records.
 _COLUMNS: dict[str, Any] = {

@@ -1,7 +1,7 @@
 """The first pass: the facts about one device's events that the second pass needs.
 
 Takes a `ChunkedLog` and a device; reads the log once, piece by piece
-(stream_table.py), and gives a `Scan`: how many events, the levels'
+(pieces.py), and gives a `Scan`: how many events, the levels'
 peaks (allocated = the blocks' cumulated sizes, reserved = the segments',
 kept as running sums and their extremes), every phase occurrence with its
 end, per phase its peak, its highest rise in an occurrence and its
@@ -16,10 +16,10 @@ moment it is allocated.
 carries its running values from piece to piece, takes each piece
 (`piece(...)`) and gives its fields of the Scan at the end (`fields()`):
 here `Phases` (names, occurrences, rises, the occurrence a block was made
-in), `Blocks` (paired across pieces by stream_table.pair_piece, with their
-bits: backward found as classify.py's rule 2 says, what categorize.py's
+in), `Blocks` (paired across pieces by pieces.pair_piece, with their
+bits: backward found as rules/classify.py's rule 2 says, what rules/categorize.py's
 rules need of a block's future; `SameStack`, `Orphans`), `Markers` and
-`Ooms`; in stream_running.py `Devices`, `Levels`, `PhaseLevels`,
+`Ooms`; in first_state.py `Devices`, `Levels`, `PhaseLevels`,
 `Backward` (the stack part of backward) and `TimelineSamples`.
 """
 from __future__ import annotations
@@ -29,23 +29,16 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .._records import (ALLOC, MARKER, MODULE, MODULE_TAG, OOM, OOM_DEVICE, PHASE_BEGIN, PHASE_END, POLICY_NAMES,
+from ..._records import (ALLOC, MARKER, MODULE, MODULE_TAG, OOM, OOM_DEVICE, PHASE_BEGIN, PHASE_END, POLICY_NAMES,
                         SEGMENT_ALLOC, SEGMENT_EXPANDABLE)
-from ..log.chunks import ChunkedLog
-from .frames import BACKWARD_FRAME, Frame, has_frame
-from .roles import phase_role
-from .stream_running import (INT_MAX, PHASE_IDS, Backward, Bits, Devices, Grow, GrowEnd, Levels, Occurrences,
+from ...log.chunks import ChunkedLog
+from ..rules.frames import BACKWARD_FRAME, Frame, has_frame
+from ..rules.blocks import (BIT_ALLOC_BW, BIT_AUTOGRAD_FREE, BIT_FREE_BW, BIT_PERSISTENT, BIT_SAME,
+                           BIT_WITHIN)
+from ..rules.roles import PHASE_IDS, phase_role
+from .first_state import (INT_MAX, Backward, Bits, Devices, Grow, GrowEnd, Levels, Occurrences,
                              PhaseLevels, Rises, TimelineSamples)
-from .stream_table import Carry, Paired, Piece, PieceTable, pair_piece, report_start_ns
-
-# Per block (by ordinal): what the first pass learns of it.
-BIT_ALLOC_BW = 1  # allocated during backward (classify.py, rule 2: a backward phase, or a Python thread inside
-#                   Tensor.backward; phase names as far as read: every phase_begin precedes its events)
-BIT_FREE_BW = 2  # ended during backward
-BIT_AUTOGRAD_FREE = 4  # its free has no stack, or a stack inside backward (classify.py, rule 2: by autograd)
-BIT_WITHIN = 8  # ended before the occurrence of the phase that allocated it ended
-BIT_SAME = 16  # the thread's allocation before or after it has the same stack (categorize: workspaces)
-BIT_PERSISTENT = 32  # never ended: live at the end of the log
+from .pieces import Carry, Paired, Piece, PieceTable, pair_piece, report_start_ns
 
 MARKERS_KEPT = 10000  # markers listed in the timeline (the first ones); every label keeps its first index
 OOMS_KEPT = 1000  # OOM records diagnosed (the first ones)
@@ -160,7 +153,7 @@ def scan(log: ChunkedLog, device: int | None, *, max_points: int = 1500, last_ns
 
 class Phases:
     """The phases as far as read: their names (every phase_begin precedes its events) and which are backward by
-    name (classify.py, rule 2); their occurrences, with Occurrences' rule for their ends; the occurrence each new
+    name (rules/classify.py, rule 2); their occurrences, with Occurrences' rule for their ends; the occurrence each new
     block is allocated in; per phase the highest rise in an occurrence (Rises)."""
 
     def __init__(self, log: ChunkedLog) -> None:
@@ -239,7 +232,7 @@ class Phases:
 
 
 class Blocks:
-    """The blocks, paired across pieces (stream_table.pair_piece): their ordinals and BIT_* facts, the blocks live
+    """The blocks, paired across pieces (pieces.pair_piece): their ordinals and BIT_* facts, the blocks live
     after each piece (the carry; at the end, the persistent ones), those from before the log (Orphans), and how
     many ended without a free (a lost free: the next alloc of the address ended it)."""
 
@@ -327,7 +320,7 @@ class Blocks:
 
 class SameStack:
     """Per thread, the stack and ordinal of its last alloc: which allocs have the same stack as the thread's alloc
-    just before or after (categorize.py: workspaces)."""
+    just before or after (rules/categorize.py: workspaces)."""
 
     def __init__(self) -> None:
         self.last: dict[int, tuple[int, int]] = {}  # tid -> (stack, ordinal) of its last alloc

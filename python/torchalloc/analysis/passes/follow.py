@@ -1,6 +1,6 @@
 """What a report section declares: its `Section` entry, and when its rows need the second pass, its `Follower`.
 
-The second pass (stream_pass.py) reads the log piece by piece and calls
+The second pass (second.py) reads the log piece by piece and calls
 each follower's hooks, in this order, per piece:
 
 1. `new_blocks`: the piece's records and its new blocks; gives the values of
@@ -16,7 +16,7 @@ each follower's hooks, in this order, per piece:
 
 then `finish` with the blocks live at the end of the log. `orphan` gives a
 block from before the log's values of the columns that a block's details
-show (stream_details.py). Every hook does nothing unless the follower says
+show (details.py). Every hook does nothing unless the follower says
 otherwise, so a follower writes only those it needs.
 
 A section is declared once, in its own module, by its `Section` entry
@@ -32,9 +32,9 @@ from typing import Any, Callable, ClassVar, Mapping, Protocol
 
 import numpy as np
 
-from ..log.chunks import ChunkedLog
-from .stream_scan import Scan
-from .views import Analyzed, SectionView
+from ...log.chunks import ChunkedLog
+from .first import Scan
+from ..views import Analyzed, SectionView
 
 Blocks = dict[str, np.ndarray]  # the pass' block table: one column per name, one row per block live in the piece
 

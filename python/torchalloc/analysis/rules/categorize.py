@@ -2,12 +2,12 @@
 
 Holds `Category`, in the terms of the usual estimate params + optimizer
 state + max(grads + optimizer intermediates, activations), and the rules
-below that give a block one. stream_blocks.py applies them
+below that give a block one. blocks.py applies them
 (`BlockRules.categories`), to each block at its alloc: what they need of
 its future (whether it is ever freed, freed during backward, freed within
 the phase occurrence that made it; whether its thread's allocation before
 or after it has the same stack) the first pass has found already
-(stream_scan.py's `BIT_*`).
+(passes/first.py's `BIT_*`).
 
 The evidence, strongest first: torch frames in the allocation stack
 (``torch.nn`` initialisation, ``torch.optim``), the role of the phase that

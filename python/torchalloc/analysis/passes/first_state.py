@@ -1,7 +1,7 @@
-"""Running state for the first pass (stream_scan.py): what it carries from one piece of the log to the next.
+"""Running state for the first pass (first.py): what it carries from one piece of the log to the next.
 
 The pass's parts here (`Devices`, `Levels`, `PhaseLevels`, `TimelineSamples`;
-stream_scan.py holds the others) each carry their own running values,
+first.py holds the others) each carry their own running values,
 take each piece with `piece(...)` and give their fields of the `Scan` at
 the end (`fields()`); the rest are their building blocks:
 
@@ -17,7 +17,7 @@ the end (`fields()`); the rest are their building blocks:
   first phase_end of its phase and number anywhere in the log), keeping
   only the open occurrences; `Rises`: per phase the highest rise in an
   occurrence;
-- `Backward`: backward detection's stack part (classify.py, rule 2), per
+- `Backward`: backward detection's stack part (rules/classify.py, rule 2), per
   thread;
 - `TimelineSamples`: the timeline's samples (`Sampler`: per time bucket the
   highest and the last event, the span known in advance) and the --at
@@ -29,12 +29,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .._records import ALLOC, FREE, SEGMENT_ALLOC, SEGMENT_FREE
-from .frames import BACKWARD_FRAME, has_frame
+from ..._records import ALLOC, FREE, SEGMENT_ALLOC, SEGMENT_FREE
+from ..rules.frames import BACKWARD_FRAME, has_frame
+from ..rules.roles import PHASE_IDS
 
 INT_MIN = np.iinfo(np.int64).min
 INT_MAX = np.iinfo(np.int64).max
-PHASE_IDS = 1 << 16  # the phase field is a u16
 
 
 class Bits:
@@ -322,7 +322,7 @@ class PhaseLevels:
 
 
 # ---------------------------------------------------------------------------
-# Backward detection's stack part (classify.py, rule 2), running over pieces
+# Backward detection's stack part (rules/classify.py, rule 2), running over pieces
 # ---------------------------------------------------------------------------
 
 

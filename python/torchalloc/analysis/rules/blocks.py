@@ -1,7 +1,7 @@
-"""classify.py's and categorize.py's rules, block by block, for the second pass (stream_pass.py).
+"""classify.py's and categorize.py's rules, block by block, for the second pass (passes/second.py).
 
 Takes the log's stacks and phase names and what the first pass found
-(stream_scan.py: has the log stacks, where the first forward/backward/
+(passes/first.py: has the log stacks, where the first forward/backward/
 optimizer phase began, the sizes of the persistent parameters, and each
 block's `BIT_*` byte); gives, for a batch of blocks, each one's allocation
 site, its category (at its alloc: everything it depends on is known by
@@ -22,21 +22,22 @@ from typing import Any
 
 import numpy as np
 
-from ..printable import printable
+from ...printable import printable
 from .categorize import CATEGORY_CODE, Category, _workspace_sizes
 from .classify import REASON_CODE, Reason, classify_stacks
 from .frames import NN_INIT_FRAME, OPTIMIZER_FRAME, Frame, Stack, has_frame, user_suffix
-from .roles import phase_role
+from .roles import PHASE_IDS, phase_role
 from .sites import BEFORE_LOG, NO_PYTHON, NO_STACKS, Site, SiteTable
-from .stream_scan import (
-    BIT_ALLOC_BW,
-    BIT_AUTOGRAD_FREE,
-    BIT_FREE_BW,
-    BIT_PERSISTENT,
-    BIT_SAME,
-    BIT_WITHIN,
-    PHASE_IDS,
-)
+
+# Per block (by ordinal): what the first pass (passes/first.py) learns of it, a bit each: what these rules need of
+# a block's future at its alloc.
+BIT_ALLOC_BW = 1  # allocated during backward (classify.py, rule 2: a backward phase, or a Python thread inside
+#                   Tensor.backward; phase names as far as read: every phase_begin precedes its events)
+BIT_FREE_BW = 2  # ended during backward
+BIT_AUTOGRAD_FREE = 4  # its free has no stack, or a stack inside backward (classify.py, rule 2: by autograd)
+BIT_WITHIN = 8  # ended before the occurrence of the phase that allocated it ended
+BIT_SAME = 16  # the thread's allocation before or after it has the same stack (categorize: workspaces)
+BIT_PERSISTENT = 32  # never ended: live at the end of the log
 
 C = CATEGORY_CODE
 R = REASON_CODE

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import re
 
+PHASE_IDS = 1 << 16  # phase ids: the log's phase field is a u16
+
 # First match wins: "backward_step" is backward, not optimizer.
 _ROLE_PATTERNS = (
     ("backward", re.compile(r"backward|bwd", re.I)),

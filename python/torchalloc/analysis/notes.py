@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from ..log.reader import WRITER_KILLED, WRITER_RUNNING, WRITER_UNKNOWN
 from ..log.chunks import ChunkedLog
-from .roles import phase_role
-from .stream_scan import MARKERS_KEPT, OOMS_KEPT, Scan
+from .rules.roles import phase_role
+from .passes.first import MARKERS_KEPT, OOMS_KEPT, Scan
 
 SPANS_KEPT = 100_000  # phase occurrences the timeline lists (about 6 MB of JSON)
 
@@ -63,7 +63,7 @@ def derive_notes(log: ChunkedLog, notes: list[str], s: Scan) -> list[str]:
 
 
 def backward_from(phase_names: dict[int, str], s: Scan) -> str:
-    """How backward was found (classify.py, rule 2): from phase names ("phase"), stacks ("stacks"), both
+    """How backward was found (rules/classify.py, rule 2): from phase names ("phase"), stacks ("stacks"), both
     ("phase+stacks"), or "none"."""
     by_phase = any(phase_role(name) == "backward" for name in phase_names.values())
     if s.stack_backward:

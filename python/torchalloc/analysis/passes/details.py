@@ -4,13 +4,13 @@ One dict per block shown (a lifetime row's block, a block the page can
 list), with the keys report/data.py and Analysis.explain read: `k` (its
 index in the blocks' order: those from before the log first), where and
 when it was allocated, and, once it ended, where and when and why. Built
-from the second pass' block table (stream_pass.py: one column per name
+from the second pass' block table (second.py: one column per name
 below, one row per block), from the first pass' blocks allocated before
 the log (`Scan.orphans`), or from the columns stream_modules.py keeps of
 the blocks live at the peak (the same names).
 `module` and `tag` are its module and its tag's role, final once it ended:
 columns the modules section's follower adds to the block table
-(stream_follow.py), 0 in a pass without it (`SHOWN`).
+(follow.py), 0 in a pass without it (`SHOWN`).
 """
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .categorize import CATEGORY_CODE, Category
-from .classify import REASON_CODE, Reason
+from ..rules.categorize import CATEGORY_CODE, Category
+from ..rules.classify import REASON_CODE, Reason
 
 R = REASON_CODE
-# The columns a follower adds (stream_follow.Follower.columns) that a block's details show, with their value where
+# The columns a follower adds (follow.Follower.columns) that a block's details show, with their value where
 # no follower of the pass gives them.
 SHOWN = {"module": 0, "tag": 0}
 

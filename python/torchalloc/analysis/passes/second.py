@@ -1,10 +1,10 @@
 """The second pass: every block classified as it ends, the report's sums, and the moments.
 
-Takes a `ChunkedLog`, the first pass' `Scan` (stream_scan.py) and the
+Takes a `ChunkedLog`, the first pass' `Scan` (first.py) and the
 moments the report shows (`Wanted`); reads the log again piece by piece
 and gives a `Passed`:
 
-- per block, as it is allocated, its site and category (stream_blocks.py),
+- per block, as it is allocated, its site and category (rules/blocks.py),
   and as it ends (or at the end of the log, when it never does) its reason;
   what the lifetimes and the phase table add up (`Group`s, phase sums);
 - the peak over time of each estimate term's live bytes;
@@ -14,12 +14,12 @@ and gives a `Passed`:
   page; a block still live at the moment gets its reason when it ends;
 - at the timeline's samples, allocated per phase and the live block count;
 - for the sections that need more of the pass, the pieces handed to
-  their followers as it goes (stream_follow.py says which hooks, when;
+  their followers as it goes (follow.py says which hooks, when;
   the report's are stream_reserve.py's and stream_modules.py's): the pass
   names none of them, and carries the columns each adds to its blocks.
 
 Nothing is kept per block but a few bytes (`Scan.bits`); a block's details
-(stream_details.py) are kept only when a moment, a lifetime row or the
+(details.py) are kept only when a moment, a lifetime row or the
 page shows it.
 """
 from __future__ import annotations
@@ -29,19 +29,20 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .._records import ALLOC, SEGMENT_ALLOC, SEGMENT_FREE
-from ..log.chunks import ChunkedLog
-from .categorize import CATEGORIES, CATEGORY_CODE, Category
-from .classify import REASON_CODE, Reason
-from .sites import BEFORE_LOG
-from .stream_blocks import BlockRules, LineRuns
-from .stream_details import detail_alloc, detail_ended, detail_orphan
-from .stream_follow import Follower, end_columns
-from .stream_groups import EXACT_BUDGET, Group, group_keys
-from .stream_ooms import follow_segments
-from .stream_running import INT_MIN, add_bytes, add_counted
-from .stream_scan import BIT_WITHIN, INT_MAX, PHASE_IDS, Scan
-from .stream_table import Carry, Piece, device_pieces, pair_piece
+from ..._records import ALLOC, SEGMENT_ALLOC, SEGMENT_FREE
+from ...log.chunks import ChunkedLog
+from ..rules.categorize import CATEGORIES, CATEGORY_CODE, Category
+from ..rules.classify import REASON_CODE, Reason
+from ..rules.sites import BEFORE_LOG
+from ..rules.blocks import BIT_WITHIN, BlockRules, LineRuns
+from .details import detail_alloc, detail_ended, detail_orphan
+from .follow import Follower, end_columns
+from ..stream_groups import EXACT_BUDGET, Group, group_keys
+from ..stream_ooms import follow_segments
+from .first_state import INT_MIN, add_bytes, add_counted
+from ..rules.roles import PHASE_IDS
+from .first import INT_MAX, Scan
+from .pieces import Carry, Piece, device_pieces, pair_piece
 
 R = REASON_CODE
 # The estimate's terms (estimate.Estimate's fields), each the categories whose live bytes peak together.
@@ -105,7 +106,7 @@ class Passed:
 def run_pass(log: ChunkedLog, scan: Scan, wanted: Wanted, progress: Any = None, rules: BlockRules | None = None,
              followers: Sequence[Follower] = ()) -> Passed:
     """The second pass; `rules`: those of an earlier pass over the same log (a pass for more moments), so that
-    site ids mean the same; `followers`: the sections' parts of the pass (stream_follow.py), fed as it goes, in
+    site ids mean the same; `followers`: the sections' parts of the pass (follow.py), fed as it goes, in
     this order."""
     return _Pass(log, scan, wanted, progress, rules, followers).run()
 
@@ -278,7 +279,7 @@ class _Pass:
 
     def _ended(self, bt: dict[str, np.ndarray], ended: np.ndarray, rows: np.ndarray, real: np.ndarray, t: Any,
                base: int) -> None:
-        """Blocks that ended in this piece: their reason (classify.py's rules), their lifetime row, the phase
+        """Blocks that ended in this piece: their reason (rules/classify.py's rules), their lifetime row, the phase
         sums."""
         if not ended.size:
             return
@@ -353,7 +354,7 @@ class _Pass:
         self._resolve(bt, ended, rows, real, t, base, reason, free_site, returned, rerun)
 
     def _whole_run(self, alloc_i: np.ndarray, free_i: np.ndarray) -> np.ndarray:
-        """Freed blocks that lived through the whole run (classify.py, rule 1): made before the first phase
+        """Freed blocks that lived through the whole run (rules/classify.py, rule 1): made before the first phase
         occurrence began and freed after the last one ended; none in a log without phases."""
         s = self.scan
         if not s.occ_begin.size:

@@ -12,10 +12,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..log.chunks import ChunkedLog
-from ..printable import printable
-from .anatomy import MARKER_ANATOMIES
-from .stream_scan import Scan
+from ...log.chunks import ChunkedLog
+from ...printable import printable
+from ..anatomy import MARKER_ANATOMIES
+from .first import Scan
 
 PAGE_MAX_MARKERS = 200  # report/svg.py's MAX_MARKERS: the markers the page draws (the analysis imports no report)
 PRIORITY_OOMS = 10  # report/data.py's PRIORITY_OOMS
