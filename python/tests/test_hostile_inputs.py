@@ -26,7 +26,7 @@ from synthlog import MiB, SynthLog
 from torchalloc import analysis as A
 from torchalloc.analysis import anatomy as anatomy_module
 from torchalloc.analysis import result
-from torchalloc.analysis.ooms import OomRow
+from torchalloc.analysis.sections.ooms.diagnosis import OomRow
 from torchalloc.analysis.wording import oom_explanation
 from torchalloc.report.text import LABEL_CHARS, render_text
 from cli_in_process import cli as _cli  # noqa: E402

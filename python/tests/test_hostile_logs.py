@@ -196,7 +196,7 @@ def test_an_oom_after_a_block_at_the_top_of_the_address_space(write, library_pat
 
 def test_oom_detail_takes_segments_in_the_top_half_of_the_address_space() -> None:
     """Found by fuzz_log_decode: a damaged log's segment at 2^63 or above overflowed int64 in the advice's figures."""
-    from torchalloc.analysis.ooms import oom_detail
+    from torchalloc.analysis.sections.ooms.diagnosis import oom_detail
 
     top = (1 << 63) + (1 << 21)
     detail = oom_detail({top: 4 << 20}, [top + 4096], [1 << 20], [0], 0, "caching", 0, 2 << 20)

@@ -48,14 +48,14 @@ ANALYSIS_STAGES: list[tuple[str, ...]] = [
     ("rules.blocks",),  # those rules block by block, and the facts of a block's future they read
     ("passes", "passes.ranges"),  # which address range held an address when
     ("reserve_terms",),  # segments and the terms of reserved, piece by piece
-    ("anatomy", "lifetimes", "phase_summary", "estimate", "ooms", "reserve", "modules", "timeline",
-     "leaks"),  # result rows
+    ("anatomy", "lifetimes", "sections.phases", "sections.estimate", "sections.ooms.diagnosis", "reserve", "modules",
+     "timeline", "leaks"),  # result rows
     ("wording",),
     ("views",),  # what a section shows, as plain data
-    ("passes.pieces", "passes.first_state", "stream_groups", "passes.details"),  # the log's events piece by piece
+    ("passes.pieces", "passes.first_state", "sections.lifetimes", "passes.details"),  # the log's events piece by piece
     ("passes.first",),  # the first pass
     ("passes.follow",),  # what a section declares: its entry, its follower of the second pass and the Part naming it
-    ("notes", "stream_ooms", "stream_reserve", "stream_modules", "passes.moments", "stream_markers", "stream_leaks"),
+    ("notes", "sections.ooms", "stream_reserve", "stream_modules", "passes.moments", "stream_markers", "stream_leaks"),
     ("sections", "summary"),  # the report's sections after the anatomy, in order, as views; their parts of the pass
     ("passes.second",),  # the second pass, feeding the sections' parts
     ("result",),  # Analysis, analyze

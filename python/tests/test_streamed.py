@@ -28,7 +28,7 @@ from torchalloc.cli import dispatch as cli
 from torchalloc.log import chunks as log_chunks
 from torchalloc.log import trace_stream
 from torchalloc.analysis import analyze
-from torchalloc.analysis.stream_groups import EXACT_LIFETIMES, Lifetimes
+from torchalloc.analysis.sections.lifetimes import EXACT_LIFETIMES, Lifetimes
 
 from torchalloc.report.export import to_snapshot
 from torchalloc.log.reader import read_log

@@ -43,12 +43,12 @@ from .._records import (
 from .anatomy import Anatomy, AnatomyRow
 from .rules.categorize import CATEGORIES, WORKSPACE_SIZES, Category
 from .rules.classify import REASONS, Reason
-from .estimate import Estimate
+from .sections.estimate import Estimate
 from .rules.frames import Frame, Stack, is_library_frame, user_suffix
 from .lifetimes import LifetimeRow
 from .modules import ModuleRow, Modules
-from .ooms import OomRow
-from .phase_summary import PhaseRow
+from .sections.ooms.diagnosis import OomRow
+from .sections.phases import PhaseRow
 from .reserve import Reserve
 from .result import Analysis, analyze
 from .rules.roles import phase_role

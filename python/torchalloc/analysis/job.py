@@ -41,7 +41,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .anatomy import Anatomy
-from .phase_summary import PhaseRow
+from .sections.phases import PhaseRow
 from .result import Analysis, analyze
 from .wording import oom_explanation
 from ..units import fmt_bytes, fmt_time

@@ -5,7 +5,7 @@ site, returning function, whether the line ran again (rebinding) and
 category, largest first, with the sentence for the group (written from the
 block that speaks for it: the rows are numbers, the words are wording.py's).
 The second pass adds each block to its row as it ends, or at the end of the
-log when it never does (stream_groups.py); Analysis.lifetime_rows
+log when it never does (sections/lifetimes.py); Analysis.lifetime_rows
 (result.py) builds the rows.
 """
 from __future__ import annotations

@@ -41,20 +41,20 @@ from ..printable import printable
 from .anatomy import MARKER_ANATOMIES, Anatomy, AnatomyRow, bytes_by, dominant, some_labels
 from .rules.categorize import CATEGORIES, CATEGORY_CODE, Category
 from .rules.classify import REASONS
-from .estimate import Estimate
+from .sections.estimate import Estimate
 from .rules.frames import Frame
 from .lifetimes import LifetimeRow
 from .modules import Modules
-from .ooms import Blocker, OomRow, blockers_of, handle_for, oom_detail, oom_row, replay_last, segment_gaps
+from .sections.ooms.diagnosis import Blocker, OomRow, blockers_of, handle_for, oom_detail, oom_row, replay_last, segment_gaps
 from .reserve import Reserve
 from .sections import pass_parts, report_dict
-from .phase_summary import PhaseRow
+from .sections.phases import PhaseRow
 from .rules.roles import phase_role
 from .rules.sites import BEFORE_LOG, Site
 from .passes.follow import Follower
 from .passes.second import Passed, Wanted, run_pass
 from .passes.moments import anatomy_moments, is_time, page_moments
-from .stream_ooms import trace_until
+from .sections.ooms import trace_until
 from .notes import SPANS_KEPT, backward_from, derive_notes, table_notes
 from .passes.first import Scan, scan
 from .passes.pieces import report_start_ns
@@ -348,7 +348,7 @@ class Analysis:
         return text.replace(f"in {self.phase_name(d['phase'])}", f"in {', '.join(phases)}")
 
     def lifetime_rows(self) -> list[tuple[LifetimeRow, dict[str, Any]]]:
-        """The lifetime rows (stream_groups.py's, their sites in the report's order), largest first, each with
+        """The lifetime rows (sections/lifetimes.py's, their sites in the report's order), largest first, each with
         the details of the block that speaks for it."""
         if self._lifetimes is None:
             canonical = []

@@ -37,7 +37,7 @@ from .rules.categorize import CATEGORIES
 from .reserve import Reserve, ReserveMoment, assembled, moment, policy_name, replay_rows, replayed
 from .reserve_terms import Terms, split
 from .passes.follow import Follower, Part, Section
-from .stream_ooms import before_log_events
+from .sections.ooms import before_log_events
 from .passes.first import Scan
 from .rules.blocks import BIT_PERSISTENT
 from .passes.pieces import device_pieces

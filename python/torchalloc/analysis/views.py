@@ -12,10 +12,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Protocol, Sequence
 
-from .estimate import Estimate
+from .sections.estimate import Estimate
 from .lifetimes import LifetimeRow
-from .ooms import OomRow
-from .phase_summary import PhaseRow
+from .sections.ooms.diagnosis import OomRow
+from .sections.phases import PhaseRow
 
 
 class Analyzed(Protocol):

@@ -20,10 +20,10 @@ from typing import Any
 from ..units import fmt_bytes, fmt_seconds, fmt_times
 from .rules.categorize import Category
 from .rules.classify import Reason
-from .estimate import Estimate
+from .sections.estimate import Estimate
 from .modules import OUTSIDE, Modules
-from .ooms import OomRow
-from .phase_summary import PhaseRow
+from .sections.ooms.diagnosis import OomRow
+from .sections.phases import PhaseRow
 from .reserve import PinnedSegment, Reserve, ReserveMoment, ReplayRow
 from .rules.sites import NO_PYTHON
 

@@ -46,7 +46,7 @@ from ..analysis.rules.classify import Reason, classify_stacks
 from ..analysis.rules.frames import Frame, user_suffix
 from ..analysis.rules.roles import phase_role
 from ..analysis.leaks import Leak, Trends, marker_kind, step_kind
-from ..analysis.ooms import handle_for, oom_detail
+from ..analysis.sections.ooms.diagnosis import handle_for, oom_detail
 from ..oom import parse_advice
 from ..analysis.rules.sites import NO_PYTHON, NO_STACKS
 from ..analysis.passes.pieces import Carry, Piece, PieceTable, pair_piece, report_start_ns
@@ -355,7 +355,7 @@ class LiveState:
             self.carry["module"][b] = m
 
     def _advice(self, o: Oom, limit: int, largest_free: int, handle: int) -> str | None:
-        """The allocator's first line of advice for the failure, as the report gives it (analysis/ooms.py): the
+        """The allocator's first line of advice for the failure, as the report gives it (analysis/sections/ooms/diagnosis.py): the
         library's rule on the failure's numbers and the segments and blocks live then. None without the library."""
         facts = dict(requested=o.requested, allocated=o.allocated or 0, reserved=o.reserved,
                      device_total=o.device_total or 0, device_free=o.device_free, limit=limit, largest_free=largest_free)

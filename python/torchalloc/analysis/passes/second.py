@@ -37,8 +37,8 @@ from ..rules.sites import BEFORE_LOG
 from ..rules.blocks import BIT_WITHIN, BlockRules, LineRuns
 from .details import detail_alloc, detail_ended, detail_orphan
 from .follow import Follower, end_columns
-from ..stream_groups import EXACT_BUDGET, Group, group_keys
-from ..stream_ooms import follow_segments
+from ..sections.lifetimes import EXACT_BUDGET, Group, group_keys
+from ..sections.ooms import follow_segments
 from .first_state import INT_MIN, add_bytes, add_counted
 from ..rules.roles import PHASE_IDS
 from .first import INT_MAX, Scan
@@ -398,7 +398,7 @@ class _Pass:
 
     def _group(self, cols: dict[str, np.ndarray], k: np.ndarray, size: np.ndarray, phase: np.ndarray,
                life: np.ndarray | None, persistent: bool, detail: Any) -> None:
-        """Add blocks to their lifetime rows (stream_groups.group_keys: each row's key)."""
+        """Add blocks to their lifetime rows (lifetimes.group_keys: each row's key)."""
         uniq, inv = group_keys(cols)
         order = np.argsort(inv, kind="stable")
         bounds = np.flatnonzero(np.concatenate(([True], inv[order][1:] != inv[order][:-1], [True])))

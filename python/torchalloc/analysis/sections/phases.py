@@ -17,7 +17,7 @@ import dataclasses
 from typing import Any
 
 
-from ..units import fmt_bytes
+from ...units import fmt_bytes
 
 
 @dataclasses.dataclass

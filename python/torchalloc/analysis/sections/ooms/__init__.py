@@ -8,16 +8,16 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .._records import SEGMENT_ALLOC, SEGMENT_FREE
-from ..log.chunks import ChunkedLog
-from .passes.first import Scan
+from ...._records import SEGMENT_ALLOC, SEGMENT_FREE
+from ....log.chunks import ChunkedLog
+from ...passes.first import Scan
 
 
 def before_log_events(scan: Scan) -> np.ndarray:
     """The replay events that stand for the blocks allocated before the log: an alloc of each (of a known size),
     in the blocks' order, in phase 0."""
-    from ..log.trace_events import ALLOC as EV_ALLOC
-    from ..log.trace_events import EVENT_DTYPE
+    from ....log.trace_events import ALLOC as EV_ALLOC
+    from ....log.trace_events import EVENT_DTYPE
 
     o = scan.orphans
     pre = np.flatnonzero(o["size"] > 0)
@@ -30,10 +30,10 @@ def before_log_events(scan: Scan) -> np.ndarray:
 def trace_until(log: ChunkedLog, scan: Scan, path: Any, index: int) -> Any:
     """The run up to OOM record `index` as a Trace in pieces: the blocks from before the log, the device's
     events up to the record, then the failed request (at an address no event uses)."""
-    from ..log.trace_events import ALLOC as EV_ALLOC
-    from ..log.trace_events import EVENT_DTYPE, Trace
-    from ..log.trace_stream import SpilledEvents, _Live, log_events
-    from ..replay.oom_alternatives import _unused_address
+    from ....log.trace_events import ALLOC as EV_ALLOC
+    from ....log.trace_events import EVENT_DTYPE, Trace
+    from ....log.trace_stream import SpilledEvents, _Live, log_events
+    from ....replay.oom_alternatives import _unused_address
 
     head = before_log_events(scan)
     ends = [int(head["addr"].min()), int(head["addr"].max())] if head.size else []

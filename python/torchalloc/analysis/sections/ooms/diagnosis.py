@@ -39,11 +39,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import _lib
-from ..oom import parse_advice
-from ..replay.oom_alternatives import (AdviceCheck, Alternative, alternatives, check_advice, default_policies)
-from .rules.frames import user_suffix
-from .rules.sites import NO_PYTHON, NO_STACKS
+from .... import _lib
+from ....oom import parse_advice
+from ....replay.oom_alternatives import (AdviceCheck, Alternative, alternatives, check_advice, default_policies)
+from ...rules.frames import user_suffix
+from ...rules.sites import NO_PYTHON, NO_STACKS
 
 BLOCKERS_SHOWN = 10
 # The physical handle a request would be mapped in under expandable segments (heap_oom.c note_detail), which the
@@ -120,7 +120,7 @@ class OomRow:
 
 def replay_last(last: OomRow, run_until: Callable[[], Any]) -> None:
     """The last OOM's alternatives and its advice checked: `run_until()` gives the run up to the failure, as
-    replay events or a Trace read in pieces (stream_ooms.trace_until; its pieces are closed after)."""
+    replay events or a Trace read in pieces (the ooms package's trace_until; its pieces are closed after)."""
     if last.usable is None:
         last.unknown.append("whether another policy would have fit (the log has no device numbers)")
         return

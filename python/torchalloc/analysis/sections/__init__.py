@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..units import fmt_bytes, fmt_seconds, fmt_time
-from .passes.follow import Part, Section
-from .stream_leaks import SECTION as LEAKS_SECTION
-from .stream_markers import SECTION as MARKERS_SECTION
-from .stream_modules import SECTION as MODULES_SECTION
-from .stream_reserve import SECTIONS as RESERVE_SECTIONS
-from .views import Analyzed, CheckedLine, CheckedList, SectionView, Table
+from ...units import fmt_bytes, fmt_seconds, fmt_time
+from ..passes.follow import Part, Section
+from ..stream_leaks import SECTION as LEAKS_SECTION
+from ..stream_markers import SECTION as MARKERS_SECTION
+from ..stream_modules import SECTION as MODULES_SECTION
+from ..stream_reserve import SECTIONS as RESERVE_SECTIONS
+from ..views import Analyzed, CheckedLine, CheckedList, SectionView, Table
 
 
 def _lifetimes(a: Analyzed, top: int) -> SectionView:
