@@ -25,9 +25,8 @@ import hostile_logs as H
 from synthlog import MiB, SynthLog
 from torchalloc import analysis as A
 from torchalloc.analysis import anatomy as anatomy_module
-from torchalloc.analysis import result
-from torchalloc.analysis.sections.ooms.diagnosis import OomRow
-from torchalloc.analysis.wording import oom_explanation
+from torchalloc.analysis import front
+from torchalloc.analysis.sections.ooms.diagnosis import OomRow, oom_explanation
 from torchalloc.report.text import LABEL_CHARS, render_text
 from cli_in_process import cli as _cli  # noqa: E402
 
@@ -98,18 +97,18 @@ def test_json_report_work_grows_linearly_with_markers(monkeypatch: pytest.Monkey
     analysis' one second pass kept for it (no pass per label); as many for twice the markers. Before: every
     label's lookup read every marker's text (n squared) and every label got an anatomy."""
     counts = {"anatomies": 0, "passes": 0}
-    anatomy, more = result.Analysis._anatomy, result.Analysis._more
+    anatomy, more = front.Analysis._anatomy, front.Analysis._more
 
-    def counted_anatomy(self: result.Analysis, *args: Any) -> Any:
+    def counted_anatomy(self: front.Analysis, *args: Any) -> Any:
         counts["anatomies"] += 1
         return anatomy(self, *args)
 
-    def counted_more(self: result.Analysis, *args: Any) -> Any:
+    def counted_more(self: front.Analysis, *args: Any) -> Any:
         counts["passes"] += 1
         return more(self, *args)
 
-    monkeypatch.setattr(result.Analysis, "_anatomy", counted_anatomy)
-    monkeypatch.setattr(result.Analysis, "_more", counted_more)
+    monkeypatch.setattr(front.Analysis, "_anatomy", counted_anatomy)
+    monkeypatch.setattr(front.Analysis, "_more", counted_more)
     seen = {}
     for n in (CAP + 200, 2 * (CAP + 200)):
         a = _steps(n).analyze()

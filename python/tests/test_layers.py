@@ -41,24 +41,30 @@ SHARED_MODULES = {"_records", "units", "_compressed", "printable", "text_fit"}  
 TOP_LEVEL_TOOLS = {"_gpu_child"}
 TOOL_PACKAGES = ["log", "replay", "analysis", "report", "integrations", "cli"]
 
-# The analysis in the order the data flows; a stage imports only its own stage or earlier ones.
+# The analysis in the order the data flows; a stage imports only its own stage or earlier ones. The rules come first
+# and read no log; the passes name no section; each section stands alone (test_sections_stand_alone).
 ANALYSIS_STAGES: list[tuple[str, ...]] = [
     ("rules", "rules.frames", "rules.roles"),  # what the names in a log mean
     ("rules.sites", "rules.classify", "rules.categorize"),  # allocation sites; the reasons, the categories, their rules
     ("rules.blocks",),  # those rules block by block, and the facts of a block's future they read
-    ("passes", "passes.ranges"),  # which address range held an address when
-    ("reserve_terms",),  # segments and the terms of reserved, piece by piece
-    ("anatomy", "lifetimes", "sections.phases", "sections.estimate", "sections.ooms.diagnosis", "reserve", "modules",
-     "timeline", "leaks"),  # result rows
-    ("wording",),
-    ("views",),  # what a section shows, as plain data
-    ("passes.pieces", "passes.first_state", "sections.lifetimes", "passes.details"),  # the log's events piece by piece
+    ("anatomy",),  # what was live at a moment, grouped
+    ("passes", "passes.pieces", "passes.ranges", "passes.details", "passes.follow"),  # a log's events piece by
+    # piece, blocks paired across pieces; which range held an address when; a block's details; the followers' hooks
+    ("passes.first_state",),  # what the first pass carries from piece to piece
     ("passes.first",),  # the first pass
-    ("passes.follow",),  # what a section declares: its entry, its follower of the second pass and the Part naming it
-    ("notes", "sections.ooms", "stream_reserve", "stream_modules", "passes.moments", "stream_markers", "stream_leaks"),
-    ("sections", "summary"),  # the report's sections after the anatomy, in order, as views; their parts of the pass
-    ("passes.second",),  # the second pass, feeding the sections' parts
-    ("result",),  # Analysis, analyze
+    ("passes.moments",),  # the moments whose live blocks the second pass keeps
+    ("passes.second",),  # the second pass, feeding the sections' followers
+    ("timeline",),
+    ("notes",),
+    ("sections.views",),  # what a section shows, as plain data
+    ("sections.section",),  # what a section declares: its entry, and its part of the pass
+    ("sections.reserve.terms", "sections.ooms.diagnosis"),  # a section's parts that its module builds on
+    ("sections.reserve.rows",),
+    ("sections.markers", "sections.leaks", "sections.lifetimes", "sections.phases", "sections.estimate",
+     "sections.reserve", "sections.modules", "sections.ooms"),  # one module (or package) per section
+    ("sections",),  # SECTIONS: the sections in order, the one place to register one
+    ("summary",),  # what the report says first, from the sections' rows
+    ("front",),  # analyze, Analysis
     ("__init__",),  # re-exports
     ("job",),  # several logs (one per rank) analysed together
 ]
@@ -227,6 +233,37 @@ def _assert_flows_forward(stage_of: dict[str, int]) -> None:
 
 def test_analysis_stages_import_only_earlier_stages() -> None:
     _assert_flows_forward(_stages("torchalloc.analysis.", ANALYSIS_STAGES))
+
+
+SECTIONS_PACKAGE = "torchalloc.analysis.sections"
+# What every section builds on: its entry and part (section), the view types (views).
+SECTIONS_SHARED = {f"{SECTIONS_PACKAGE}.section", f"{SECTIONS_PACKAGE}.views"}
+
+
+def _section_of(name: str) -> str | None:
+    """The section a module of analysis/sections/ belongs to (its module, or its package's); None for the list
+    itself and the modules every section shares."""
+    if not name.startswith(SECTIONS_PACKAGE + ".") or name in SECTIONS_SHARED:
+        return None
+    return ".".join(name.split(".")[:4])
+
+
+def test_sections_stand_alone() -> None:
+    """A section is one module (or package) of analysis/sections/ plus its line in SECTIONS: none imports another
+    section, and the rules and the passes import none (the pass names no section)."""
+    sections = {s for s in map(_section_of, MODULES) if s}
+    assert {f"{SECTIONS_PACKAGE}.{k}" for k in ("markers", "leaks", "lifetimes", "phases", "estimate", "reserve",
+                                                  "modules", "ooms")} <= sections, sorted(sections)
+    crossing = []
+    for name in MODULES:
+        mine = _section_of(name)
+        for m in imports_of(name):
+            other = _section_of(m)
+            if mine is not None and other is not None and other != mine:
+                crossing.append(f"{name} imports {m}")
+            if other is not None and name.startswith(("torchalloc.analysis.passes", "torchalloc.analysis.rules")):
+                crossing.append(f"{name} imports {m}")
+    assert not crossing, "sections reached from outside their own module:\n  " + "\n  ".join(crossing)
 
 
 def test_log_readers_import_only_earlier_stages() -> None:

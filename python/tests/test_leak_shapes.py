@@ -18,7 +18,7 @@ from typing import Any, Callable
 import pytest
 
 from leak_runs import MiB, Run, cycling, leaky, noisy, record, site_label, warming
-from torchalloc.analysis.leaks import MIN_STEPS
+from torchalloc.analysis.sections.leaks import MIN_STEPS
 
 SITES = (leaky, cycling, warming, noisy)
 

@@ -1,6 +1,6 @@
-"""Leaks named (issues 37 and 52): the rule of analysis/leaks.py on hand-made tables of each site's live bytes at
-each step marker, its bounded state, and the report's pass against an oracle, in pieces. The shapes a user meets,
-recorded by the library and read by every tool, are test_leak_shapes.py's.
+"""Leaks named (issues 37 and 52): the rule of analysis/sections/leaks.py on hand-made tables of each site's live
+bytes at each step marker, its bounded state, and the report's pass against an oracle, in pieces. The shapes a user
+meets, recorded by the library and read by every tool, are test_leak_shapes.py's.
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from torchalloc.analysis.leaks import LOWS, MIN_STEPS, Trends, follow, step_kind, step_markers
+from torchalloc.analysis.sections.leaks import LOWS, MIN_STEPS, Trends, follow, step_kind, step_markers
 
 MiB = 1 << 20
 

@@ -1,4 +1,4 @@
-"""Memory by module (analysis/modules.py): a log written through the C API on the simulated device, with
+"""Memory by module (analysis/sections/modules.py): a log written through the C API on the simulated device, with
 module records around allocations of known sizes, checked against hand-computed bytes per module."""
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A passing run warns nothing (issue 50). The RuntimeWarning "invalid value encountered in cast" at
-analysis/sections/ooms/diagnosis.py came from the blocks live at an OOM: with no block from before the log, the empty orphans'
-addresses were int64, their concatenation with the blocks' uint64 ones float64, and an address near 2**64
-rounded past it before being cast back."""
+analysis/sections/ooms/diagnosis.py came from the blocks live at an OOM: with no block from before the log, the
+empty orphans' addresses were int64, their concatenation with the blocks' uint64 ones float64, and an address near
+2**64 rounded past it before being cast back."""
 from __future__ import annotations
 
 import warnings

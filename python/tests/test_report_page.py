@@ -58,8 +58,8 @@ def page_frames(d: dict[str, Any], stack: int) -> list[str]:
     return [f"{d['files'][d['frames'][f][0]]}:{d['frames'][f][1]} in {d['frames'][f][2]}" for f in d["stacks"][stack]]
 
 
-# The opening words of a block's sentence for each reason (analysis/wording.py's reason_sentence): the page gives
-# each block the sentence of its own reason.
+# The opening words of a block's sentence for each reason (analysis/sections/lifetimes.py's reason_sentence): the
+# page gives each block the sentence of its own reason.
 OPENINGS = {
     "temporary": ("temporary: made and freed on the same line",),
     "freed when its function returned": ("freed when its function returned: ",),

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cli_in_process import cli  # noqa: E402
 from synthlog import SynthLog  # noqa: E402
 
-from torchalloc.analysis.reserve import ReplayRow, Reserve  # noqa: E402
+from torchalloc.analysis.sections.reserve.rows import ReplayRow, Reserve  # noqa: E402
 from torchalloc.analysis.summary import Change, first_change  # noqa: E402
 from torchalloc.units import MiB, fmt_bytes  # noqa: E402
 
@@ -216,15 +216,15 @@ def test_the_summarys_reasons_prefer_a_source_line() -> None:
 
 
 def test_only_the_first_markers_are_followed(monkeypatch: pytest.MonkeyPatch) -> None:
-    from torchalloc.analysis import stream_markers
+    from torchalloc.analysis.sections import markers
 
-    monkeypatch.setattr(stream_markers, "STRETCHES", 2)
+    monkeypatch.setattr(markers, "STRETCHES", 2)
     a = _stretch_log().analyze(chunk_records=3)
     s = a.section_rows("markers")
     assert [r.label for r in s.rows] == ["one", "two"] and s.markers == 4
     two = s.rows[1]  # its stretch still ends at the next marker, not at the log's end
     assert (two.until, two.allocated, two.freed, two.kept) == ("step 1", 8 * MiB, 2 * MiB, 8 * MiB)
-    view = stream_markers.SECTION.view(a, 15)
+    view = markers.SECTION.view(a, 15)
     assert view is not None and view.table is not None and view.table.more == "... 2 more markers"
 
 

@@ -1,4 +1,4 @@
-"""Reserved memory explained (analysis/reserve.py, stream_reserve.py): hand-made logs with known segment layouts,
+"""Reserved memory explained (analysis/sections/reserve/): hand-made logs with known segment layouts,
 and the bundled trace. The terms are kept at the two peaks (the section's moments) and, for fragmentation, at the
 timeline's samples (the page's band; the log's last event is always one)."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from synthlog import USER, SynthLog
 from torchalloc import analysis as A
 from torchalloc._records import SEGMENT_COMPACT, SEGMENT_EXPANDABLE, SEGMENT_RECLAIM
-from torchalloc.analysis.reserve import policy_name
+from torchalloc.analysis.sections.reserve.rows import policy_name
 
 MiB = 1 << 20
 DATA = Path(__file__).resolve().parents[1] / "torchalloc" / "data"
@@ -153,7 +153,7 @@ def test_a_reclaim_log_splits_reserved_with_no_negative_term() -> None:
 
 def test_on_a_tie_the_best_change_is_the_one_that_never_waits_for_the_device() -> None:
     """caching+compact and a reclaim variant reserve the same on the phases trace; compact synchronizes 45 times."""
-    from torchalloc.analysis.reserve import Reserve, ReplayRow
+    from torchalloc.analysis.sections.reserve.rows import Reserve, ReplayRow
 
     rows = [ReplayRow("caching", 100, 50, True, False), ReplayRow("caching+compact", 60, 50, False, False, 45),
             ReplayRow("phase_arena+reclaim", 60, 50, False, False, 0)]

@@ -1,6 +1,6 @@
 """Logs of any size in bounded memory: every tool reads every log in pieces, and the pieces change nothing.
 
-The report reads a log in two passes over pieces (analysis/result.py),
+The report reads a log in two passes over pieces (analysis/front.py),
 replay feeds it to C in pieces (log/trace_stream.py, torchalloc_replay_feed),
 export makes two passes (report/export.py); a small log is one piece. Every
 check here reads the test logs in pieces of a few records -- so that every
@@ -325,7 +325,7 @@ def test_moments_named_in_advance_need_no_more_pass(logs: dict[str, Path], monke
     whole = analyze(path)
     expected = [whole.anatomy(x) for x in at]  # not named in advance: a pass each
     streamed = analyze(path, chunk_records=5, at=at)
-    from torchalloc.analysis import result as module
+    from torchalloc.analysis import front as module
 
     def no_pass(*args: object, **kwargs: object) -> None:
         raise AssertionError("a moment named in advance needed another pass")

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from cli_in_process import cli
 
-from torchalloc.analysis.leaks import MIN_STEPS
+from torchalloc.analysis.sections.leaks import MIN_STEPS
 from torchalloc.cli.top_frame import MIN_COLUMN, frame, sparkline
 from torchalloc.cli.top_reader import RESTARTED, LiveReader
 from torchalloc.cli.top_state import SPARK_COLUMNS, SPARK_WIDEST_NS, LiveState, Sparkline
@@ -133,7 +133,7 @@ def test_grew_between_markers_names_the_site_that_keeps_growing(writer: tuple[Wr
 
 def test_a_site_that_keeps_bytes_is_named_a_leak_while_the_job_runs(tmp_path: Path, library_path: Path) -> None:
     """The writer keeps one 3 MiB gradient per step: before MIN_STEPS step markers the frame says the rule has too
-    few; once it has them, analysis/leaks.py names the site, in its words, and keeps naming it as the job goes on.
+    few; once it has them, analysis/sections/leaks.py names the site, in its words, and keeps naming it as the job goes on.
     Keeping one every other step (the issue's first missed leak) is named too."""
     log = tmp_path / "leak.talog"
     w = Writer(log, MIN_STEPS - 2, library_path, keep_every=1)

@@ -33,8 +33,8 @@ The wrapper is installed once for all handles and removed with the last one.
 Modules (modules=True, the default): every block the log records gets the
 innermost nn.Module whose forward or backward was running when it was
 allocated, and parameters, their gradients and optimizer state the module
-that owns the parameter (analysis/modules.py reads it; docs/LOG_FORMAT.md,
-"Modules"). Like the phase, the current module is process-wide: the
+that owns the parameter (analysis/sections/modules.py reads it;
+docs/LOG_FORMAT.md, "Modules"). Like the phase, the current module is process-wide: the
 autograd engine runs backward on its own threads. It costs nothing per
 allocation (the C side writes one MODULE record when it changes, never
 looks at it when allocating) and, per forward call of a module, two hook

@@ -4,20 +4,27 @@
     a = analyze("run.talog")                 # a log's path (or its bytes); any size: it is read in pieces
     a.anatomy("peak"); a.lifetimes(); a.phases(); a.estimate(); a.reserve(); a.modules(); a.ooms(); a.to_dict()
 
-One pipeline for every log (result.py): a first pass over the log's pieces
-gathers what the second needs (passes/first.py: the levels, the peaks, the
-phase occurrences, backward, the markers and OOMs, the timeline's
-samples); the second classifies each block as it ends and keeps sums and
-the blocks live at the moments the report shows (passes/second.py), with its
-parts per section fed as it goes (passes/follow.py: a section's follower of
-the pass, and the Part declaring it): the reserve and each policy's replay
-(stream_reserve.py, reserve_terms.py), memory by module (stream_modules.py).
-What the names in a log mean: frames, roles, sites; the rules that say why
-a block lived as long as it did and what it was for: classify,
-categorize, stream_blocks; the rows of each section and their types:
-anatomy, lifetimes, phase_summary, estimate, reserve, modules, ooms; the
-sentences: wording; the sections in order, as text and JSON views:
-sections (what a view gives: views).
+The package by role:
+
+- front.py: `analyze` and `Analysis`, the front every report asks: one
+  pipeline for every log, read in pieces, twice;
+- passes/: the two passes -- the first gathers what the second needs
+  (first.py: the levels, the peaks, the phase occurrences, backward, the
+  markers and OOMs, the timeline's samples); the second classifies each
+  block as it ends and keeps the blocks live at the moments the report
+  shows (second.py), feeding every section's follower as it goes
+  (follow.py: the hooks; it names no section);
+- rules/: what the names in a log mean (frames, roles, sites), and the
+  rules that say why a block lived as long as it did and what it was for
+  (classify, categorize; blocks.py applies them block by block);
+- sections/: the report's sections after the timeline and the anatomy,
+  one module (or small package) each -- its follower of the pass, its
+  rows, their words and its view -- listed in order in
+  sections/__init__.py: markers, leaks, lifetimes, phases, estimate,
+  reserve, modules, ooms;
+- the report's head: anatomy.py (what was live at a moment), timeline.py,
+  notes.py, summary.py (what the report says first); job.py: several
+  logs, one per rank, side by side.
 
 Stacks and phases are optional: a log written without stacks gets reasons
 from phases, one without phases gets every stack-based answer, and one
@@ -41,18 +48,18 @@ from .._records import (
     TRUNCATED,
 )
 from .anatomy import Anatomy, AnatomyRow
+from .front import Analysis, analyze
 from .rules.categorize import CATEGORIES, WORKSPACE_SIZES, Category
 from .rules.classify import REASONS, Reason
-from .sections.estimate import Estimate
 from .rules.frames import Frame, Stack, is_library_frame, user_suffix
-from .lifetimes import LifetimeRow
-from .modules import ModuleRow, Modules
-from .sections.ooms.diagnosis import OomRow
-from .sections.phases import PhaseRow
-from .reserve import Reserve
-from .result import Analysis, analyze
 from .rules.roles import phase_role
 from .rules.sites import BEFORE_LOG, NO_PYTHON, NO_STACKS, Site
+from .sections.estimate import Estimate
+from .sections.lifetimes import LifetimeRow
+from .sections.modules import ModuleRow, Modules
+from .sections.ooms.diagnosis import OomRow
+from .sections.phases import PhaseRow
+from .sections.reserve.rows import Reserve
 from .timeline import Timeline
 
 __all__ = [

@@ -40,13 +40,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .anatomy import Anatomy
-from .sections.phases import PhaseRow
-from .result import Analysis, analyze
-from .wording import oom_explanation
-from ..units import fmt_bytes, fmt_time
 from ..log.ranks import assign_ranks
 from ..log.reader import read_header
+from ..units import fmt_bytes, fmt_time
+from .anatomy import Anatomy
+from .front import Analysis, analyze
+from .sections.ooms.diagnosis import oom_explanation
+from .sections.phases import PhaseRow
 
 __all__ = ["RankRow", "RankDetail", "GroupRow", "Job", "analyze_job"]
 

@@ -9,12 +9,11 @@ occurrences past those it keeps).
 """
 from __future__ import annotations
 
-from ..log.reader import WRITER_KILLED, WRITER_RUNNING, WRITER_UNKNOWN
 from ..log.chunks import ChunkedLog
-from .rules.roles import phase_role
+from ..log.reader import WRITER_KILLED, WRITER_RUNNING, WRITER_UNKNOWN
 from .passes.first import MARKERS_KEPT, OOMS_KEPT, Scan
-
-SPANS_KEPT = 100_000  # phase occurrences the timeline lists (about 6 MB of JSON)
+from .rules.roles import phase_role
+from .timeline import SPANS_KEPT
 
 
 def table_notes(log: ChunkedLog) -> list[str]:

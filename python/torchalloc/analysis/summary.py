@@ -13,16 +13,16 @@ and the replays, the marker stretches, the OOMs) and gives a `Summary`:
 - `live`: `LiveReason`s -- the top reasons memory was live at the peak: the
   peak anatomy's largest rows, those with a Python source line first (a row
   whose site is "(no Python stack)" says less), at most TOP_REASONS;
-- `leaks`: `Leak`s (leaks.py) -- the sites whose live bytes at the step
-  markers gained a low point never given back (stream_leaks.py's rows), the
-  largest growth per step first, at most LEAKS_SHOWN; `leak_count`: how
+- `leaks`: `Leak`s (sections/leaks.py's rows) -- the sites whose live bytes
+  at the step markers gained a low point never given back, the largest
+  growth per step first, at most LEAKS_SHOWN; `leak_count`: how
   many in all; `leak_check`: `LeakCheck` -- the step markers the rule had
   (a run with fewer than it needs is said to be one) and the sites that
   grew, then stayed (not leaks);
 - `markers`: `MarkerLine`s -- one per kind of marker (labels that differ
   only in their numbers, "step 1" ... "step 6", are one kind, shown by its
   first): what was live at it, what the stretch after it freed and kept
-  (stream_markers.py's rows), at most MARKER_KINDS;
+  (sections/markers.py's rows), at most MARKER_KINDS;
 - `change`: `Change` -- the change proposed first (first_change): the
   replay that reserves the least of those that keep a cache and never
   synchronize, a costly one only when none of those saves memory (its cost
@@ -40,13 +40,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .leaks import Leak, Settled, marker_kind, too_few
-from .reserve import Reserve, ReplayRow
-from .rules.sites import BEFORE_LOG, NO_PYTHON, NO_STACKS
-from .stream_leaks import LEAKS, Leaks
-from .stream_markers import MARKERS, Stretches, StretchGroup
 from ..units import fmt_bytes
-from .wording import setting_of
+from .rules.sites import BEFORE_LOG, NO_PYTHON, NO_STACKS
+from .sections.leaks import LEAKS, Leak, Leaks, Settled, marker_kind, too_few
+from .sections.markers import MARKERS, Stretches, StretchGroup
+from .sections.reserve.rows import Reserve, ReplayRow, setting_of
 
 TOP_REASONS = 3
 LEAKS_SHOWN = 2
@@ -223,7 +221,7 @@ def _markers(stretches: Stretches) -> tuple[list[MarkerLine], int]:
 
 
 def summary(a: Any) -> Summary:
-    """The summary of the analysis `a` (result.Analysis; module docstring)."""
+    """The summary of the analysis `a` (front.Analysis; module docstring)."""
     tl, s = a.timeline, a.scan
     n = bool(s.n)
     peak = Peak(tl.peak_allocated, tl.peak_t, _phase_at(a, s.peak_i) if n else "", tl.peak_reserved,

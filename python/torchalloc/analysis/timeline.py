@@ -8,16 +8,21 @@ blocks' and the segments' sizes. A log opened mid-run lacks the segments
 made before it: reserved starts from the smallest level that keeps it at
 or above allocated. The first pass computes the levels and picks the
 samples (passes/first.py, first_state.Sampler), the second gives
-allocated per phase at them (passes/second.py); Analysis (result.py) builds
-the Timeline.
+allocated per phase at them (passes/second.py); `timeline_of` builds the
+Timeline from both.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from .passes.first import Scan
+from .passes.second import Passed
+from .rules.sites import BEFORE_LOG
+
+SPANS_KEPT = 100_000  # phase occurrences the timeline lists (about 6 MB of JSON)
 
 
 @dataclasses.dataclass
@@ -58,3 +63,32 @@ def _round_list(a: np.ndarray) -> list[float]:
     return [round(float(x), 6) for x in a]
 
 
+def timeline_of(s: Scan, passed: Passed, base_ns: int, phase_name: Callable[[int], str], strings: Mapping[int, str],
+                phase_names: Mapping[int, str]) -> Timeline:
+    """The timeline of a log from its two passes; times in seconds from `base_ns` (the report's time zero)."""
+    if not s.n:
+        z = np.zeros(0)
+        return Timeline(z, z.astype(np.int64), z.astype(np.int64), z.astype(np.int64), {}, [], [], 0.0, 0, 0, 0.0,
+                        0, [], 0.0)
+
+    def seconds(time_ns: int) -> float:
+        return (int(time_ns) - base_ns) / 1e9
+
+    t_s = (s.sample_ns - base_ns) / 1e9
+    by_phase: dict[str, np.ndarray] = {}
+    for p in sorted(passed.alloc_phases):
+        curve = passed.by_phase.get(p, np.zeros(len(s.samples), dtype=np.int64))
+        name = phase_name(p)
+        by_phase[name] = by_phase.get(name, 0) + curve
+    if passed.before_log is not None:
+        by_phase[BEFORE_LOG.label] = passed.before_log
+    spans = [(phase_name(int(p)), seconds(b), seconds(e)) for p, b, e in
+             zip(s.occ_phase[:SPANS_KEPT].tolist(), s.occ_begin_ns[:SPANS_KEPT].tolist(),
+                 s.occ_end_ns[:SPANS_KEPT].tolist())]
+    markers = [(seconds(ns), strings.get(label, ""), phase_names.get(phase, "")) for _, label, phase, ns in s.markers]
+    ooms = [(seconds(o["time_ns"]), o["size"]) for o in s.ooms]
+    return Timeline(t_s=t_s, index=s.samples, allocated=s.sample_cum + s.initial, reserved=s.sample_raw + s.offset,
+                    by_phase=by_phase, phase_spans=spans, markers=markers, peak_t=seconds(s.peak_ns),
+                    peak_allocated=s.peak_cum + s.initial, peak_index=s.peak_i,
+                    peak_reserved_t=seconds(s.rpeak_ns), peak_reserved=s.rpeak_raw + s.offset, ooms=ooms,
+                    duration_s=seconds(s.last_ns))

@@ -11,7 +11,7 @@ import os
 import textwrap
 from typing import Sequence
 
-from ..analysis.leaks import MIN_STEPS, too_few
+from ..analysis.sections.leaks import MIN_STEPS, too_few
 from ..printable import printable
 from ..units import fmt_bytes
 from .top_state import LiveState
@@ -111,7 +111,7 @@ def _grew_lines(state: LiveState, width: int) -> list[str]:
 
 
 def _leak_lines(state: LiveState, width: int) -> list[str]:
-    """The leaks by the rule of analysis/leaks.py, that none is, or that too few step markers have come yet."""
+    """The leaks by the rule of analysis/sections/leaks.py, that none is, or that too few step markers have come yet."""
     if state.step_kind() is None:
         return []
     count = state.step_markers()

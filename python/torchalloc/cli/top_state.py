@@ -42,14 +42,14 @@ from .._records import (
     SEGMENT_EXPANDABLE,
     SEGMENT_FREE,
 )
+from ..analysis.passes.pieces import Carry, Piece, PieceTable, pair_piece, report_start_ns
 from ..analysis.rules.classify import Reason, classify_stacks
 from ..analysis.rules.frames import Frame, user_suffix
 from ..analysis.rules.roles import phase_role
-from ..analysis.leaks import Leak, Trends, marker_kind, step_kind
+from ..analysis.rules.sites import NO_PYTHON, NO_STACKS
+from ..analysis.sections.leaks import Leak, Trends, marker_kind, step_kind
 from ..analysis.sections.ooms.diagnosis import handle_for, oom_detail
 from ..oom import parse_advice
-from ..analysis.rules.sites import NO_PYTHON, NO_STACKS
-from ..analysis.passes.pieces import Carry, Piece, PieceTable, pair_piece, report_start_ns
 from ..log.checks import MAX_TIME_NS
 from .top_reader import LiveReader
 
@@ -150,7 +150,7 @@ class LiveState:
         self.module_names: dict[int, str] = {}
         self.module = 0  # the module current after the last record read
         self.markers: collections.deque[MarkerSnap] = collections.deque(maxlen=MARKERS_KEPT)
-        # leaks (analysis/leaks.py): the markers of each kind feed that kind's trends; which kind is the step
+        # leaks (analysis/sections/leaks.py): the markers of each kind feed that kind's trends; which kind is the step
         # kind is decided when asked, by the rule of leaks.step_markers on the markers seen so far
         self.marker_kinds: dict[str, int] = {}
         self.trends: dict[str, Trends] = {}
@@ -355,8 +355,9 @@ class LiveState:
             self.carry["module"][b] = m
 
     def _advice(self, o: Oom, limit: int, largest_free: int, handle: int) -> str | None:
-        """The allocator's first line of advice for the failure, as the report gives it (analysis/sections/ooms/diagnosis.py): the
-        library's rule on the failure's numbers and the segments and blocks live then. None without the library."""
+        """The allocator's first line of advice for the failure, as the report gives it
+        (analysis/sections/ooms/diagnosis.py): the library's rule on the failure's numbers and the segments and
+        blocks live then. None without the library."""
         facts = dict(requested=o.requested, allocated=o.allocated or 0, reserved=o.reserved,
                      device_total=o.device_total or 0, device_free=o.device_free, limit=limit, largest_free=largest_free)
         detail = oom_detail(self.segments, self.carry["addr"], self.carry["block_size"], self.carry["phase"],
@@ -389,7 +390,7 @@ class LiveState:
         return self.trends[step].fed if step is not None else 0
 
     def leaks(self) -> list[Leak]:
-        """The leaks by the rule of analysis/leaks.py over the step markers seen so far ([] before it has the
+        """The leaks by the rule of analysis/sections/leaks.py over the step markers seen so far ([] before it has the
         markers it needs)."""
         step = self.step_kind()
         return self.trends[step].leaks(lambda site: (site, site)) if step is not None else []

@@ -237,7 +237,7 @@ class ChunkedLog:
             raise ValueError(f"check must be none, drop or refuse, not {check!r}")
         self.check = check
         self.dropped: list[str] = []  # checks.impossible's notes, after a whole pass with check="drop"
-        # A record every pass gives first, before the log's own (analysis/result.py: the 'log opened' row of a
+        # A record every pass gives first, before the log's own (analysis/front.py: the 'log opened' row of a
         # log opened mid-run); None: none.
         self.opening: np.ndarray | None = None
         self.chunk_records = int(chunk_records)

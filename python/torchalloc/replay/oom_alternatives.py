@@ -1,6 +1,6 @@
 """Would another policy have fit? The run up to an OOM, replayed under each policy.
 
-Takes the trace of the run up to an OOM (analysis/sections/ooms/__init__.py builds it
+Takes the trace of the run up to an OOM (analysis/sections/ooms/diagnosis.py builds it
 from the log: every allocation, free and phase before the failure, blocks
 allocated before the log was opened reconstructed at the start, and the
 failed request last, at an address no block uses: `_unused_address`) and

@@ -20,7 +20,7 @@ as the text of a `<script type="application/json">` element. In it:
   `modules_shown`), each with its blocks live at the peak, largest first
   (at most `PER_MODULE`), which the page holds whatever the budget; and
   per block its module (`module_names`, -1: none) and what it is to it
-  (`module_what`: analysis/modules.py's WHAT);
+  (`module_what`: analysis/sections/modules.py's WHAT);
 - `budget`: how many blocks the log has, how many the page holds, and
   what was cut.
 
@@ -43,9 +43,8 @@ from typing import Any, Sequence, cast
 import numpy as np
 
 from ..analysis import CATEGORIES, REASONS, Analysis, is_library_frame
-from ..analysis.modules import WHAT as MODULE_WHAT
-from ..analysis.modules import what_codes
-from ..analysis.stream_modules import ModulesFollower
+from ..analysis.sections.modules import WHAT as MODULE_WHAT
+from ..analysis.sections.modules import ModulesFollower, what_codes
 from .labels import GAP
 from .svg import (BOTTOM, CACHE_FILL, FRAG_FILL, H, LABEL_ROWS, LEFT, MAX_MARKERS, MAX_SPANS, RIGHT, ROW_H, STRIP, TOP,
                   W, phase_colors, plot_extent, plot_top)
@@ -177,7 +176,7 @@ def _columns(a: Analysis, held: list[int], details: dict[int, dict[str, Any]], s
 
 def _module_blocks(a: Analysis, shown: int) -> tuple[list[tuple[int, list[int]]], dict[int, dict[str, Any]]]:
     """rows_blocks for the first `shown` rows of a.modules(), from the blocks followed from the peak
-    (stream_modules.py), and their details."""
+    (sections/modules.py), and their details."""
     m, _ = a.modules()
     follower = cast("ModulesFollower | None", a.followers.get("modules"))  # the modules section's part, if any
     if not m.rows or follower is None:

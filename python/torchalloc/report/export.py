@@ -43,9 +43,9 @@ from typing import Any
 import numpy as np
 
 from .._records import ALLOC, FREE, OOM, SEGMENT_ALLOC, SEGMENT_EXPANDABLE, SEGMENT_FREE
-from ..analysis.rules.frames import Frame, Stack
 from ..analysis.notes import table_notes
 from ..analysis.passes.pieces import Carry, Piece, PieceTable, pair_piece
+from ..analysis.rules.frames import Frame, Stack
 from ..log.chunks import DEFAULT_CHUNK_RECORDS, ChunkedLog
 from ..printable import printable
 

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 from ..analysis import Analysis, Anatomy
 from ..analysis.sections import SECTIONS
-from ..analysis.views import CheckedList, SectionView
+from ..analysis.sections.views import CheckedList, SectionView
 from .data import embed_json, page_data
 from .page_help import help_html
 from .summary_html import summary_html

@@ -26,8 +26,8 @@ from typing import Any, Callable, Sequence
 
 from ..analysis import Analysis, Anatomy, analyze
 from ..analysis.sections import SECTIONS
+from ..analysis.sections.views import SectionView
 from ..analysis.summary import Summary
-from ..analysis.views import SectionView
 from ..printable import printable
 from ..units import fmt_bytes, fmt_seconds, fmt_time, fmt_times
 from .text_table import table_lines, text_table, wrap

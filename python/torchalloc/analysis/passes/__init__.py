@@ -11,4 +11,8 @@
 - follow.py: `Follower`, the hooks the second pass calls on each
   section's follower, piece by piece; ranges.py: which address range held
   an address when, which followers ask.
+
+The passes name no section: a section's module (sections/) declares its
+follower and the moments it needs, and `analyze` (front.py) hands the
+pass the followers of every registered section.
 """

@@ -1,13 +1,15 @@
 """A block's details: what explains it and what the HTML page lists of it.
 
 One dict per block shown (a lifetime row's block, a block the page can
-list), with the keys report/data.py and Analysis.explain read: `k` (its
-index in the blocks' order: those from before the log first), where and
-when it was allocated, and, once it ended, where and when and why. Built
-from the second pass' block table (second.py: one column per name
-below, one row per block), from the first pass' blocks allocated before
-the log (`Scan.orphans`), or from the columns stream_modules.py keeps of
-the blocks live at the peak (the same names).
+list), with the keys report/data.py and the lifetimes section's sentence
+read: `k` (its index in the blocks' order: those from before the log
+first), where and when it was allocated, and, once it ended, where and
+when and why. Built from the second pass' block table (second.py: one
+column per name below, one row per block) and a block's end columns
+(follow.end_columns), from the first pass' blocks allocated before the
+log (`Scan.orphans`), or from the columns the modules section
+(sections/modules.py) keeps of the blocks live at the peak (the same
+names).
 `module` and `tag` are its module and its tag's role, final once it ended:
 columns the modules section's follower adds to the block table
 (follow.py), 0 in a pass without it (`SHOWN`).
@@ -25,6 +27,8 @@ R = REASON_CODE
 # The columns a follower adds (follow.Follower.columns) that a block's details show, with their value where
 # no follower of the pass gives them.
 SHOWN = {"module": 0, "tag": 0}
+# A block's end columns (follow.end_columns' keys), in with_end's order.
+END_COLUMNS = ("free_i", "free_t", "free_phase", "free_stack", "free_site", "returned", "rerun", "reason")
 
 
 def detail_alloc(first: int, bt: Mapping[str, np.ndarray], b: int) -> dict[str, Any]:
@@ -51,6 +55,12 @@ def detail_ended(first: int, bt: Mapping[str, np.ndarray], b: int, row: int, rea
     """Row b of a block table, ended at row `row` of piece `t` (starting at event `base`); `real`: by a free."""
     return with_end(detail_alloc(first, bt, b), base + int(row), int(t.time_ns[row]), int(t.phase[row]),
                     int(t.stack[row]) if real else 0, free_site, returned, rerun, reason)
+
+
+def detail_with_end(first: int, bt: Mapping[str, np.ndarray], b: int, ends: Mapping[str, np.ndarray], j: int
+                    ) -> dict[str, Any]:
+    """Row b of a block table, ended: its end is row j of `ends` (END_COLUMNS, as follow.end_columns gives them)."""
+    return with_end(detail_alloc(first, bt, b), *(ends[c][j] for c in END_COLUMNS))
 
 
 def detail_orphan(orphans: Mapping[str, np.ndarray], k: int, site: int, first_ns: int, reason: int,

@@ -32,9 +32,9 @@ import numpy as np
 from ..._records import (ALLOC, MARKER, MODULE, MODULE_TAG, OOM, OOM_DEVICE, PHASE_BEGIN, PHASE_END, POLICY_NAMES,
                         SEGMENT_ALLOC, SEGMENT_EXPANDABLE)
 from ...log.chunks import ChunkedLog
-from ..rules.frames import BACKWARD_FRAME, Frame, has_frame
 from ..rules.blocks import (BIT_ALLOC_BW, BIT_AUTOGRAD_FREE, BIT_FREE_BW, BIT_PERSISTENT, BIT_SAME,
                            BIT_WITHIN)
+from ..rules.frames import BACKWARD_FRAME, Frame, has_frame
 from ..rules.roles import PHASE_IDS, phase_role
 from .first_state import (INT_MAX, Backward, Bits, Devices, Grow, GrowEnd, Levels, Occurrences,
                              PhaseLevels, Rises, TimelineSamples)
@@ -378,6 +378,21 @@ class Orphans:
             o = np.lexsort((cols["free_i"], cols["addr"]))
             cols = {k: v[o] for k, v in cols.items()}
         return cols
+
+
+def before_log_events(scan: Scan) -> np.ndarray:
+    """The replay events that stand for the blocks allocated before the log: an alloc of each (of a known size),
+    in the blocks' order, in phase 0. Every replay of a log's run starts with them (the reserve section's, the
+    OOM section's)."""
+    from ...log.trace_events import ALLOC as EV_ALLOC
+    from ...log.trace_events import EVENT_DTYPE
+
+    o = scan.orphans
+    pre = np.flatnonzero(o["size"] > 0)
+    head = np.zeros(pre.size, dtype=EVENT_DTYPE)
+    head["kind"] = EV_ALLOC
+    head["addr"], head["size"], head["stream"] = o["addr"][pre], o["size"][pre], o["stream"][pre]
+    return head
 
 
 def _scatter(paired: Paired, rows: np.ndarray, values: np.ndarray) -> np.ndarray:

@@ -187,7 +187,7 @@ class Grow:
 
 class AllocPeaks:
     """Per phase, the first event index where allocated was highest among the phase's allocs and frees
-    (memory by module's moments, stream_modules.py), piece by piece."""
+    (memory by module's moments, sections/modules.py), piece by piece."""
 
     def __init__(self) -> None:
         self.top: dict[int, int] = {}

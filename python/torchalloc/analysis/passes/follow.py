@@ -1,4 +1,4 @@
-"""What a report section declares: its `Section` entry, and when its rows need the second pass, its `Follower`.
+"""The hooks of the second pass: what a section's `Follower` is handed, piece by piece.
 
 The second pass (second.py) reads the log piece by piece and calls
 each follower's hooks, in this order, per piece:
@@ -10,7 +10,8 @@ each follower's hooks, in this order, per piece:
 2. `piece`: the piece's blocks, before their ends are handled (a follower
    may still change its columns);
 3. `ended` (blocks of the table that ended, with their end columns and
-   reason) and `orphans_ended` (blocks from before the log freed);
+   reason) and `orphans_ended` (blocks from before the log freed, as
+   `FreedOrphans`);
 4. `step`: the piece's new and ended blocks together, once reasons are known;
 5. `at_moment`: at each anatomy moment in the piece, the blocks live then;
 
@@ -19,11 +20,9 @@ block from before the log's values of the columns that a block's details
 show (details.py). Every hook does nothing unless the follower says
 otherwise, so a follower writes only those it needs.
 
-A section is declared once, in its own module, by its `Section` entry
-(its key, title, view) that sections.SECTIONS lists; when its rows need
-the pass, the entry names its `Part` (its key, how to make its follower
-from the log and the first pass' Scan, how to build its rows from the
-analysis and the follower). result.py asks the registry, not the section.
+The pass knows its followers by these hooks alone: which section a
+follower serves, and what it makes of what it is handed, is the section's
+(sections/section.py: the `Part` that names a section's follower).
 """
 from __future__ import annotations
 
@@ -32,11 +31,18 @@ from typing import Any, Callable, ClassVar, Mapping, Protocol
 
 import numpy as np
 
-from ...log.chunks import ChunkedLog
-from .first import Scan
-from ..views import Analyzed, SectionView
-
 Blocks = dict[str, np.ndarray]  # the pass' block table: one column per name, one row per block live in the piece
+
+
+@dataclasses.dataclass(frozen=True)
+class FreedOrphans:
+    """Blocks from before the log freed in one piece, as `Follower.orphans_ended` is handed them."""
+
+    k: np.ndarray  # their indices (the first pass' Scan.orphans order: the first of the blocks' order)
+    free_i: np.ndarray  # the events that freed them
+    reason: np.ndarray  # why they were freed when they were (the classify rules: persistent or other)
+    site: int  # the pass' site id of the blocks from before the log
+    detail: Callable[[int], dict[str, Any]]  # detail(j): block k[j]'s details (details.py, every follower's columns)
 
 
 class Follower(Protocol):
@@ -54,8 +60,8 @@ class Follower(Protocol):
     def ended(self, bt: Blocks, ended: np.ndarray, ends: dict[str, np.ndarray]) -> None:
         """Blocks of the table (positions `ended`) ended in this piece; `ends`: their end columns (end_columns)."""
 
-    def orphans_ended(self, k: np.ndarray, free_i: np.ndarray) -> None:
-        """Blocks from before the log (their indices) freed in this piece, at events `free_i`."""
+    def orphans_ended(self, freed: FreedOrphans) -> None:
+        """Blocks from before the log freed in this piece."""
 
     def step(self, bt: Blocks, nc: int, ended: np.ndarray, end_i: np.ndarray, base: int, m: int) -> None:
         """The piece (`m` events from `base`): its new blocks (table rows from nc on) and those ended (rows `ended`,
@@ -67,38 +73,17 @@ class Follower(Protocol):
         (indices `orphans`, with their reasons); the snapshot's order is the orphans', then the rows'."""
 
     def orphan(self, k: int) -> dict[str, int]:
-        """Block k from before the log: its values of the columns a block's details show (stream_details)."""
+        """Block k from before the log: its values of the columns a block's details show (details.py)."""
         return {}
 
     def finish(self, bt: Blocks) -> None:
         """The end of the log: the blocks still live."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Part:
-    """A section's part of the second pass, declared once in the section's module."""
-
-    key: str  # what Analysis.followers and Analysis.section_rows know it by
-    follow: Callable[[ChunkedLog, Scan], Follower | None]  # its follower for a log (None: nothing to follow)
-    rows: Callable[[Any, Follower | None], Any]  # (analysis, its follower) -> the section's rows
-    in_details: bool = False  # its columns show in blocks' details: the page's extra pass follows it too
-
-
 def end_columns(t: Any, base: int, rows: np.ndarray, real: np.ndarray, free_site: np.ndarray, returned: np.ndarray,
                 rerun: np.ndarray, reason: np.ndarray) -> dict[str, np.ndarray]:
     """The end columns handed to `Follower.ended` of blocks that ended at rows `rows` of piece t (its first event:
-    `base`), by a free where `real`, with their reason and what it names."""
+    `base`), by a free where `real`, with their reason and what it names (details.END_COLUMNS)."""
     return {"free_i": base + rows, "free_t": t.time_ns[rows], "free_phase": t.phase[rows].astype(np.int64),
             "free_stack": np.where(real, t.stack[rows], 0), "free_site": free_site, "returned": returned,
             "rerun": np.asarray(rerun).astype(np.int64), "reason": reason}
-
-
-@dataclasses.dataclass(frozen=True)
-class Section:
-    """A section of the report after the timeline and the anatomy (sections.SECTIONS lists them in order)."""
-
-    key: str  # its name in the JSON
-    title: str
-    intro: str  # a line under the title in the HTML page ("" for none)
-    view: Callable[[Analyzed, int], SectionView | None]  # (analysis, rows to show) -> what to show, or None
-    part: Part | None = None  # its part of the second pass, when its rows need one

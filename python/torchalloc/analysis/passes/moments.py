@@ -1,10 +1,12 @@
 """The moments the second pass keeps the live blocks at, known after the first pass.
 
 Takes the first pass' `Scan` (and the log's strings, for marker labels);
-gives the anatomies' moments (the peaks, the first marker of each of the
+gives the anatomies' moments (the peak, the first marker of each of the
 first MARKER_ANATOMIES labels, the moments asked for with --at) and the
 HTML page's (report/data.py's moments: the timeline's samples, the markers
 it draws, the peak, every OOM; the first OOMs and the peak always held).
+The sections add the moments their followers need (section.Part.moments:
+the peak of reserved, each OOM), which `analyze` gathers.
 """
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ def anatomy_moments(log: ChunkedLog, s: Scan, at: Sequence[str | float]) -> list
     for lid, i in s.marker_first.items():
         text = printable(log.strings.get(lid, ""))
         first_of_text[text] = min(i, first_of_text.get(text, i))
-    out = {s.peak_i, s.rpeak_i}  # the peaks: also the reserve section's moments
+    out = {s.peak_i}
     shown: set[str] = set()  # a set: a list's `in` made this markers times labels
     for _, label, _, _ in s.markers:
         text = printable(log.strings.get(label, ""))

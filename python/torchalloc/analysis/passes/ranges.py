@@ -1,5 +1,5 @@
-"""Which address range held an address at a moment: a block's segment (reserve_terms.py), a tagged block (modules.py,
-stream_modules.py).
+"""Which address range held an address at a moment: a block's segment (sections/reserve/terms.py), a tagged
+block (sections/modules.py).
 
 `holders` answers many such questions at once, for ranges that each held
 [start, start + size) from one event index to another. The second pass

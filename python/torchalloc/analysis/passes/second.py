@@ -1,26 +1,25 @@
-"""The second pass: every block classified as it ends, the report's sums, and the moments.
+"""The second pass: every block classified as it ends, the timeline's curves, and the moments.
 
-Takes a `ChunkedLog`, the first pass' `Scan` (first.py) and the
-moments the report shows (`Wanted`); reads the log again piece by piece
-and gives a `Passed`:
+Takes a `ChunkedLog`, the first pass' `Scan` (first.py), the moments the
+report shows (`Wanted`) and the sections' followers (follow.py); reads
+the log again piece by piece and gives a `Passed`:
 
 - per block, as it is allocated, its site and category (rules/blocks.py),
   and as it ends (or at the end of the log, when it never does) its reason;
-  what the lifetimes and the phase table add up (`Group`s, phase sums);
-- the peak over time of each estimate term's live bytes;
 - at each wanted moment, the blocks live then (in the blocks' order:
   blocks allocated before the log first, then by allocation): all of
-  them for an anatomy or an OOM, the `PER_MOMENT` largest for the HTML
-  page; a block still live at the moment gets its reason when it ends;
+  them for an anatomy (a section's moments among them), the `PER_MOMENT`
+  largest for the HTML page; a block still live at the moment gets its
+  reason when it ends;
 - at the timeline's samples, allocated per phase and the live block count;
-- for the sections that need more of the pass, the pieces handed to
-  their followers as it goes (follow.py says which hooks, when;
-  the report's are stream_reserve.py's and stream_modules.py's): the pass
-  names none of them, and carries the columns each adds to its blocks.
+- the pieces handed to the sections' followers as it goes (follow.py says
+  which hooks, when): what a section adds up -- the lifetime rows, the
+  phase sums, the estimate's terms, the segments at each OOM, the reserve,
+  memory by module -- is its follower's. The pass names no section, and
+  carries the columns each follower adds to its blocks.
 
 Nothing is kept per block but a few bytes (`Scan.bits`); a block's details
-(details.py) are kept only when a moment, a lifetime row or the
-page shows it.
+(details.py) are kept only when a moment or the page shows it.
 """
 from __future__ import annotations
 
@@ -31,32 +30,16 @@ import numpy as np
 
 from ..._records import ALLOC, SEGMENT_ALLOC, SEGMENT_FREE
 from ...log.chunks import ChunkedLog
-from ..rules.categorize import CATEGORIES, CATEGORY_CODE, Category
+from ..rules.blocks import BIT_WITHIN, BlockRules, LineRuns
+from ..rules.categorize import CATEGORY_CODE, Category
 from ..rules.classify import REASON_CODE, Reason
 from ..rules.sites import BEFORE_LOG
-from ..rules.blocks import BIT_WITHIN, BlockRules, LineRuns
 from .details import detail_alloc, detail_ended, detail_orphan
-from .follow import Follower, end_columns
-from ..sections.lifetimes import EXACT_BUDGET, Group, group_keys
-from ..sections.ooms import follow_segments
-from .first_state import INT_MIN, add_bytes, add_counted
-from ..rules.roles import PHASE_IDS
 from .first import INT_MAX, Scan
+from .follow import Follower, FreedOrphans, end_columns
 from .pieces import Carry, Piece, device_pieces, pair_piece
 
 R = REASON_CODE
-# The estimate's terms (estimate.Estimate's fields), each the categories whose live bytes peak together.
-ESTIMATE_TERMS: dict[str, tuple[Category, ...]] = {
-    "parameters": (Category.PARAMETERS,),
-    "gradients": (Category.GRADIENTS,),
-    "optimizer_state": (Category.OPTIMIZER_STATE,),
-    "optimizer_intermediates": (Category.OPTIMIZER_INTERMEDIATES,),
-    "activations": (Category.ACTIVATIONS,),
-    "gradients_plus_intermediates": (Category.GRADIENTS, Category.OPTIMIZER_INTERMEDIATES),
-    "temporaries": (Category.TEMPORARIES, Category.BACKWARD_TEMPORARIES),
-    "workspace": (Category.WORKSPACE,),
-    "other": (Category.OTHER_PERSISTENT, Category.OTHER, Category.BEFORE_LOG),
-}
 _BT_COLUMNS = ("ordinal", "addr", "alloc_i", "size", "block_size", "stream", "phase", "stack", "tid", "time", "site",
                "category", "occ", "bits", "chain", "line", "end", "reason", "free_site", "returned", "rerun", "real")
 
@@ -65,10 +48,9 @@ _BT_COLUMNS = ("ordinal", "addr", "alloc_i", "size", "block_size", "stream", "ph
 class Wanted:
     """The moments the report shows, known after the first pass."""
 
-    anatomy: list[int]  # event indices whose anatomy is built
+    anatomy: list[int]  # event indices whose live blocks are kept (anatomies; the moments sections ask for)
     page: np.ndarray  # the HTML page's moments (sorted), or empty
     priority: set[int]  # of those, the ones whose PER_MOMENT largest are always held
-    ooms: list[int]  # OOM records to diagnose
     samples: np.ndarray  # the timeline's sample indices
     per_moment: int = 100
 
@@ -78,29 +60,17 @@ class Passed:
     """What the second pass gathered (module docstring)."""
 
     rules: BlockRules
-    groups: dict[tuple[int, int, int, int, int, int], Group]
     alloc_stacks: np.ndarray  # every block's alloc stack, unique
     rest_pairs: np.ndarray  # (alloc, free) stack pairs the stack rules saw, unique
-    allocated: dict[int, list[int]]  # phase -> [bytes, count]
-    freed: dict[int, list[int]]
-    transient: dict[int, int]
-    handed: dict[int, int]
-    handed_to: dict[int, dict[str, list[int]]]  # phase -> free phase name -> [bytes, first block]
-    persistent: dict[int, int]
-    persistent_cat: dict[int, np.ndarray]  # phase -> bytes per category
-    first_occ_persistent: dict[int, int]
-    alloc_phases: set[int]
-    term_peak: dict[str, int]
-    snapshots: dict[int, dict[str, np.ndarray]]  # moment -> live blocks (columns), for anatomies and OOMs
+    alloc_phases: set[int]  # the phases that allocated a block
+    snapshots: dict[int, dict[str, np.ndarray]]  # moment -> live blocks (columns), for anatomies and sections
     page: dict[int, np.ndarray]  # moment -> its ranked largest live blocks (block indices)
     live_at: dict[int, int]  # moment -> live blocks
     details: dict[int, dict[str, Any]]  # block index -> its details (shown blocks)
     by_phase: dict[int, np.ndarray]  # phase -> allocated at each sample
     before_log: np.ndarray | None  # allocated by blocks from before the log, at each sample
-    segments: dict[int, dict[int, int]]  # OOM moment -> live segments (address -> size)
     reasons: dict[int, int]  # block index -> reason (blocks a moment showed)
     levels_at: dict[int, tuple[int, int, int]]  # moment -> (cum, raw, time_ns) as Scan keeps them
-    persistent_total: np.ndarray  # bytes of persistent blocks per category
 
 
 def run_pass(log: ChunkedLog, scan: Scan, wanted: Wanted, progress: Any = None, rules: BlockRules | None = None,
@@ -126,11 +96,6 @@ class _Pass:
         self.O = len(scan.orphans["addr"])
         self.orphan_rank = {(int(a), int(f)): k for k, (a, f) in
                             enumerate(zip(scan.orphans["addr"].tolist(), scan.orphans["free_i"].tolist()))}
-        self.has_occ = np.zeros(PHASE_IDS, dtype=bool)
-        self.has_occ[scan.occ_phase] = True
-        self.first_occ = {}
-        for row, p in enumerate(scan.occ_phase.tolist()):
-            self.first_occ.setdefault(p, row)
         self.occ_rows: dict[int, np.ndarray] = {}  # phase -> its occurrence rows (by begin)
         if scan.occ_phase.size:
             order = np.argsort(scan.occ_phase, kind="stable")
@@ -138,22 +103,9 @@ class _Pass:
             cut = np.flatnonzero(np.concatenate(([True], ph[1:] != ph[:-1], [True])))
             for a, b in zip(cut[:-1].tolist(), cut[1:].tolist()):
                 self.occ_rows[int(ph[a])] = order[a:b]
-        self.groups: dict[tuple[int, int, int, int, int, int], Group] = {}
-        self.exact_total = 0
         self.alloc_stack_set: list[np.ndarray] = [np.zeros(1, dtype=np.int64)] if self.O else []
         self.rest_pair_set: list[np.ndarray] = []
-        self.allocated: dict[int, list[int]] = {}
-        self.freed: dict[int, list[int]] = {}
-        self.transient: dict[int, int] = {}
-        self.handed: dict[int, int] = {}
-        self.handed_to: dict[int, dict[str, list[int]]] = {}
-        self.terms = {name: np.array([CATEGORY_CODE[c] for c in cats]) for name, cats in ESTIMATE_TERMS.items()}
-        self.term_level = {name: (scan.initial if Category.BEFORE_LOG in cats else 0)
-                           for name, cats in ESTIMATE_TERMS.items()}
-        self.term_peak = {name: INT_MIN for name in ESTIMATE_TERMS}
-        self.cat_seen = np.zeros(len(CATEGORIES), dtype=bool)
-        if self.O:
-            self.cat_seen[CATEGORY_CODE[Category.BEFORE_LOG]] = True
+        self.alloc_phases: set[int] = set()
         self.lines = LineRuns()
         self.snapshots: dict[int, dict[str, np.ndarray]] = {}
         self.page: dict[int, np.ndarray] = {}
@@ -161,8 +113,6 @@ class _Pass:
         self.details: dict[int, dict[str, Any]] = {}
         self.watch: dict[int, int] = {}  # ordinal -> block index, for blocks whose end a moment needs
         self.reasons: dict[int, int] = {}
-        self.segs: dict[int, int] = {}
-        self.segments: dict[int, dict[int, int]] = {}
         samples = wanted.samples
         self.samples = samples
         self.by_phase: dict[int, np.ndarray] = {}
@@ -172,7 +122,7 @@ class _Pass:
         self.live_count = self.O
         self.cum = self.raw = 0
         self.levels_at: dict[int, tuple[int, int, int]] = {}
-        anatomy = set(wanted.anatomy) | set(wanted.ooms)
+        anatomy = set(wanted.anatomy)
         self.moments = np.array(sorted(anatomy | set(wanted.page.tolist()) | set(samples.tolist())), dtype=np.int64)
         self.anatomy_moments = anatomy
         self.page_moments = set(wanted.page.tolist())
@@ -194,21 +144,8 @@ class _Pass:
         alloc_stacks = np.unique(np.concatenate(self.alloc_stack_set)) if self.alloc_stack_set else np.zeros(0, np.int64)
         rest_pairs = (np.unique(np.concatenate(self.rest_pair_set), axis=0) if self.rest_pair_set
                       else np.zeros((0, 2), dtype=np.int64))
-        return Passed(self.rules, self.groups, alloc_stacks, rest_pairs, self.allocated, self.freed, self.transient,
-                      self.handed, self.handed_to, self.persistent, self.persistent_cat, self.first_occ_persistent,
-                      set(self.allocated), {k: max(int(v), self._term_floor(k)) for k, v in self.term_peak.items()},
-                      self.snapshots, self.page, self.live_at, self.details, self.by_phase, self.before_curve,
-                      self.segments, self.reasons, self.levels_at, self.persistent_total)
-
-    def _term_floor(self, name: str) -> int:
-        """The floor of a term's peak: 0 when no block has the term's categories, else at least its level at the
-        start (the blocks from before the log, for the term that holds them)."""
-        if not self.cat_seen[self.terms[name]].any():
-            return 0
-        return self.term_level_initial(name)
-
-    def term_level_initial(self, name: str) -> int:
-        return self.scan.initial if Category.BEFORE_LOG in ESTIMATE_TERMS[name] else 0
+        return Passed(self.rules, alloc_stacks, rest_pairs, self.alloc_phases, self.snapshots, self.page,
+                      self.live_at, self.details, self.by_phase, self.before_curve, self.reasons, self.levels_at)
 
     # ------------------------------------------------------------------
     def _piece(self, piece: Piece, carry: Carry, next_ordinal: int) -> Carry:
@@ -248,17 +185,15 @@ class _Pass:
             f.piece(bt, t, base)
         self.alloc_stack_set.append(np.unique(new["stack"]))
         self.lines.piece(bt["chain"][nc:], bt["line"][nc:], bt["alloc_i"][nc:])
-        self.cat_seen[np.unique(new["category"])] = True
-        add_counted(self.allocated, new["phase"], new["block_size"])
-        # ended blocks: reasons, sums
+        self.alloc_phases.update(np.unique(new["phase"]).tolist())
+        # ended blocks: their reasons
         self._ended(bt, ended, end_rows, paired.ended_real, t, base)
         orow = paired.orphan_rows
         self._orphans(orow, t, base)
         for f in self.followers:
             f.step(bt, nc, ended, base + end_rows, base, m)
-        # levels per estimate term, the timeline's per-phase curves and live counts, the moments
+        # the timeline's per-phase curves and live counts, the moments
         self._levels(bt, nc, ended, end_rows, orow, t, base, m)
-        follow_segments(self.segs, self.segments, self.wanted.ooms, t, base)
         live = np.flatnonzero(bt["end"] == INT_MAX)
         out = Carry({c: bt[c][live] for c in self.columns})
         out.columns["_next"] = np.int64(next_ordinal + nr.size)  # type: ignore[assignment]
@@ -279,8 +214,7 @@ class _Pass:
 
     def _ended(self, bt: dict[str, np.ndarray], ended: np.ndarray, rows: np.ndarray, real: np.ndarray, t: Any,
                base: int) -> None:
-        """Blocks that ended in this piece: their reason (rules/classify.py's rules), their lifetime row, the phase
-        sums."""
+        """Blocks that ended in this piece: their reason (rules/classify.py's rules), handed to the followers."""
         if not ended.size:
             return
         rules = self.rules
@@ -317,39 +251,10 @@ class _Pass:
         reason[self._whole_run(bt["alloc_i"][ended], base + rows) & by_phase] = R[Reason.PERSISTENT]
         bt["reason"][ended], bt["free_site"][ended], bt["returned"][ended] = reason, free_site, returned
         bt["rerun"][ended], bt["real"][ended] = rerun, real
-        size = bt["block_size"][ended]
-        life = t.time_ns[rows] - bt["time"][ended]
-        k = self.O + bt["ordinal"][ended]
-        cols = {"site": bt["site"][ended], "reason": reason, "free_site": free_site, "returned": returned,
-                "rerun": rerun.astype(np.int64), "category": bt["category"][ended]}
-        self._group(cols, k, size, alloc_phase, life, False, lambda j: detail_ended(
-            self.O, bt, ended[j], rows[j], real[j], t, base, reason[j], free_site[j], returned[j], rerun[j]))
         if self.followers:
             ends = end_columns(t, base, rows, real, free_site, returned, rerun, reason)
             for f in self.followers:
                 f.ended(bt, ended, ends)
-        # the phase table
-        add_counted(self.freed, free_phase, size)
-        within = np.where(self.has_occ[alloc_phase], (bits & BIT_WITHIN) != 0, free_phase == alloc_phase)
-        add_bytes(self.transient, alloc_phase[within], size[within])
-        handed = ~within
-        add_bytes(self.handed, alloc_phase[handed], size[handed])
-        if handed.any():
-            names = self.rules.phase_names
-            hp, hf = alloc_phase[handed], free_phase[handed]
-            key = (hp << 17) | (hf + 1)
-            uniq, inv = np.unique(key, return_inverse=True)
-            inv = inv.reshape(-1)
-            total = np.zeros(uniq.size, dtype=np.int64)
-            np.add.at(total, inv, size[handed])
-            first = np.full(uniq.size, INT_MAX, dtype=np.int64)
-            np.minimum.at(first, inv, bt["ordinal"][ended][handed])
-            for u, tot, fst in zip(uniq.tolist(), total.tolist(), first.tolist()):
-                p, fp = u >> 17, (u & ((1 << 17) - 1)) - 1
-                name = names.get(fp, f"phase {fp}") if fp >= 0 else BEFORE_LOG.label
-                slot = self.handed_to.setdefault(p, {}).setdefault(name, [0, fst])
-                slot[0] += tot
-                slot[1] = min(slot[1], fst)
         # blocks a moment or the page showed: their end
         self._resolve(bt, ended, rows, real, t, base, reason, free_site, returned, rerun)
 
@@ -363,23 +268,16 @@ class _Pass:
         return (alloc_i <= first) & (free_i >= last) & (last > first)
 
     def _orphans(self, orow: np.ndarray, t: Any, base: int) -> None:
-        """Frees of blocks allocated before the log: their own lifetime row, freed sums."""
+        """Frees of blocks allocated before the log: their reasons, handed to the followers."""
         if not orow.size:
             return
-        rules = self.rules
-        size = t.block_size[orow]
         k = np.array([self.orphan_rank[(int(a), int(base + r))] for a, r in zip(t.addr[orow].tolist(), orow.tolist())],
                      dtype=np.int64)
-        n_ = orow.size
-        reason = np.where(self._whole_run(np.full(n_, -1), base + orow), R[Reason.PERSISTENT], R[Reason.OTHER])
-        cols = {"site": np.full(n_, rules.sites.id(BEFORE_LOG)), "reason": reason,
-                "free_site": np.full(n_, -1), "returned": np.full(n_, -1), "rerun": np.zeros(n_, dtype=np.int64),
-                "category": np.full(n_, CATEGORY_CODE[Category.BEFORE_LOG])}
-        life = t.time_ns[orow] - self.scan.first_ns
+        reason = np.where(self._whole_run(np.full(orow.size, -1), base + orow), R[Reason.PERSISTENT], R[Reason.OTHER])
+        freed = FreedOrphans(k, base + orow, reason, self.rules.sites.id(BEFORE_LOG),
+                             lambda j: self._orphan_detail(int(k[j])))
         for f in self.followers:
-            f.orphans_ended(k, base + orow)
-        self._group(cols, k, size, np.full(n_, -1), life, False, lambda j: self._orphan_detail(int(k[j])))
-        add_counted(self.freed, t.phase[orow].astype(np.int64), size)
+            f.orphans_ended(freed)
         for kk, r in zip(k.tolist(), reason.tolist()):
             if kk in self.details or kk in self.reasons:
                 self.reasons[kk] = r
@@ -395,41 +293,6 @@ class _Pass:
         shown = {c: v for f in self.followers for c, v in f.orphan(k).items()}
         return detail_orphan(self.scan.orphans, k, self.rules.sites.id(BEFORE_LOG), self.scan.first_ns,
                              int(self._orphan_reasons(np.array([k]))[0]), shown)
-
-    def _group(self, cols: dict[str, np.ndarray], k: np.ndarray, size: np.ndarray, phase: np.ndarray,
-               life: np.ndarray | None, persistent: bool, detail: Any) -> None:
-        """Add blocks to their lifetime rows (lifetimes.group_keys: each row's key)."""
-        uniq, inv = group_keys(cols)
-        order = np.argsort(inv, kind="stable")
-        bounds = np.flatnonzero(np.concatenate(([True], inv[order][1:] != inv[order][:-1], [True])))
-        for g in range(len(uniq)):
-            members = order[bounds[g]:bounds[g + 1]]
-            gkey = uniq[g]
-            grp = self.groups.get(gkey)
-            if grp is None:
-                grp = self.groups[gkey] = Group()
-            s = size[members]
-            grp.count += members.size
-            grp.bytes += int(s.sum())
-            grp.largest = max(grp.largest, int(s.max()))
-            grp.phases.update(np.unique(phase[members]).tolist())
-            if persistent:
-                grp.persistent = True
-            elif life is not None:
-                lm = life[members]
-                before = grp.lives.exact_count
-                grp.lives.add(lm)
-                self.exact_total += grp.lives.exact_count - before
-                if (lm < 0).any():
-                    grp.negative = True
-            while self.exact_total > EXACT_BUDGET:  # the row keeping the most exact lifetimes goes to a histogram
-                most = max(self.groups.values(), key=lambda x: x.lives.exact_count)
-                self.exact_total -= most.lives.exact_count
-                most.lives.to_histogram()
-            j = int(members[np.argmin(k[members])])
-            if int(k[j]) < grp.first:
-                grp.first = int(k[j])
-                grp.rep = detail(j)
 
     def _resolve(self, bt: dict[str, np.ndarray], ended: np.ndarray, rows: np.ndarray, real: np.ndarray, t: Any,
                  base: int, reason: np.ndarray, free_site: np.ndarray, returned: np.ndarray, rerun: np.ndarray) -> None:
@@ -450,19 +313,7 @@ class _Pass:
                 t: Any, base: int, m: int) -> None:
         new = np.arange(nc, len(bt["ordinal"]))
         arow = bt["alloc_i"][new] - base
-        cat_new, cat_end = bt["category"][new], bt["category"][ended]
         bs_new, bs_end = bt["block_size"][new], bt["block_size"][ended]
-        for name, codes in self.terms.items():
-            delta = np.zeros(m, dtype=np.int64)
-            sel = np.isin(cat_new, codes)
-            np.add.at(delta, arow[sel], bs_new[sel])
-            sel = np.isin(cat_end, codes)
-            np.subtract.at(delta, end_rows[sel], bs_end[sel])
-            if CATEGORY_CODE[Category.BEFORE_LOG] in codes.tolist():
-                np.subtract.at(delta, orow, t.block_size[orow])
-            level = self.term_level[name] + np.cumsum(delta)
-            self.term_peak[name] = max(self.term_peak[name], int(level.max()))
-            self.term_level[name] = int(level[-1])
         # the moments in this piece
         here = self.moments[(self.moments >= base) & (self.moments < base + m)]
         samples = np.flatnonzero((self.samples >= base) & (self.samples < base + m))
@@ -541,8 +392,6 @@ class _Pass:
             for j in np.flatnonzero(snap["reason"] < 0).tolist():
                 kk = int(k[j])
                 self.watch[kk - self.O] = kk
-            if i in self.wanted.ooms:
-                self.segments[i] = dict(self.segs)
         if i in self.page_moments:
             per = self.wanted.per_moment
             live = np.arange(k.size)
@@ -566,32 +415,11 @@ class _Pass:
                             self.O, bt, b, int(bt["end"][b]) - self._base, bool(bt["real"][b]), self._t, self._base,
                             int(bt["reason"][b]), int(bt["free_site"][b]), int(bt["returned"][b]), bool(bt["rerun"][b]))
 
-    # -- the end of the log: persistent blocks --------------------------------------------------------
+    # -- the end of the log: the blocks still live are persistent --------------------------------------
     def _finish(self, carry: Carry) -> None:
         bt = carry.columns
-        n_ = len(bt["ordinal"])
-        self.persistent: dict[int, int] = {}
-        self.persistent_cat: dict[int, np.ndarray] = {}
-        self.first_occ_persistent: dict[int, int] = {}
-        self.persistent_total = np.zeros(len(CATEGORIES), dtype=np.int64)
-        if not n_:
-            return
-        np.add.at(self.persistent_total, bt["category"], bt["block_size"])
-        idx = np.arange(n_)
-        k = self.O + bt["ordinal"]
-        cols = {"site": bt["site"], "reason": np.full(n_, R[Reason.PERSISTENT]), "free_site": np.full(n_, -1),
-                "returned": np.full(n_, -1), "rerun": np.zeros(n_, dtype=np.int64), "category": bt["category"]}
-        self._group(cols, k, bt["block_size"], bt["phase"], None, True, lambda j: detail_alloc(self.O, bt, int(idx[j])))
-        for b, kk in enumerate(k.tolist()):
+        for b, kk in enumerate((self.O + bt["ordinal"]).tolist()):
             if self.watch.pop(kk - self.O, None) is not None:
                 self.reasons[kk] = R[Reason.PERSISTENT]
                 if kk in self.details:  # its module is final now
                     self.details[kk] = detail_alloc(self.O, bt, b)
-        phases, size, cat, occ = bt["phase"], bt["block_size"], bt["category"], bt["occ"]
-        for p in np.unique(phases).tolist():
-            sel = phases == p
-            self.persistent[p] = int(size[sel].sum())
-            self.persistent_cat[p] = np.bincount(cat[sel], weights=size[sel].astype(np.float64),
-                                                 minlength=len(CATEGORIES))
-            first = self.first_occ.get(p, -1)
-            self.first_occ_persistent[p] = int(size[sel & (occ == first)].sum()) if first >= 0 else int(size[sel].sum())

@@ -11,5 +11,5 @@
   (`BIT_*`) that the first pass gathers for them.
 
 Nothing here reads a log: the passes (passes/) hand the rules what they
-read, and the report's sections word what the rules say.
+read, and the sections (sections/) word what the rules say.
 """

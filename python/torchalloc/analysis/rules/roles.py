@@ -8,7 +8,7 @@ Phase names are the user's. A name is taken as forward-like when it matches
 ``optim|adam|sgd|step|update`` and setup-like for
 ``init|setup|load|model|build|param|create`` (case-insensitive). Roles drive
 "saved for backward" (classify), the categories (categorize) and the phase
-sentences (wording); a log without phases still gets every stack-based answer.
+sentences (sections/phases.py); a log without phases still gets every stack-based answer.
 """
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """Out of memory: for each OOM record, the verdict, the blocks to blame and the check by replay.
 
-Holds `OomRow` and the steps Analysis.ooms (result.py) builds one per OOM
-record with, from the records the first pass found and the blocks and
-segments the second pass kept live at each failure:
+Holds `OomRow` and the steps the OOM section (ooms/__init__.py) builds
+one per OOM record with, from the records the first pass found, the
+blocks the second pass kept live at each failure and the segments its
+follower kept:
 
 - the numbers at the failure: what was asked for (size, stream, phase,
   site), reserved, allocated, free inside reserved and its largest
@@ -30,7 +31,9 @@ segments the second pass kept live at each failure:
 - `unknown`: what the log could not tell (device numbers in an old log, sites
   without stacks, the capacity without device numbers).
 
-The explanation is left empty: wording.oom_explanation writes it.
+The explanation is written last, in words (`oom_explanation`): the
+verdict with the numbers behind it, the blocks to blame and what the
+replays showed.
 """
 from __future__ import annotations
 
@@ -40,8 +43,11 @@ from typing import Any, Callable
 import numpy as np
 
 from .... import _lib
+from ....log.chunks import ChunkedLog
 from ....oom import parse_advice
 from ....replay.oom_alternatives import (AdviceCheck, Alternative, alternatives, check_advice, default_policies)
+from ....units import fmt_bytes, fmt_seconds
+from ...passes.first import Scan, before_log_events
 from ...rules.frames import user_suffix
 from ...rules.sites import NO_PYTHON, NO_STACKS
 
@@ -120,7 +126,7 @@ class OomRow:
 
 def replay_last(last: OomRow, run_until: Callable[[], Any]) -> None:
     """The last OOM's alternatives and its advice checked: `run_until()` gives the run up to the failure, as
-    replay events or a Trace read in pieces (the ooms package's trace_until; its pieces are closed after)."""
+    replay events or a Trace read in pieces (trace_until; its pieces are closed after)."""
     if last.usable is None:
         last.unknown.append("whether another policy would have fit (the log has no device numbers)")
         return
@@ -138,6 +144,44 @@ def replay_last(last: OomRow, run_until: Callable[[], Any]) -> None:
                 chunks.close()
     except _lib.LibraryError as e:
         last.unknown.append(f"whether another policy would have fit (the replay needs the library: {e})")
+
+
+def trace_until(log: ChunkedLog, scan: Scan, path: Any, index: int) -> Any:
+    """The run up to OOM record `index` as a Trace in pieces: the blocks from before the log, the device's
+    events up to the record, then the failed request (at an address no event uses)."""
+    from ....log.trace_events import ALLOC as EV_ALLOC
+    from ....log.trace_events import EVENT_DTYPE, Trace
+    from ....log.trace_stream import SpilledEvents, _Live, log_events
+    from ....replay.oom_alternatives import _unused_address
+
+    head = before_log_events(scan)
+    ends = [int(head["addr"].min()), int(head["addr"].max())] if head.size else []
+
+    def pieces() -> Any:
+        for events in log_events(log, scan.device, upto=index + 1, what=path):
+            if len(events):
+                ends.extend((int(events["addr"].min()), int(events["addr"].max())))
+            yield events
+
+    spilled = SpilledEvents(pieces(), head=head)
+    oom = next(r for r in scan.ooms if int(r["index"]) == index)
+    tail = np.zeros(1, dtype=EVENT_DTYPE)
+    # oom_alternatives._unused_address: past the highest address or below the lowest needs only those two;
+    # a log using both ends of the 64-bit space has its addresses gathered to find a gap
+    used = np.array([min(ends, default=0), max(ends, default=0)], dtype=np.uint64)
+    if not (int(used[1]) < (1 << 64) - (2 << 20) or int(used[0]) >= 2 << 20):
+        used = np.concatenate([head["addr"]] + [p["addr"] for p in spilled.pieces()])
+    tail["kind"], tail["addr"], tail["size"] = EV_ALLOC, _unused_address(used), oom["size"]
+    tail["stream"], tail["phase"] = oom["stream"], oom["phase"]
+    spilled.tail = tail
+    spilled.allocs += 1
+    peaks = _Live()
+    for piece in spilled.pieces():
+        peaks.piece(piece)
+    trace = Trace(events=np.zeros(0, dtype=EVENT_DTYPE), source="torchalloc-log",
+                  peak_requested=int(peaks.peak[0]), peak_rounded=int(peaks.peak[1]))
+    trace.chunks = spilled
+    return trace
 
 
 def _note_unreproduced(row: OomRow) -> None:
@@ -295,3 +339,62 @@ def blockers_of(live: list[int], by_segment: list[tuple[int, int, list[int]]] | 
     return [blocker(k) for k in chosen[:BLOCKERS_SHOWN]]
 
 
+def oom_explanation(o: OomRow) -> str:
+    """The verdict in words, with the numbers behind it, the blocks to blame and what the replays showed."""
+    parts = [_oom_verdict_sentence(o)]
+    if o.blockers:
+        what = "Blocks that pin the most fragmented segments" if o.fragmentation else "The largest live blocks"
+        parts.append(what + ": " + "; ".join(_blocker_words(b) for b in o.blockers[:5]) + ".")
+    if o.alternatives:
+        parts.append(alternatives_sentence(o))
+    if o.unknown:
+        parts.append("Not known from this log: " + "; ".join(o.unknown) + ".")
+    return " ".join(parts)
+
+
+def _oom_verdict_sentence(o: OomRow) -> str:
+    free, requested = o.free_in_reserved, o.requested
+    if o.verdict == "fragmentation":
+        said = f"fragmentation: {fmt_bytes(free)} of the {fmt_bytes(o.reserved)} torchalloc reserved was free -- "
+        if free < requested:
+            # The verdict (the C core's rule) can be fragmentation with less cached than asked: the device had
+            # room for a new segment by its numbers. "As much as" here contradicted the numbers it stood between.
+            return (said + f"less than the {fmt_bytes(requested)} asked for, so it needed a new segment, and the "
+                    f"device gave none; the largest free range in the {o.segments} segments was "
+                    f"{fmt_bytes(o.largest_free_range)}.")
+        return (said + f"{'more than' if free > requested else 'as much as'} the {fmt_bytes(requested)} asked for "
+                f"-- but split between live blocks: the largest free range in the {o.segments} segments was "
+                f"{fmt_bytes(o.largest_free_range)}, and the device gave no new segment.")
+    if o.verdict == "capacity":
+        total = f"the device's {fmt_bytes(o.device_total)}" if o.device_total else "what the device could give"
+        return (f"capacity: live tensors ({fmt_bytes(o.allocated)}) and the {fmt_bytes(requested)} asked for "
+                f"exceed {total}: no allocator could have served it.")
+    if o.verdict == "held elsewhere":
+        why = []
+        if o.held_elsewhere:
+            why.append(f"{fmt_bytes(o.held_elsewhere)} of the device was held outside torchalloc (another process, "
+                       "another allocator, the CUDA context)")
+        if o.limit:
+            why.append(f"a memory fraction capped torchalloc at {fmt_bytes(o.limit)}")
+        return (f"held elsewhere: {' and '.join(why) or 'the device had no room'}, although live tensors and the "
+                f"request ({fmt_bytes(o.allocated + requested)}) fit the device.")
+    return f"Verdict: {o.verdict}."
+
+
+def _blocker_words(b: Any) -> str:
+    age = f", {fmt_seconds(b.age_s)} old" if b.age_s >= 0 else ", from before the log"
+    return f"{fmt_bytes(b.size)} at {b.site} (phase {b.phase}{age})"
+
+
+def alternatives_sentence(o: OomRow) -> str:
+    """'Replayed up to the failure: phase_arena would have needed 120.0 MiB and fits; caching ...'."""
+    assert o.usable is not None
+    said = []
+    for k, alt in enumerate(o.alternatives):
+        verb = "would have needed" if k == 0 else "needed"
+        fit = "fits" if alt.fits else "does not fit"
+        cost = " (but one device call per request: slow)" if alt.policy == "exact" else ""
+        said.append(f"{alt.policy} {verb} {fmt_bytes(alt.needed)} and {fit}{cost}")
+    cap = (f"the device has {fmt_bytes(o.usable)}" if not o.limit and not o.held_elsewhere
+           else f"torchalloc could use {fmt_bytes(o.usable)}")
+    return "Replayed up to the failure: " + "; ".join(said) + f"; {cap}."

@@ -1,4 +1,4 @@
-"""The analysis of a log: two passes over it in pieces, and one method per section of the report.
+"""The analysis of a log: two passes over it in pieces, and `Analysis`, the front every report asks.
 
     from torchalloc.analysis import analyze
     a = analyze("run.talog", at=["step 100"], page=True)   # moments the report will show, named in advance
@@ -6,12 +6,18 @@
 
 Every log, of any size, is read the same way: in pieces (log/chunks.py; a
 small log is one piece), twice -- a first pass for the facts the second
-needs (passes/first.py), a second that classifies each block as it ends and
-keeps only sums, and the blocks live at the moments the report shows
-(passes/second.py), feeding each section's part of it as it goes
-(sections.pass_parts: the segments and the terms of reserved,
-stream_reserve.py, every policy's replay fed the events as they are read
-on a thread of its own; each block's module, stream_modules.py).
+needs (passes/first.py), a second that classifies each block as it ends
+and keeps the blocks live at the moments the report shows
+(passes/second.py), feeding every registered section's follower as it
+goes (sections/: what each adds up -- the lifetime rows, the phase sums,
+the estimate's terms, the segments and terms of reserved with every
+policy's replay fed the events on a thread of its own, each block's
+module, the stretches between markers, the leaks, the segments at each
+OOM). `Analysis` answers what a report asks: the moments and their
+anatomies (anatomy.py), the timeline (timeline.py), the notes (notes.py),
+each section's rows by its key (`section_rows`, with a method per section
+for callers), the summary (summary.py) and the JSON (`to_dict`).
+
 Memory follows what the report shows, not the log's length: about 2
 minutes and under 1 GB for 10^8 records on a 2-core machine
 (bench/bench_scale.py). What that costs in exactness, and only for long
@@ -38,30 +44,25 @@ import numpy as np
 from ..log.chunks import DEFAULT_CHUNK_RECORDS, ChunkedLog
 from ..log.reader import RECORD_DTYPE
 from ..printable import printable
-from .anatomy import MARKER_ANATOMIES, Anatomy, AnatomyRow, bytes_by, dominant, some_labels
-from .rules.categorize import CATEGORIES, CATEGORY_CODE, Category
-from .rules.classify import REASONS
-from .sections.estimate import Estimate
-from .rules.frames import Frame
-from .lifetimes import LifetimeRow
-from .modules import Modules
-from .sections.ooms.diagnosis import Blocker, OomRow, blockers_of, handle_for, oom_detail, oom_row, replay_last, segment_gaps
-from .reserve import Reserve
-from .sections import pass_parts, report_dict
-from .sections.phases import PhaseRow
-from .rules.roles import phase_role
-from .rules.sites import BEFORE_LOG, Site
-from .passes.follow import Follower
-from .passes.second import Passed, Wanted, run_pass
-from .passes.moments import anatomy_moments, is_time, page_moments
-from .sections.ooms import trace_until
-from .notes import SPANS_KEPT, backward_from, derive_notes, table_notes
+from .anatomy import MARKER_ANATOMIES, Anatomy, anatomy_of, some_labels
+from .notes import backward_from, derive_notes, table_notes
 from .passes.first import Scan, scan
+from .passes.follow import Follower
+from .passes.moments import anatomy_moments, is_time, page_moments
 from .passes.pieces import report_start_ns
+from .passes.second import Passed, Wanted, run_pass
+from .rules.categorize import CATEGORIES
+from .rules.frames import Frame
+from .rules.sites import BEFORE_LOG, Site
+from .sections import pass_parts, sections_json
+from .sections.estimate import Estimate
+from .sections.lifetimes import LifetimeRow
+from .sections.modules import Modules
+from .sections.ooms.diagnosis import OomRow
+from .sections.phases import PhaseRow
+from .sections.reserve.rows import Reserve
 from .summary import Summary, summary
-from .timeline import Timeline
-from .wording import estimate_sentence, oom_explanation, phase_sentence, reason_sentence
-
+from .timeline import timeline_of
 
 
 class _Printable(Mapping[int, str]):
@@ -82,7 +83,7 @@ class _Printable(Mapping[int, str]):
 
 
 @dataclasses.dataclass
-class StreamTable:
+class EventTable:
     """What the report reads of the event table: its path, its length, the writer; no per-event arrays."""
 
     path: str
@@ -114,8 +115,8 @@ class _Count:
 
 
 class Analysis:
-    """One device's events explained, a method per section of the report (module docstring). Build with
-    `analyze`."""
+    """One device's events explained (module docstring): the moments, the timeline and the anatomies, and each
+    section's rows by its key. Build with `analyze`."""
 
     def __init__(self, log: ChunkedLog, scan_: Scan, passed: Passed, wanted: Wanted, notes: list[str],
                  backward_from: str, max_points: int, page: bool, followers: dict[str, Follower | None]) -> None:
@@ -127,7 +128,7 @@ class Analysis:
         # Text from the log, escaped as every report shows it (torchalloc.printable).
         stacks = {int(k): tuple(Frame(printable(str(f[0])), int(f[1]), printable(str(f[2]))) for f in v)
                   for k, v in log.stacks.items()}
-        self.table = StreamTable(log.path, scan_.n, int(header.pid), int(header.rank),
+        self.table = EventTable(log.path, scan_.n, int(header.pid), int(header.rank),
                                  int(getattr(header, "world_size", 0)),
                                  {k: printable(v) for k, v in log.phase_names.items()},
                                  _Printable(log.strings), stacks,
@@ -139,15 +140,8 @@ class Analysis:
         self.blocks = _Count(len(scan_.orphans["addr"]) + scan_.blocks, len(scan_.orphans["addr"]))
         self.base_ns = report_start_ns(header.created_monotonic_ns if scan_.n else None, scan_.first_ns)
         self.sites, self.site_map, self.fn_map = passed.rules.canonical(passed.alloc_stacks, passed.rest_pairs)
-        self.timeline = self._timeline()
-        self._lifetimes: list[tuple[LifetimeRow, dict[str, Any]]] | None = None
-        self._occ_first: dict[int, int] = {}
-        self._occ_count: dict[int, int] = {}
-        for row, p in enumerate(scan_.occ_phase.tolist()):
-            self._occ_first.setdefault(p, row)
-            self._occ_count[p] = self._occ_count.get(p, 0) + 1
-        self._ooms: list[OomRow] | None = None
-        self._ooms_replayed = False
+        self.timeline = timeline_of(scan_, passed, self.base_ns, self.phase_name, self.table.strings,
+                                    self.table.phase_names)
         self._marker_first: dict[str, int] | None = None  # marker text -> its first index (marker_index)
         self._summary: Summary | None = None
 
@@ -157,13 +151,14 @@ class Analysis:
             return BEFORE_LOG.label
         return self.table.phase_names.get(int(p), f"phase {p}")
 
-    def _t(self, time_ns: int) -> float:
+    def seconds(self, time_ns: int) -> float:
+        """A time of the log in seconds since the report's time zero."""
         return (int(time_ns) - self.base_ns) / 1e9
 
     def time_s(self, i: int) -> float:
         if not self.scan.n:
             return 0.0
-        return self._t(self._levels(i)[2])
+        return self.seconds(self._levels(i)[2])
 
     def allocated_at(self, i: int) -> int:
         return self._levels(i)[0] + self.scan.initial
@@ -184,34 +179,6 @@ class Analysis:
 
     def site(self, my_id: int) -> Site:
         return self.sites[int(self.site_map[my_id])]
-
-    # -- the timeline ----------------------------------------------------------------------------
-    def _timeline(self) -> Timeline:
-        s = self.scan
-        if not s.n:
-            z = np.zeros(0)
-            return Timeline(z, z.astype(np.int64), z.astype(np.int64), z.astype(np.int64), {}, [], [], 0.0, 0, 0, 0.0,
-                            0, [], 0.0)
-        t_s = (s.sample_ns - self.base_ns) / 1e9
-        by_phase: dict[str, np.ndarray] = {}
-        for p in sorted(self.passed.alloc_phases):
-            curve = self.passed.by_phase.get(p, np.zeros(len(s.samples), dtype=np.int64))
-            name = self.phase_name(p)
-            by_phase[name] = by_phase.get(name, 0) + curve
-        if self.passed.before_log is not None:
-            by_phase[BEFORE_LOG.label] = self.passed.before_log
-        spans = [(self.phase_name(int(p)), self._t(b), self._t(e)) for p, b, e in
-                 zip(s.occ_phase[:SPANS_KEPT].tolist(), s.occ_begin_ns[:SPANS_KEPT].tolist(),
-                     s.occ_end_ns[:SPANS_KEPT].tolist())]
-        strings = self.table.strings
-        markers = [(self._t(ns), strings.get(label, ""), self.table.phase_names.get(phase, ""))
-                   for _, label, phase, ns in s.markers]
-        ooms = [(self._t(o["time_ns"]), o["size"]) for o in s.ooms]
-        return Timeline(t_s=t_s, index=s.samples, allocated=s.sample_cum + s.initial, reserved=s.sample_raw + s.offset,
-                        by_phase=by_phase, phase_spans=spans, markers=markers, peak_t=self._t(s.peak_ns),
-                        peak_allocated=s.peak_cum + s.initial, peak_index=s.peak_i,
-                        peak_reserved_t=self._t(s.rpeak_ns), peak_reserved=s.rpeak_raw + s.offset, ooms=ooms,
-                        duration_s=self._t(s.last_ns))
 
     # -- moments -----------------------------------------------------------------------------
     def marker_first(self) -> dict[str, int]:
@@ -265,7 +232,7 @@ class Analysis:
 
     def _more(self, moments: Sequence[int]) -> None:
         """A pass for moments not named in advance."""
-        extra = Wanted(anatomy=list(moments), page=np.zeros(0, dtype=np.int64), priority=set(), ooms=[],
+        extra = Wanted(anatomy=list(moments), page=np.zeros(0, dtype=np.int64), priority=set(),
                        samples=np.zeros(0, dtype=np.int64))
         more = run_pass(self.log, self.scan, extra, rules=self.passed.rules)
         self.passed.snapshots.update(more.snapshots)
@@ -279,7 +246,7 @@ class Analysis:
             self.page_wanted = True
             return
         moments, priority = page_moments(self.scan)
-        extra = Wanted(anatomy=[], page=moments, priority=priority, ooms=[], samples=self.scan.samples)
+        extra = Wanted(anatomy=[], page=moments, priority=priority, samples=self.scan.samples)
         # the columns blocks' details show too (their modules: the page lists each module's blocks), from followers
         # of this pass's own
         shown = [p.follow(self.log, self.scan) for p in pass_parts() if p.in_details]
@@ -287,6 +254,13 @@ class Analysis:
         for name in ("page", "details", "live_at", "levels_at", "reasons"):
             getattr(self.passed, name).update(getattr(more, name))
         self.page_wanted = True
+
+    def snapshot(self, i: int) -> dict[str, np.ndarray]:
+        """The blocks live just after event i, as the second pass kept them (one more pass for a moment no pass
+        kept)."""
+        if int(i) not in self.passed.snapshots:
+            self._more([int(i)])
+        return self.passed.snapshots[int(i)]
 
     def anatomy(self, at: str | float | int | None = None, top: int | None = None) -> Anatomy:
         i, label = self.index_at(at)
@@ -299,142 +273,14 @@ class Analysis:
         if not self.scan.n:
             return Anatomy(label, i, 0.0, 0, 0, [], {}, {})
         snap = self.passed.snapshots[i]
-        reason = self._reasons(snap)
-        # one row per (site, phase, reason, category)
-        groups: dict[tuple[int, int, int, int], list[int]] = {}
-        for j, key in enumerate(zip(snap["site"].tolist(), snap["phase"].tolist(), reason.tolist(),
-                                    snap["category"].tolist())):
-            groups.setdefault(key, []).append(j)
-        rows = []
-        for (s_, p, _r, _g), members in groups.items():
-            m = np.array(members)
-            size = snap["block_size"][m]
-            cat = dominant(snap["category"][m], size, CATEGORIES)
-            why = dominant(reason[m], size, REASONS)
-            site = self.site(s_)
-            rows.append(AnatomyRow(site.label, site.location, self.phase_name(p), str(cat), str(why), int(m.size),
-                                   int(size.sum()), int(snap["size"][m].sum())))
-        rows.sort(key=lambda r: (-r.bytes, r.site))
-        by_cat = bytes_by(snap["category"], snap["block_size"], CATEGORIES)
-        by_phase: dict[str, int] = {}
-        for p, sz in zip(snap["phase"].tolist(), snap["block_size"].tolist()):
-            name = self.phase_name(p)
-            by_phase[name] = by_phase.get(name, 0) + sz
-        return Anatomy(label, i, self.time_s(i), self.allocated_at(i), self.reserved_at(i), rows[:top] if top else rows,
-                       by_cat, dict(sorted(by_phase.items(), key=lambda kv: -kv[1])))
+        return anatomy_of(label, i, self.time_s(i), self.allocated_at(i), self.reserved_at(i), snap,
+                          self._reasons(snap), self.site, self.phase_name, top)
 
     def _reasons(self, snap: dict[str, np.ndarray]) -> np.ndarray:
         reason = snap["reason"].copy()
         for j in np.flatnonzero(reason < 0).tolist():
             reason[j] = self.passed.reasons[int(snap["k"][j])]
         return reason
-
-    # -- lifetimes ---------------------------------------------------------------------------
-    def explain(self, d: dict[str, Any], phases: list[str] | None = None) -> str:
-        """Why the block of details `d` was freed when it was (wording.reason_sentence, with its names); with
-        `phases`, for a lifetime row: the phases its blocks were allocated in."""
-        site = self.site(d["site"]).label
-        free_site = self.site(d["free_site"]).label if d["free_site"] >= 0 else None
-        fn = self.passed.rules.functions[d["returned"]] if d["returned"] >= 0 else None
-        phase = self.phase_name(d["phase"])
-        free_phase = self.phase_name(d["free_phase"]) if d["free_phase"] >= 0 else ""
-        first, count = self._occ_first.get(d["phase"], -1), self._occ_count.get(d["phase"], 0)
-        if count > 1 and d["occ"] == first:
-            phase = f"the first occurrence of {phase}"
-        text = reason_sentence(REASONS[d["reason"]], CATEGORIES[d["category"]], site, free_site, fn, phase, free_phase,
-                               bool(d["rerun"]), self.has_stacks)
-        if phases is None or len(phases) == 1:
-            return text
-        return text.replace(f"in {self.phase_name(d['phase'])}", f"in {', '.join(phases)}")
-
-    def lifetime_rows(self) -> list[tuple[LifetimeRow, dict[str, Any]]]:
-        """The lifetime rows (sections/lifetimes.py's, their sites in the report's order), largest first, each with
-        the details of the block that speaks for it."""
-        if self._lifetimes is None:
-            canonical = []
-            for key, g in self.passed.groups.items():
-                site, reason, free_site, returned, rerun, cat = key
-                ckey = (int(self.site_map[site]), reason, int(self.site_map[free_site]) if free_site >= 0 else -1,
-                        int(self.fn_map[returned]) if returned >= 0 else -1, rerun, cat)
-                canonical.append((ckey, key, g))
-            canonical.sort(key=lambda x: x[0])
-            rows = []
-            for _, (site, reason, free_site, _ret, _rerun, cat), g in canonical:
-                phases = sorted({self.phase_name(p) for p in g.phases})
-                typical = -1.0 if g.persistent or g.negative else g.lives.median_s()
-                s_ = self.site(site)
-                rows.append((LifetimeRow(
-                    site=s_.label, location=s_.location, reason=str(REASONS[reason]), category=str(CATEGORIES[cat]),
-                    phases=phases, count=g.count, bytes=g.bytes, largest=g.largest, typical_lifetime_s=typical,
-                    free_site=self.site(free_site).label if free_site >= 0 else None,
-                    explanation=self.explain(g.rep, phases)), g.rep))
-            rows.sort(key=lambda rr: (-rr[0].bytes, rr[0].site, rr[0].reason))
-            self._lifetimes = rows
-        return self._lifetimes
-
-    def lifetimes(self, top: int | None = None) -> list[LifetimeRow]:
-        rows = [r for r, _ in self.lifetime_rows()]
-        return rows[:top] if top else rows
-
-    # -- phases, the estimate ------------------------------------------------------------------
-    def _parameters(self) -> int:
-        """The parameters' bytes the phase sentences compare with: those live at the end, else their peak."""
-        return int(self.passed.persistent_total[CATEGORY_CODE[Category.PARAMETERS]]) or self.passed.term_peak["parameters"]
-
-    def phases(self) -> list[PhaseRow]:
-        s, p_ = self.scan, self.passed
-        ids = sorted(set(p_.alloc_phases) | set(s.occ_phase.tolist()) | set(s.segment_phases))
-        occurrences = {p: int(c) for p, c in zip(*np.unique(s.occ_phase, return_counts=True))} if s.occ_phase.size else {}
-        params = self._parameters()
-        rows = []
-        for p in ids:
-            name = self.phase_name(p)
-            allocated, count = p_.allocated.get(p, [0, 0])
-            freed, freed_count = p_.freed.get(p, [0, 0])
-            by_cat = p_.persistent_cat.get(p)
-            cats = {}
-            if by_cat is not None:
-                cats = {str(CATEGORIES[k]): int(v) for k, v in enumerate(by_cat.tolist()) if v}
-                cats = dict(sorted(cats.items(), key=lambda kv: -kv[1]))
-            handed_to = p_.handed_to.get(p, {})
-            handed = dict((k, v[0]) for k, v in sorted(handed_to.items(), key=lambda kv: (-kv[1][0], kv[1][1])))
-            peak = s.phase_peak.get(p)
-            row = PhaseRow(
-                phase=name, role=phase_role(name), occurrences=occurrences.get(p, 0), allocated=allocated,
-                allocated_count=count, freed=freed, freed_count=freed_count,
-                peak=peak + s.initial if peak is not None else 0, peak_over_start=s.phase_rise.get(p, 0),
-                reserved_growth=s.phase_growth.get(p, 0), persistent=p_.persistent.get(p, 0),
-                handed_on=p_.handed.get(p, 0), transient=p_.transient.get(p, 0), persistent_by_category=cats,
-                handed_on_to=handed, first_occurrence_persistent=p_.first_occ_persistent.get(p, 0), sentence="")
-            row.sentence = phase_sentence(row, params)
-            rows.append(row)
-        return rows
-
-    def estimate(self) -> Estimate:
-        t = self.passed.term_peak
-        P, G, O, I, A = (t["parameters"], t["gradients"], t["optimizer_state"], t["optimizer_intermediates"],
-                         t["activations"])
-        GI = t["gradients_plus_intermediates"]
-        at_peak = self.anatomy("peak").by_category if self.scan.n else {}
-        est = Estimate(P, G, O, I, A, GI, t["temporaries"], t["workspace"], t["other"], P + O + max(GI, A),
-                       self.timeline.peak_allocated, at_peak, "")
-        est.sentence = estimate_sentence(est)
-        return est
-
-    # -- OOMs ----------------------------------------------------------------------------------
-    def ooms(self, check_alternatives: bool = True) -> list[OomRow]:
-        """Each OOM record diagnosed; the last one also replayed under every policy (unless not
-        `check_alternatives`: a job's summary names the verdicts only). Computed once."""
-        if self._ooms is None:
-            self._ooms = [self._oom(o) for o in self.scan.ooms]
-            for row in self._ooms:
-                row.explanation = oom_explanation(row)
-        if check_alternatives and self._ooms and not self._ooms_replayed:
-            last = self._ooms[-1]
-            replay_last(last, lambda: trace_until(self.log, self.scan, self.table.path, last.index))
-            last.explanation = oom_explanation(last)
-            self._ooms_replayed = True
-        return self._ooms
 
     def live_at_peak(self) -> list[tuple[str, int, str]]:
         """The blocks live at the peak of allocated: (allocation site, block size, category) each."""
@@ -444,59 +290,49 @@ class Analysis:
         return [(self.site(s).label, int(z), str(CATEGORIES[c])) for s, z, c in
                 zip(snap["site"].tolist(), snap["block_size"].tolist(), snap["category"].tolist())]
 
-    def _oom(self, o: dict[str, Any]) -> OomRow:
-        i = int(o["index"])
-        if i not in self.passed.snapshots:
-            self._more([i])
-        snap = self.passed.snapshots[i]
-        segs = self.passed.segments.get(i, {})
-        largest, nseg, by_segment = segment_gaps(segs, np.arange(len(snap["k"])), snap["addr"], snap["block_size"])
-        reserved = o["block_size"] or self.reserved_at(i)
-        dev = o["device"]
-        facts = None if dev is None else (dev["addr"], dev["size"], dev["stream"], dev["flags"])
-        now = o["time_ns"]
-
-        def blocker(j: int) -> Blocker:
-            site = self.site(int(snap["site"][j]))
-            age = (now - int(snap["alloc_t"][j])) / 1e9 if snap["phase"][j] >= 0 else -1.0
-            return Blocker(int(snap["addr"][j]), int(snap["block_size"][j]), site.label, site.location,
-                           self.phase_name(int(snap["phase"][j])), age)
-
-        order = np.argsort(snap["k"], kind="stable")  # the snapshot is in blocks order already
-
-        def pick(fragmentation: bool) -> list[Blocker]:
-            return blockers_of(order.tolist(), by_segment if fragmentation else None,
-                               lambda j: (-int(snap["block_size"][j]), int(snap["addr"][j])), blocker)
-
-        policy, expandable = o["policy"], o["expandable"]
-
-        def detail() -> dict[str, object]:
-            return oom_detail(segs, snap["addr"], snap["block_size"], snap["phase"], o["phase"], policy, expandable,
-                              handle_for(o["size"], dev["handle"] if dev is not None else 0))
-
-        return oom_row(self._t(now), i, o["size"], o["stream"], self.phase_name(o["phase"]),
-                       self.table.stack_of(o["stack"]), reserved, self.allocated_at(i), largest, nseg, o["addr"], facts,
-                       self.has_stacks, pick, policy, expandable, detail, self.table.phase_names)
-
-    # -- the sections fed by the pass (sections.pass_parts) ---------------------------------------
+    # -- the sections (sections.SECTIONS) ----------------------------------------------------------
     def section_rows(self, key: str) -> Any:
-        """The rows of the part `key` of the pass (follow.Part), built once from its follower."""
+        """The rows of the section's part `key` (sections/section.py's Part), built once from its follower."""
         if key not in self._section_rows:
             part = next(p for p in pass_parts() if p.key == key)
             self._section_rows[key] = part.rows(self, self.followers.get(key))
         return self._section_rows[key]
 
-    def reserve(self) -> Reserve:
-        """Reserved memory split at the peaks, and the replays (run beside the pass; stream_reserve.py)."""
-        return self.section_rows("reserve")  # type: ignore[no-any-return]
+    # Each section's rows by name, for callers of the API (sections/: each module says what its rows are).
+    def lifetime_rows(self) -> list[tuple[LifetimeRow, dict[str, Any]]]:
+        """The lifetime rows, largest first, each with the details of the block that speaks for it."""
+        return list(self.section_rows("lifetimes").rows)
 
-    def modules(self) -> tuple[Modules, list[str]]:
-        """Memory by module, and its sentences (stream_modules.py)."""
-        return self.section_rows("modules")  # type: ignore[no-any-return]
+    def lifetimes(self, top: int | None = None) -> list[LifetimeRow]:
+        rows = [r for r, _ in self.section_rows("lifetimes").rows]
+        return rows[:top] if top else rows
+
+    def explain(self, d: dict[str, Any], phases: list[str] | None = None) -> str:
+        """Why the block of details `d` was freed when it was, in words (sections/lifetimes.py's Explain)."""
+        return self.section_rows("lifetimes").explain(d, phases)  # type: ignore[no-any-return]
+
+    def phases(self) -> list[PhaseRow]:
+        return list(self.section_rows("phases"))
+
+    def estimate(self) -> Estimate:
+        return self.section_rows("estimate")  # type: ignore[no-any-return]
+
+    def reserve(self) -> Reserve:
+        """Reserved memory split at the peaks, and the replays (run beside the pass)."""
+        return self.section_rows("reserve")  # type: ignore[no-any-return]
 
     def fragmented_samples(self) -> np.ndarray:
         """At the timeline's samples, the free bytes in segments holding live blocks (the page's band)."""
         return self.followers["reserve"].fragmented  # type: ignore[union-attr]
+
+    def modules(self) -> tuple[Modules, list[str]]:
+        """Memory by module, and its sentences."""
+        return self.section_rows("modules")  # type: ignore[no-any-return]
+
+    def ooms(self, check_alternatives: bool = True) -> list[OomRow]:
+        """Each OOM record diagnosed; the last one also replayed under every policy (unless not
+        `check_alternatives`: a job's summary names the verdicts only). Computed once."""
+        return self.section_rows("ooms").rows(check_alternatives)  # type: ignore[no-any-return]
 
     # -- all of it -----------------------------------------------------------------------------
     def summary(self) -> Summary:
@@ -510,6 +346,33 @@ class Analysis:
 
     def to_dict(self, top: int = 50) -> dict[str, Any]:
         return report_dict(self, top, self.marker_labels(), len(self.marker_first()))
+
+
+def report_dict(a: Any, top: int, markers: Sequence[str], labels: int) -> dict[str, Any]:
+    """The report as plain data (what `torchalloc report --json` prints): the headline, the timeline, the
+    anatomy at the peak and at each marker in `markers` (the first of the log's `labels` marker labels), then
+    every section's JSON."""
+    t = a.table
+    notes = list(a.notes)
+    if labels > len(markers):  # said, as the notes say what else the report lists in part (notes.py)
+        notes.append(f"the anatomies at markers are those of the first {len(markers)} of {labels} marker labels "
+                     "(--at LABEL gives any other)")
+    return {
+        "log": t.path,
+        "device": a.device,
+        "events": len(t),
+        "blocks": len(a.blocks),
+        "has_stacks": a.has_stacks,
+        "backward_detected_from": a.backward_from,
+        "notes": notes,
+        "peak_allocated": a.timeline.peak_allocated,
+        "peak_reserved": a.timeline.peak_reserved,
+        "summary": a.summary().to_dict(),
+        "timeline": a.timeline.to_dict(),
+        "peak_anatomy": a.anatomy("peak", top=top).to_dict() if len(t) else None,
+        "markers": [a.anatomy(label, top=top).to_dict() for label in markers],
+        **sections_json(a, top),
+    }
 
 
 # ---------------------------------------------------------------------------
@@ -547,12 +410,13 @@ def analyze(
         s = scan(log, s.device, max_points=max_points, last_ns=s.last_ns, at_times=times, progress=bar)
     notes = derive_notes(log, table_notes(log), s)
     backward_from_ = backward_from(log.phase_names, s)
-    a_moments = anatomy_moments(log, s, at)
-    wanted = Wanted(anatomy=a_moments, page=np.zeros(0, dtype=np.int64), priority=set(),
-                    ooms=[int(o["index"]) for o in s.ooms], samples=s.samples)
+    parts = pass_parts()
+    # the moments the report shows, and those the sections' followers need
+    a_moments = sorted(set(anatomy_moments(log, s, at)).union(*(p.moments(s) for p in parts)))
+    wanted = Wanted(anatomy=a_moments, page=np.zeros(0, dtype=np.int64), priority=set(), samples=s.samples)
     if page and s.n:
         wanted.page, wanted.priority = page_moments(s)
-    followers = {p.key: p.follow(log, s) for p in pass_parts()}  # every section's part of the pass
+    followers = {p.key: p.follow(log, s) for p in parts}  # every section's part of the pass
     passed = run_pass(log, s, wanted, progress=bar, followers=[f for f in followers.values() if f is not None])
     if bar is not None:
         bar.close()

@@ -1,12 +1,12 @@
-"""Reserved memory: reserve.py's section, from the second pass (passes/second.py).
+"""Reserved memory: where the bytes reserved beyond the allocated ones go, and what each policy would reserve.
 
-Takes what the second pass hands it, piece by piece: the piece's records
-(segment records, ALLOCs) and its new and ended blocks; feeds them to
-reserve_terms.Terms, and keeps its sums at the timeline's samples (the
+The second pass hands `ReserveFollower`, piece by piece, the piece's
+records (segment records, ALLOCs) and its new and ended blocks; it feeds
+them to terms.Terms, and keeps its sums at the timeline's samples (the
 page's fragmentation band) and at the peaks of reserved and allocated,
-where the pass keeps the blocks live (anatomy snapshots, each block with
-its segment). Gives `Reserve`, its rows built with reserve.py's
-functions.
+where the pass keeps the blocks live (its Part asks for those moments;
+each block with its segment). Gives `Reserve`, its rows built with
+rows.py's functions, and their sentences.
 
 The replays: as the pass reads the pieces, their replay events
 (trace_stream.to_events, the events `torchalloc replay` feeds) go, after
@@ -14,7 +14,7 @@ those of the blocks from before the log, to one C replay per policy
 (_lib.ReplayRun) on a thread of their own: the replays run beside the pass
 and need no more reading of the log.
 
-`RESERVE` is the section's part of the pass (follow.Part), and
+`RESERVE` is the section's part of the pass (section.Part), and
 `SECTIONS` its two entries of sections.SECTIONS (the split of reserved at
 the peaks; the replays), with their views.
 """
@@ -22,27 +22,27 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
-from .. import _lib
-from .._records import ALLOC, FREE, PHASE_BEGIN, PHASE_END, SEGMENT_ALLOC, SEGMENT_EXPANDABLE
-from ..log.chunks import ChunkedLog
-from ..log.trace_events import EVENT_DTYPE
-from ..log.trace_stream import to_events
-from ..replay.engine import DEFAULT_POLICIES
-from ..units import fmt_bytes
-from .rules.categorize import CATEGORIES
-from .reserve import Reserve, ReserveMoment, assembled, moment, policy_name, replay_rows, replayed
-from .reserve_terms import Terms, split
-from .passes.follow import Follower, Part, Section
-from .sections.ooms import before_log_events
-from .passes.first import Scan
-from .rules.blocks import BIT_PERSISTENT
-from .passes.pieces import device_pieces
-from .views import Analyzed, SectionView, Table
-from .wording import pinned_lines, replay_note, reserve_sentences, setting_of
+from .... import _lib
+from ...._records import ALLOC, FREE, PHASE_BEGIN, PHASE_END, SEGMENT_ALLOC, SEGMENT_EXPANDABLE
+from ....log.chunks import ChunkedLog
+from ....log.trace_events import EVENT_DTYPE
+from ....log.trace_stream import to_events
+from ....replay.engine import DEFAULT_POLICIES
+from ....units import fmt_bytes
+from ...passes.first import Scan, before_log_events
+from ...passes.follow import Follower
+from ...passes.pieces import device_pieces
+from ...rules.blocks import BIT_PERSISTENT
+from ...rules.categorize import CATEGORIES
+from ..section import Part, Section
+from ..views import Analyzed, SectionView, Table
+from .rows import (Reserve, ReserveMoment, assembled, moment, pinned_lines, policy_name, replay_note, replay_rows,
+                   replayed, reserve_sentences, setting_of)
+from .terms import Terms, split
 
 _REPLAYED = np.zeros(256, dtype=bool)  # the records a replay is fed (allocs, frees, phase begins and ends), by kind
 _REPLAYED[[ALLOC, FREE, PHASE_BEGIN, PHASE_END]] = True
@@ -127,7 +127,7 @@ class ReserveFollower(Follower):
         reserved, allocated = a.reserved_at(i), a.allocated_at(i)
         fragmented, cached = int(sums[1] - sums[3]), int(sums[0])
         mapped_free, before_log = split(reserved, allocated, fragmented, cached, int(sums[2] - sums[4]))
-        snap, seg = a.passed.snapshots[i], self.segs[i]
+        snap, seg = a.snapshot(i), self.segs[i]
         mine = np.flatnonzero(seg >= 0)
         site, phase, category = snap["site"][mine], snap["phase"][mine], snap["category"][mine]
 
@@ -208,15 +208,19 @@ def _replay_again(log: ChunkedLog, scan: Scan, policy: str) -> dict[str, Any]:
 
 # -- the section: its rows, its part of the pass, its views ------------------------------------------------
 def _rows(a: Any, follower: Follower | None) -> Reserve:
-    """The section's rows and sentences, for the analysis `a` (result.Analysis)."""
+    """The section's rows and sentences, for the analysis `a` (front.Analysis)."""
     assert isinstance(follower, ReserveFollower)
     r = follower.reserve(a)
     r.sentences = reserve_sentences(r, a.timeline.peak_reserved)
     return r
 
 
+def _moments(scan: Scan) -> Sequence[int]:
+    return [scan.rpeak_i, scan.peak_i] if scan.n else []  # the peaks, where the blocks live are split by segment
+
+
 # Reserved memory's part of the second pass: every log has one (the replays run on any log).
-RESERVE = Part("reserve", ReserveFollower, _rows)
+RESERVE = Part("reserve", ReserveFollower, _rows, moments=_moments)
 
 
 def _view(a: Analyzed, top: int) -> SectionView | None:

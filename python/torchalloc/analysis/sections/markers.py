@@ -23,16 +23,17 @@ from typing import Any
 
 import numpy as np
 
-from ..log.chunks import ChunkedLog
-from ..units import fmt_bytes, fmt_time
-from .rules.categorize import CATEGORIES
-from .rules.classify import REASONS
-from .rules.sites import BEFORE_LOG
-from .passes.follow import Follower, Part, Section
-from .passes.first import Scan
+from ...log.chunks import ChunkedLog
+from ...units import fmt_bytes, fmt_time
+from ..passes.first import Scan
+from ..passes.follow import Follower, FreedOrphans
+from ..rules.categorize import CATEGORIES
+from ..rules.classify import REASONS
+from ..rules.sites import BEFORE_LOG
+from .section import Part, Section
 from .views import Analyzed, SectionView, Table
 
-STRETCHES = 200  # markers followed (the first ones): moments.PAGE_MAX_MARKERS, the page's
+STRETCHES = 200  # markers followed (the first ones): passes/moments.py's PAGE_MAX_MARKERS, the page's
 GROUPS_SHOWN = 2  # freed and kept groups a row lists
 _ORPHAN = -2  # the site id of a block from before the log, in the follower's keys (the pass' ids are >= 0)
 
@@ -150,8 +151,8 @@ class MarkersFollower(Follower):
         np.add.at(self.kept, s_alloc[sel], size[sel])
         _add(self.kept_by, np.stack((s_alloc, site, category), axis=1)[sel], size[sel])
 
-    def orphans_ended(self, k: np.ndarray, free_i: np.ndarray) -> None:
-        s_end, size = self._stretch(free_i), self.orphan_sizes[k]
+    def orphans_ended(self, freed: FreedOrphans) -> None:
+        s_end, size = self._stretch(freed.free_i), self.orphan_sizes[freed.k]
         np.add.at(self.freed, s_end, size)
         sel = (s_end > 0) & (s_end <= STRETCHES)
         none = np.full(int(sel.sum()), -1, dtype=np.int64)
@@ -183,7 +184,7 @@ def _groups(a: Any, by: dict[tuple[int, ...], list[int]], stretch: int) -> list[
 
 
 def _rows(a: Any, follower: Follower | None) -> Stretches:
-    """The rows, for the analysis `a` (result.Analysis)."""
+    """The rows, for the analysis `a` (front.Analysis)."""
     if not isinstance(follower, MarkersFollower):
         return Stretches([], 0)
     marks = a.timeline.markers  # (t_s, label, phase), in the scan's order

@@ -4,9 +4,10 @@ Takes, piece after piece of one device's event table, its segment records
 and its blocks (those allocated in the piece, those that ended in it);
 gives `Terms`: the segments (`Segments` rows), each new block's segment
 (`Terms.owners`), and after every event of the piece the running sums
-reserved is split with (`Terms.step`, then `split`). stream_reserve.py
-feeds it the pieces of the second pass (passes/second.py) and builds
-reserve.py's rows from what it gives.
+reserved is split with (`Terms.step`, then `split`). The reserve
+section's follower (reserve/__init__.py) feeds it the pieces of the
+second pass (passes/second.py) and builds the rows (rows.py) from what it
+gives.
 
 - A segment row is what one SEGMENT_ALLOC record mapped. A SEGMENT_FREE
   unmaps the range it names from every mapped row it overlaps (with
@@ -28,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from .._records import SEGMENT_ALLOC, SEGMENT_EXPANDABLE, SEGMENT_FREE
-from .passes.ranges import holders
+from ...._records import SEGMENT_ALLOC, SEGMENT_EXPANDABLE, SEGMENT_FREE
+from ...passes.ranges import holders
 
 NEVER = np.iinfo(np.int64).max  # the free index of a segment never unmapped
 

@@ -1,11 +1,34 @@
-"""Memory by module: modules.py's section, from the second pass (passes/second.py).
+"""Memory by module: which nn.Module each block belongs to, and what it is to it.
 
-Takes what the second pass hands it, piece by piece: the piece's module
-records, its new blocks, its ended blocks (each with its final module and
-tag, once its reason is known), and at the peak the blocks live then;
-gives `Modules`, its rows built with modules.py's steps:
+Holds `Modules`: one `ModuleRow` per module path with the bytes its blocks
+hold at the peak, by what they are to it ("activations saved for
+backward", "temporaries", "gradients", "parameters", "optimizer state",
+"other"), and at each phase's own peak (the moment that phase's allocated
+level was highest), with its sentences (`module_sentences`).
 
-- a block's module is the current one at its ALLOC (modules.current_modules),
+The log says which module a block belongs to in two ways
+(docs/LOG_FORMAT.md, "Modules"), both written by `torchalloc.track`:
+
+- a MODULE record makes a module current; every ALLOC after it in the
+  log's order was made inside that module (until the next MODULE record);
+- a MODULE_TAG record names a block by an address inside it: that block,
+  live at the tag, is the module's parameter, a parameter's gradient or
+  optimizer state (ranges.holders finds it: of the blocks live then that
+  hold the address, the one starting highest). A tag beats the current
+  module: a gradient is made by the autograd engine while some other
+  module's backward runs, and optimizer state outside every module; a
+  block's later tag beats an earlier one.
+
+Without a tag, what a block is comes from its reason and category
+(rules/classify.py, rules/categorize.py). Logs without module records
+give no rows.
+
+`ModulesFollower` takes what the second pass hands it, piece by piece: the
+piece's module records, its new blocks, its ended blocks (each with its
+final module and tag, once its reason is known), and at the peak the
+blocks live then:
+
+- a block's module is the current one at its ALLOC (current_modules),
   carried with the block while it lives, and a tag (ranges.holders, among
   the blocks live in the piece: those carried, the piece's, those from
   before the log) replaces it;
@@ -19,34 +42,140 @@ gives `Modules`, its rows built with modules.py's steps:
   each module from them.
 
 Nothing is kept per block but the followed blocks' columns. `MODULES` is
-the section's part of the pass (follow.Part), `SECTION` its entry
-of sections.SECTIONS, with its view.
+the section's part of the pass (section.Part), `SECTION` its entry of
+sections.SECTIONS, with its view.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .._records import MODULE, MODULE_NAME, MODULE_TAG
-from ..log.chunks import ChunkedLog
-from ..units import fmt_bytes
-from .rules.categorize import CATEGORY_CODE, Category
-from .rules.classify import REASON_CODE, Reason
-from .modules import Modules, add_phase, current_modules, held_at, module_rows, named_peaks, what_codes
-from .passes.ranges import holders
-from .passes.details import detail_alloc, detail_orphan, with_end
-from .passes.follow import Follower, Part, Section, end_columns
-from .passes.first_state import INT_MAX
-from .passes.first import Scan
+from ..._records import MODULE, MODULE_NAME, MODULE_TAG, TAG_GRADIENT, TAG_OPTIMIZER_STATE, TAG_PARAMETER
+from ...log.chunks import ChunkedLog
+from ...units import fmt_bytes
+from ..passes.details import END_COLUMNS, detail_alloc, detail_orphan, with_end
+from ..passes.first import Scan
+from ..passes.first_state import INT_MAX
+from ..passes.follow import Follower, FreedOrphans, end_columns
+from ..passes.ranges import holders
+from ..rules.categorize import CATEGORIES, CATEGORY_CODE, Category
+from ..rules.classify import REASON_CODE, REASONS, Reason
+from .section import Part, Section
 from .views import Analyzed, SectionView, Table
-from .wording import module_sentences, what_words
+
+OUTSIDE = "(outside modules)"
+SAVED = "activations saved for backward"
+TEMPORARIES = "temporaries"
+OTHER = "other"
+# What a block is to its module, in the order the report lists them.
+WHAT: tuple[str, ...] = (SAVED, TEMPORARIES, "gradients", "parameters", "optimizer state", OTHER)
+_FROM_TAG = {TAG_PARAMETER: "parameters", TAG_GRADIENT: "gradients", TAG_OPTIMIZER_STATE: "optimizer state"}
+_FROM_CATEGORY = {
+    Category.PARAMETERS: "parameters",
+    Category.GRADIENTS: "gradients",
+    Category.OPTIMIZER_STATE: "optimizer state",
+    Category.ACTIVATIONS: SAVED,
+    Category.TEMPORARIES: TEMPORARIES,
+    Category.BACKWARD_TEMPORARIES: TEMPORARIES,
+    Category.OPTIMIZER_INTERMEDIATES: TEMPORARIES,
+}
+
+
+@dataclasses.dataclass
+class ModuleRow:
+    module: str  # its path, "model.layers.3.mlp"
+    at_peak: int  # bytes its blocks hold at the run's peak
+    blocks_at_peak: int
+    what_at_peak: dict[str, int]  # WHAT -> bytes at the peak, largest first
+    by_phase: dict[str, int]  # phase -> bytes held at that phase's own peak
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class Modules:
+    """The section: its rows, and the module names they use. Nothing per block: a block the page lists has its
+    module in its details (passes/details.py)."""
+
+    names: dict[int, str]  # module id -> path
+    peak_index: int
+    phase_peaks: dict[str, int]  # phase -> the event index of its own peak
+    rows: list[ModuleRow]
+    tags_unmatched: int  # tags naming an address no live block holds
+
+    def name(self, module: int) -> str:
+        if module == 0:
+            return OUTSIDE
+        return self.names.get(module, f"module #{module}")
+
+
+def current_modules(alloc_i: np.ndarray, module_at: np.ndarray, module_ids: np.ndarray, before: int = 0) -> np.ndarray:
+    """Per block (the index of its ALLOC, -1 before the log), the module current then: that of the last MODULE
+    record before it (`module_at`: their indices, ascending; `module_ids`: their modules), else `before`."""
+    k = np.searchsorted(module_at, alloc_i, side="right") - 1
+    current = np.where(k >= 0, module_ids[np.maximum(k, 0)] if module_ids.size else 0, before)
+    return np.where(alloc_i >= 0, current, 0).astype(np.int64)
+
+
+def what_codes(category: np.ndarray, reason: np.ndarray, tag: np.ndarray) -> np.ndarray:
+    """Per block, what it is to its module (an index into WHAT): its tag's role, else saved for backward by its
+    reason, else by its category."""
+    code = {w: k for k, w in enumerate(WHAT)}
+    cat = np.array([code[_FROM_CATEGORY.get(c, OTHER)] for c in CATEGORIES], dtype=np.int64)
+    what = cat[category.astype(np.int64)] if category.size else np.zeros(0, dtype=np.int64)
+    what = np.where(reason == REASONS.index(Reason.SAVED_FOR_BACKWARD), code[SAVED], what)
+    for role, name in _FROM_TAG.items():
+        what = np.where(tag == role, code[name], what)
+    return what
+
+
+def named_peaks(peak_of: dict[int, int], phase_name: Any) -> dict[str, int]:
+    """Per phase name, the event index of its peak (`peak_of`: per phase id; a later id of the same name wins)."""
+    out: dict[str, int] = {}
+    for p in sorted(peak_of):
+        out[phase_name(p)] = peak_of[p]
+    return out
+
+
+def held_at(module: np.ndarray, what: np.ndarray, size: np.ndarray) -> tuple[dict[int, dict[str, int]], dict[int, int]]:
+    """Of the blocks live at a moment (in the blocks' order): per module, the bytes per WHAT and the count."""
+    held: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    count: dict[int, int] = defaultdict(int)
+    for m, w, n in zip(module.tolist(), what.tolist(), size.tolist()):
+        held[m][WHAT[w]] += n
+        count[m] += 1
+    return held, count
+
+
+def add_phase(by_phase: dict[int, dict[str, int]], phase: str, module: np.ndarray, size: np.ndarray) -> None:
+    """by_phase[module][phase] += the bytes of the blocks live at that phase's peak (`module`, `size`: theirs)."""
+    ids, inverse = np.unique(module, return_inverse=True)  # ids are the writer's: maybe large
+    totals = np.bincount(inverse.reshape(-1), weights=size.astype(np.float64), minlength=ids.size)
+    for m, n in zip(ids.tolist(), totals.tolist()):
+        if n:
+            by_phase[m][phase] = int(n)
+
+
+def module_rows(result: Modules, held: dict[int, dict[str, int]], count: dict[int, int],
+                by_phase: dict[int, dict[str, int]]) -> list[ModuleRow]:
+    """One row per module, the most bytes at the peak first (then at a phase's peak)."""
+    def largest(m: int) -> tuple[int, int]:
+        return (-sum(held[m].values()) if m in held else 0, -max(by_phase[m].values(), default=0))
+
+    rows = []
+    for m in sorted(set(held) | set(by_phase), key=largest):
+        what = dict(sorted(((k, v) for k, v in held[m].items() if v), key=lambda kv: -kv[1])) if m in held else {}
+        rows.append(ModuleRow(result.name(m), sum(what.values()), count.get(m, 0), what, by_phase.get(m, {})))
+    return rows
+
 
 # The block table's columns a followed block keeps (details.detail_alloc reads them), then its end.
 _ALLOC_COLUMNS = ("ordinal", "addr", "size", "block_size", "phase", "site", "category", "occ", "alloc_i", "time",
                   "stack", "module", "tag")
-_END_COLUMNS = ("free_i", "free_t", "free_phase", "free_stack", "free_site", "returned", "rerun", "reason")
 _BEFORE_LOG, _PERSISTENT = CATEGORY_CODE[Category.BEFORE_LOG], REASON_CODE[Reason.PERSISTENT]
 
 
@@ -58,7 +187,7 @@ class Followed:
         self.orphans = orphans  # the blocks from before the log live then (their indices), and their reasons
         self.orphan_reasons = orphan_reasons
         self.cols = {c: bt[c][rows].copy() for c in _ALLOC_COLUMNS}
-        for c in _END_COLUMNS:
+        for c in END_COLUMNS:
             self.cols[c] = np.full(rows.size, -1, dtype=np.int64)
 
     def ended(self, ordinal: np.ndarray, ends: dict[str, np.ndarray]) -> None:
@@ -134,9 +263,10 @@ class ModulesFollower(Follower):
         if self.followed is not None:
             self.followed.ended(bt["ordinal"][ended], dict(ends, module=module, tag=bt["tag"][ended]))
 
-    def orphans_ended(self, k: np.ndarray, free_i: np.ndarray) -> None:
-        """Blocks from before the log (their indices) freed in this piece, at `free_i`."""
-        self._live(self.orphan_module[k], self.scan.orphans["block_size"][k], np.full(k.size, -1), free_i)
+    def orphans_ended(self, freed: FreedOrphans) -> None:
+        """Blocks from before the log freed in this piece: their module is final."""
+        k = freed.k
+        self._live(self.orphan_module[k], self.scan.orphans["block_size"][k], np.full(k.size, -1), freed.free_i)
 
     def at_moment(self, i: int, bt: dict[str, np.ndarray], rows: np.ndarray, orphans: np.ndarray,
                   orphan_reasons: np.ndarray, t: Any, base: int) -> None:
@@ -215,7 +345,7 @@ class ModulesFollower(Follower):
         return k, module, what_codes(category, reason, tag), size
 
     def peak_details(self, positions: list[int], site: int) -> list[dict[str, Any]]:
-        """Details (stream_details) of blocks live at the peak, by their position among them (peak_blocks')."""
+        """Details (passes/details.py) of blocks live at the peak, by their position among them (peak_blocks')."""
         f = self.followed
         assert f is not None
         out = []
@@ -229,14 +359,41 @@ class ModulesFollower(Follower):
             b = j - f.orphans.size
             d = detail_alloc(first, f.cols, b)
             if f.cols["free_i"][b] >= 0:
-                with_end(d, *(f.cols[c][b] for c in _END_COLUMNS))
+                with_end(d, *(f.cols[c][b] for c in END_COLUMNS))
             out.append(d)
         return out
 
 
+def what_words(what: dict[str, int]) -> str:
+    """"8.0 MiB activations saved for backward, 4.0 MiB parameters" (largest first)."""
+    return ", ".join(f"{fmt_bytes(n)} {w}" for w, n in what.items()) or "nothing at the peak"
+
+
+def module_sentences(m: Modules, allocated_at_peak: int) -> list[str]:
+    """What the largest modules hold at the peak, and what the attribution could not place."""
+    rows = [r for r in m.rows if r.at_peak and r.module != OUTSIDE]
+    out = []
+    if rows:
+        top = rows[0]
+        share = f" ({100 * top.at_peak / allocated_at_peak:.0f}% of the {fmt_bytes(allocated_at_peak)} allocated)" \
+            if allocated_at_peak else ""
+        out.append(f"At the peak, {top.module} holds the most: {fmt_bytes(top.at_peak)}{share}: "
+                   f"{what_words(top.what_at_peak)}.")
+    outside = next((r for r in m.rows if r.module == OUTSIDE and r.at_peak), None)
+    if outside:
+        out.append(f"{fmt_bytes(outside.at_peak)} at the peak was allocated outside every tracked module's forward "
+                   "and backward (inputs, the loss, blocks from before track()) and is no module's parameter, "
+                   f"gradient or optimizer state: {what_words(outside.what_at_peak)}.")
+    if m.tags_unmatched:
+        out.append(f"{m.tags_unmatched} parameter, gradient or optimizer-state addresses named no live block "
+                   "(a tensor off this device, or a log opened after track()): those blocks count where they "
+                   "were allocated.")
+    return out
+
+
 # -- the section: its rows, its part of the pass, its view --------------------------------------------------
 def _rows(a: Any, follower: Follower | None) -> tuple[Modules, list[str]]:
-    """The section's rows and sentences, for the analysis `a` (result.Analysis)."""
+    """The section's rows and sentences, for the analysis `a` (front.Analysis)."""
     peak = a.scan.peak_i if a.scan.n else 0
     if isinstance(follower, ModulesFollower):
         m = follower.modules(a.table.strings, a.phase_name, peak)
@@ -249,8 +406,12 @@ def _follow(log: ChunkedLog, scan: Scan) -> ModulesFollower | None:
     return ModulesFollower(scan) if scan.module_records else None  # a log without track()'s modules: nothing
 
 
+def _moments(scan: Scan) -> Sequence[int]:
+    return [scan.peak_i] if scan.n else []  # the blocks live at the peak, followed to their end
+
+
 # Memory by module's part of the second pass; its blocks' modules show in their details, so the page's pass has it too.
-MODULES = Part("modules", _follow, _rows, in_details=True)
+MODULES = Part("modules", _follow, _rows, in_details=True, moments=_moments)
 
 
 def _view(a: Analyzed, top: int) -> SectionView | None:

@@ -5,27 +5,18 @@ A section's view (sections.SECTIONS lists them) turns its rows into a
 row), the sentences under the table, its JSON, and any `CheckedList`. The
 text report (report/text.py), the HTML page (report/html.py) and the JSON
 render these and nothing else. `Analyzed` is what a view may read of an
-analysis (result.Analysis answers it).
+analysis (front.Analysis answers it).
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Protocol, Sequence
 
-from .sections.estimate import Estimate
-from .lifetimes import LifetimeRow
-from .sections.ooms.diagnosis import OomRow
-from .sections.phases import PhaseRow
-
 
 class Analyzed(Protocol):
-    """What a section reads of an analysis (result.Analysis answers it)."""
+    """What a section's view reads of an analysis (front.Analysis answers it)."""
 
-    def lifetimes(self, top: int | None = None) -> list[LifetimeRow]: ...
-    def phases(self) -> list[PhaseRow]: ...
-    def estimate(self) -> Estimate: ...
-    def ooms(self) -> list[OomRow]: ...
-    def section_rows(self, key: str) -> Any: ...  # the rows of a section's part of the pass (follow.Part)
+    def section_rows(self, key: str) -> Any: ...  # the rows of a section's part (section.Part), built once
 
 
 @dataclasses.dataclass

@@ -1,9 +1,10 @@
 """Reserved memory explained: where the bytes reserved beyond the allocated ones go, and what would have saved them.
 
 Holds the section's rows -- a `Reserve`, its `ReserveMoment`s (with their
-`PinnedSegment`s and `PinningBlock`s) and `ReplayRow`s -- and the functions
-stream_reserve.py builds them with (`moment`, `policy_name`, `replayed`,
-`replay_rows`, `assembled`):
+`PinnedSegment`s and `PinningBlock`s) and `ReplayRow`s -- the functions
+the section (reserve/__init__.py) builds them with (`moment`,
+`policy_name`, `replayed`, `replay_rows`, `assembled`), and their words
+(`reserve_sentences`, `pinned_lines`, `replay_note`, `setting_of`):
 
 - `moments`: at the peak of reserved and at the peak of allocated,
   reserved = allocated + fragmented (free bytes in segments that hold live
@@ -21,9 +22,9 @@ stream_reserve.py builds them with (`moment`, `policy_name`, `replayed`,
   saved the most.
 
 The segments, which of them holds each block, and the running sums the
-terms come from are computed piece by piece in reserve_terms.py, which
-stream_reserve.py feeds the second pass' pieces; the moments and the rows
-are built from them here. The sentences are left to wording.py.
+terms come from are computed piece by piece in terms.py, which the
+section's follower feeds the second pass' pieces; the moments and the rows
+are built from them here.
 """
 from __future__ import annotations
 
@@ -32,10 +33,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .. import _lib
-from .._records import POLICY_NAMES, SEGMENT_COMPACT, SEGMENT_RECLAIM
-from ..replay.engine import DEFAULT_POLICIES
-from .reserve_terms import Segments
+from .... import _lib
+from ...._records import POLICY_NAMES, SEGMENT_COMPACT, SEGMENT_RECLAIM
+from ....replay.engine import DEFAULT_POLICIES
+from ....units import fmt_bytes, fmt_seconds, fmt_times
+from .terms import Segments
 
 PINNED_SHOWN = 5  # segments listed per moment
 BLOCKS_PER_SEGMENT = 4  # pinning blocks listed per segment
@@ -119,7 +121,7 @@ class Reserve:
     recording_policy: str  # e.g. "caching", "caching+expandable"
     replays: list[ReplayRow]  # the recording policy's first, then the others, least reserved first
     unknown: list[str]  # what could not be computed, and why
-    sentences: list[str] = dataclasses.field(default_factory=list)  # wording.reserve_sentences
+    sentences: list[str] = dataclasses.field(default_factory=list)  # reserve_sentences
 
     @property
     def best(self) -> ReplayRow | None:
@@ -221,3 +223,85 @@ def assembled(moments: list[ReserveMoment], segments: int, mine: str,
     return Reserve(moments, mine, rows, unknown)
 
 
+def setting_of(policy: str) -> str:
+    """The TORCHALLOC_CONF entries that make a replay policy: "caching+compact" -> "policy:caching,expandable:2"."""
+    name, _, variant = policy.partition("+")
+    extra = {"expandable": ",expandable:1", "compact": ",expandable:2", "reclaim": ",expandable:3"}.get(variant, "")
+    return f"policy:{name}{extra}"
+
+
+def moment_sentence(m: ReserveMoment, when: str) -> str:
+    """'At the peak reserved (t=...): 11.53 GiB reserved = 4.64 GiB allocated + ... (fragmentation) + ... (cache).'"""
+    terms = [f"{fmt_bytes(m.allocated)} allocated",
+             f"{fmt_bytes(m.fragmented)} free in the {m.holding} segments that hold live blocks (fragmentation)",
+             f"{fmt_bytes(m.cached)} in {m.empty} wholly free segments (cache)"]
+    if m.mapped_free:
+        terms.append(f"{fmt_bytes(m.mapped_free)} in mapped but free granules of expandable segments")
+    if m.before_log:
+        terms.append(f"{fmt_bytes(m.before_log)} free in segments made before the log began (it does not show them)")
+    return f"At the {m.at} ({when}): {fmt_bytes(m.reserved)} reserved = " + " + ".join(terms) + "."
+
+
+def pinned_lines(p: PinnedSegment) -> list[str]:
+    """A segment that live blocks pin, and its largest live blocks, one line each."""
+    kind = "expandable range" if p.expandable else "segment"
+    head = (f"{kind} {p.addr:#x} of {fmt_bytes(p.size)}: {fmt_bytes(p.free)} free, pinned by {p.live_blocks} live "
+            f"block{'s' if p.live_blocks != 1 else ''} ({fmt_bytes(p.live_bytes)})")
+    lines = [head]
+    for b in p.blocks:
+        age = f"{fmt_seconds(b.age_s)} old" if b.age_s >= 0 else "from before the log"
+        lines.append(f"  {fmt_bytes(b.size):>10}  {b.site}  phase {b.phase}, {b.category}, {age}")
+    return lines
+
+
+def replay_note(r: ReplayRow, base: ReplayRow) -> str:
+    """What a replay row is, beside the recording policy's replay."""
+    if r.recording:
+        return "the policy that recorded the log, replayed"
+    if r.oom:
+        return "ran out of memory on the simulated device"
+    diff = base.peak_reserved - r.peak_reserved
+    if r.policy == "exact":
+        return ("no cache: every request asks the device (slow on a GPU)" if diff >= 0
+                else "no cache: every request asks the device")
+    return f"saves {fmt_bytes(diff)}" if diff > 0 else f"reserves {fmt_bytes(-diff)} more" if diff < 0 else "the same"
+
+
+def reserve_sentences(r: Reserve, log_peak_reserved: int) -> list[str]:
+    """The moments' sums, the best change, and why phase_arena loses when it does."""
+    out = [moment_sentence(m, when) for m, when in zip(r.moments, fmt_times([m.t_s for m in r.moments]))]
+    if r.unknown:
+        out.append("Not known from this log: " + "; ".join(r.unknown) + ".")
+    if not r.replays:
+        return out
+    base = r.replays[0]
+    match = ("the same as the log's" if base.peak_reserved == log_peak_reserved
+             else f"the log's own peak is {fmt_bytes(log_peak_reserved)}")
+    out.append(f"Replayed on the simulated device (no memory limit), {base.policy}, the policy that recorded the log, "
+               f"reserves {fmt_bytes(base.peak_reserved)} at its peak ({match}).")
+    best = r.best
+    if best is None:
+        out.append(f"No other policy or variant would have reserved less than {base.policy} on these events.")
+    else:
+        saved = base.peak_reserved - best.peak_reserved
+        sentence = (f"The one change that would have saved the most: TORCHALLOC_CONF={setting_of(best.policy)} "
+                    f"({best.policy}) reserves {fmt_bytes(best.peak_reserved)}, {fmt_bytes(saved)} less")
+        if best.policy == "exact":
+            c = r.best_cached()
+            sentence += ", but with no cache every request asks the device (slow on a GPU)"
+            if c is not None:
+                sentence += (f"; of the policies that keep a cache, TORCHALLOC_CONF={setting_of(c.policy)} saves "
+                             f"{fmt_bytes(base.peak_reserved - c.peak_reserved)} (reserves "
+                             f"{fmt_bytes(c.peak_reserved)})")
+        out.append(sentence + ".")
+    arena = next((x for x in r.replays if x.policy == "phase_arena"), None)
+    caching = next((x for x in r.replays if x.policy == "caching"), None)
+    if arena is not None and caching is not None and arena.peak_reserved > caching.peak_reserved * 1.1:
+        out.append(f"phase_arena loses here: {fmt_bytes(arena.peak_reserved)} reserved, "
+                   f"{arena.peak_reserved / max(1, caching.peak_reserved):.2f}x caching's "
+                   f"{fmt_bytes(caching.peak_reserved)}. Each phase has its own arena and an arena does not lend its "
+                   "free segments to another phase, so every phase reserves for its own peak and the reserves add "
+                   "up. It pays only when long-lived blocks of one phase (optimizer state, say) would otherwise "
+                   "pin segments whose free ranges other phases' transients then cannot use; when each phase's "
+                   "transients are large and come and go (as here), one shared cache (caching) reserves less.")
+    return out
