@@ -26,12 +26,13 @@ from synthlog import MiB, SynthLog
 from torchalloc import analysis as A
 from torchalloc.analysis import anatomy as anatomy_module
 from torchalloc.analysis import front
+from torchalloc.analysis.passes.moments import MARKER_ANATOMIES
 from torchalloc.analysis.sections.ooms.diagnosis import OomRow, oom_explanation
 from torchalloc.report.text import LABEL_CHARS, render_text
 from cli_in_process import cli as _cli  # noqa: E402
 
 PYTHON_DIR = Path(__file__).resolve().parents[1]
-CAP = anatomy_module.MARKER_ANATOMIES
+CAP = MARKER_ANATOMIES
 
 
 class _Synth(SynthLog):

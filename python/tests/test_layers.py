@@ -47,14 +47,13 @@ ANALYSIS_STAGES: list[tuple[str, ...]] = [
     ("rules", "rules.frames", "rules.roles"),  # what the names in a log mean
     ("rules.sites", "rules.classify", "rules.categorize"),  # allocation sites; the reasons, the categories, their rules
     ("rules.blocks",),  # those rules block by block, and the facts of a block's future they read
-    ("anatomy",),  # what was live at a moment, grouped
     ("passes", "passes.pieces", "passes.ranges", "passes.details", "passes.follow"),  # a log's events piece by
     # piece, blocks paired across pieces; which range held an address when; a block's details; the followers' hooks
     ("passes.first_state",),  # what the first pass carries from piece to piece
     ("passes.first",),  # the first pass
     ("passes.moments",),  # the moments whose live blocks the second pass keeps
     ("passes.second",),  # the second pass, feeding the sections' followers
-    ("timeline",),
+    ("anatomy", "timeline"),  # what was live at a moment, grouped; allocated and reserved over time
     ("notes",),
     ("sections.views",),  # what a section shows, as plain data
     ("sections.section",),  # what a section declares: its entry, and its part of the pass

@@ -21,11 +21,6 @@ from .rules.categorize import CATEGORIES
 from .rules.classify import REASONS
 from .rules.sites import Site
 
-
-# The marker labels whose anatomy the JSON report carries (the first ones): one 'step N' marker per step gives a
-# label per step, and each anatomy keeps and groups the blocks live at its moment, so without a cap
-# `report --json` grew with steps times blocks.
-MARKER_ANATOMIES = 1000
 LABELS_NAMED = 20  # marker labels an error names (the first ones, sorted): a log can hold 10^5 of them
 
 

@@ -29,7 +29,7 @@ logs:
 - the timeline lists the first 10000 markers and OOMs, the first 100000
   phase occurrences (the notes say when more were left out);
 - the JSON carries the anatomies of the first 1000 marker labels
-  (anatomy.MARKER_ANATOMIES);
+  (passes/moments.py's MARKER_ANATOMIES);
 - a moment not named in advance (`at`, `page`) costs one more pass.
 """
 from __future__ import annotations
@@ -44,11 +44,11 @@ import numpy as np
 from ..log.chunks import DEFAULT_CHUNK_RECORDS, ChunkedLog
 from ..log.reader import RECORD_DTYPE
 from ..printable import printable
-from .anatomy import MARKER_ANATOMIES, Anatomy, anatomy_of, some_labels
+from .anatomy import Anatomy, anatomy_of, some_labels
 from .notes import backward_from, derive_notes, table_notes
 from .passes.first import Scan, scan
 from .passes.follow import Follower
-from .passes.moments import anatomy_moments, is_time, page_moments
+from .passes.moments import MARKER_ANATOMIES, anatomy_moments, is_time, page_moments
 from .passes.pieces import report_start_ns
 from .passes.second import Passed, Wanted, run_pass
 from .rules.categorize import CATEGORIES

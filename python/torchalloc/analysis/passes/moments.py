@@ -16,9 +16,12 @@ import numpy as np
 
 from ...log.chunks import ChunkedLog
 from ...printable import printable
-from ..anatomy import MARKER_ANATOMIES
 from .first import Scan
 
+# The marker labels whose anatomy the JSON report carries (the first ones): one 'step N' marker per step gives a
+# label per step, and each anatomy keeps and groups the blocks live at its moment, so without a cap
+# `report --json` grew with steps times blocks.
+MARKER_ANATOMIES = 1000
 PAGE_MAX_MARKERS = 200  # report/svg.py's MAX_MARKERS: the markers the page draws (the analysis imports no report)
 PRIORITY_OOMS = 10  # report/data.py's PRIORITY_OOMS
 
