@@ -1,7 +1,13 @@
 /* torchalloc — a CUDA memory allocator for PyTorch that explains itself.
  *
- * The one public header. Every exported symbol starts with `torchalloc_`.
- * PyTorch loads the library with
+ * The plug-in API: what PyTorch's pluggable allocator, the C++ bridge and a
+ * user's program call. The same library exports the tools' entry points,
+ * each declared in a header of its own: torchalloc_replay.h (a trace through
+ * a policy on a private simulated device), torchalloc_oom.h (an
+ * out-of-memory failure in numbers: facts, verdict, advice) and
+ * torchalloc_sim.h (the simulated device's models, for tests and fuzzers).
+ * Every exported symbol starts with `torchalloc_`. PyTorch loads the
+ * library with
  *   torch.cuda.memory.CUDAPluggableAllocator(path, "torchalloc_malloc", "torchalloc_free")
  * and casts those two symbols to exactly the signatures below.
  *
@@ -395,75 +401,8 @@ typedef void (*torchalloc_segment_observer)(void *ctx, int device, int event, ui
 TORCHALLOC_API void torchalloc_set_segment_observer(torchalloc_segment_observer fn, void *ctx);
 
 /* ---------------------------------------------------------------------------
- * Out of memory: why, in numbers and in words.
+ * Out of memory, in words (the numbers: torchalloc_oom.h).
  * ------------------------------------------------------------------------- */
-
-enum {
-  TORCHALLOC_OOM_NONE = 0,
-  TORCHALLOC_OOM_FRAGMENTATION = 1, /* the bytes were there, cached but split between live blocks */
-  TORCHALLOC_OOM_CAPACITY = 2,      /* live tensors plus the request exceed the device */
-  TORCHALLOC_OOM_HELD_ELSEWHERE = 3 /* others hold the device's memory, or a memory fraction caps it */
-};
-
-typedef struct torchalloc_oom_facts {
-  uint64_t requested;    /* bytes asked for */
-  uint64_t allocated;    /* bytes in live blocks at the failure */
-  uint64_t reserved;     /* bytes torchalloc held in segments */
-  uint64_t device_total; /* 0 when unknown */
-  uint64_t device_free;  /* as the device said at the failure */
-  uint64_t limit;        /* the memory fraction's ceiling, 0 for none */
-  uint64_t largest_free; /* largest free cached block on the request's stream */
-} torchalloc_oom_facts;
-
-/* The verdict (TORCHALLOC_OOM_*) for these numbers: the one rule behind the
- * failure report, torchalloc.last_oom() and `torchalloc report`. -1 for NULL. */
-TORCHALLOC_API int torchalloc_oom_verdict(const torchalloc_oom_facts *facts);
-
-/* The last failure on `device`: its numbers and verdict. 0 (and *verdict
- * TORCHALLOC_OOM_NONE) when there was none; -1 for a bad device. */
-TORCHALLOC_API int torchalloc_last_oom(int device, torchalloc_oom_facts *facts, int *verdict);
-
-/* What the advice rests on besides the facts: the free and live memory of
- * the segments at the failure (default pool only: private pools serve no
- * other request). The struct may grow at its end: `struct_size` says how
- * much of it the caller knows, and the library reads and writes no byte
- * past it. */
-#define TORCHALLOC_OOM_OTHER_PHASES 3
-enum {
-  TORCHALLOC_OOM_PHASE_ARENAS = 1,     /* the failing policy keeps phases in arenas of their own */
-  TORCHALLOC_OOM_FREES_TO_DEVICE = 2,  /* the failing policy caches nothing (expandable segments do not apply) */
-  TORCHALLOC_OOM_ROUTING = 4           /* a capture or MemPool context was open: nothing could be released */
-};
-typedef struct torchalloc_oom_detail {
-  uint64_t struct_size;     /* sizeof(torchalloc_oom_detail) as the caller was compiled */
-  uint64_t granule;         /* bytes expandable segments map at a time; 0: the device cannot */
-  uint64_t free_granules;   /* free bytes lying in whole granules of segments that hold live blocks too */
-  uint64_t free_segments;   /* bytes of segments with no live or pending block (gone after the retry, unless routing) */
-  uint64_t pinned_free;     /* free bytes in segments that hold live blocks too */
-  uint64_t pinning;         /* live bytes in those segments */
-  uint64_t pinning_other;   /* of which allocated in a phase other than the request's */
-  uint64_t other_bytes[TORCHALLOC_OOM_OTHER_PHASES]; /* the other phases pinning the most, most first */
-  uint16_t other_phases[TORCHALLOC_OOM_OTHER_PHASES];
-  uint16_t phase;           /* the request's phase */
-  uint32_t pinned_segments; /* segments holding free memory and live blocks */
-  uint8_t expandable;       /* the failing heap's expandable:N, 0 for off */
-  uint8_t flags;            /* TORCHALLOC_OOM_PHASE_ARENAS | _FREES_TO_DEVICE | _ROUTING */
-  uint8_t reserved_[2];     /* 96 bytes, no implicit padding (ctypes mirrors it) */
-} torchalloc_oom_detail;
-
-/* The last failure's detail on `device` (all zero but struct_size when there
- * was none). 0, or -1 for a bad device or a struct_size below 8. */
-TORCHALLOC_API int torchalloc_last_oom_detail(int device, torchalloc_oom_detail *detail);
-
-/* The advice for these numbers, one line each ("expandable:reclaim would have
- * served this request: ... [based on ...]"), the line a user should try
- * first first: the rule behind the failure's summary and report, and what
- * `torchalloc report` calls with the numbers it reads from a log.
- * `phase_names[i]` names phase i (i < nnames; NULL or missing: "phase i").
- * `detail` may be NULL (the advice then rests on the facts alone). Returns
- * the length (snprintf's convention), -1 when `facts` is NULL. */
-TORCHALLOC_API int torchalloc_oom_advice(const torchalloc_oom_facts *facts, const torchalloc_oom_detail *detail,
-                                         const char *const *phase_names, size_t nnames, char *buf, size_t len);
 
 /* The last out-of-memory failure on `device` as one paragraph ("CUDA out of
  * memory. Tried to allocate ..."), with the verdict, its advice (one line
@@ -479,48 +418,6 @@ TORCHALLOC_API int torchalloc_oom_summary(int device, char *buf, size_t len);
 TORCHALLOC_API int torchalloc_oom_report(int device, char *buf, size_t len);
 /* Where the last report of `device` was written ("" when none could be). */
 TORCHALLOC_API const char *torchalloc_oom_report_path(int device);
-
-/* ---------------------------------------------------------------------------
- * The simulated device's model of CUDA stream capture, for tests and
- * fuzzers: while `stream` of sim device `device` is capturing, any
- * synchronize, event record, event query or device free is a violation
- * (each would invalidate a real capture) and is counted. -1 when the
- * backend is not sim.
- * ------------------------------------------------------------------------- */
-TORCHALLOC_API int torchalloc_sim_capture(int device, cudaStream_t stream, int capturing);
-/* `waiter` waits for the work queued on `waited` so far (an event recorded
- * on `waited`, then cudaStreamWaitEvent on `waiter`). In a capture the sim
- * models its topology: a kernel reported with torchalloc_sim_use on a
- * capturing stream is a node after that stream's last ones, and a wait adds
- * `waited`'s last nodes to `waiter`'s (a stream outside the capture joins
- * it: a fork; a stream waiting for a forked one: a join). -1 when the
- * backend is not sim. */
-TORCHALLOC_API int torchalloc_sim_stream_wait(int device, cudaStream_t waiter, cudaStream_t waited);
-/* Violations so far on `device` (and the last one's description in `buf`):
- * the capture ones, and those of the lag model below. */
-TORCHALLOC_API int64_t torchalloc_sim_capture_violations(int device, char *buf, size_t len);
-/* The lag model (TORCHALLOC_CONF sim_lag:N): the simulated device runs N
- * ticks behind the host. The program says what its kernels touch: each
- * call is one kernel launched on `stream` touching [ptr, ptr + size), one
- * tick of the clock; it is done N ticks later, as is an event recorded
- * when it was launched. A violation is counted when a kernel touches
- * unmapped memory, touches physical memory that a kernel of another stream
- * may still be using (memory handed out too early; two addresses of one
- * physical granule are the same memory), or when memory is unmapped while
- * a kernel queued on it may still run. -1 when the backend is not sim. */
-TORCHALLOC_API int torchalloc_sim_use(int device, cudaStream_t stream, const void *ptr, size_t size);
-/* `ticks` of host time pass on sim device `device` without kernels. */
-TORCHALLOC_API int torchalloc_sim_advance(int device, uint64_t ticks);
-/* The physical memory behind `ptr` on sim device `device` (a number unique
- * among the memory mapped now: aliases of one granule give the same); -1
- * when it is not mapped or the backend is not sim. */
-TORCHALLOC_API int torchalloc_sim_physical(int device, const void *ptr, uint64_t *phys);
-/* Called when sim device `device` copies `size` bytes of physical memory
- * (torchalloc_sim_physical's numbers) from `src` to `dst`: the out-of-memory
- * path moves live bytes into smaller handles, and a test that keeps data
- * by physical memory moves it with them. NULL: none. */
-typedef void (*torchalloc_sim_copy_fn)(int device, uint64_t dst, uint64_t src, size_t size);
-TORCHALLOC_API void torchalloc_sim_on_copy(torchalloc_sim_copy_fn fn);
 
 /* ---------------------------------------------------------------------------
  * Memory shared beyond one device. Mapped memory (expandable segments) is
@@ -558,109 +455,12 @@ TORCHALLOC_API int torchalloc_ipc_open(int device, const void *handle, size_t le
 TORCHALLOC_API int torchalloc_ipc_close(void *ptr);
 /* Memory of other processes still mapped on `device`; -1 for a bad device. */
 TORCHALLOC_API int64_t torchalloc_ipc_open_count(int device);
-/* The simulated device's peer access: a copy or kernel of device `peer`
- * touches [ptr, ptr + size) of sim device `device`. 0 when allowed, 1 (a
- * counted violation, see torchalloc_sim_capture_violations) when that
- * memory grants `peer` no access, -1 when the backend is not sim. */
-TORCHALLOC_API int torchalloc_sim_peer_use(int device, int peer, const void *ptr, size_t size);
-
 /* How the caching and phase_arena policies use `device`'s memory:
  * 0 ordinary segments, 1 expandable, 2 compact, 3 reclaim (the
  * TORCHALLOC_CONF key `expandable`, after the device had its say: 0
  * wherever it has no virtual memory management). `configured` (may be
  * NULL) receives what the configuration asked for. -1 for a bad device. */
 TORCHALLOC_API int torchalloc_segment_mode(int device, int *configured);
-
-/* ---------------------------------------------------------------------------
- * Replay: drive a recorded allocation trace through one policy on a private
- * simulated device (no GPU, no process-wide state touched), for
- * `torchalloc replay`. Python fills the events from a numpy structured array
- * in one go; the loop runs in C.
- * ------------------------------------------------------------------------- */
-
-enum {
-  TORCHALLOC_REPLAY_ALLOC = 1,       /* addr gets `size` bytes on `stream` in `phase` */
-  TORCHALLOC_REPLAY_FREE = 2,        /* addr is freed (an unknown addr is counted, not an error) */
-  TORCHALLOC_REPLAY_PHASE_BEGIN = 3, /* a new occurrence of `phase` starts */
-  TORCHALLOC_REPLAY_PHASE_END = 4,   /* that occurrence ends */
-};
-
-/* 32 bytes, naturally aligned, no implicit padding (numpy mirrors it). */
-typedef struct torchalloc_replay_event {
-  uint64_t addr;    /* the address in the trace: only its identity matters */
-  uint64_t size;    /* requested bytes (alloc) */
-  uint64_t stream;  /* stream id from the trace */
-  uint16_t phase;   /* < TORCHALLOC_MAX_PHASES */
-  uint8_t kind;     /* TORCHALLOC_REPLAY_* */
-  uint8_t reserved_[5];
-} torchalloc_replay_event;
-
-/* Bump TORCHALLOC_REPLAY_VERSION whenever this struct changes; bindings check it. */
-#define TORCHALLOC_REPLAY_VERSION 3
-
-typedef struct torchalloc_replay_result {
-  int64_t version;
-  int64_t events;               /* events replayed: all of them, or up to and including the OOM one */
-  int64_t peak_allocated;       /* allocated_bytes peak (block bytes, as torch counts them) */
-  int64_t peak_requested;       /* requested_bytes peak */
-  int64_t peak_reserved;        /* reserved_bytes peak */
-  int64_t peak_reserved_event;  /* index of the event that first reached it; -1 when nothing was reserved */
-  int64_t free_at_peak;         /* reserved minus active bytes at that event */
-  int64_t largest_free_at_peak; /* largest free block at that event */
-  double fragmentation_at_peak; /* (free_at_peak - largest_free_at_peak) / free_at_peak; 0 when nothing is free */
-  int64_t device_allocs;        /* num_device_alloc */
-  int64_t device_frees;         /* num_device_free */
-  int64_t alloc_retries;        /* device said no, cached segments released, tried again */
-  int64_t unknown_frees;        /* frees of addresses not live in the trace (ring buffer started mid-run) */
-  int64_t replaced_allocs;      /* allocs of an address still live in the trace: the old block is freed first */
-  int64_t oom;                  /* 1 when an allocation failed at `capacity` (the replay stopped there) */
-  int64_t oom_event;            /* index of that event, -1 when none */
-  int64_t oom_size;             /* the size it asked for */
-  int64_t final_allocated;      /* allocated_bytes after the last event replayed */
-  int64_t final_reserved;       /* reserved_bytes after the last event replayed */
-  int64_t synchronizes;         /* device synchronizes the policy made (num_synchronizes; version 2) */
-  int64_t handles_created;      /* num_handles_created, num_handles_moved, num_handles_released (version 3) */
-  int64_t handles_moved;
-  int64_t handles_released;
-} torchalloc_replay_result;
-
-TORCHALLOC_API size_t torchalloc_replay_event_size(void);
-TORCHALLOC_API size_t torchalloc_replay_result_size(void);
-
-/* Replay `n` events through `policy` on a fresh simulated device of
- * `capacity` bytes (0: unlimited). `policy` is a policy's name, for
- * ordinary segments, or the name with +expandable, +compact or +reclaim for
- * expandable:1, 2 or 3; either may end in "@DIVISIONS", PyTorch's
- * roundup_power2_divisions value ("caching+reclaim@4",
- * "caching@[256:1,>:8]"), to round requests as that option does; then
- * optionally settings after a comma in TORCHALLOC_CONF's syntax
- * ("caching+reclaim,handle:16MiB"). The device trails the trace by 1000 events (its
- * markers complete that late). Stops at the first allocation that fails
- * even after releasing cached segments (out->oom). `reserved_series` (may be
- * NULL) receives `series_len` samples: sample i is the highest reserved_bytes
- * seen over events [i*n/series_len, (i+1)*n/series_len); samples after an OOM
- * stay -1. Returns 0, or -1 for bad arguments or a malformed event, with the
- * reason in torchalloc_last_error(). */
-TORCHALLOC_API int torchalloc_replay(const torchalloc_replay_event *events, size_t n, const char *policy,
-                                     uint64_t capacity, torchalloc_replay_result *out, int64_t *reserved_series,
-                                     size_t series_len);
-
-/* The same replay fed in pieces, for a trace larger than memory: begin
- * (NULL with the reason in torchalloc_last_error() for an unknown policy or
- * bad arguments), feed the events in order in any number of calls, end.
- * `n_total` is how many events will be fed in all; it sets the buckets of
- * `reserved_series` (may be NULL, and n_total then anything). Feeding the
- * pieces gives what torchalloc_replay gives for them all at once; event
- * indices in the result and in messages count over everything fed. */
-typedef struct torchalloc_replay_run torchalloc_replay_run;
-TORCHALLOC_API torchalloc_replay_run *torchalloc_replay_begin(const char *policy, uint64_t capacity, size_t n_total,
-                                                              int64_t *reserved_series, size_t series_len);
-/* 0: go on; 1: an allocation failed at `capacity` and the replay stopped
- * (later events are ignored); -1: a malformed event or bad arguments (the
- * run is over: end it, which frees it and returns -1). */
-TORCHALLOC_API int torchalloc_replay_feed(torchalloc_replay_run *run, const torchalloc_replay_event *events, size_t n);
-/* The result into `out`, and `run` freed (always, also on error). 0 or -1. */
-TORCHALLOC_API int torchalloc_replay_end(torchalloc_replay_run *run, torchalloc_replay_result *out);
 
 /* ---------------------------------------------------------------------------
  * Event log: every alloc, free, segment allocation and release, OOM, trim,

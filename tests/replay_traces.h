@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "sim.h"
+#include "torchalloc_replay.h"
 
 static inline uint64_t xorshift(uint64_t *s) {
   *s ^= *s << 13;

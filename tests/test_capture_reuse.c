@@ -8,6 +8,7 @@
  * its private pool, routing is on, the side stream forks from the capture
  * stream by waiting for it. */
 #include "sim.h"
+#include "torchalloc_sim.h"
 
 #define POOL 7, 0 /* the graph's pool: (capture id, 0) */
 

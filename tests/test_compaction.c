@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "sim.h"
+#include "torchalloc_sim.h"
 
 /* xorshift: the same layouts every run */
 static uint64_t next_random(uint64_t *state) {

@@ -3,6 +3,7 @@
  * addresses, 2 MiB granules mapped and unmapped one by one, violations
  * counted. */
 #include "sim.h"
+#include "torchalloc_sim.h"
 
 #define GRANULE (2 * MiB)
 

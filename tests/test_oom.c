@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "sim.h"
+#include "torchalloc_oom.h"
 
 static char report[65536];
 

@@ -7,6 +7,7 @@
 
 #include "child.h"
 #include "sim.h"
+#include "torchalloc_sim.h"
 
 #define POOL 7, 0 /* a graph pool id: (capture id, 0) */
 #define OTHER_POOL 0, 3

@@ -5,6 +5,8 @@
  * may use it, a kernel touching unmapped memory, or a kernel touching
  * physical memory that a queued kernel of another stream may still use. */
 #include "sim.h"
+#include "torchalloc_oom.h"
+#include "torchalloc_sim.h"
 
 #define GRANULE (2 * MiB)
 

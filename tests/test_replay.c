@@ -5,6 +5,7 @@
  *   exact: one device allocation per request, returned on free. */
 #include "replay_traces.h"
 #include "sim.h"
+#include "torchalloc_replay.h"
 
 #define A_(addr_, size_) {.addr = (addr_), .size = (size_), .kind = TORCHALLOC_REPLAY_ALLOC}
 #define AP(addr_, size_, phase_) {.addr = (addr_), .size = (size_), .phase = (phase_), .kind = TORCHALLOC_REPLAY_ALLOC}

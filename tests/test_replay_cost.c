@@ -13,6 +13,7 @@
 #include "runtime/replay.h"
 #include "replay_traces.h"
 #include "sim.h"
+#include "torchalloc_replay.h"
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 

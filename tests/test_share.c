@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "sim.h"
+#include "torchalloc_sim.h"
 
 #define D1 1
 

@@ -5,6 +5,7 @@
  * with the streams seen. What it costs is bench_streams's to print; these
  * pin the state left behind. */
 #include "sim.h"
+#include "torchalloc_sim.h"
 
 #define STREAM(i) ((cudaStream_t)(uintptr_t)(0x10000 + (uintptr_t)(i) * 16))
 

@@ -9,7 +9,7 @@
 #define TA_OOM_ADVICE_H
 
 #include "base/common.h"
-#include "torchalloc.h"
+#include "torchalloc_oom.h"
 
 /* The settings the advice names, spelt as TORCHALLOC_CONF takes them.
  * Expandable segments are advised in the reclaim mode, install()'s default

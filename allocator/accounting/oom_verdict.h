@@ -6,7 +6,7 @@
 #define TA_OOM_VERDICT_H
 
 #include "base/common.h"
-#include "torchalloc.h"
+#include "torchalloc_oom.h"
 
 /* TORCHALLOC_OOM_*; see oom_verdict.c for the rule. */
 ta_internal int ta_oom_verdict(const torchalloc_oom_facts *f);

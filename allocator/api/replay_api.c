@@ -1,9 +1,10 @@
-/* Public replay functions (torchalloc.h, "Replay"): a recorded trace driven
+/* Public replay functions (torchalloc_replay.h): a recorded trace driven
  * through one policy on a private simulated device, whole or fed in pieces.
  * runtime/replay.c does the work; these only name it, and torchalloc_replay
  * is begin, feed and end in one call. */
 #include "base/errors.h"
 #include "runtime/replay.h"
+#include "torchalloc_replay.h"
 
 /* The struct sizes, for callers that mirror them (the Python tools' numpy
  * dtypes check theirs against these). */

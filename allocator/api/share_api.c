@@ -72,12 +72,3 @@ TORCHALLOC_API int64_t torchalloc_ipc_open_count(int device) {
   ta_heap *h = ta_runtime_heap_for_control(device);
   return h ? (int64_t)ta_heap_ipc_open_count(h) : -1;
 }
-
-TORCHALLOC_API int torchalloc_sim_peer_use(int device, int peer, const void *ptr, size_t size) {
-  ta_heap *h = ta_runtime_heap_for_control(device);
-  if (!h) return -1;
-  ta_lock_acquire(&h->lock); /* the device's mappings change under its heap's lock */
-  int rc = ta_backend_sim_peer_use(ta_rt.backend, device, peer, (uintptr_t)ptr, size);
-  ta_lock_release(&h->lock);
-  return rc;
-}

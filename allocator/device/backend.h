@@ -7,6 +7,7 @@
 
 #include "base/common.h"
 #include "torchalloc.h"
+#include "torchalloc_sim.h"
 
 
 typedef struct ta_backend ta_backend;

@@ -12,6 +12,7 @@
 #include "block/ptrmap.h"
 #include "segments/segments.h"
 #include "accounting/stats.h"
+#include "torchalloc_oom.h"
 
 /* A block freed by the caller while work on other streams may still use it
  * (record_stream): reused once every event has completed. Freed while

@@ -8,6 +8,7 @@
 
 #include "block/block.h"
 #include "log/log_file.h"
+#include "torchalloc_oom.h"
 
 /* Open the log (log_file.h: ta_log_file_open) with fresh interning tables.
  * The caller makes sure no writer is in flight when a log is already open

@@ -53,7 +53,7 @@ enum ta_log_kind {
 /* flags of a MODULE_TAG record: what the tagged block is to its module */
 enum { TA_LOG_TAG_PARAMETER = 1, TA_LOG_TAG_GRADIENT = 2, TA_LOG_TAG_OPTIMIZER_STATE = 3 };
 
-/* flags of an OOM_DEVICE record: the verdict (torchalloc.h, TORCHALLOC_OOM_*) */
+/* flags of an OOM_DEVICE record: the verdict (torchalloc_oom.h, TORCHALLOC_OOM_*) */
 
 /* flags of a FREE record */
 #define TA_LOG_FREE_DEFERRED 1 /* other streams used it: reused once their work completes */

@@ -17,9 +17,9 @@ test_every_c_file_has_a_layer until it is placed). Checked:
   is compiled into its includers, so `nm` charges its calls to them; each
   such function is held to its header's layer: what it calls or reads is
   defined in the same layer or a lower one;
-- the public API is the top layer: every function include/torchalloc.h
-  declares is defined in a file of allocator/api/ (a lower layer keeps an
-  internal ta_ function that the public one calls);
+- the public API is the top layer: every function the public headers
+  (include/) declare is defined in a file of allocator/api/ (a lower layer
+  keeps an internal ta_ function that the public one calls);
 - the core names no policy: outside policies/, no code (comments aside)
   spells a policy's name, its ops table or an id constant for it.
 """
@@ -304,18 +304,47 @@ API = ROOT / "allocator" / "api"
 
 
 def public_functions() -> list[str]:
-    return sorted(set(PUBLIC_FUNCTION.findall(_strip_comments((ROOT / "include" / "torchalloc.h").read_text()))))
+    return sorted({name for header in (ROOT / "include").glob("*.h")
+                   for name in PUBLIC_FUNCTION.findall(_strip_comments(header.read_text()))})
 
 
 def test_every_public_function_is_defined_in_the_api_layer(
         symbols: tuple[dict[str, Path], dict[Path, set[str]]]) -> None:
-    """torchalloc.h's functions are allocator/api/'s: a lower layer keeps an internal ta_ function that a thin
+    """The public headers' functions are allocator/api/'s: a lower layer keeps an internal ta_ function that a thin
     public one in api/ calls, so no lower file is the public face and none calls up to one."""
     defined_by = symbols[0]
     names = public_functions()
-    assert len(names) >= 60, names  # the parse works: the header declares some 80
+    assert len(names) >= 60, names  # the parse works: the headers declare some 90
     missing = [name for name in names if name not in defined_by]
     elsewhere = [f"{name} in {rel(defined_by[name])}" for name in names
                  if name in defined_by and defined_by[name].parent != API.resolve()]
-    assert not missing, f"declared in include/torchalloc.h, defined nowhere: {missing}"
+    assert not missing, f"declared in include/, defined nowhere: {missing}"
     assert not elsewhere, "public functions defined outside allocator/api/:\n  " + "\n  ".join(elsewhere)
+
+
+# The tools' headers beside the plug-in API, and how every function each declares begins (the OOM's words,
+# torchalloc_oom_summary and _report, are the plug-in API's; its numbers are the tool's).
+TOOL_HEADERS = {"torchalloc_sim.h": ("torchalloc_sim_",), "torchalloc_replay.h": ("torchalloc_replay",),
+                "torchalloc_oom.h": ("torchalloc_oom_facts", "torchalloc_oom_verdict", "torchalloc_oom_advice",
+                                     "torchalloc_last_oom")}
+
+
+def declared(header: str) -> list[str]:
+    return PUBLIC_FUNCTION.findall(_strip_comments((ROOT / "include" / header).read_text()))
+
+
+def test_the_plug_in_header_is_the_api_alone() -> None:
+    """include/torchalloc.h is what PyTorch, the bridge and a user's program call: the simulated device,
+    replay and the OOM numbers are declared in headers of their own, and the bridge needs none of them."""
+    assert sorted(p.name for p in (ROOT / "include").glob("*.h")) == sorted(["torchalloc.h", *TOOL_HEADERS])
+    for header, prefixes in TOOL_HEADERS.items():
+        names = declared(header)
+        assert names and all(name.startswith(prefixes) for name in names), (header, names)
+        strays = [name for name in declared("torchalloc.h") if name.startswith(prefixes)]
+        assert not strays, f"include/torchalloc.h declares {strays}: they belong in include/{header}"
+    bridge_sees = {Path(h).name for path in (ROOT / "bridge").glob("*") for h in INCLUDE.findall(path.read_text())}
+    assert not bridge_sees & set(TOOL_HEADERS), bridge_sees
+    core = re.search(r"#define TA_CORE_FUNCTIONS\(X\)(.*?)\n\n", (ROOT / "bridge" / "bridge_core.h").read_text(), re.S)
+    assert core, "bridge_core.h names the core's functions in TA_CORE_FUNCTIONS"
+    used = {f"torchalloc_{name}" for name in re.findall(r"X\((\w+)\)", core.group(1))}
+    assert len(used) > 20 and not used - set(declared("torchalloc.h")), used - set(declared("torchalloc.h"))

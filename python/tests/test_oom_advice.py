@@ -260,7 +260,7 @@ def test_the_python_mirrors_equal_the_c_sources() -> None:
     from torchalloc.replay.oom_alternatives import SETTING_VARIANTS
 
     repo = HERE.parents[1]
-    header = (repo / "include" / "torchalloc.h").read_text()
+    header = (repo / "include" / "torchalloc_oom.h").read_text()
     body = re.search(r"typedef struct torchalloc_oom_detail \{(.*?)\} torchalloc_oom_detail;", header, re.S)
     assert body
     c_fields = re.findall(r"^\s*u?int\d+_t (\w+)", body.group(1), re.M)

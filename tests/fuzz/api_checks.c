@@ -7,6 +7,7 @@
 
 #include "canary.h"
 #include "driver_state.h"
+#include "torchalloc_sim.h"
 
 torchalloc_stats drv_stats_of(int device) {
   torchalloc_stats s;

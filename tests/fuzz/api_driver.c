@@ -11,6 +11,7 @@
 
 #include "canary.h"
 #include "driver_state.h"
+#include "torchalloc_sim.h"
 
 const cudaStream_t drv_streams[NSTREAMS] = {(cudaStream_t)0, (cudaStream_t)0x1000, (cudaStream_t)0x2000,
                                             (cudaStream_t)0x3000};

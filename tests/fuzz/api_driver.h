@@ -38,7 +38,7 @@
  *     shadow; the misuse counters moved other than by one per bad call;
  *     num_ooms differs from the NULLs returned for valid requests (every
  *     `check_every` operations, and at the end);
- *   - any call returns something its contract in torchalloc.h rules out. */
+ *   - any call returns something its contract in include/ rules out. */
 #ifndef TA_TEST_API_DRIVER_H
 #define TA_TEST_API_DRIVER_H
 

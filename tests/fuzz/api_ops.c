@@ -1,6 +1,6 @@
 /* The API driver's operations: each turns its 8 bytes (api_driver.h) into
  * one call, or a few, of the public API, checks what the call returned
- * against its contract in torchalloc.h, and keeps the shadow map and the
+ * against its contract in include/, and keeps the shadow map and the
  * expected counters in step. */
 #include <limits.h>
 #include <stdlib.h>
@@ -9,6 +9,8 @@
 #include "canary.h"
 #include "base/common.h" /* TA_MAX_REQUEST: larger requests are misuse, smaller ones may OOM */
 #include "driver_state.h"
+#include "torchalloc_oom.h"
+#include "torchalloc_sim.h"
 
 static const char *const phase_names[] = {"forward", "backward", "optimizer", "zero_grad"};
 
