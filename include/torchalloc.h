@@ -131,51 +131,80 @@ typedef struct torchalloc_stat {
   int64_t current, peak, allocated, freed;
 } torchalloc_stat;
 
-/* Bump TORCHALLOC_STATS_VERSION whenever this struct changes; bindings check it. */
+/* Every field of torchalloc_stats, once, in struct order: X(kind, name).
+ * The kinds: `version` (an int64_t, TORCHALLOC_STATS_VERSION); `pooled` (a
+ * torchalloc_stat per pool, indexed by TORCHALLOC_POOL_*); `torch`, `misuse`
+ * and `torchalloc` (int64_t counters: ones torch has too, misuse, and
+ * others torch does not have). torchalloc_reset_accumulated_stats zeroes
+ * the pooled stats' allocated and freed and the torch and torchalloc
+ * counters, not the misuse ones. The struct below, torchalloc_stats_fields()
+ * and the library's code that walks every field are made from this list.
+ * Bump TORCHALLOC_STATS_VERSION whenever it changes; bindings check it. */
 #define TORCHALLOC_STATS_VERSION 4
+#define TORCHALLOC_STATS_FIELDS(X)                                                                  \
+  X(version, version)                                                                               \
+  X(pooled, allocation)                                                                             \
+  X(pooled, segment)                                                                                \
+  X(pooled, active)                                                                                 \
+  X(pooled, inactive_split)                                                                         \
+  X(pooled, allocated_bytes)                                                                        \
+  X(pooled, reserved_bytes)                                                                         \
+  X(pooled, active_bytes)                                                                           \
+  X(pooled, inactive_split_bytes)                                                                   \
+  X(pooled, requested_bytes)                                                                        \
+  X(torch, num_alloc_retries)                                                                       \
+  X(torch, num_ooms)                                                                                \
+  X(torch, num_device_alloc)                                                                        \
+  X(torch, num_device_free)                                                                         \
+  /* Misuse counters (not in torch): each kind is printed once, counted always. */                  \
+  X(misuse, num_bad_free_unknown) /* pointer torchalloc never handed out */                         \
+  X(misuse, num_bad_double_free)  /* pointer already freed */                                       \
+  X(misuse, num_bad_free_size)    /* size differs from the allocation's: ignored */                 \
+  X(misuse, num_bad_size)         /* absurd request, e.g. (size_t)-1 */                             \
+  X(misuse, num_bad_device)       /* device index out of range (process-wide) */                    \
+  X(misuse, num_bad_free_stream)  /* stream differs from the allocation's: ignored (version 2) */   \
+  /* Device synchronizes torchalloc made (releasing cached memory, an OOM's                         \
+   * retry, compact's unmapping); the reclaim mode makes none to allocate                           \
+   * (version 3; the bridge answers torch's num_sync_all_streams with it). */                       \
+  X(torchalloc, num_synchronizes)                                                                   \
+  /* Physical handles of expandable segments (version 4): made and mapped,                          \
+   * moved (mapped at a new address: reclaim's donors and lent granules),                           \
+   * released to the device. Each move costs the host an unmap, a map and                           \
+   * a set-access call (BENCHMARKS.md). */                                                          \
+  X(torchalloc, num_handles_created)                                                                \
+  X(torchalloc, num_handles_moved)                                                                  \
+  X(torchalloc, num_handles_released)                                                               \
+  /* Requests for which reclaim declined to move memory under the move                              \
+   * budget (TORCHALLOC_CONF move_time) and grew the reserve instead. */                            \
+  X(torchalloc, num_moves_declined)                                                                 \
+  /* Host nanoseconds inside torchalloc's malloc and free entry points, and                         \
+   * the calls timed: counted only under TORCHALLOC_CONF time_calls:1 (two                          \
+   * clock reads a call), else 0. */                                                                \
+  X(torchalloc, host_ns)                                                                            \
+  X(torchalloc, timed_calls)
 
+#define TORCHALLOC_STATS_MEMBER_version(name) int64_t name;
+#define TORCHALLOC_STATS_MEMBER_pooled(name) torchalloc_stat name[TORCHALLOC_NPOOLS];
+#define TORCHALLOC_STATS_MEMBER_torch(name) int64_t name;
+#define TORCHALLOC_STATS_MEMBER_misuse(name) int64_t name;
+#define TORCHALLOC_STATS_MEMBER_torchalloc(name) int64_t name;
+#define TORCHALLOC_STATS_MEMBER(kind, name) TORCHALLOC_STATS_MEMBER_##kind(name)
 typedef struct torchalloc_stats {
-  int64_t version;
-  torchalloc_stat allocation[TORCHALLOC_NPOOLS];
-  torchalloc_stat segment[TORCHALLOC_NPOOLS];
-  torchalloc_stat active[TORCHALLOC_NPOOLS];
-  torchalloc_stat inactive_split[TORCHALLOC_NPOOLS];
-  torchalloc_stat allocated_bytes[TORCHALLOC_NPOOLS];
-  torchalloc_stat reserved_bytes[TORCHALLOC_NPOOLS];
-  torchalloc_stat active_bytes[TORCHALLOC_NPOOLS];
-  torchalloc_stat inactive_split_bytes[TORCHALLOC_NPOOLS];
-  torchalloc_stat requested_bytes[TORCHALLOC_NPOOLS];
-  int64_t num_alloc_retries;
-  int64_t num_ooms;
-  int64_t num_device_alloc;
-  int64_t num_device_free;
-  /* Misuse counters (not in torch): each kind is printed once, counted always. */
-  int64_t num_bad_free_unknown;   /* pointer torchalloc never handed out */
-  int64_t num_bad_double_free;    /* pointer already freed */
-  int64_t num_bad_free_size;      /* size differs from the allocation's: ignored */
-  int64_t num_bad_size;           /* absurd request, e.g. (size_t)-1 */
-  int64_t num_bad_device;         /* device index out of range (process-wide) */
-  int64_t num_bad_free_stream;    /* stream differs from the allocation's: ignored (version 2) */
-  /* Device synchronizes torchalloc made (releasing cached memory, an OOM's
-   * retry, compact's unmapping); the reclaim mode makes none to allocate
-   * (version 3; the bridge answers torch's num_sync_all_streams with it). */
-  int64_t num_synchronizes;
-  /* Physical handles of expandable segments (version 4): made and mapped,
-   * moved (mapped at a new address: reclaim's donors and lent granules),
-   * released to the device. Each move costs the host an unmap, a map and
-   * a set-access call (BENCHMARKS.md). */
-  int64_t num_handles_created;
-  int64_t num_handles_moved;
-  int64_t num_handles_released;
-  /* Requests for which reclaim declined to move memory under the move
-   * budget (TORCHALLOC_CONF move_time) and grew the reserve instead. */
-  int64_t num_moves_declined;
-  /* Host nanoseconds inside torchalloc's malloc and free entry points, and
-   * the calls timed: counted only under TORCHALLOC_CONF time_calls:1 (two
-   * clock reads a call), else 0. */
-  int64_t host_ns;
-  int64_t timed_calls;
+  TORCHALLOC_STATS_FIELDS(TORCHALLOC_STATS_MEMBER)
 } torchalloc_stats;
+#undef TORCHALLOC_STATS_MEMBER
+#undef TORCHALLOC_STATS_MEMBER_version
+#undef TORCHALLOC_STATS_MEMBER_pooled
+#undef TORCHALLOC_STATS_MEMBER_torch
+#undef TORCHALLOC_STATS_MEMBER_misuse
+#undef TORCHALLOC_STATS_MEMBER_torchalloc
+
+/* Every field of torchalloc_stats in struct order, one line each:
+ * "name\tkind\n" (TORCHALLOC_STATS_FIELDS' kinds), for bindings that build
+ * their mirror of the struct from it rather than copy it. The library makes
+ * such a list from its X-macro list with TORCHALLOC_FIELD_LINE. */
+#define TORCHALLOC_FIELD_LINE(kind, name) #name "\t" #kind "\n"
+TORCHALLOC_API const char *torchalloc_stats_fields(void);
 
 TORCHALLOC_API size_t torchalloc_stats_size(void);
 TORCHALLOC_API int torchalloc_get_stats(int device, torchalloc_stats *out);
@@ -238,20 +267,32 @@ TORCHALLOC_API int torchalloc_phase_id(const char *name);
 TORCHALLOC_API const char *torchalloc_phase_name(int id);
 TORCHALLOC_API int torchalloc_phase_count(void);
 
+/* Every field of torchalloc_phase_stats, once, in struct order: X(int64,
+ * name), each an int64_t. The struct and torchalloc_phase_stats_fields()
+ * are made from it. */
+#define TORCHALLOC_PHASE_STATS_FIELDS(X)                                                              \
+  X(int64, occurrences)             /* times the phase ended (process-wide) */                        \
+  X(int64, allocated_bytes)         /* block bytes requested while the phase was current */           \
+  X(int64, allocated_count)                                                                           \
+  X(int64, freed_bytes)             /* block bytes freed while the phase was current */               \
+  X(int64, freed_count)                                                                               \
+  X(int64, live_bytes)              /* bytes of blocks allocated in this phase, still live */         \
+  X(int64, live_peak_bytes)         /* high-water mark of live_bytes */                               \
+  X(int64, peak_allocated_bytes)    /* device allocated_bytes high-water mark while current */        \
+  X(int64, reserved_growth_bytes)   /* device allocations made for its requests */                    \
+  X(int64, reserved_released_bytes) /* device memory released while it was current */                 \
+  X(int64, last_persistent_bytes)   /* at its last end: allocated in that occurrence, still live */   \
+  X(int64, last_transient_bytes)    /* at its last end: allocated and freed within that occurrence */
+
+#define TORCHALLOC_PHASE_STATS_MEMBER(kind, name) int64_t name;
 typedef struct torchalloc_phase_stats {
-  int64_t occurrences;            /* times the phase ended (process-wide) */
-  int64_t allocated_bytes;        /* block bytes requested while the phase was current */
-  int64_t allocated_count;
-  int64_t freed_bytes;            /* block bytes freed while the phase was current */
-  int64_t freed_count;
-  int64_t live_bytes;             /* bytes of blocks allocated in this phase, still live */
-  int64_t live_peak_bytes;        /* high-water mark of live_bytes */
-  int64_t peak_allocated_bytes;   /* device allocated_bytes high-water mark while current */
-  int64_t reserved_growth_bytes;  /* device allocations made for its requests */
-  int64_t reserved_released_bytes;/* device memory released while it was current */
-  int64_t last_persistent_bytes;  /* at its last end: allocated in that occurrence, still live */
-  int64_t last_transient_bytes;   /* at its last end: allocated and freed within that occurrence */
+  TORCHALLOC_PHASE_STATS_FIELDS(TORCHALLOC_PHASE_STATS_MEMBER)
 } torchalloc_phase_stats;
+#undef TORCHALLOC_PHASE_STATS_MEMBER
+
+/* Every field of torchalloc_phase_stats in struct order, one line each:
+ * "name\tint64\n", as torchalloc_stats_fields lists its struct's. */
+TORCHALLOC_API const char *torchalloc_phase_stats_fields(void);
 
 TORCHALLOC_API int torchalloc_get_phase_stats(int device, int phase, torchalloc_phase_stats *out);
 

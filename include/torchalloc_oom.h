@@ -19,15 +19,27 @@ enum {
   TORCHALLOC_OOM_HELD_ELSEWHERE = 3 /* others hold the device's memory, or a memory fraction caps it */
 };
 
+/* Every field of torchalloc_oom_facts, once, in struct order: X(uint64,
+ * name), each a uint64_t. The struct and torchalloc_oom_facts_fields() are
+ * made from it. */
+#define TORCHALLOC_OOM_FACTS_FIELDS(X)                                            \
+  X(uint64, requested)    /* bytes asked for */                                   \
+  X(uint64, allocated)    /* bytes in live blocks at the failure */               \
+  X(uint64, reserved)     /* bytes torchalloc held in segments */                 \
+  X(uint64, device_total) /* 0 when unknown */                                    \
+  X(uint64, device_free)  /* as the device said at the failure */                 \
+  X(uint64, limit)        /* the memory fraction's ceiling, 0 for none */         \
+  X(uint64, largest_free) /* largest free cached block on the request's stream */
+
+#define TORCHALLOC_OOM_FACTS_MEMBER(kind, name) uint64_t name;
 typedef struct torchalloc_oom_facts {
-  uint64_t requested;    /* bytes asked for */
-  uint64_t allocated;    /* bytes in live blocks at the failure */
-  uint64_t reserved;     /* bytes torchalloc held in segments */
-  uint64_t device_total; /* 0 when unknown */
-  uint64_t device_free;  /* as the device said at the failure */
-  uint64_t limit;        /* the memory fraction's ceiling, 0 for none */
-  uint64_t largest_free; /* largest free cached block on the request's stream */
+  TORCHALLOC_OOM_FACTS_FIELDS(TORCHALLOC_OOM_FACTS_MEMBER)
 } torchalloc_oom_facts;
+#undef TORCHALLOC_OOM_FACTS_MEMBER
+
+/* Every field of torchalloc_oom_facts in struct order, one line each:
+ * "name\tuint64\n" (TORCHALLOC_FIELD_LINE, torchalloc.h). */
+TORCHALLOC_API const char *torchalloc_oom_facts_fields(void);
 
 /* The verdict (TORCHALLOC_OOM_*) for these numbers: the one rule behind the
  * failure report, torchalloc.last_oom() and `torchalloc report`. -1 for NULL. */

@@ -29,34 +29,52 @@ typedef struct torchalloc_replay_event {
   uint8_t reserved_[5];
 } torchalloc_replay_event;
 
-/* Bump TORCHALLOC_REPLAY_VERSION whenever this struct changes; bindings check it. */
+/* Every field of torchalloc_replay_result, once, in struct order: X(kind,
+ * name), kind `version` (an int64_t, TORCHALLOC_REPLAY_VERSION), `int64` or
+ * `double`. The struct and torchalloc_replay_result_fields() are made from
+ * it. Bump TORCHALLOC_REPLAY_VERSION whenever it changes; bindings check it. */
 #define TORCHALLOC_REPLAY_VERSION 3
+#define TORCHALLOC_REPLAY_RESULT_FIELDS(X)                                                                            \
+  X(version, version)                                                                                                 \
+  X(int64, events)                 /* events replayed: all of them, or up to and including the OOM one */             \
+  X(int64, peak_allocated)         /* allocated_bytes peak (block bytes, as torch counts them) */                     \
+  X(int64, peak_requested)         /* requested_bytes peak */                                                         \
+  X(int64, peak_reserved)          /* reserved_bytes peak */                                                          \
+  X(int64, peak_reserved_event)    /* index of the event that first reached it; -1 when nothing was reserved */       \
+  X(int64, free_at_peak)           /* reserved minus active bytes at that event */                                    \
+  X(int64, largest_free_at_peak)   /* largest free block at that event */                                             \
+  X(double, fragmentation_at_peak) /* (free_at_peak - largest_free_at_peak) / free_at_peak; 0 when nothing is free */ \
+  X(int64, device_allocs)          /* num_device_alloc */                                                             \
+  X(int64, device_frees)           /* num_device_free */                                                              \
+  X(int64, alloc_retries)          /* device said no, cached segments released, tried again */                        \
+  X(int64, unknown_frees)          /* frees of addresses not live in the trace (ring buffer started mid-run) */       \
+  X(int64, replaced_allocs)        /* allocs of an address still live in the trace: the old block is freed first */   \
+  X(int64, oom)                    /* 1 when an allocation failed at `capacity` (the replay stopped there) */         \
+  X(int64, oom_event)              /* index of that event, -1 when none */                                            \
+  X(int64, oom_size)               /* the size it asked for */                                                        \
+  X(int64, final_allocated)        /* allocated_bytes after the last event replayed */                                \
+  X(int64, final_reserved)         /* reserved_bytes after the last event replayed */                                 \
+  X(int64, synchronizes)           /* device synchronizes the policy made (num_synchronizes; version 2) */            \
+  X(int64, handles_created)        /* num_handles_created, num_handles_moved, num_handles_released (version 3) */     \
+  X(int64, handles_moved)                                                                                             \
+  X(int64, handles_released)
 
+#define TORCHALLOC_REPLAY_MEMBER_version(name) int64_t name;
+#define TORCHALLOC_REPLAY_MEMBER_int64(name) int64_t name;
+#define TORCHALLOC_REPLAY_MEMBER_double(name) double name;
+#define TORCHALLOC_REPLAY_MEMBER(kind, name) TORCHALLOC_REPLAY_MEMBER_##kind(name)
 typedef struct torchalloc_replay_result {
-  int64_t version;
-  int64_t events;               /* events replayed: all of them, or up to and including the OOM one */
-  int64_t peak_allocated;       /* allocated_bytes peak (block bytes, as torch counts them) */
-  int64_t peak_requested;       /* requested_bytes peak */
-  int64_t peak_reserved;        /* reserved_bytes peak */
-  int64_t peak_reserved_event;  /* index of the event that first reached it; -1 when nothing was reserved */
-  int64_t free_at_peak;         /* reserved minus active bytes at that event */
-  int64_t largest_free_at_peak; /* largest free block at that event */
-  double fragmentation_at_peak; /* (free_at_peak - largest_free_at_peak) / free_at_peak; 0 when nothing is free */
-  int64_t device_allocs;        /* num_device_alloc */
-  int64_t device_frees;         /* num_device_free */
-  int64_t alloc_retries;        /* device said no, cached segments released, tried again */
-  int64_t unknown_frees;        /* frees of addresses not live in the trace (ring buffer started mid-run) */
-  int64_t replaced_allocs;      /* allocs of an address still live in the trace: the old block is freed first */
-  int64_t oom;                  /* 1 when an allocation failed at `capacity` (the replay stopped there) */
-  int64_t oom_event;            /* index of that event, -1 when none */
-  int64_t oom_size;             /* the size it asked for */
-  int64_t final_allocated;      /* allocated_bytes after the last event replayed */
-  int64_t final_reserved;       /* reserved_bytes after the last event replayed */
-  int64_t synchronizes;         /* device synchronizes the policy made (num_synchronizes; version 2) */
-  int64_t handles_created;      /* num_handles_created, num_handles_moved, num_handles_released (version 3) */
-  int64_t handles_moved;
-  int64_t handles_released;
+  TORCHALLOC_REPLAY_RESULT_FIELDS(TORCHALLOC_REPLAY_MEMBER)
 } torchalloc_replay_result;
+#undef TORCHALLOC_REPLAY_MEMBER
+#undef TORCHALLOC_REPLAY_MEMBER_version
+#undef TORCHALLOC_REPLAY_MEMBER_int64
+#undef TORCHALLOC_REPLAY_MEMBER_double
+
+/* Every field of torchalloc_replay_result in struct order, one line each:
+ * "name\tkind\n" (TORCHALLOC_REPLAY_RESULT_FIELDS' kinds), for bindings
+ * that build their mirror of the struct from it rather than copy it. */
+TORCHALLOC_API const char *torchalloc_replay_result_fields(void);
 
 TORCHALLOC_API size_t torchalloc_replay_event_size(void);
 TORCHALLOC_API size_t torchalloc_replay_result_size(void);

@@ -224,6 +224,39 @@ TEST(stats_follow_torch_semantics_exactly) {
   CHECK_INVARIANTS();
 }
 
+/* A reset of the accumulated stats zeroes torch's counters, torchalloc's
+ * own and every pooled stat's allocated and freed, and keeps the misuse
+ * counters (a reset must not hide misuse) and the version: the kinds
+ * TORCHALLOC_STATS_FIELDS gives the fields, walked here field by field. */
+TEST(reset_accumulated_stats_goes_by_each_fields_kind) {
+  REQUIRE(sim_reset("sim_capacity:64MiB,time_calls:1") == 0);
+  void *a = torchalloc_malloc(40 * MiB, 0, S0);
+  REQUIRE(a);
+  CHECK(torchalloc_malloc(40 * MiB, 0, S0) == NULL); /* past the capacity: a retry and an OOM */
+  torchalloc_free(a, 40 * MiB, 0, S0);
+  torchalloc_free(a, 40 * MiB, 0, S0); /* a double free */
+  CHECK_EQ(torchalloc_empty_cache(0), 40 * MiB);
+  torchalloc_stats before = stats0(), after;
+  CHECK(before.num_ooms == 1 && before.num_device_free == 1 && before.timed_calls > 0);
+  CHECK_EQ(before.num_bad_double_free, 1);
+  CHECK_EQ(torchalloc_reset_accumulated_stats(0), 0);
+  after = stats0();
+#define KEPT(name) CHECK_EQ(after.name, before.name);
+#define ZEROED(name) CHECK_EQ(after.name, 0);
+#define RESET_version(name) KEPT(name)
+#define RESET_misuse(name) KEPT(name)
+#define RESET_torch(name) ZEROED(name)
+#define RESET_torchalloc(name) ZEROED(name)
+#define RESET_pooled(name)                                 \
+  for (int pool = 0; pool < TORCHALLOC_NPOOLS; pool++) { \
+    ZEROED(name[pool].allocated)                         \
+    ZEROED(name[pool].freed)                             \
+    KEPT(name[pool].current)                             \
+  }
+#define RESET(kind, name) RESET_##kind(name)
+  TORCHALLOC_STATS_FIELDS(RESET)
+}
+
 TEST(an_80GiB_trace_simulates_without_host_memory) {
   REQUIRE(sim_reset("sim_capacity:80GiB") == 0);
   void *p[79];

@@ -1,14 +1,29 @@
 #include "accounting/stats.h"
 
-#define STAT_ARRAYS 9
+/* What each kind of TORCHALLOC_STATS_FIELDS is to this file: a per-pool
+ * array (counted, reached by name), or a counter that a reset of the
+ * accumulated stats zeroes (not the misuse ones: a reset must not hide
+ * misuse). */
+#define IF_ARRAY_version(...)
+#define IF_ARRAY_pooled(...) __VA_ARGS__
+#define IF_ARRAY_torch(...)
+#define IF_ARRAY_misuse(...)
+#define IF_ARRAY_torchalloc(...)
+#define IF_ACCUMULATED_version(...)
+#define IF_ACCUMULATED_pooled(...)
+#define IF_ACCUMULATED_torch(...) __VA_ARGS__
+#define IF_ACCUMULATED_misuse(...)
+#define IF_ACCUMULATED_torchalloc(...) __VA_ARGS__
+#define COUNT(kind, name) IF_ARRAY_##kind(+1)
+#define ADDRESS(kind, name) IF_ARRAY_##kind(s->name, )
+#define ZERO(kind, name) IF_ACCUMULATED_##kind(s->name = 0;)
+
+enum { STAT_ARRAYS = 0 TORCHALLOC_STATS_FIELDS(COUNT) };
 
 /* The i-th per-pool array of torchalloc_stats, by name: stepping a pointer
  * from one member array into the next is undefined behaviour. */
 static torchalloc_stat *array(torchalloc_stats *s, int i) {
-  torchalloc_stat *const arrays[STAT_ARRAYS] = {
-      s->allocation,   s->segment,        s->active,       s->inactive_split,       s->allocated_bytes,
-      s->reserved_bytes, s->active_bytes, s->inactive_split_bytes, s->requested_bytes,
-  };
+  torchalloc_stat *const arrays[STAT_ARRAYS] = {TORCHALLOC_STATS_FIELDS(ADDRESS)};
   return arrays[i];
 }
 
@@ -75,9 +90,5 @@ void ta_stats_reset_accumulated(torchalloc_stats *s, ta_pending_stats *p) {
     p->count[pool].allocated = p->count[pool].freed = 0;
     p->bytes[pool].allocated = p->bytes[pool].freed = 0;
   }
-  s->num_alloc_retries = s->num_ooms = 0;
-  s->num_device_alloc = s->num_device_free = 0;
-  s->num_synchronizes = 0;
-  s->num_handles_created = s->num_handles_moved = s->num_handles_released = s->num_moves_declined = 0;
-  s->host_ns = s->timed_calls = 0;
+  TORCHALLOC_STATS_FIELDS(ZERO)
 }

@@ -1,5 +1,6 @@
 /* Public inspection functions (torchalloc.h): snapshots, the segment around
- * a pointer, the largest cached block, stacks and the segment observer. */
+ * a pointer, the largest cached block, stacks, the segment observer, and
+ * the fields of the stats struct. */
 #include "accounting/observer.h"
 #include "base/errors.h"
 #include "log/log_intern.h"
@@ -49,4 +50,8 @@ TORCHALLOC_API int torchalloc_stack_frames(uint32_t stack, torchalloc_frame_visi
 
 TORCHALLOC_API void torchalloc_set_segment_observer(torchalloc_segment_observer fn, void *ctx) {
   ta_observer_set(fn, ctx);
+}
+
+TORCHALLOC_API const char *torchalloc_stats_fields(void) {
+  return TORCHALLOC_STATS_FIELDS(TORCHALLOC_FIELD_LINE);
 }

@@ -66,6 +66,10 @@ TORCHALLOC_API const char *torchalloc_oom_report_path(int device) {
   return path;
 }
 
+TORCHALLOC_API const char *torchalloc_oom_facts_fields(void) {
+  return TORCHALLOC_OOM_FACTS_FIELDS(TORCHALLOC_FIELD_LINE);
+}
+
 TORCHALLOC_API int torchalloc_oom_verdict(const torchalloc_oom_facts *facts) {
   return facts ? ta_oom_verdict(facts) : -1;
 }

@@ -80,6 +80,10 @@ TORCHALLOC_API int torchalloc_get_phase_stats(int device, int phase, torchalloc_
   return 0;
 }
 
+TORCHALLOC_API const char *torchalloc_phase_stats_fields(void) {
+  return TORCHALLOC_PHASE_STATS_FIELDS(TORCHALLOC_FIELD_LINE);
+}
+
 TORCHALLOC_API int64_t torchalloc_arena_reserved(int device, int phase) {
   ta_heap *h = ta_runtime_heap_for_control(device);
   if (!h || (phase != -1 && !phase_in_range(phase))) return -1;

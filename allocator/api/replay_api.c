@@ -11,6 +11,10 @@
 TORCHALLOC_API size_t torchalloc_replay_event_size(void) { return sizeof(torchalloc_replay_event); }
 TORCHALLOC_API size_t torchalloc_replay_result_size(void) { return sizeof(torchalloc_replay_result); }
 
+TORCHALLOC_API const char *torchalloc_replay_result_fields(void) {
+  return TORCHALLOC_REPLAY_RESULT_FIELDS(TORCHALLOC_FIELD_LINE);
+}
+
 TORCHALLOC_API torchalloc_replay_run *torchalloc_replay_begin(const char *policy, uint64_t capacity, size_t n_total,
                                                               int64_t *reserved_series, size_t series_len) {
   return ta_replay_begin(policy, capacity, n_total, reserved_series, series_len);

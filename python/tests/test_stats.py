@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import dataclasses
 import re
+from pathlib import Path
 
 import pytest
 
@@ -40,8 +42,35 @@ def malloc(lib: ctypes.CDLL, size: int, device: int = 0) -> int:
 
 
 def test_struct_matches_library(sim: ctypes.CDLL) -> None:
-    assert sim.torchalloc_stats_size() == ctypes.sizeof(_lib.Stats)
+    assert sim.torchalloc_stats_size() == ctypes.sizeof(_lib.layout("torchalloc_stats").struct)
     assert _lib.get_stats(0).version == _lib.STATS_VERSION
+
+
+def test_the_library_lists_the_fields_its_structs_are_made_of(sim: ctypes.CDLL) -> None:
+    stats = _lib.layout("torchalloc_stats")
+    assert list(stats.fields("pooled")) == TORCH_STAT_ARRAYS
+    assert stats.fields("misuse") == tuple(torchalloc.misuse_counts())
+    assert all(name.startswith("num_bad_") for name in stats.fields("misuse"))
+    assert set(stats.fields("torch")) <= set(TORCH_SCALARS)
+    phase = _lib.layout("torchalloc_phase_stats")
+    assert list(phase.kinds) == [f.name for f in dataclasses.fields(torchalloc.PhaseStats)]
+
+
+class _FakeLibrary:
+    """A library that lists `listing` as torchalloc_stats' fields and says its struct is `size` bytes."""
+
+    def __init__(self, listing: bytes, size: int) -> None:
+        self.torchalloc_stats_fields = lambda: listing
+        self.torchalloc_stats_size = lambda: size
+
+
+def test_a_library_whose_fields_these_bindings_cannot_read_is_refused() -> None:
+    good = b"version\tversion\nallocation\tpooled\nnum_ooms\ttorch\n"
+    assert ctypes.sizeof(_lib._layout(_FakeLibrary(good, 8 + 96 + 8), Path("lib"), "torchalloc_stats").struct) == 112
+    with pytest.raises(_lib.LibraryError, match="sizeof"):
+        _lib._layout(_FakeLibrary(good, 120), Path("lib"), "torchalloc_stats")
+    with pytest.raises(_lib.LibraryError, match="does not list"):
+        _lib._layout(_FakeLibrary(good + b"num_new\tint128\n", 128), Path("lib"), "torchalloc_stats")
 
 
 def test_keys_and_order_equal_torchs(sim: ctypes.CDLL) -> None:

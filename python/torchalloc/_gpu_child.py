@@ -118,7 +118,8 @@ def peaks(device: int) -> tuple[int, int]:
 def counters(device: int) -> dict[str, int]:
     """torchalloc's counters on `device`: torch's (retries, OOMs, device calls), the misuse ones, synchronizes."""
     s = _lib.get_stats(device)
-    return {name: int(getattr(s, name)) for name in _lib.TORCH_COUNTERS + _lib.MISUSE_COUNTERS + _lib.DEVICE_COUNTERS}
+    counters = _lib.layout("torchalloc_stats").fields("torch", "misuse", "torchalloc")
+    return {name: int(getattr(s, name)) for name in counters}
 
 
 def reset_peaks(device: int) -> None:

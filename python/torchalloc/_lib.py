@@ -1,11 +1,13 @@
 """Find, load and describe libtorchalloc.so through ctypes.
 
-This is the only module that knows the C ABI (include/torchalloc.h): every
-function's argument and return types and the layout of the structs. The rest
-of the package calls `lib()` (or `replay()`) and works with Python values.
-The one mirror of a C struct elsewhere is trace.EVENT_DTYPE, the numpy view
-of torchalloc_replay_event, whose size is checked against REPLAY_EVENT_SIZE,
-which `replay()` checks against the library's.
+This is the only module that knows the C ABI (include/): every function's
+argument and return types and the layout of the structs, those of the stats,
+phase stats, replay result and OOM facts as the library lists their fields
+(`layout()`). The rest of the package calls `lib()` (or `replay()`) and works
+with Python values. The one mirror of a C struct elsewhere is
+trace.EVENT_DTYPE, the numpy view of torchalloc_replay_event, whose size is
+checked against REPLAY_EVENT_SIZE, which `replay()` checks against the
+library's.
 
 The library is looked up in this order:
 
@@ -23,7 +25,7 @@ import ctypes
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 LIB_NAME = "libtorchalloc.so"
 ENV_LIB = "TORCHALLOC_LIB"
@@ -34,35 +36,6 @@ STATS_VERSION = 4
 # Mirrors TORCHALLOC_PHASE_NAME_MAX and TORCHALLOC_MAX_PHASES.
 PHASE_NAME_MAX = 63
 MAX_PHASES = 256
-
-# The stat arrays of torchalloc_stats, in struct order.
-STAT_ARRAYS = (
-    "allocation",
-    "segment",
-    "active",
-    "inactive_split",
-    "allocated_bytes",
-    "reserved_bytes",
-    "active_bytes",
-    "inactive_split_bytes",
-    "requested_bytes",
-)
-# The counters that torch has too, in struct order.
-TORCH_COUNTERS = ("num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free")
-# Counters of misuse that torch does not have, in struct order.
-MISUSE_COUNTERS = (
-    "num_bad_free_unknown",
-    "num_bad_double_free",
-    "num_bad_free_size",
-    "num_bad_size",
-    "num_bad_device",
-    "num_bad_free_stream",
-)
-# Counters torch does not have, in struct order (after the misuse ones): device synchronizes, handles of
-# expandable segments made, moved and released, moves the move budget declined, and (time_calls:1) host time
-# in malloc and free.
-DEVICE_COUNTERS = ("num_synchronizes", "num_handles_created", "num_handles_moved", "num_handles_released",
-                   "num_moves_declined", "host_ns", "timed_calls")
 
 _REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -81,89 +54,52 @@ class Stat(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int64) for name in ("current", "peak", "allocated", "freed")]
 
 
-class Stats(ctypes.Structure):
-    """torchalloc_stats, field for field."""
-
-    _fields_ = (
-        [("version", ctypes.c_int64)]
-        + [(name, Stat * 3) for name in STAT_ARRAYS]
-        + [(name, ctypes.c_int64) for name in TORCH_COUNTERS + MISUSE_COUNTERS + DEVICE_COUNTERS]
-    )
+# The kinds of field the library's lists name (TORCHALLOC_STATS_FIELDS and its like) as ctypes; a pooled stat is
+# one Stat per pool (TORCHALLOC_NPOOLS: all, small, large).
+_FIELD_TYPES: dict[str, Any] = {"version": ctypes.c_int64, "pooled": Stat * 3, "torch": ctypes.c_int64,
+                                "misuse": ctypes.c_int64, "torchalloc": ctypes.c_int64, "int64": ctypes.c_int64,
+                                "uint64": ctypes.c_uint64, "double": ctypes.c_double}
 
 
-PHASE_STAT_FIELDS = (
-    "occurrences",
-    "allocated_bytes",
-    "allocated_count",
-    "freed_bytes",
-    "freed_count",
-    "live_bytes",
-    "live_peak_bytes",
-    "peak_allocated_bytes",
-    "reserved_growth_bytes",
-    "reserved_released_bytes",
-    "last_persistent_bytes",
-    "last_transient_bytes",
-)
+class Layout(NamedTuple):
+    """A C struct as the library lists its fields (name and kind a line): its ctypes mirror, each field's kind."""
+
+    struct: type[ctypes.Structure]
+    kinds: dict[str, str]  # field -> kind, in struct order
+
+    def fields(self, *kinds: str) -> tuple[str, ...]:
+        """The fields of these kinds in struct order; of torchalloc_stats: "pooled" (the torchalloc_stat arrays),
+        "torch", "misuse", "torchalloc" (counters: those torch has too, misuse, the others)."""
+        return tuple(name for name, kind in self.kinds.items() if kind in kinds)
 
 
-class PhaseStatsStruct(ctypes.Structure):
-    """torchalloc_phase_stats, field for field."""
-
-    _fields_ = [(name, ctypes.c_int64) for name in PHASE_STAT_FIELDS]
+_REINSTALL = "the library and the Python package come from different versions, reinstall both together"
 
 
-# Replay (allocator/runtime/replay.c). Must equal TORCHALLOC_REPLAY_VERSION in torchalloc.h.
+def _layout(cdll: ctypes.CDLL, path: Path, c_name: str) -> Layout:
+    """The mirror of C struct `c_name` built from the library's list of its fields (`{c_name}_fields`),
+    checked against the library's `{c_name}_size` where it has one."""
+    listing, size = getattr(cdll, f"{c_name}_fields", None), getattr(cdll, f"{c_name}_size", None)
+    kinds = dict(line.split("\t") for line in listing().decode().splitlines()) if listing else {}
+    if not kinds or not set(kinds.values()) <= set(_FIELD_TYPES):
+        raise LibraryError(f"{path} does not list the fields of {c_name} as these bindings read them; {_REINSTALL}")
+    struct = type(c_name, (ctypes.Structure,), {"_fields_": [(f, _FIELD_TYPES[k]) for f, k in kinds.items()]})
+    if size is not None and size() != ctypes.sizeof(struct):
+        raise LibraryError(f"{path}: sizeof({c_name}) is {size()} but its fields make {ctypes.sizeof(struct)} bytes "
+                           f"here; {_REINSTALL}")
+    return Layout(struct, kinds)
+
+
+# Replay (allocator/runtime/replay.c). Must equal TORCHALLOC_REPLAY_VERSION in torchalloc_replay.h.
 REPLAY_VERSION = 3
 # TORCHALLOC_REPLAY_*: what a torchalloc_replay_event does.
 REPLAY_ALLOC, REPLAY_FREE, REPLAY_PHASE_BEGIN, REPLAY_PHASE_END = 1, 2, 3, 4
 # sizeof(torchalloc_replay_event); its fields are laid out by trace.EVENT_DTYPE (numpy, not runtime).
 REPLAY_EVENT_SIZE = 32
-REPLAY_RESULT_FIELDS = (
-    "version",
-    "events",
-    "peak_allocated",
-    "peak_requested",
-    "peak_reserved",
-    "peak_reserved_event",
-    "free_at_peak",
-    "largest_free_at_peak",
-    "fragmentation_at_peak",
-    "device_allocs",
-    "device_frees",
-    "alloc_retries",
-    "unknown_frees",
-    "replaced_allocs",
-    "oom",
-    "oom_event",
-    "oom_size",
-    "final_allocated",
-    "final_reserved",
-    "synchronizes",
-    "handles_created",
-    "handles_moved",
-    "handles_released",
-)
 
 
-class ReplayResultStruct(ctypes.Structure):
-    """torchalloc_replay_result, field for field."""
-
-    _fields_ = [
-        (name, ctypes.c_double if name == "fragmentation_at_peak" else ctypes.c_int64)
-        for name in REPLAY_RESULT_FIELDS
-    ]
-
-
-OOM_FACT_FIELDS = ("requested", "allocated", "reserved", "device_total", "device_free", "limit", "largest_free")
 # TORCHALLOC_OOM_*: the verdict of an out-of-memory failure.
 OOM_VERDICTS = {0: "none", 1: "fragmentation", 2: "capacity", 3: "held elsewhere"}
-
-
-class OomFacts(ctypes.Structure):
-    """torchalloc_oom_facts, field for field."""
-
-    _fields_ = [(name, ctypes.c_uint64) for name in OOM_FACT_FIELDS]
 
 
 OOM_OTHER_PHASES = 3  # TORCHALLOC_OOM_OTHER_PHASES
@@ -199,7 +135,7 @@ _c_int, _c_int64, _c_size_t = ctypes.c_int, ctypes.c_int64, ctypes.c_size_t
 _c_char_p, _c_void_p, _c_double = ctypes.c_char_p, ctypes.c_void_p, ctypes.c_double
 _c_uint64 = ctypes.c_uint64
 
-# name -> (restype, argtypes). cudaStream_t and pointers travel as void*.
+# name -> (restype, argtypes). cudaStream_t and pointers travel as void*, and so do the structs layout() builds.
 _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "torchalloc_malloc": (_c_void_p, [_c_size_t, _c_int, _c_void_p]),
     "torchalloc_free": (None, [_c_void_p, _c_size_t, _c_int, _c_void_p]),
@@ -212,7 +148,8 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "torchalloc_set_allocator_settings": (_c_int, [_c_char_p]),
     "torchalloc_policy_name": (_c_char_p, []),
     "torchalloc_stats_size": (_c_size_t, []),
-    "torchalloc_get_stats": (_c_int, [_c_int, ctypes.POINTER(Stats)]),
+    "torchalloc_stats_fields": (_c_char_p, []),
+    "torchalloc_get_stats": (_c_int, [_c_int, _c_void_p]),
     "torchalloc_reset_peak_stats": (_c_int, [_c_int]),
     "torchalloc_reset_accumulated_stats": (_c_int, [_c_int]),
     "torchalloc_empty_cache": (_c_int64, [_c_int]),
@@ -227,7 +164,8 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "torchalloc_phase_id": (_c_int, [_c_char_p]),
     "torchalloc_phase_name": (_c_char_p, [_c_int]),
     "torchalloc_phase_count": (_c_int, []),
-    "torchalloc_get_phase_stats": (_c_int, [_c_int, _c_int, ctypes.POINTER(PhaseStatsStruct)]),
+    "torchalloc_get_phase_stats": (_c_int, [_c_int, _c_int, _c_void_p]),
+    "torchalloc_phase_stats_fields": (_c_char_p, []),
     "torchalloc_arena_reserved": (_c_int64, [_c_int, _c_int]),
     "torchalloc_arena_trim": (_c_int64, [_c_int, _c_int]),
     "torchalloc_try_malloc": (_c_void_p, [_c_size_t, _c_int, _c_void_p]),
@@ -238,10 +176,11 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "torchalloc_oom_summary": (_c_int, [_c_int, _c_char_p, _c_size_t]),
     "torchalloc_oom_report": (_c_int, [_c_int, _c_char_p, _c_size_t]),
     "torchalloc_oom_report_path": (_c_char_p, [_c_int]),
-    "torchalloc_oom_verdict": (_c_int, [ctypes.POINTER(OomFacts)]),
-    "torchalloc_last_oom": (_c_int, [_c_int, ctypes.POINTER(OomFacts), ctypes.POINTER(_c_int)]),
+    "torchalloc_oom_facts_fields": (_c_char_p, []),
+    "torchalloc_oom_verdict": (_c_int, [_c_void_p]),
+    "torchalloc_last_oom": (_c_int, [_c_int, _c_void_p, ctypes.POINTER(_c_int)]),
     "torchalloc_last_oom_detail": (_c_int, [_c_int, ctypes.POINTER(OomDetail)]),
-    "torchalloc_oom_advice": (_c_int, [ctypes.POINTER(OomFacts), ctypes.POINTER(OomDetail),
+    "torchalloc_oom_advice": (_c_int, [_c_void_p, ctypes.POINTER(OomDetail),
                                        ctypes.POINTER(_c_char_p), _c_size_t, _c_char_p, _c_size_t]),
     # private pools: device, id0, id1 (PyTorch's MempoolId_t)
     "torchalloc_pool_retain": (_c_int, [_c_int, _c_uint64, _c_uint64]),
@@ -285,20 +224,19 @@ _OPTIONAL_SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "torchalloc_module_tag": (_c_int, [_c_void_p, ctypes.c_uint32, _c_int]),
     "torchalloc_replay_event_size": (_c_size_t, []),
     "torchalloc_replay_result_size": (_c_size_t, []),
+    "torchalloc_replay_result_fields": (_c_char_p, []),
     # events, n, policy, capacity, result, reserved series (or NULL), series length
-    "torchalloc_replay": (
-        _c_int,
-        [_c_void_p, _c_size_t, _c_char_p, ctypes.c_uint64, ctypes.POINTER(ReplayResultStruct), _c_void_p, _c_size_t],
-    ),
+    "torchalloc_replay": (_c_int, [_c_void_p, _c_size_t, _c_char_p, ctypes.c_uint64, _c_void_p, _c_void_p, _c_size_t]),
     # the same fed in pieces: begin(policy, capacity, n_total, series, series length) -> run; feed(run, events,
     # n) -> 0 go on, 1 stopped at an OOM, -1 error; end(run, result) -> 0 or -1, and the run freed
     "torchalloc_replay_begin": (_c_void_p, [_c_char_p, ctypes.c_uint64, _c_size_t, _c_void_p, _c_size_t]),
     "torchalloc_replay_feed": (_c_int, [_c_void_p, _c_void_p, _c_size_t]),
-    "torchalloc_replay_end": (_c_int, [_c_void_p, ctypes.POINTER(ReplayResultStruct)]),
+    "torchalloc_replay_end": (_c_int, [_c_void_p, _c_void_p]),
 }
 
 _lock = threading.Lock()
 _loaded: tuple[ctypes.CDLL, Path] | None = None
+_layouts: dict[str, Layout] = {}
 
 
 def candidate_paths() -> list[Path]:
@@ -344,16 +282,6 @@ def _declare(cdll: ctypes.CDLL, path: Path) -> None:
             fn.restype, fn.argtypes = restype, argtypes
 
 
-def _check_abi(cdll: ctypes.CDLL, path: Path) -> None:
-    """Refuse a library whose stats struct differs from ours: reading it would return garbage."""
-    size = cdll.torchalloc_stats_size()
-    if size != ctypes.sizeof(Stats):
-        raise LibraryError(
-            f"{path}: sizeof(torchalloc_stats) is {size} but these bindings expect {ctypes.sizeof(Stats)}; "
-            "the library and the Python package come from different versions, reinstall both together"
-        )
-
-
 def lib() -> ctypes.CDLL:
     """The loaded library with every prototype declared (loaded once per process)."""
     global _loaded
@@ -366,9 +294,17 @@ def lib() -> ctypes.CDLL:
                 except OSError as e:
                     raise LibraryError(f"cannot load {path}: {e}") from e
                 _declare(cdll, path)
-                _check_abi(cdll, path)
+                _layouts["torchalloc_stats"] = _layout(cdll, path, "torchalloc_stats")  # refuse a mismatch at once
                 _loaded = (cdll, path)
     return _loaded[0]
+
+
+def layout(c_name: str) -> Layout:
+    """C struct `c_name` as the loaded library lists its fields: torchalloc_stats, torchalloc_phase_stats,
+    torchalloc_replay_result, torchalloc_oom_facts."""
+    if c_name not in _layouts:  # a race only builds it twice
+        _layouts[c_name] = _layout(lib(), library_path(), c_name)
+    return _layouts[c_name]
 
 
 def is_loaded() -> bool:
@@ -406,16 +342,22 @@ def function_address(name: str) -> int:
     return address
 
 
-def get_stats(device: int) -> Stats:
-    """One device's torchalloc_stats; ValueError for a device the library does not have."""
-    out = Stats()
+def get_stats(device: int) -> ctypes.Structure:
+    """One device's torchalloc_stats (layout()'s fields); ValueError for a device the library does not have."""
+    out = layout("torchalloc_stats").struct()
     if lib().torchalloc_get_stats(device, ctypes.byref(out)) != 0:
         raise ValueError(last_error() or f"cannot read the stats of device {device}")
     if out.version != STATS_VERSION:
-        raise LibraryError(
-            f"{library_path()}: stats version {out.version}, these bindings read version {STATS_VERSION}; "
-            "reinstall the package and the library together"
-        )
+        raise LibraryError(f"{library_path()}: stats version {out.version}, these bindings read {STATS_VERSION}; "
+                           f"{_REINSTALL}")
+    return out
+
+
+def get_phase_stats(device: int, phase: int) -> ctypes.Structure:
+    """One phase's torchalloc_phase_stats on `device` (layout()'s fields); ValueError with the library's reason."""
+    out = layout("torchalloc_phase_stats").struct()
+    if lib().torchalloc_get_phase_stats(device, phase, ctypes.byref(out)) != 0:
+        raise ValueError(last_error())
     return out
 
 
@@ -466,25 +408,21 @@ def config_help() -> list[dict[str, str]]:
     return [dict(zip(("key", "values", "default", "help"), line.split("\t"))) for line in text.decode().splitlines()]
 
 
-_replay_abi_checked = False
-
-
-def _check_replay_abi(cdll: ctypes.CDLL) -> None:
-    """Refuse a library without replay, or whose replay structs differ from these bindings'."""
-    global _replay_abi_checked
-    if _replay_abi_checked:
-        return
+def _replay_result(cdll: ctypes.CDLL) -> ctypes.Structure:
+    """A torchalloc_replay_result to fill; LibraryError for a library without replay, or whose replay event
+    differs from trace.EVENT_DTYPE's."""
     if not hasattr(cdll, "torchalloc_replay"):
-        raise LibraryError(
-            f"{library_path()} has no torchalloc_replay: it was built before replay existed; rebuild the library"
-        )
-    if (cdll.torchalloc_replay_event_size() != REPLAY_EVENT_SIZE
-            or cdll.torchalloc_replay_result_size() != ctypes.sizeof(ReplayResultStruct)):
-        raise LibraryError(
-            f"{library_path()}: the replay structs differ from these bindings'; "
-            "reinstall the package and the library together"
-        )
-    _replay_abi_checked = True  # a race only repeats the check
+        raise LibraryError(f"{library_path()} has no torchalloc_replay: it was built before replay; rebuild it")
+    if cdll.torchalloc_replay_event_size() != REPLAY_EVENT_SIZE:
+        raise LibraryError(f"{library_path()}: torchalloc_replay_event differs from these bindings'; {_REINSTALL}")
+    return layout("torchalloc_replay_result").struct()
+
+
+def _replay_result_dict(out: ctypes.Structure) -> dict[str, Any]:
+    result = {name: getattr(out, name) for name, _ in out._fields_}
+    if result["version"] != REPLAY_VERSION:
+        raise LibraryError(f"replay result version {result['version']}, these bindings read {REPLAY_VERSION}")
+    return result
 
 
 def replay(
@@ -498,15 +436,11 @@ def replay(
     refuses the input. ctypes releases the GIL for the call, so replays on threads run in parallel.
     """
     cdll = lib()
-    _check_replay_abi(cdll)
-    out = ReplayResultStruct()
+    out = _replay_result(cdll)
     if cdll.torchalloc_replay(events, count, policy.encode(), capacity, ctypes.byref(out), series,
                               series_len if series is not None else 0) != 0:
         raise ReplayError(last_error() or f"torchalloc_replay({policy!r}) failed")
-    result = {name: getattr(out, name) for name in REPLAY_RESULT_FIELDS}
-    if result["version"] != REPLAY_VERSION:
-        raise LibraryError(f"replay result version {result['version']}, these bindings read {REPLAY_VERSION}")
-    return result
+    return _replay_result_dict(out)
 
 
 class ReplayRun:
@@ -525,7 +459,7 @@ class ReplayRun:
     def __init__(self, policy: str, capacity: int, n_total: int = 0, series: int | None = None,
                  series_len: int = 0) -> None:
         cdll = lib()
-        _check_replay_abi(cdll)
+        _replay_result(cdll)  # refuses a library whose replay differs before anything runs
         if not hasattr(cdll, "torchalloc_replay_begin"):
             raise LibraryError(f"{library_path()} has no torchalloc_replay_begin: rebuild the library")
         self._cdll = cdll
@@ -544,14 +478,11 @@ class ReplayRun:
         return status == 1
 
     def end(self) -> dict[str, Any]:
-        out = ReplayResultStruct()
+        out = _replay_result(self._cdll)
         run, self._run = self._run, None
         if run is None or self._cdll.torchalloc_replay_end(run, ctypes.byref(out)) != 0:
             raise ReplayError(last_error() or f"torchalloc_replay_end({self._policy!r}) failed")
-        result = {name: getattr(out, name) for name in REPLAY_RESULT_FIELDS}
-        if result["version"] != REPLAY_VERSION:
-            raise LibraryError(f"replay result version {result['version']}, these bindings read {REPLAY_VERSION}")
-        return result
+        return _replay_result_dict(out)
 
     def close(self) -> None:
         """Free the run without its result (after an error, or when abandoned)."""
@@ -597,12 +528,21 @@ def oom_report_path(device: int) -> str:
 
 def last_oom(device: int) -> tuple[dict[str, int], str] | None:
     """The last failure's numbers and verdict name, None when there was none."""
-    facts, verdict = OomFacts(), _c_int(0)
+    facts, verdict = _oom_facts({}), _c_int(0)
     if lib().torchalloc_last_oom(device, ctypes.byref(facts), ctypes.byref(verdict)) != 0:
         raise ValueError(last_error() or f"no device {device}")
     if verdict.value == 0:
         return None
-    return {name: int(getattr(facts, name)) for name in OOM_FACT_FIELDS}, OOM_VERDICTS[verdict.value]
+    return {name: int(getattr(facts, name)) for name, _ in facts._fields_}, OOM_VERDICTS[verdict.value]
+
+
+def _oom_facts(facts: dict[str, int]) -> ctypes.Structure:
+    """A torchalloc_oom_facts holding these numbers (its fields: layout("torchalloc_oom_facts"); missing ones 0)."""
+    struct = layout("torchalloc_oom_facts").struct
+    unknown = set(facts) - {name for name, _ in struct._fields_}
+    if unknown:
+        raise TypeError(f"unknown OOM facts {sorted(unknown)}")
+    return struct(**{k: int(v) for k, v in facts.items()})
 
 
 def _detail_dict(d: OomDetail) -> dict[str, Any]:
@@ -624,11 +564,9 @@ def last_oom_detail(device: int) -> dict[str, Any] | None:
 def oom_advice(facts: dict[str, int], detail: dict[str, Any] | None = None,
                phase_names: dict[int, str] | None = None) -> str:
     """The advice the library gives these numbers, one "N. ..." line each, as the failure's summary has
-    them: `facts` as OOM_FACT_FIELDS, `detail` as OOM_DETAIL_FIELDS (missing ones 0), phase names by id."""
-    unknown = set(facts) - set(OOM_FACT_FIELDS)
-    if unknown:
-        raise TypeError(f"unknown OOM facts {sorted(unknown)}")
-    f = OomFacts(**{k: int(v) for k, v in facts.items()})
+    them: `facts` as torchalloc_oom_facts' fields, `detail` as OOM_DETAIL_FIELDS (missing ones 0), phase
+    names by id."""
+    f = _oom_facts(facts)
     d = None
     if detail is not None:
         unknown = set(detail) - set(OOM_DETAIL_FIELDS)
@@ -654,9 +592,7 @@ def oom_advice(facts: dict[str, int], detail: dict[str, Any] | None = None,
 
 
 def oom_verdict(**facts: int) -> str:
-    """The verdict name the library gives these numbers (OOM_FACT_FIELDS; missing ones are 0: unknown)."""
-    unknown = set(facts) - set(OOM_FACT_FIELDS)
-    if unknown:
-        raise TypeError(f"unknown OOM facts {sorted(unknown)}")
-    code = lib().torchalloc_oom_verdict(ctypes.byref(OomFacts(**{k: int(v) for k, v in facts.items()})))
+    """The verdict name the library gives these numbers (torchalloc_oom_facts' fields; missing ones are 0:
+    unknown)."""
+    code = lib().torchalloc_oom_verdict(ctypes.byref(_oom_facts(facts)))
     return OOM_VERDICTS.get(code, f"verdict {code}")

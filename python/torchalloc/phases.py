@@ -168,10 +168,8 @@ class PhaseStats:
 
 
 def _phase_stats_of(device: int, phase_id: int) -> PhaseStats:
-    out = _lib.PhaseStatsStruct()
-    if _lib.lib().torchalloc_get_phase_stats(device, phase_id, out) != 0:
-        raise ValueError(_lib.last_error())
-    return PhaseStats(**{name: int(getattr(out, name)) for name in _lib.PHASE_STAT_FIELDS})
+    out = _lib.get_phase_stats(device, phase_id)
+    return PhaseStats(**{field.name: int(getattr(out, field.name)) for field in dataclasses.fields(PhaseStats)})
 
 
 def phase_stats(name: str | None = None, device: DeviceLike = None) -> dict[str, PhaseStats] | PhaseStats:

@@ -48,7 +48,7 @@ def memory_stats_as_nested_dict(device: DeviceLike = None) -> dict[str, Any]:
         "num_device_alloc": s.num_device_alloc,
         "num_device_free": s.num_device_free,
     }
-    for name in _lib.STAT_ARRAYS:
+    for name in _lib.layout("torchalloc_stats").fields("pooled"):
         nested[name] = _stat_array_dict(getattr(s, name))
     nested["oversize_allocations"] = dict(_ZERO_STAT)
     nested["oversize_segments"] = dict(_ZERO_STAT)
@@ -151,7 +151,7 @@ def empty_cache(device: DeviceLike | None = None) -> int:
 def misuse_counts(device: DeviceLike = None) -> dict[str, int]:
     """torchalloc's misuse counters (bad frees, double frees, ...), which torch has no keys for."""
     s = _lib.get_stats(device_index(device))
-    return {name: int(getattr(s, name)) for name in _lib.MISUSE_COUNTERS}
+    return {name: int(getattr(s, name)) for name in _lib.layout("torchalloc_stats").fields("misuse")}
 
 
 # ---------------------------------------------------------------------------
