@@ -5,7 +5,7 @@
 because whether to read a log in pieces was decided by its compressed size.
 Now a compressed file is inflated a piece at a time, the tools read every
 log in pieces (log/chunks.py), and a log decoded whole (read_log) keeps
-none of the zeros it ends with (log/reader.py, _compressed.py). The
+none of the zeros it ends with (log/files.py, _compressed.py). The
 memory each tool takes is measured with tracemalloc (numpy's buffers are
 traced too): it must stay far below what the file inflates to.
 """

@@ -67,11 +67,18 @@ ANALYSIS_STAGES: list[tuple[str, ...]] = [
     ("__init__",),  # re-exports
     ("job",),  # several logs (one per rank) analysed together
 ]
-# The readers: the log decoder, the trace sources sharing trace_events, trace.py picking between them; a log
-# read in pieces (chunks, checked as checks does) and the trace built from it (trace_stream).
-LOG_STAGES: list[tuple[str, ...]] = [("strings",), ("reader", "ranks", "trace_events"), ("checks",),
-                                     ("trace_snapshot", "chunks"), ("trace_stream",), ("trace",),
-                                     ("__init__",)]
+# The readers in the order the data flows: a log's format and file, the decoder (read_log; chunks, reading a log in
+# pieces, checked as checks does), the trace built from its pieces (trace_stream) beside the snapshot's
+# (trace_snapshot, sharing trace_events), trace.py picking between them.
+LOG_STAGES: list[tuple[str, ...]] = [
+    ("format", "strings", "ranks", "trace_events"),  # the log's layout, header and checksum; string slots; traces
+    ("files", "checks"),  # opening, inflating, the writer's lock; records no writer produces
+    ("reader",),
+    ("chunks", "trace_snapshot"),
+    ("trace_stream",),
+    ("trace",),
+    ("__init__",),
+]
 
 # torchalloc.<name> lazily maps these attributes to tool modules: `import torchalloc` never loads
 # them, asking for the attribute does (the user asked for the tool).
@@ -112,6 +119,15 @@ def tool_package(name: str) -> int:
     return TOOL_PACKAGES.index(parts[1]) if len(parts) > 1 and parts[1] in TOOL_PACKAGES else -1
 
 
+def _from_target(name: str, is_package: bool, node: ast.ImportFrom) -> str:
+    """The full name of the module a `from ... import` in module `name` reads from."""
+    if not node.level:
+        return node.module or ""
+    base = name.split(".") if is_package else name.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def imports_of(name: str) -> set[str]:
     """Every module `name` imports anywhere in its source (lazy imports in functions too): package
     modules by their full name, anything else by its top-level name ("numpy")."""
@@ -123,12 +139,7 @@ def imports_of(name: str) -> set[str]:
             for alias in node.names:
                 found.add(alias.name if alias.name in MODULES else alias.name.split(".")[0])
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = name.split(".") if is_package else name.split(".")[:-1]
-                base = base[: len(base) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = _from_target(name, is_package, node)
             if target in MODULES:
                 found.add(target)
                 # `from . import x` names a module when x is one
@@ -267,6 +278,24 @@ def test_sections_stand_alone() -> None:
 
 def test_log_readers_import_only_earlier_stages() -> None:
     _assert_flows_forward(_stages("torchalloc.log.", LOG_STAGES))
+
+
+# The log decoder's modules: whoever drives the decoder (read_log, ChunkedLog, top's LiveReader) does it through
+# their public names.
+LOG_DECODER = {f"torchalloc.log.{m}" for m in ("format", "files", "reader", "chunks")}
+
+
+def test_the_log_decoder_is_driven_through_public_names() -> None:
+    private = []
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            target = _from_target(name, path.name == "__init__.py", node)
+            if target in LOG_DECODER and target != name:
+                private += [f"{name} imports {target}.{a.name}" for a in node.names
+                            if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not private, "private names of the log decoder used from outside their module:\n  " + "\n  ".join(private)
 
 
 def test_importing_the_runtime_leaves_numpy_and_the_tools_unloaded() -> None:

@@ -31,12 +31,12 @@ def test_header_field_offsets_equal_the_c_struct() -> None:
     """The decoder's header layout puts rank and world_size where log_format.h's asserts do."""
     import struct
 
-    from torchalloc.log import reader as talog
+    from torchalloc.log.format import HEADER_STRUCT
 
     text = (REPO / "allocator" / "log" / "log_format.h").read_text()
     offsets = {name: int(v) for name, v in re.findall(r"#define TA_LOG_HEADER_([A-Z_]+)_OFFSET (\d+)", text)}
-    fmt = talog._HEADER.format
+    fmt = HEADER_STRUCT.format
     # The bytes of the fields before rank, and before world_size (the last), are their offsets.
     assert struct.calcsize(fmt[:10]) == offsets["RANK"]  # "<8sIIIIQQI": everything before rank
     assert struct.calcsize(fmt[: len(fmt) - 1]) == offsets["WORLD_SIZE"]
-    assert talog._HEADER.size == offsets["WORLD_SIZE"] + 4
+    assert HEADER_STRUCT.size == offsets["WORLD_SIZE"] + 4

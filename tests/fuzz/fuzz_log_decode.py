@@ -64,7 +64,7 @@ from torchalloc.log.trace_events import TraceError  # noqa: E402
 
 INTERESTING_INTS = (0, 1, 2, 7, 8, 63, 64, 65, 127, 128, 129, 255, 256, 4096, 0x7FFF, 0x8000, 0xFFFF, 0x7FFFFFFF,
                     0x80000000, 0xFFFFFFFF, 1 << 40, (1 << 63) - 1, 1 << 63, (1 << 64) - 1)
-# Header fields (log/reader.py's _HEADER): offset and size. Version, header size,
+# Header fields (log/format.py's HEADER_STRUCT): offset and size. Version, header size,
 # record size, byte-order mark, status and end offset are the ones read.
 HEADER_FIELDS = ((8, 4), (12, 4), (16, 4), (20, 4), (24, 8), (32, 8), (40, 4), (44, 4), (48, 8), (56, 4),
                  (60, 4), (64, 8), (72, 16))

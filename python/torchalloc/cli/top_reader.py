@@ -42,24 +42,23 @@ from .._compressed import is_compressed
 from .._records import FRAME, STACK, STATUS_CLOSED, STATUS_NAMES, STATUS_OPEN, STRING
 from ..log.checks import Checker
 from ..log.strings import StringTable
-from ..log.reader import (
-    _FRAME_DTYPE,
-    _STACK_CHUNK,
-    _STACK_DTYPE,
-    _STRING_CHUNK,
-    _STRING_DTYPES,
+from ..log.files import load, lock_held, open_log_file
+from ..log.format import (
     CHECKSUMS_FROM,
+    FRAME_DTYPE,
     HEADER_SIZE,
     RECORD_DTYPE,
     RECORD_SIZE,
+    SLOT_ITEM,
+    STACK_CHUNK,
+    STACK_DTYPE,
+    STRING_CHUNK,
+    STRING_DTYPES,
     Frame,
     LogFormatError,
     LogHeader,
-    _load,
-    _lock_held,
-    _parse_header,
-    _xor_folded,
-    open_log_file,
+    parse_header,
+    xor_folded,
 )
 
 # Slots read per piece: a refresh after a long pause (or the first one on a big log) reads the backlog in
@@ -68,7 +67,6 @@ PIECE_SLOTS = 1 << 18
 # A poll reads this many slots first, and twice as many each time a read is all complete records: a running
 # writer grows its file 16 MiB at a time, and a poll should not read megabytes of zeros to find the end.
 FIRST_SLOTS = 1 << 12
-_ITEM = np.dtype((np.void, RECORD_SIZE))
 # The writer state once the file no longer holds the run that was followed (emptied, removed, or opened again by
 # a new process: a log path is reused by emptying the file).
 RESTARTED = "gone: the file was emptied or reused by another run"
@@ -88,15 +86,15 @@ class LiveReader:
             head = f.read(8)
         self._bytes: np.ndarray | None = None  # a compressed log, inflated once: it no longer grows
         if is_compressed(head):
-            _, self._bytes, _, _ = _load(path)
-            self.header = _parse_header(path, self._bytes)
+            _, self._bytes, _, _ = load(path)
+            self.header = parse_header(path, self._bytes)
         else:
             self.header = self._read_header()
         self.next_slot = 0  # the index of the next slot to read
         self._last_size: int | None = None  # the file's size at the last ask
         self.writer = ""  # not asked yet (_ask_writer reads it)
         self.writer = self._ask_writer()  # as of the last poll: "running", or how the writer ended
-        self.strings = StringTable(_STRING_CHUNK[self.header.version])  # decoded when looked up
+        self.strings = StringTable(STRING_CHUNK[self.header.version])  # decoded when looked up
         self.frames: dict[int, Frame] = {}
         self.stacks: dict[int, list[Frame]] = {}
         self._stack_parts: dict[int, dict[int, list[int]]] = {}
@@ -112,7 +110,7 @@ class LiveReader:
     def _read_header(self) -> LogHeader:
         with open_log_file(self.path) as f:
             head = f.read(HEADER_SIZE)
-        return _parse_header(self.path, np.frombuffer(head, dtype=np.uint8))
+        return parse_header(self.path, np.frombuffer(head, dtype=np.uint8))
 
     def _ask_writer(self) -> str:
         """"running", or how the writer ended: "closed", "log_max reached" ..., "killed" (status open, nobody
@@ -121,7 +119,7 @@ class LiveReader:
         so a header read after the lock was free says how it ended."""
         if self.writer == RESTARTED:
             return RESTARTED
-        held = _lock_held(self.path) if self._bytes is None else None
+        held = lock_held(self.path) if self._bytes is None else None
         if self._bytes is None:
             try:
                 header = self._read_header()
@@ -209,11 +207,11 @@ class LiveReader:
             good = raw["kind"] != 0
             good &= raw["seq"] == np.arange(self.next_slot, self.next_slot + take, dtype=np.uint64)
             if self.header.version >= CHECKSUMS_FROM:
-                checksum_ok = _xor_folded(slots) == 0
+                checksum_ok = xor_folded(slots) == 0
                 self.dropped += int(np.count_nonzero(good & ~checksum_ok))
                 good &= checksum_ok
             # select on opaque 64-byte items (one copy each), not the structured dtype (copied field by field)
-            items = slots.view(_ITEM).reshape(-1)
+            items = slots.view(SLOT_ITEM).reshape(-1)
             kinds = raw["kind"]
             meta = (kinds >= STRING) & (kinds <= STACK)
             if meta.any():
@@ -245,18 +243,18 @@ class LiveReader:
 
     def _metadata(self, raw: np.ndarray) -> None:
         kinds = raw["kind"]
-        self.strings.add(raw[kinds == STRING].view(_STRING_DTYPES[self.header.version]))
-        frames = raw[kinds == FRAME].view(_FRAME_DTYPE)
+        self.strings.add(raw[kinds == STRING].view(STRING_DTYPES[self.header.version]))
+        frames = raw[kinds == FRAME].view(FRAME_DTYPE)
         for fid, line, file_id, func_id in zip(frames["id"].tolist(), frames["line"].tolist(),
                                                frames["file"].tolist(), frames["func"].tolist()):
             self.frames[fid] = Frame(self.strings.get(file_id, "?"), line, self.strings.get(func_id, "?"))
-        stacks = raw[kinds == STACK].view(_STACK_DTYPE)
+        stacks = raw[kinds == STACK].view(STACK_DTYPE)
         unknown = Frame("?", 0, "?")
         for sid, nframes, chunk, chunk_frames in zip(stacks["id"].tolist(), stacks["nframes"].tolist(),
                                                      stacks["chunk"].tolist(), stacks["frames"].tolist()):
             parts = self._stack_parts.setdefault(sid, {})
             parts[chunk] = chunk_frames
-            if len(parts) >= (nframes + _STACK_CHUNK - 1) // _STACK_CHUNK:
+            if len(parts) >= (nframes + STACK_CHUNK - 1) // STACK_CHUNK:
                 del self._stack_parts[sid]
                 ids = [f for c in sorted(parts) for f in parts[c]][:nframes]
                 self.stacks[sid] = [self.frames.get(f, unknown) for f in ids]

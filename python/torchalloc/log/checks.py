@@ -35,7 +35,7 @@ from .._records import (
     SEGMENT_FREE,
     TRIM,
 )
-from .reader import LogFormatError
+from .format import HEADER_SIZE, RECORD_SIZE, LogFormatError
 
 MAX_REQUEST = (1 << 40) - (2 << 20)  # TA_MAX_REQUEST: larger requests are refused before they reach a heap
 MAX_BLOCK = 1 << 40  # the largest request rounded up: no block or segment is larger
@@ -45,8 +45,6 @@ MAX_TOTAL = 1 << 50  # device totals, reserved bytes at an OOM: beyond any devic
 MAX_SUM = 1 << 62
 MAX_TIME_NS = (1 << 63) - 1  # the latest time an int64 holds: every tool computes with signed times
 LISTED = 5  # records named per kind of problem; the rest are counted
-HEADER_SIZE = 128
-RECORD_SIZE = 64
 
 _BLOCKS = (ALLOC, FREE)
 _SEGMENTS = (SEGMENT_ALLOC, SEGMENT_FREE)

@@ -32,27 +32,11 @@ import numpy as np
 from .._compressed import CompressedError, is_compressed
 from .._records import END, FRAME, MAX_KIND, PHASE_BEGIN, STACK, STATUS_CUT_SHORT, STATUS_NO_SPACE, STRING, TRUNCATED
 from .checks import Checker
+from .files import WRITER_UNKNOWN, check_regular_file, open_log_file, writer_state
+from .format import (CHECKSUMS_FROM, FRAME_DTYPE, HEADER_SIZE, RECORD_DTYPE, RECORD_SIZE, SLOT_ITEM, STACK_DTYPE,
+                     STRING_CHUNK, STRING_DTYPES, Frame, LogFormatError, LogHeader, parse_header, xor_folded)
+from .reader import DAMAGE_LISTED
 from .strings import StringTable
-from .reader import (
-    _FRAME_DTYPE,
-    _STACK_DTYPE,
-    _STRING_CHUNK,
-    _STRING_DTYPES,
-    CHECKSUMS_FROM,
-    DAMAGE_LISTED,
-    HEADER_SIZE,
-    RECORD_DTYPE,
-    RECORD_SIZE,
-    WRITER_UNKNOWN,
-    Frame,
-    LogFormatError,
-    LogHeader,
-    _check_regular_file,
-    _parse_header,
-    _writer_state,
-    _xor_folded,
-    open_log_file,
-)
 from .trace_events import TraceError
 
 __all__ = ["ChunkedLog", "DEFAULT_CHUNK_RECORDS"]
@@ -60,7 +44,6 @@ __all__ = ["ChunkedLog", "DEFAULT_CHUNK_RECORDS"]
 # 16 MiB of log per piece (larger pieces: more memory, no faster). Every tool reads every log this way; a log
 # smaller than a piece is one piece.
 DEFAULT_CHUNK_RECORDS = 1 << 18
-_ITEM = np.dtype((np.void, RECORD_SIZE))
 _STREAM_ERRORS = (EOFError, OSError, lzma.LZMAError, zlib.error, ValueError)  # CompressedError is a ValueError
 
 
@@ -112,7 +95,7 @@ class _Scan:
         kinds = raw["kind"]
         zero = kinds == 0
         if self.header.version >= CHECKSUMS_FROM:
-            failed = ~zero & (_xor_folded(slots) != 0)
+            failed = ~zero & (xor_folded(slots) != 0)
         else:
             failed = np.zeros(n, dtype=bool)
         candidate = ~zero & ~failed
@@ -180,19 +163,19 @@ class _Metadata:
         self.version = version
         # An earlier whole pass's table, added to again (the same slots give the same strings): one table
         # alive, not one a pass
-        self.strings = strings if strings is not None else StringTable(_STRING_CHUNK[version])
+        self.strings = strings if strings is not None else StringTable(STRING_CHUNK[version])
         self.frames: dict[int, tuple[int, int, int]] = {}  # id -> (line, file string id, function string id)
         self.stack_ids: dict[int, list[int]] = {}
         self.begins: set[tuple[int, int]] = set()  # (phase, label) of every phase_begin: read_log's set
 
     def piece(self, kept: np.ndarray) -> None:
         kinds = kept["kind"]
-        self.strings.add(kept[kinds == STRING].view(_STRING_DTYPES[self.version]))
-        frames = kept[kinds == FRAME].view(_FRAME_DTYPE)
+        self.strings.add(kept[kinds == STRING].view(STRING_DTYPES[self.version]))
+        frames = kept[kinds == FRAME].view(FRAME_DTYPE)
         for fid, line, f, fn in zip(frames["id"].tolist(), frames["line"].tolist(), frames["file"].tolist(),
                                     frames["func"].tolist()):
             self.frames[fid] = (line, f, fn)
-        stacks = kept[kinds == STACK].view(_STACK_DTYPE)
+        stacks = kept[kinds == STACK].view(STACK_DTYPE)
         for sid, nframes, chunk_frames in zip(stacks["id"].tolist(), stacks["nframes"].tolist(),
                                               stacks["frames"].tolist()):
             got = self.stack_ids.setdefault(sid, [])
@@ -247,13 +230,13 @@ class ChunkedLog:
             self.path, self._bytes, self.is_file = "<bytes>", memoryview(source).cast("B"), False
         else:
             self.path = str(os.fspath(source))
-            _check_regular_file(self.path)
+            check_regular_file(self.path)
             with open_log_file(self.path) as f:
                 self._compressed = is_compressed(f.read(8))
             self.is_file = not self._compressed
         with self._open() as f:
             head = self._read(f, HEADER_SIZE)
-        self.header = _parse_header(self.path, np.frombuffer(head, dtype=np.uint8))
+        self.header = parse_header(self.path, np.frombuffer(head, dtype=np.uint8))
         # What a whole pass fills in (read_log's Log fields).
         self.strings: Mapping[int, str] = {}
         self.frames: dict[int, Frame] = {}
@@ -297,7 +280,7 @@ class ChunkedLog:
         ok = (kinds != 0) & (kinds <= MAX_KIND) & ((kinds < STRING) | (kinds > STACK))
         ok &= raw["seq"] == np.arange(first, first + len(raw), dtype=np.uint64)
         if self.header.version >= CHECKSUMS_FROM:
-            ok &= _xor_folded(slots) == 0
+            ok &= xor_folded(slots) == 0
         if device is not None:
             ok &= (raw["device"] == device) | (raw["device"] < 0)
         hits = np.flatnonzero(ok)
@@ -395,7 +378,7 @@ class ChunkedLog:
                 if len(keep) == n and wanted.all():
                     events = slots.view(RECORD_DTYPE).reshape(-1)  # a view of the buffer: the common case
                 else:  # select opaque 64-byte items (a memcpy each, as read_log does)
-                    events = slots[: len(keep)].view(_ITEM).reshape(-1)[wanted].view(RECORD_DTYPE)
+                    events = slots[: len(keep)].view(SLOT_ITEM).reshape(-1)[wanted].view(RECORD_DTYPE)
                 if len(events):
                     meta.begins.update(_phase_labels(events))
                 if len(events) and checker is not None:
@@ -463,6 +446,6 @@ class ChunkedLog:
         self.truncated = truncated or header.status in STATUS_CUT_SHORT
         self.complete = bool(emitted) and last_kind == END
         self.damage = notes
-        self.writer = _writer_state(header, path, self.is_file)
+        self.writer = writer_state(header, path, self.is_file)
         self.records_total = emitted
         self.passes += 1

@@ -33,15 +33,12 @@ import csv
 import io
 import json
 import os
-import struct
 import warnings
 from dataclasses import dataclass, field
-from typing import IO, Iterator, Mapping, NamedTuple, Union
+from typing import IO, Iterator, Mapping, Union
 
 import numpy as np
 
-from .._compressed import (CompressedError, NotAFileError, file_kind, is_compressed, open_decompressed, open_file,
-                           read_trimmed)
 # The record kinds, flags, statuses, policy and pool names: defined in _records
 # (one source for the whole package), re-exported here for users of the decoder.
 from .._records import (  # noqa: F401
@@ -75,6 +72,38 @@ from .._records import (  # noqa: F401
     TRIM_REASONS,
     TRUNCATED,
 )
+# The format and the file's vocabulary, re-exported: this module is where a user of the decoder imports from.
+from .files import (  # noqa: F401
+    WRITER_CLOSED,
+    WRITER_KILLED,
+    WRITER_RUNNING,
+    WRITER_STOPPED,
+    WRITER_UNKNOWN,
+    load,
+    read_header,
+    writer_state,
+)
+from .format import (  # noqa: F401
+    CHECKSUMS_FROM,
+    FRAME_DTYPE,
+    HEADER_SIZE,
+    MAGIC,
+    RECORD_DTYPE,
+    RECORD_SIZE,
+    SLOT_ITEM,
+    STACK_DTYPE,
+    STRING_CHUNK,
+    STRING_DTYPES,
+    VERSION,
+    VERSIONS,
+    Frame,
+    LogDamageWarning,
+    LogFormatError,
+    LogHeader,
+    kind_names,
+    parse_header,
+    xor_folded,
+)
 from .strings import StringTable
 
 __all__ = [
@@ -94,96 +123,7 @@ __all__ = [
     "to_jsonl",
 ]
 
-MAGIC = LOG_MAGIC
-VERSION = 2  # what the library writes; VERSIONS are what this decoder reads
-VERSIONS = (1, 2)
-HEADER_SIZE = 128
-RECORD_SIZE = 64
-BYTE_ORDER_MARK = 0x01020304
-CHECKSUMS_FROM = 2  # the first version whose slots (byte 62) and header (byte 60) carry a checksum
 DAMAGE_LISTED = 5  # byte offsets named per kind of damage; the rest are counted
-
-# What became of a log's writer (Log.writer).
-WRITER_CLOSED = "closed"
-WRITER_STOPPED = "stopped early"  # log_max reached, disk full, address space used up
-WRITER_RUNNING = "running"  # not closed, and a process holds the file's lock
-WRITER_KILLED = "killed"  # not closed, and no process holds the lock
-WRITER_UNKNOWN = "unknown"  # not closed, and no way to ask (a copy, bytes, a version-1 log)
-
-
-# Event records: docs/LOG_FORMAT.md, "Event records".
-RECORD_DTYPE = np.dtype(
-    {
-        # Every byte is named: a masked selection copies only named fields. Byte
-        # 62 is the checksum (version 2); version 1 left it 0 (and used it for
-        # text in string slots).
-        "names": ["time_ns", "seq", "addr", "size", "block_size", "stream", "tid", "stack", "phase", "device",
-                  "policy", "pool", "flags", "checksum", "kind"],
-        "formats": ["<u8", "<u8", "<u8", "<u8", "<u8", "<u8", "<u4", "<u4", "<u2", "i1", "u1", "u1", "u1", "u1",
-                    "u1"],
-        "offsets": [0, 8, 16, 24, 32, 40, 48, 52, 56, 58, 59, 60, 61, 62, 63],
-        "itemsize": RECORD_SIZE,
-    }
-)
-# Metadata records, the same 64 bytes seen differently ("Metadata records").
-# A string slot carries 46 bytes of text (version 2: byte 62 is the checksum), 47 in version 1.
-_STRING_CHUNK = {1: 47, 2: 46}
-_STRING_DTYPES = {
-    version: np.dtype({"names": ["id", "len", "chunk", "seq", "text"],
-                       "formats": ["<u4", "<u2", "<u2", "<u8", ("u1", chunk)],
-                       "offsets": [0, 4, 6, 8, 16], "itemsize": RECORD_SIZE})
-    for version, chunk in _STRING_CHUNK.items()
-}
-_FRAME_DTYPE = np.dtype(
-    {"names": ["id", "line", "seq", "file", "func"], "formats": ["<u4", "<u4", "<u8", "<u4", "<u4"],
-     "offsets": [0, 4, 8, 16, 20], "itemsize": RECORD_SIZE}
-)
-_STACK_DTYPE = np.dtype(
-    {"names": ["id", "nframes", "chunk", "seq", "frames"], "formats": ["<u4", "<u2", "<u2", "<u8", ("<u4", 11)],
-     "offsets": [0, 4, 6, 8, 16], "itemsize": RECORD_SIZE}
-)
-_STACK_CHUNK = 11
-
-_HEADER = struct.Struct("<8sIIIIQQIiQIIQ16si")  # the first 92 bytes of the header
-
-_KIND_NAME_TABLE = np.array([KIND_NAMES.get(k, f"kind{k}") for k in range(256)], dtype=object)
-
-
-class LogFormatError(ValueError):
-    """The file is not a torchalloc log, or one of a version this decoder cannot read."""
-
-
-class LogDamageWarning(UserWarning):
-    """The log is cut short or damaged; it was decoded up to the damage."""
-
-
-class Frame(NamedTuple):
-    """One Python frame of a captured stack."""
-
-    filename: str
-    line: int
-    function: str
-
-
-@dataclass(frozen=True)
-class LogHeader:
-    version: int
-    header_size: int
-    record_size: int
-    created_realtime_ns: int   # CLOCK_REALTIME when the log was opened
-    created_monotonic_ns: int  # CLOCK_MONOTONIC at the same moment (records' time base)
-    pid: int
-    rank: int                  # $RANK (else $LOCAL_RANK) of the writer, -1 when unset
-    max_bytes: int             # log_max, 0 for none
-    status: int                # STATUS_NAMES: open (or killed), closed, log_max reached, disk full, ...
-    end_offset: int            # with status != 0: bytes of valid data
-    producer: str
-    checksum_ok: bool = True   # version 2: the header's bytes are as written (always True for version 1)
-    world_size: int = 0        # $WORLD_SIZE of the writer; 0 when unset, or written before the field (reserved 0s)
-
-    @property
-    def status_name(self) -> str:
-        return STATUS_NAMES.get(self.status, f"status {self.status}")
 
 
 @dataclass
@@ -238,138 +178,9 @@ class Log:
         return (self.records["time_ns"].astype(np.uint64) + np.uint64(offset)).view(np.int64)
 
 
-def kind_names(kinds: Union[np.ndarray, int]) -> Union[np.ndarray, str]:
-    """Names of record kinds: an array of kind numbers gives an array of str."""
-    if np.isscalar(kinds):
-        return KIND_NAMES.get(int(kinds), f"kind{int(kinds)}")  # type: ignore[arg-type]
-    return _KIND_NAME_TABLE[np.asarray(kinds, dtype=np.uint8)]
-
-
 # ---------------------------------------------------------------------------
 # Decoding
 # ---------------------------------------------------------------------------
-
-
-_WHAT = "a torchalloc log"
-
-
-def _check_regular_file(path: str) -> None:
-    """LogFormatError for a directory, FIFO or device: reading one fails or never ends."""
-    kind = file_kind(os.stat(path).st_mode)  # FileNotFoundError and PermissionError go to the caller as they are
-    if kind is not None:
-        raise LogFormatError(f"{path}: is {kind}, not {_WHAT}")
-
-
-def open_log_file(path: str, buffering: int = -1, compressed: bool = False) -> IO[bytes]:
-    """The log file at `path` open for reading (inflated as read when `compressed`), never blocking on a FIFO or
-    device put there since it was checked: LogFormatError for one (open_file checks the open descriptor)."""
-    try:
-        return open_decompressed(path, what=_WHAT) if compressed else open_file(path, buffering, what=_WHAT)
-    except NotAFileError as e:
-        raise LogFormatError(str(e)) from None
-
-
-def _load(source: Union[str, os.PathLike, bytes, bytearray, memoryview]) -> tuple[str, np.ndarray, bool, int]:
-    """The log's name, its bytes, whether they are the file itself (not bytes, not decompressed), and its size.
-
-    A compressed log is inflated a piece at a time and the zeros it ends with are not kept (issue 36: 300 KB
-    of xz held a record and 2 GiB of zero slots), so the bytes may be shorter than the size: what is
-    missing is zeros, which decode to nothing (past the last complete record, a zero slot is unused space).
-    Kept are the header and the whole slot holding the last non-zero byte."""
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        data = np.frombuffer(source, dtype=np.uint8)
-        return "<bytes>", data, False, len(data)
-    path = os.fspath(source)
-    _check_regular_file(path)
-    with open_log_file(path) as f:
-        compressed = is_compressed(f.read(8))
-        if not compressed:
-            f.seek(0)
-            data = np.fromfile(f, dtype=np.uint8)
-            return str(path), data, True, len(data)
-    try:
-        with open_log_file(path, compressed=True) as f:
-            kept, size = read_trimmed(f, keep_at_least=HEADER_SIZE, pad=RECORD_SIZE - 1)
-    except CompressedError as e:
-        raise LogFormatError(f"{path}: {e}") from None
-    return str(path), np.frombuffer(kept, dtype=np.uint8), False, size
-
-
-def _lock_held(path: str) -> bool | None:
-    """Whether a process holds the log's lock (its writer, still running); None when that cannot be asked.
-
-    The writer holds an exclusive flock while the log is open. A shared
-    one taken here is dropped at once (closing the descriptor), so a new
-    writer is never kept out for longer than this call.
-    """
-    try:
-        import fcntl
-    except ImportError:  # not a POSIX system
-        return None
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return False
-
-
-def _writer_state(header: LogHeader, path: str, is_file: bool) -> str:
-    if header.status == STATUS_CLOSED:
-        return WRITER_CLOSED
-    if header.status != STATUS_OPEN:
-        return WRITER_STOPPED
-    if not is_file or header.version < CHECKSUMS_FROM:  # version-1 writers took no lock
-        return WRITER_UNKNOWN
-    held = _lock_held(path)
-    return WRITER_UNKNOWN if held is None else WRITER_RUNNING if held else WRITER_KILLED
-
-
-def _xor_folded(rows: np.ndarray) -> np.ndarray:
-    """Per row of bytes (a multiple of 8 wide), the XOR of all its bytes: 0 where a checksum holds."""
-    x = np.bitwise_xor.reduce(np.ascontiguousarray(rows).view("<u8"), axis=1)
-    x ^= x >> np.uint64(32)
-    x ^= x >> np.uint64(16)
-    x ^= x >> np.uint64(8)
-    return (x & np.uint64(0xFF)).astype(np.uint8)
-
-
-def empty_file(path: object) -> str:
-    """What every tool says of a file with no bytes (its content, when compressed), whichever reads it."""
-    return f"{path}: empty file (0 bytes): neither a torchalloc log nor a PyTorch snapshot"
-
-
-def _parse_header(path: str, data: np.ndarray) -> LogHeader:
-    head = data[:HEADER_SIZE].tobytes()
-    if not head:
-        raise LogFormatError(empty_file(path))
-    if len(head) < len(MAGIC) or head[: len(MAGIC)] != MAGIC:
-        raise LogFormatError(
-            f"{path}: not a torchalloc log (it starts with {head[:8]!r}; a torchalloc log starts with {MAGIC!r})"
-        )
-    if len(head) < HEADER_SIZE:
-        raise LogFormatError(f"{path}: the header is cut short ({len(head)} of {HEADER_SIZE} bytes)")
-    (_, version, header_size, record_size, bom, realtime, monotonic, pid, rank, max_bytes, status, _, end_offset,
-     producer, world_size) = _HEADER.unpack_from(head)
-    if version not in VERSIONS:
-        raise LogFormatError(
-            f"{path}: torchalloc log format version {version}; this decoder reads versions "
-            f"{', '.join(map(str, VERSIONS))} (use a torchalloc release that matches the writer)"
-        )
-    if bom != BYTE_ORDER_MARK:
-        raise LogFormatError(f"{path}: byte-order mark {bom:#010x}, expected {BYTE_ORDER_MARK:#010x} (little-endian)")
-    if record_size != RECORD_SIZE or header_size < HEADER_SIZE or header_size % 8:
-        raise LogFormatError(f"{path}: record size {record_size} / header size {header_size} not understood")
-    checksum_ok = version < CHECKSUMS_FROM or int(_xor_folded(data[None, :HEADER_SIZE])[0]) == 0
-    return LogHeader(version, header_size, record_size, realtime, monotonic, pid, rank, max_bytes, status,
-                     end_offset, producer.rstrip(b"\0").decode("utf-8", "replace"), checksum_ok, max(world_size, 0))
 
 
 class _Damage:
@@ -398,7 +209,7 @@ def _scan(raw: np.ndarray, slots: np.ndarray, header: LogHeader, tail: bytes, da
     # Version 2: a slot whose bytes no longer XOR to zero was changed after it
     # was written. It is dropped alone; the records around it stand.
     if header.version >= CHECKSUMS_FROM:
-        failed = ~zero & (_xor_folded(slots) != 0)
+        failed = ~zero & (xor_folded(slots) != 0)
     else:
         failed = np.zeros(n, dtype=bool)
     candidate = ~zero & ~failed
@@ -437,8 +248,8 @@ def _scan(raw: np.ndarray, slots: np.ndarray, header: LogHeader, tail: bytes, da
 
 
 def _strings(raw: np.ndarray, version: int, damage: _Damage) -> StringTable:
-    table = StringTable(_STRING_CHUNK[version])
-    table.add(raw[raw["kind"] == STRING].view(_STRING_DTYPES[version]))
+    table = StringTable(STRING_CHUNK[version])
+    table.add(raw[raw["kind"] == STRING].view(STRING_DTYPES[version]))
     note = table.missing_note()
     if note:
         damage.note(note)
@@ -446,7 +257,7 @@ def _strings(raw: np.ndarray, version: int, damage: _Damage) -> StringTable:
 
 
 def _frames(raw: np.ndarray, strings: Mapping[int, str]) -> dict[int, Frame]:
-    slots = raw[raw["kind"] == FRAME].view(_FRAME_DTYPE)
+    slots = raw[raw["kind"] == FRAME].view(FRAME_DTYPE)
     return {
         fid: Frame(strings.get(f, "?"), line, strings.get(fn, "?"))
         for fid, line, f, fn in zip(slots["id"].tolist(), slots["line"].tolist(), slots["file"].tolist(),
@@ -455,29 +266,13 @@ def _frames(raw: np.ndarray, strings: Mapping[int, str]) -> dict[int, Frame]:
 
 
 def _stacks(raw: np.ndarray, frames: dict[int, Frame]) -> dict[int, list[Frame]]:
-    slots = raw[raw["kind"] == STACK].view(_STACK_DTYPE)
+    slots = raw[raw["kind"] == STACK].view(STACK_DTYPE)
     ids: dict[int, list[int]] = {}
     for sid, nframes, chunk_frames in zip(slots["id"].tolist(), slots["nframes"].tolist(), slots["frames"].tolist()):
         got = ids.setdefault(sid, [])
         got.extend(chunk_frames[: nframes - len(got)])
     unknown = Frame("?", 0, "?")
     return {sid: [frames.get(f, unknown) for f in fids] for sid, fids in ids.items()}
-
-
-def read_header(path: Union[str, os.PathLike]) -> LogHeader:
-    """The header of the log at `path` alone (its rank, world size, pid, clocks): the first bytes of a plain
-    log; a compressed one is decompressed, as read_log would."""
-    name = os.fspath(path)
-    _check_regular_file(name)
-    with open_log_file(name) as f:
-        head = f.read(HEADER_SIZE)
-    if is_compressed(head[:8]):  # only the header is inflated, not the log
-        try:
-            with open_log_file(name, compressed=True) as f:
-                head = f.read(HEADER_SIZE)
-        except CompressedError as e:
-            raise LogFormatError(f"{name}: {e}") from None
-    return _parse_header(name, np.frombuffer(head, dtype=np.uint8))
 
 
 def read_log(source: Union[str, os.PathLike, bytes, bytearray, memoryview], *, warn: bool = False) -> Log:
@@ -488,8 +283,8 @@ def read_log(source: Union[str, os.PathLike, bytes, bytearray, memoryview], *, w
     said in ``Log.damage`` (one line each) and, with ``warn``, also raised
     as LogDamageWarning.
     """
-    path, data, is_file, size = _load(source)
-    header = _parse_header(path, data)
+    path, data, is_file, size = load(source)
+    header = parse_header(path, data)
     damage = _Damage(path)
     if not header.checksum_ok:
         damage.note("the header failed its checksum (bytes changed after it was written): its status, end offset, "
@@ -515,7 +310,7 @@ def read_log(source: Union[str, os.PathLike, bytes, bytearray, memoryview], *, w
     # structured dtype (numpy copies that field by field, 5x slower).
     events = (kinds < STRING) | (kinds > STACK)
     kept = slots[:last] if whole else slots[:last][keep]
-    records = kept.view(np.dtype((np.void, RECORD_SIZE))).reshape(-1)[events].view(RECORD_DTYPE)
+    records = kept.view(SLOT_ITEM).reshape(-1)[events].view(RECORD_DTYPE)
     truncated = bool(np.any(records["kind"] == TRUNCATED)) or header.status in STATUS_CUT_SHORT
     complete = bool(len(records)) and int(records["kind"][-1]) == END
     if header.status == STATUS_NO_SPACE:
@@ -528,7 +323,7 @@ def read_log(source: Union[str, os.PathLike, bytes, bytearray, memoryview], *, w
         for message in damage.messages:
             warnings.warn(message, LogDamageWarning, stacklevel=2)
     return Log(path, header, records, strings, frames, stacks, phase_names, truncated, complete, damage.messages,
-               _writer_state(header, path, is_file))
+               writer_state(header, path, is_file))
 
 
 # ---------------------------------------------------------------------------

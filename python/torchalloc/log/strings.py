@@ -36,7 +36,7 @@ class StringTable(Mapping[int, str]):
         self._parts: dict[int, bytearray] = {}
 
     def add(self, slots: np.ndarray) -> None:
-        """Take STRING slots viewed as reader._STRING_DTYPES (fields id, len, chunk, text)."""
+        """Take STRING slots viewed as format.STRING_DTYPES (fields id, len, chunk, text)."""
         chunk_bytes = self.chunk_bytes
         texts = slots["text"].tobytes()  # one copy of the piece's text, sliced once a string: no garbage between
         whole, parts = self._whole, self._parts

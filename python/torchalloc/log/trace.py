@@ -50,7 +50,7 @@ from .trace_snapshot import (  # noqa: F401
     looks_like_snapshot,
     safe_unpickle,
 )
-from .reader import empty_file
+from .format import empty_file
 
 __all__ = [
     "ALLOC", "FREE", "PHASE_BEGIN", "PHASE_END", "EVENT_DTYPE", "MAX_PHASES", "MAX_REQUEST",

@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import _records as records
 from ..printable import printable
-from .reader import LogFormatError
+from .format import LogFormatError
 from .chunks import DEFAULT_CHUNK_RECORDS, ChunkedLog
 from .trace_events import ALLOC, EVENT_DTYPE, FREE, MAX_PHASES, MAX_REQUEST, Trace, TraceError
 
