@@ -2,8 +2,8 @@
  * statuses, the 64-byte event record and the checksum every slot and the
  * header carry (docs/LOG_FORMAT.md says what each field means per kind).
  * The bottom of the log's layers: log_file.c writes records of this shape,
- * log_intern.c and log.c fill them, the decoder in python/torchalloc/log/reader.py
- * reads them. */
+ * log_intern.c and log.c fill them, python/torchalloc/log/format.py mirrors them
+ * and log/decode.py decodes them. */
 #ifndef TA_LOG_FORMAT_H
 #define TA_LOG_FORMAT_H
 

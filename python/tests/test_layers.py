@@ -67,15 +67,15 @@ ANALYSIS_STAGES: list[tuple[str, ...]] = [
     ("__init__",),  # re-exports
     ("job",),  # several logs (one per rank) analysed together
 ]
-# The readers in the order the data flows: a log's format and file, the decoder (read_log; chunks, reading a log in
-# pieces, checked as checks does), the trace built from its pieces (trace_stream) beside the snapshot's
-# (trace_snapshot, sharing trace_events), trace.py picking between them.
+# The readers in the order the data flows: a log's format, its file, the one decoder of its slots, the two drivers
+# of that decoder (read_log: a whole file as one piece; chunks: a file in pieces), the trace built from the pieces
+# (trace_stream) beside the snapshot's (trace_snapshot, sharing trace_events), trace.py picking between them.
 LOG_STAGES: list[tuple[str, ...]] = [
     ("format", "strings", "ranks", "trace_events"),  # the log's layout, header and checksum; string slots; traces
-    ("files", "checks"),  # opening, inflating, the writer's lock; records no writer produces
-    ("reader",),
-    ("chunks", "trace_snapshot"),
-    ("trace_stream",),
+    ("files", "decode"),  # a log's file; its slots decoded piece by piece (all read_log needs)
+    ("checks",),  # records no writer produces: what chunks and top screen out of the decoded records
+    ("reader", "chunks", "trace_snapshot"),  # read_log and ChunkedLog drive the decoder; a PyTorch snapshot
+    ("trace_stream",),  # a log as a trace
     ("trace",),
     ("__init__",),
 ]
@@ -282,7 +282,7 @@ def test_log_readers_import_only_earlier_stages() -> None:
 
 # The log decoder's modules: whoever drives the decoder (read_log, ChunkedLog, top's LiveReader) does it through
 # their public names.
-LOG_DECODER = {f"torchalloc.log.{m}" for m in ("format", "files", "reader", "chunks")}
+LOG_DECODER = {f"torchalloc.log.{m}" for m in ("format", "files", "decode", "reader", "chunks")}
 
 
 def test_the_log_decoder_is_driven_through_public_names() -> None:

@@ -1,8 +1,8 @@
 """The torchalloc log format (docs/LOG_FORMAT.md) as data: its sizes, its slots as numpy dtypes, its header,
 its checksum, and the errors of a file that is not one.
 
-Nothing here reads a file: log/files.py opens one, log/reader.py and log/chunks.py decode it (a whole file
-at once, or in pieces).
+Nothing here reads a file: log/files.py opens one, log/decode.py decodes its slots, log/reader.py and
+log/chunks.py drive the decoding (a whole file at once, or in pieces).
 """
 from __future__ import annotations
 

@@ -8,7 +8,8 @@
 
 The format is documented in docs/LOG_FORMAT.md; this module needs only numpy
 (no torch, no C library), so logs can be read anywhere. Every record is 64
-bytes, so the whole file is one ``np.frombuffer`` call; only the few
+bytes, so the whole file is one numpy array, given as one piece to the
+decoder the tools feed in pieces (log/decode.py); only the few
 string/frame/stack records are assembled in Python.
 
 A log cut short (the writer was killed, the file was copied while being
@@ -72,6 +73,7 @@ from .._records import (  # noqa: F401
     TRIM_REASONS,
     TRUNCATED,
 )
+from .decode import Decoder
 # The format and the file's vocabulary, re-exported: this module is where a user of the decoder imports from.
 from .files import (  # noqa: F401
     WRITER_CLOSED,
@@ -85,15 +87,11 @@ from .files import (  # noqa: F401
 )
 from .format import (  # noqa: F401
     CHECKSUMS_FROM,
-    FRAME_DTYPE,
     HEADER_SIZE,
     MAGIC,
     RECORD_DTYPE,
     RECORD_SIZE,
     SLOT_ITEM,
-    STACK_DTYPE,
-    STRING_CHUNK,
-    STRING_DTYPES,
     VERSION,
     VERSIONS,
     Frame,
@@ -102,9 +100,7 @@ from .format import (  # noqa: F401
     LogHeader,
     kind_names,
     parse_header,
-    xor_folded,
 )
-from .strings import StringTable
 
 __all__ = [
     "MAGIC",
@@ -122,8 +118,6 @@ __all__ = [
     "to_csv",
     "to_jsonl",
 ]
-
-DAMAGE_LISTED = 5  # byte offsets named per kind of damage; the rest are counted
 
 
 @dataclass
@@ -178,103 +172,6 @@ class Log:
         return (self.records["time_ns"].astype(np.uint64) + np.uint64(offset)).view(np.int64)
 
 
-# ---------------------------------------------------------------------------
-# Decoding
-# ---------------------------------------------------------------------------
-
-
-class _Damage:
-    """Collects damage notes; each names a byte offset."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.messages: list[str] = []
-
-    def note(self, message: str) -> None:
-        self.messages.append(f"{self.path}: {message}")
-
-
-def _offsets(header: LogHeader, idx: np.ndarray) -> str:
-    """The byte offsets of slots `idx`: the first few, then how many more."""
-    shown = ", ".join(str(header.header_size + int(i) * RECORD_SIZE) for i in idx[:DAMAGE_LISTED])
-    return shown + (f" and {idx.size - DAMAGE_LISTED} more" if idx.size > DAMAGE_LISTED else "")
-
-
-def _scan(raw: np.ndarray, slots: np.ndarray, header: LogHeader, tail: bytes, damage: _Damage) -> np.ndarray:
-    """Which slots to decode (a mask over the leading ones); notes every torn or damaged one.
-    `slots` is the same bytes as `raw`, one row of 64 per slot."""
-    n = len(raw)
-    kinds = raw["kind"]
-    zero = kinds == 0
-    # Version 2: a slot whose bytes no longer XOR to zero was changed after it
-    # was written. It is dropped alone; the records around it stand.
-    if header.version >= CHECKSUMS_FROM:
-        failed = ~zero & (xor_folded(slots) != 0)
-    else:
-        failed = np.zeros(n, dtype=bool)
-    candidate = ~zero & ~failed
-    good = candidate & (kinds <= MAX_KIND) & (raw["seq"] == np.arange(n, dtype=np.uint64))
-
-    def offset(i: int) -> int:
-        return header.header_size + int(i) * RECORD_SIZE
-
-    # A record that passes its checksum (or has none) but cannot be where it
-    # is: the rest of the file is not to be trusted.
-    bad = np.flatnonzero(candidate & ~good)
-    stop = int(bad[0]) if bad.size else n
-    if bad.size:
-        what = f"kind {int(kinds[stop])}" if kinds[stop] > MAX_KIND else f"sequence number {int(raw['seq'][stop])}"
-        damage.note(f"damaged record at byte offset {offset(stop)} ({what}, expected sequence number {stop}); "
-                    f"decoded the {stop} slots before it")
-    dropped = np.flatnonzero(failed[:stop])
-    if dropped.size:
-        damage.note(f"{dropped.size} record{'s' if dropped.size > 1 else ''} failed the checksum (bytes changed "
-                    f"after they were written: a disk or copy error) and were dropped, at byte offset "
-                    f"{_offsets(header, dropped)}")
-    good_idx = np.flatnonzero(good[:stop])
-    last = int(good_idx[-1]) + 1 if good_idx.size else 0
-    # Slots never completed: a writer killed between reserving and finishing.
-    # Past the last complete record, all-zero slots are just unused space.
-    torn = np.flatnonzero(zero[:last])
-    if stop > last:
-        torn = np.concatenate([torn, last + np.flatnonzero(slots[last:stop].any(axis=1) & zero[last:stop])])
-    for i in torn[:DAMAGE_LISTED]:
-        damage.note(f"incomplete record at byte offset {offset(i)} (its writer stopped mid-record); skipped")
-    if torn.size > DAMAGE_LISTED:
-        damage.note(f"... and {torn.size - DAMAGE_LISTED} more incomplete records")
-    if stop == n and any(tail):
-        damage.note(f"the file ends inside a record at byte offset {offset(n)} ({len(tail)} of {RECORD_SIZE} bytes)")
-    return good[:last]
-
-
-def _strings(raw: np.ndarray, version: int, damage: _Damage) -> StringTable:
-    table = StringTable(STRING_CHUNK[version])
-    table.add(raw[raw["kind"] == STRING].view(STRING_DTYPES[version]))
-    note = table.missing_note()
-    if note:
-        damage.note(note)
-    return table
-
-
-def _frames(raw: np.ndarray, strings: Mapping[int, str]) -> dict[int, Frame]:
-    slots = raw[raw["kind"] == FRAME].view(FRAME_DTYPE)
-    return {
-        fid: Frame(strings.get(f, "?"), line, strings.get(fn, "?"))
-        for fid, line, f, fn in zip(slots["id"].tolist(), slots["line"].tolist(), slots["file"].tolist(),
-                                    slots["func"].tolist())
-    }
-
-
-def _stacks(raw: np.ndarray, frames: dict[int, Frame]) -> dict[int, list[Frame]]:
-    slots = raw[raw["kind"] == STACK].view(STACK_DTYPE)
-    ids: dict[int, list[int]] = {}
-    for sid, nframes, chunk_frames in zip(slots["id"].tolist(), slots["nframes"].tolist(), slots["frames"].tolist()):
-        got = ids.setdefault(sid, [])
-        got.extend(chunk_frames[: nframes - len(got)])
-    unknown = Frame("?", 0, "?")
-    return {sid: [frames.get(f, unknown) for f in fids] for sid, fids in ids.items()}
-
-
 def read_log(source: Union[str, os.PathLike, bytes, bytearray, memoryview], *, warn: bool = False) -> Log:
     """Decode a torchalloc log (a path, or its bytes).
 
@@ -285,45 +182,22 @@ def read_log(source: Union[str, os.PathLike, bytes, bytearray, memoryview], *, w
     """
     path, data, is_file, size = load(source)
     header = parse_header(path, data)
-    damage = _Damage(path)
-    if not header.checksum_ok:
-        damage.note("the header failed its checksum (bytes changed after it was written): its status, end offset, "
-                    "pid or times may be wrong")
-    if header.status != 0 and header.end_offset > size:
-        damage.note(f"the file ends at byte offset {size}, but its header says the writer wrote "
-                    f"{header.end_offset} bytes (copied or cut short?)")
+    end = size
     if header.status != 0 and header.header_size <= header.end_offset < size:
-        size = header.end_offset  # anything after the end the writer declared is not log data
-    body = data[header.header_size:size]  # a compressed log's data may stop short of `size`: the rest is zeros
+        end = header.end_offset  # anything after the end the writer declared is not log data
+    body = data[header.header_size:end]  # a compressed log's data may stop short of `end`: the rest is zeros
     n = len(body) // RECORD_SIZE
-    raw = np.frombuffer(body, dtype=RECORD_DTYPE, count=n)
-    slots = body[: n * RECORD_SIZE].reshape(n, RECORD_SIZE)
-    keep = _scan(raw, slots, header, body[n * RECORD_SIZE:].tobytes(), damage)
-    last = len(keep)
-    whole = bool(keep.all())
-    raw = raw[:last] if whole else raw[:last][keep]
-    kinds = raw["kind"]
-    strings = _strings(raw, header.version, damage)
-    frames = _frames(raw, strings)
-    stacks = _stacks(raw, frames)
-    # Select on opaque 64-byte items (a plain memcpy each), not the padded
-    # structured dtype (numpy copies that field by field, 5x slower).
-    events = (kinds < STRING) | (kinds > STACK)
-    kept = slots[:last] if whole else slots[:last][keep]
-    records = kept.view(SLOT_ITEM).reshape(-1)[events].view(RECORD_DTYPE)
-    truncated = bool(np.any(records["kind"] == TRUNCATED)) or header.status in STATUS_CUT_SHORT
-    complete = bool(len(records)) and int(records["kind"][-1]) == END
-    if header.status == STATUS_NO_SPACE:
-        damage.note(f"the writer could not grow the file (disk full?); it stopped at byte offset {header.end_offset}")
-    phase_names = {0: "default"}
-    begins = records[records["kind"] == PHASE_BEGIN]
-    for phase, label in set(zip(begins["phase"].tolist(), begins["stack"].tolist())):
-        phase_names[phase] = strings.get(label, f"phase{phase}")
+    decoder = Decoder(header, path)  # the whole log as one piece
+    records = decoder.piece(body[: n * RECORD_SIZE].reshape(n, RECORD_SIZE))
+    if isinstance(source, (bytes, bytearray, memoryview)) and (np.may_share_memory(records, data)
+                                                               or not records.flags.writeable):
+        records = records.view(SLOT_ITEM).copy().view(RECORD_DTYPE)  # the log's own: no view of the caller's bytes
+    decoded = decoder.finish(body[n * RECORD_SIZE:].tobytes(), size)
     if warn:
-        for message in damage.messages:
+        for message in decoded.damage:
             warnings.warn(message, LogDamageWarning, stacklevel=2)
-    return Log(path, header, records, strings, frames, stacks, phase_names, truncated, complete, damage.messages,
-               writer_state(header, path, is_file))
+    return Log(path, header, records, decoded.strings, decoded.frames, decoded.stacks, decoded.phase_names,
+               decoded.truncated, decoded.complete, decoded.damage, writer_state(header, path, is_file))
 
 
 # ---------------------------------------------------------------------------
