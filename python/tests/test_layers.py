@@ -75,7 +75,7 @@ LOG_STAGES: list[tuple[str, ...]] = [
     ("files", "decode"),  # a log's file; its slots decoded piece by piece (all read_log needs)
     ("checks",),  # records no writer produces: what chunks and top screen out of the decoded records
     ("reader", "chunks", "trace_snapshot"),  # read_log and ChunkedLog drive the decoder; a PyTorch snapshot
-    ("trace_stream",),  # a log as a trace
+    ("trace_stream",),  # a log as a trace, through log_events
     ("trace",),
     ("__init__",),
 ]

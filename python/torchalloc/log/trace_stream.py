@@ -136,18 +136,26 @@ def to_events(rows: np.ndarray) -> np.ndarray:
 def log_events(log: ChunkedLog, device: int, *, upto: int | None = None, what: str = "log") -> Iterator[np.ndarray]:
     """The device's replay events piece by piece (its allocs and frees, every phase begin and end); with `upto`,
     only those among the first `upto` rows of the device table (records about the device or about none)."""
+    for _, _, events in _device_pieces(log, device, upto=upto, what=what):
+        yield events
+
+
+def _device_pieces(log: ChunkedLog, device: int, *, upto: int | None = None,
+                   what: str = "log") -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """log_events' pieces with what they were made of: (the piece's log records, the mask of those that are
+    events, the events)."""
     seen = 0
     for _, recs in log.chunks():
-        kind, dev = recs["kind"], recs["device"]
         if upto is not None:
+            dev = recs["device"]
             in_table = np.flatnonzero((dev == device) | (dev < 0))
             if seen >= upto:
                 continue
             take = in_table[: upto - seen]
             seen += in_table.size
             recs = recs[: int(take[-1]) + 1] if take.size else recs[:0]
-            kind, dev = recs["kind"], recs["device"]
-        sel = (((kind == records.ALLOC) | (kind == records.FREE)) & (dev == device)) | \
+        kind = recs["kind"]
+        sel = (((kind == records.ALLOC) | (kind == records.FREE)) & (recs["device"] == device)) | \
               (kind == records.PHASE_BEGIN) | (kind == records.PHASE_END)
         rows = recs[sel]
         if (rows["phase"] >= MAX_PHASES).any():
@@ -155,7 +163,7 @@ def log_events(log: ChunkedLog, device: int, *, upto: int | None = None, what: s
         events = to_events(rows)
         if (events["size"] > MAX_REQUEST).any():
             raise TraceError(f"{what}: an allocation of more than {MAX_REQUEST} bytes: damaged log")
-        yield events
+        yield recs, sel, events
 
 
 class _Live:
@@ -255,18 +263,10 @@ def _load(source: str | os.PathLike[str] | bytes, *, device: int | None, prelude
     facts = {"ooms": 0, "blocks": 0, "count": 0}
 
     def pieces() -> Iterator[np.ndarray]:
-        for _, recs in log.chunks():
-            kind, dev = recs["kind"], recs["device"]
-            on_dev = dev == device
-            is_block = ((kind == records.ALLOC) | (kind == records.FREE)) & on_dev
-            sel = is_block | (kind == records.PHASE_BEGIN) | (kind == records.PHASE_END)
-            rows = recs[sel]
-            if (rows["phase"] >= MAX_PHASES).any():
-                raise TraceError(f"{what}: phase ids above {MAX_PHASES - 1}: not a log this version wrote")
-            events = to_events(rows)
-            if (events["size"] > MAX_REQUEST).any():
-                raise TraceError(f"{what}: an allocation of more than {MAX_REQUEST} bytes: damaged log")
-            facts["blocks"] += int(is_block.sum())
+        for recs, sel, events in _device_pieces(log, device, what=what):
+            kind = recs["kind"]
+            on_dev = recs["device"] == device
+            facts["blocks"] += int((events["kind"] <= FREE).sum())  # the allocs and frees among the events
             facts["ooms"] += int(((kind == records.OOM) & on_dev).sum())
             is_seg = ((kind == records.SEGMENT_ALLOC) | (kind == records.SEGMENT_FREE)) & on_dev
             if is_seg.any():
@@ -278,7 +278,7 @@ def _load(source: str | os.PathLike[str] | bytes, *, device: int | None, prelude
             ff = live.piece(events)
             if ff.any():
                 pre = events[ff]
-                sizes = rows["size"][ff].astype(np.int64)  # the free record's: the bytes asked at the alloc
+                sizes = recs["size"][sel][ff].astype(np.int64)  # the free record's: the bytes asked at the alloc
                 first_frees.append(np.stack((pre["addr"].astype(np.int64), sizes,
                                              pre["stream"].astype(np.int64), pre["phase"].astype(np.int64)), axis=1))
             facts["count"] += len(events)
