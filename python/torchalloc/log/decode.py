@@ -43,6 +43,8 @@ def slot_states(slots: np.ndarray, base: int, version: int) -> tuple[np.ndarray,
     raw = slots.view(RECORD_DTYPE).reshape(-1)
     kinds = raw["kind"]
     zero = kinds == 0
+    if zero.all():  # nothing written here (often unused space): no checksum nor sequence number to look at
+        return zero, np.zeros(len(slots), dtype=bool), np.zeros(len(slots), dtype=bool)
     if version >= CHECKSUMS_FROM:
         failed = ~zero & (xor_folded(slots) != 0)
     else:
@@ -86,14 +88,14 @@ class _Scan:
         """The mask of slots to decode among `slots` (rows of 64 bytes, the first being slot `base`); shorter
         than `slots` when damage stops the decoding in this piece."""
         n = len(slots)
-        if not slots.view(np.uint64).any():
+        zero, failed, good = slot_states(slots, base, self.header.version)
+        if zero.all() and not slots.view(np.uint64).any():
             # Unused space (a killed writer's, or a padded file's): what the general case below gives for
             # all-zero slots, at a fraction of its cost; a small file can inflate to gigabytes of these.
             self.pending_zero.add(np.arange(base, base + n, dtype=np.uint64))
             return np.zeros(n, dtype=bool)
         raw = slots.view(RECORD_DTYPE).reshape(-1)
         kinds = raw["kind"]
-        zero, failed, good = slot_states(slots, base, self.header.version)
         bad = np.flatnonzero(~(zero | failed | good))  # records that cannot be where they are
         if bad.size:
             end = int(bad[0])
