@@ -73,8 +73,9 @@ from .._records import (  # noqa: F401
     TRIM_REASONS,
     TRUNCATED,
 )
-from .decode import Decoder
-# The format and the file's vocabulary, re-exported: this module is where a user of the decoder imports from.
+# The decoder's, the file's and the format's public names, re-exported: this module is where a user of the
+# decoder imports them from, as before they moved.
+from .decode import DAMAGE_LISTED, Decoder  # noqa: F401
 from .files import (  # noqa: F401
     WRITER_CLOSED,
     WRITER_KILLED,
@@ -82,10 +83,12 @@ from .files import (  # noqa: F401
     WRITER_STOPPED,
     WRITER_UNKNOWN,
     load,
+    open_log_file,
     read_header,
     writer_state,
 )
 from .format import (  # noqa: F401
+    BYTE_ORDER_MARK,
     CHECKSUMS_FROM,
     HEADER_SIZE,
     MAGIC,
@@ -98,6 +101,7 @@ from .format import (  # noqa: F401
     LogDamageWarning,
     LogFormatError,
     LogHeader,
+    empty_file,
     kind_names,
     parse_header,
 )
