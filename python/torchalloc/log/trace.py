@@ -15,7 +15,7 @@ Two sources, each in its own module:
   size (trace_stream.py).
 
 The result is a `Trace` (trace_events.py): a numpy structured array with the
-layout of ``torchalloc_replay_event`` (include/torchalloc.h), plus what the
+layout of ``torchalloc_replay_event`` (include/torchalloc_replay.h), plus what the
 trace says about itself (how PyTorch's own allocator reserved memory, for a
 snapshot; frees of addresses it never saw allocated, and so on). This module
 reads the file and picks the source; the names the package uses are

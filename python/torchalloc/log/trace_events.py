@@ -1,7 +1,7 @@
 """The replay event array and the `Trace` around it: what every trace source produces.
 
 Takes nothing from outside the package; gives `EVENT_DTYPE` (the numpy
-layout of ``torchalloc_replay_event``, include/torchalloc.h), the event
+layout of ``torchalloc_replay_event``, include/torchalloc_replay.h), the event
 kinds, `Trace` (the events plus what the trace says about itself: PyTorch's
 own reserved curve, frees of addresses it never saw allocated, notes),
 `TraceError`, the live-byte peaks of an event array, and `from_arrays` for

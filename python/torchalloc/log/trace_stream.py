@@ -166,7 +166,7 @@ def _device_pieces(log: ChunkedLog, device: int, *, upto: int | None = None,
         yield recs, sel, events
 
 
-class _Live:
+class LivePeaks:
     """The trace's live addresses piece by piece, as trace_events._live_deltas counts them."""
 
     def __init__(self) -> None:
@@ -255,7 +255,7 @@ def _load(source: str | os.PathLike[str] | bytes, *, device: int | None, prelude
     if device is None:
         busiest = _busiest_device(log)
         device = busiest if busiest is not None else 0
-    live = _Live()
+    live = LivePeaks()
     first_frees: list[np.ndarray] = []
     seg_pos: list[np.ndarray] = []
     seg_delta: list[np.ndarray] = []
@@ -310,7 +310,7 @@ def _load(source: str | os.PathLike[str] | bytes, *, device: int | None, prelude
         notes.append(f"{n_pre} allocations made before the log was opened were reconstructed at its start")
     if log.truncated:
         notes.append("the log was cut short by its writer (log_max or a full disk): the trace ends early")
-    peaks = _Live()  # live_peaks over the prelude and the events: one more pass, over the events kept
+    peaks = LivePeaks()  # live_peaks over the prelude and the events: one more pass, over the events kept
     for piece in spilled.pieces():
         peaks.piece(piece)
     trace = Trace(events=np.zeros(0, dtype=EVENT_DTYPE), source="torchalloc-log", path=what, device=device,

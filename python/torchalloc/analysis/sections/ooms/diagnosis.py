@@ -151,7 +151,7 @@ def trace_until(log: ChunkedLog, scan: Scan, path: Any, index: int) -> Any:
     events up to the record, then the failed request (at an address no event uses)."""
     from ....log.trace_events import ALLOC as EV_ALLOC
     from ....log.trace_events import EVENT_DTYPE, Trace
-    from ....log.trace_stream import SpilledEvents, _Live, log_events
+    from ....log.trace_stream import SpilledEvents, LivePeaks, log_events
     from ....replay.oom_alternatives import _unused_address
 
     head = before_log_events(scan)
@@ -175,7 +175,7 @@ def trace_until(log: ChunkedLog, scan: Scan, path: Any, index: int) -> Any:
     tail["stream"], tail["phase"] = oom["stream"], oom["phase"]
     spilled.tail = tail
     spilled.allocs += 1
-    peaks = _Live()
+    peaks = LivePeaks()
     for piece in spilled.pieces():
         peaks.piece(piece)
     trace = Trace(events=np.zeros(0, dtype=EVENT_DTYPE), source="torchalloc-log",
