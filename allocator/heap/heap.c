@@ -354,11 +354,10 @@ static uintptr_t *live_blocks_of(ta_heap *h, const ta_policy *policy, size_t *n)
     if (r->items[i]->policy_instance != policy) continue;
     for (const ta_block *b = r->items[i]->first; out && b; b = b->next) {
       if (b->state != TA_BLOCK_LIVE) continue;
-      if (count == cap) {
-        uintptr_t *grown = realloc(out, (cap *= 2) * sizeof *out);
-        if (!grown) free(out);
-        out = grown;
-        if (!out) break;
+      if (ta_grow(&out, &cap, count + 1, 16)) {
+        free(out);
+        out = NULL;
+        break;
       }
       out[count++] = b->addr;
     }

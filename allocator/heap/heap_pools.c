@@ -33,13 +33,7 @@ static ta_private_pool *find(ta_heap *h, const uint64_t id[2]) {
 }
 
 static ta_private_pool *create(ta_heap *h, const uint64_t id[2], const torchalloc_pool_source *source) {
-  if (h->npools == h->cap_pools) {
-    size_t cap = h->cap_pools ? h->cap_pools * 2 : 4;
-    ta_private_pool *pools = realloc(h->pools, cap * sizeof *pools);
-    if (!pools) return NULL;
-    h->pools = pools;
-    h->cap_pools = cap;
-  }
+  if (ta_grow(&h->pools, &h->cap_pools, h->npools + 1, 4)) return NULL;
   uint8_t id_policy = ta_policy_for_private_pools();
   ta_policy *policy = ta_policy_by_id(id_policy)->create(&h->seg, id_policy, 0); /* never expandable: see policy.h */
   if (!policy) return NULL;

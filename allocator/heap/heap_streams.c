@@ -75,13 +75,7 @@ static int record_events(ta_heap *h, ta_pending_free *p) {
 
 /* The block waits in the pending list (stats count it as active). */
 static int add_pending(ta_heap *h, ta_block *b) {
-  if (h->npending == h->cap_pending) {
-    size_t cap = h->cap_pending ? h->cap_pending * 2 : 16;
-    ta_pending_free *p = realloc(h->pending, cap * sizeof *p);
-    if (!p) return -1;
-    h->pending = p;
-    h->cap_pending = cap;
-  }
+  if (ta_grow(&h->pending, &h->cap_pending, h->npending + 1, 16)) return -1;
   b->state = TA_BLOCK_PENDING;
   ta_stats_add(h->pending_stats.count, ta_block_pool(b), 1);
   ta_stats_add(h->pending_stats.bytes, ta_block_pool(b), (int64_t)b->size);
@@ -136,13 +130,7 @@ static int append_frontier(ta_heap *h, cudaStream_t stream, uint64_t **nodes, si
   size_t count = 0;
   int rc = backend->ops->capture_frontier(backend, h->device, stream, guess, FRONTIER_GUESS, &count);
   if (rc != 1) return rc;
-  if (*n + count > *cap) {
-    size_t want = (*n + count) * 2;
-    uint64_t *grown = realloc(*nodes, want * sizeof *grown);
-    if (!grown) return -1;
-    *nodes = grown;
-    *cap = want;
-  }
+  if (ta_grow(nodes, cap, *n + count, 2 * (*n + count))) return -1;
   if (count == 0) return 1; /* a capture with nothing in it yet */
   if (count <= FRONTIER_GUESS) memcpy(*nodes + *n, guess, count * sizeof *guess);
   else if (backend->ops->capture_frontier(backend, h->device, stream, *nodes + *n, count, &count) != 1) return -1;
@@ -219,12 +207,7 @@ static int preceding_nodes(ta_heap *h, cudaStream_t stream, node_set *seen) {
     }
     size_t count = 0;
     if (backend->ops->node_dependencies(backend, h->device, node, deps, FRONTIER_GUESS, &count) != 0) rc = -1;
-    if (rc == 0 && n + count > cap) {
-      size_t want = (n + count) * 2;
-      uint64_t *grown = realloc(todo, want * sizeof *grown);
-      if (grown) todo = grown, cap = want;
-      else rc = -1;
-    }
+    if (rc == 0 && ta_grow(&todo, &cap, n + count, 2 * (n + count))) rc = -1;
     if (rc == 0 && count == 0) continue; /* the capture's first node */
     if (rc == 0 && count <= FRONTIER_GUESS) memcpy(todo + n, deps, count * sizeof *deps);
     else if (rc == 0 && backend->ops->node_dependencies(backend, h->device, node, todo + n, count, &count)) rc = -1;

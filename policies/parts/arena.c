@@ -137,13 +137,7 @@ static size_t lend_from(ta_arena *a, cudaStream_t stream, size_t granule, size_t
       if (b->state != TA_BLOCK_FREE || b == keep || !ta_segments_mapped_run(seg, b->addr, b->addr + b->size, &lo, &hi))
         continue;
       if (hi - lo > ta_align_up(want - got, granule)) hi = lo + ta_align_up(want - got, granule);
-      if (a->nretiring == a->cap_retiring) {
-        size_t cap = a->cap_retiring ? a->cap_retiring * 2 : 16;
-        ta_block **grown = realloc(a->retiring, cap * sizeof *grown);
-        if (!grown) return got;
-        a->retiring = grown;
-        a->cap_retiring = cap;
-      }
+      if (ta_grow(&a->retiring, &a->cap_retiring, a->nretiring + 1, 16)) return got;
       ta_block *r = ta_arena_claim(a, seg, lo, hi - lo);
       if (!r) return got; /* host memory */
       r->state = TA_BLOCK_RETIRING;

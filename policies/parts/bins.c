@@ -213,13 +213,7 @@ static void sift_down(uint64_t *heap, size_t n, size_t i) {
 }
 
 static int heap_push(ta_free_census *c, uint64_t units) {
-  if (c->nheap == c->cap_heap) {
-    size_t cap = c->cap_heap ? c->cap_heap * 2 : 64;
-    uint64_t *heap = realloc(c->heap, cap * sizeof *heap);
-    if (!heap) return -1;
-    c->heap = heap;
-    c->cap_heap = cap;
-  }
+  if (ta_grow(&c->heap, &c->cap_heap, c->nheap + 1, 64)) return -1;
   size_t i = c->nheap++;
   for (; i && c->heap[(i - 1) / 2] < units; i = (i - 1) / 2) c->heap[i] = c->heap[(i - 1) / 2];
   c->heap[i] = units;
