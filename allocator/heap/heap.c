@@ -30,8 +30,8 @@ static ta_policy *policy_get(ta_heap *h, uint8_t id) {
   return h->policies[id];
 }
 
-ta_heap *ta_heap_create(ta_backend *backend, int device, const ta_config *conf, int logged, char *err,
-                        size_t errlen) {
+ta_heap *ta_heap_create(ta_backend *backend, int device, const ta_config *conf, const ta_heap_options *options,
+                        char *err, size_t errlen) {
   uint8_t id;
   if (!ta_policy_by_name(conf->policy, &id)) {
     snprintf(err, errlen, "unknown policy '%s' (expected %s)", conf->policy, ta_policy_choices());
@@ -51,7 +51,8 @@ ta_heap *ta_heap_create(ta_backend *backend, int device, const ta_config *conf, 
   h->stats.version = TORCHALLOC_STATS_VERSION;
   ta_segments_init(&h->seg, backend, device, &h->stats, conf->large_handle, conf->large_handle_set);
   ta_segments_moves_init(&h->seg, (unsigned)conf->move_time);
-  h->seg.logged = logged;
+  h->seg.logged = options->logged;
+  h->seg.census = options->census; /* before the first policy, which takes it from the segment layer */
   h->current = policy_get(h, id);
   if (!h->current) {
     snprintf(err, errlen, "out of host memory");

@@ -20,11 +20,17 @@
 #include "heap/heap_streams.h"
 #include "heap/heap_share.h"
 
+/* How a heap is made, besides its configuration. */
+typedef struct ta_heap_options {
+  int logged;             /* write the process event log (the runtime's heaps; not replay's private one) */
+  ta_free_census *census; /* told of every free block by every policy of the heap from its start (replay's
+                           * figures at new peaks); NULL: none */
+} ta_heap_options;
+
 /* A heap for `device` of `backend`, its current policy named by the config.
- * NULL with a message in err when it cannot be made. `logged`: write the
- * process event log (the runtime's heaps; not replay's private one). */
-ta_internal ta_heap *ta_heap_create(ta_backend *backend, int device, const ta_config *conf, int logged, char *err,
-                                    size_t errlen);
+ * NULL with a message in err when it cannot be made. */
+ta_internal ta_heap *ta_heap_create(ta_backend *backend, int device, const ta_config *conf,
+                                    const ta_heap_options *options, char *err, size_t errlen);
 ta_internal void ta_heap_destroy(ta_heap *h);
 
 ta_internal void *ta_heap_malloc(ta_heap *h, size_t size, cudaStream_t stream);

@@ -281,7 +281,7 @@ ta_noinline ta_heap *ta_runtime_heap_slow(int device) {
   ta_heap *h = atomic_load(&ta_rt.heaps[device]);
   if (!h && atomic_load(&ta_rt.state) == TA_STATE_READY) {
     char err[256];
-    h = ta_heap_create(ta_rt.backend, device, &ta_rt.conf, 1, err, sizeof err);
+    h = ta_heap_create(ta_rt.backend, device, &ta_rt.conf, &(ta_heap_options){.logged = 1}, err, sizeof err);
     if (h) h->routing_anywhere = &ta_rt.routing;
     if (h && ta_rt.conf.peers == TA_PEERS_ALL) grant_in_use_locked(h); /* no mapping yet: it only names them */
     if (h) atomic_store_explicit(&ta_rt.heaps[device], h, memory_order_release);

@@ -206,6 +206,8 @@ void ta_segments_init(ta_segments *s, ta_backend *backend, int device, torchallo
   s->handle_fixed = handle_fixed;
 }
 
+ta_free_census *ta_segments_census(const ta_segments *s) { return s->census; }
+
 void ta_segments_destroy(ta_segments *seg) {
   ta_segment_registry *r = &seg->registry;
   for (size_t i = 0; i < r->count; i++) {
