@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "parts/arena.h"
+#include "parts/size_classes.h"
 #include "policy_list.h"
 
 typedef struct caching_policy {
@@ -55,6 +56,7 @@ const ta_policy_ops ta_caching_policy = {
     .destroy = caching_destroy,
     .malloc = caching_malloc,
     .free = caching_free,
+    .pool_for = ta_size_class_pool,
     .release_cached = caching_release_cached,
     .claim = caching_claim,
 };

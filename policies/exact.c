@@ -46,6 +46,7 @@ const ta_policy_ops ta_exact_policy = {
     .destroy = exact_destroy,
     .malloc = exact_malloc,
     .free = exact_free,
+    .pool_for = ta_size_class_pool,
     .release_cached = exact_release_cached,
     .frees_to_device = 1,
 };

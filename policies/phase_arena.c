@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "parts/arena.h"
+#include "parts/size_classes.h"
 #include "policy_list.h"
 
 #define NARENAS TORCHALLOC_MAX_PHASES
@@ -71,6 +72,7 @@ const ta_policy_ops ta_phase_arena_policy = {
     .destroy = phase_arena_destroy,
     .malloc = phase_arena_malloc,
     .free = phase_arena_free,
+    .pool_for = ta_size_class_pool,
     .release_cached = release_all,
     .arena_reserved = arena_reserved,
     .arena_release = arena_release,

@@ -22,7 +22,6 @@
 #include "log/log_path.h"
 #include "accounting/oom_advice.h"
 #include "accounting/oom_verdict.h"
-#include "policies/parts/size_classes.h"
 #include "base/file_limit.h"
 #include "base/text.h"
 
@@ -341,7 +340,7 @@ static void note_detail(ta_heap *h, const ta_policy *policy, size_t size, int ph
   /* The granule expandable segments would give back for the request: the
    * device's, where large handles can be replaced on this path. */
   *d = (torchalloc_oom_detail){.struct_size = sizeof *d,
-                               .granule = ta_segments_oom_granule(&h->seg, ta_pool_for(ta_round_size(size))),
+                               .granule = ta_segments_oom_granule(&h->seg, policy->ops->pool_for(policy, size)),
                                .phase = (uint16_t)phase,
                                .expandable = (uint8_t)h->conf->expandable};
   int private_pool = h->policies[policy->id] != policy;

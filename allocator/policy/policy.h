@@ -37,6 +37,10 @@ typedef struct ta_policy_ops {
   ta_block *(*malloc)(ta_policy *p, size_t size, cudaStream_t stream, int phase);
   /* Take back a block this policy made (state TA_BLOCK_LIVE or PENDING). */
   void (*free)(ta_policy *p, ta_block *b);
+  /* The pool (TA_POOL_SMALL or TA_POOL_LARGE) whose segments would serve a
+   * request of `size` bytes: at a failure the OOM account names the granule
+   * that pool's expandable segments give back. */
+  int (*pool_for)(const ta_policy *p, size_t size);
   /* Release every fully free cached segment; returns the bytes released. */
   size_t (*release_cached)(ta_policy *p);
   /* Optional (NULL when the policy keeps no per-phase arenas): bytes held by
