@@ -308,6 +308,68 @@ ta_heap *ta_runtime_heap_for_control(int device) {
   return h;
 }
 
+int ta_runtime_stream_capturing(int device, cudaStream_t stream) {
+  ta_backend *b = ta_rt.backend;
+  return b && (unsigned)device < (unsigned)ta_rt.ndevices && b->ops->stream_capturing(b, device, stream);
+}
+
+/* ------------------------------------------------------------------------
+ * Settings every heap takes, and heaps made later with them
+ * ---------------------------------------------------------------------- */
+
+int ta_runtime_set_policy(const char *name) {
+  if (!name || !ta_policy_by_name(name, NULL)) {
+    ta_set_error("unknown policy '%s' (expected %s)", name ? name : "(null)", ta_policy_choices());
+    return -1;
+  }
+  if (!ta_runtime_ready()) return -1;
+  pthread_mutex_lock(&ta_rt.lock);
+  snprintf(ta_rt.conf.policy, sizeof ta_rt.conf.policy, "%s", name); /* heaps made later start with it */
+  int rc = 0;
+  for (int d = 0; d < ta_rt.ndevices; d++) {
+    ta_heap *h = ta_runtime_heap_if_any(d);
+    if (h && ta_heap_set_policy(h, name)) rc = -1;
+  }
+  pthread_mutex_unlock(&ta_rt.lock);
+  if (rc) ta_set_error("out of host memory while creating the policy");
+  return rc;
+}
+
+int ta_runtime_set_allocator_settings(const char *settings) {
+  if (!ta_runtime_ready()) return -1;
+  char err[256];
+  pthread_mutex_lock(&ta_rt.lock);
+  ta_roundup r;
+  int reuse = ta_rt.conf.capture_reuse;
+  int rc = ta_roundup_from_pytorch_settings(settings, &r, &reuse, err, sizeof err);
+  if (rc == 0) {
+    ta_rt.conf.roundup = r; /* heaps made later start with them */
+    ta_rt.conf.capture_reuse = reuse;
+    for (int d = 0; d < ta_rt.ndevices; d++) {
+      ta_heap *h = ta_runtime_heap_if_any(d);
+      if (h) ta_heap_set_pytorch_settings(h, &r, reuse);
+    }
+  }
+  pthread_mutex_unlock(&ta_rt.lock);
+  if (rc) ta_set_error("%s", err);
+  return rc;
+}
+
+void ta_runtime_routing_begin(ta_heap *h) {
+  atomic_fetch_add(&ta_rt.routing, 1); /* before the heap's: no device free slips in between */
+  ta_heap_routing_begin(h);
+}
+
+int ta_runtime_routing_end(ta_heap *h) {
+  atomic_fetch_sub(&ta_rt.routing, 1); /* first: the heap hands back what waited for the last capture to end */
+  if (ta_heap_routing_end(h)) {
+    atomic_fetch_add(&ta_rt.routing, 1);
+    ta_set_error("torchalloc_routing_end(%d) without a matching torchalloc_routing_begin", h->device);
+    return -1;
+  }
+  return 0;
+}
+
 static int any_live_locked(void) {
   for (int d = 0; d < TA_MAX_DEVICES; d++) {
     ta_heap *h = ta_runtime_heap_if_any(d);

@@ -69,6 +69,32 @@ static inline void ta_runtime_device_in_use(int device) {
   ta_runtime_device_in_use_slow(device);
 }
 
+/* What the public functions read of the process state. The configuration,
+ * the backend and the device count are written under the runtime's lock and
+ * published by the state (ta_runtime_ready's acquire): read them after it. */
+static inline int ta_runtime_state(void) { return atomic_load(&ta_rt.state); }
+static inline const ta_config *ta_runtime_conf(void) { return &ta_rt.conf; }
+static inline ta_backend *ta_runtime_backend(void) { return ta_rt.backend; }
+static inline int ta_runtime_device_count(void) { return ta_rt.ndevices; }
+/* Why every allocation fails (TA_STATE_BROKEN): the configuration's error. */
+static inline const char *ta_runtime_broken_reason(void) { return ta_rt.broken_reason; }
+/* Requests for devices this process does not have, counted here: there is no heap to count them in. */
+static inline int64_t ta_runtime_bad_devices(void) { return atomic_load(&ta_rt.bad_device); }
+/* 1 when `stream` of `device` captures a CUDA graph now (0 before set-up). */
+ta_internal int ta_runtime_stream_capturing(int device, cudaStream_t stream);
+
+/* torchalloc_set_policy: the policy of every heap, and of heaps made later.
+ * 0, or -1 with ta_set_error. */
+ta_internal int ta_runtime_set_policy(const char *name);
+/* torchalloc_set_allocator_settings: PyTorch's settings string, on every
+ * heap and on heaps made later. 0, or -1 with ta_set_error. */
+ta_internal int ta_runtime_set_allocator_settings(const char *settings);
+/* A routing context (a graph capture or use_mem_pool) opens / closes on
+ * `h`: counted process-wide too (routing_anywhere). The end is -1, with
+ * ta_set_error, when no context is open on `h`. */
+ta_internal void ta_runtime_routing_begin(ta_heap *h);
+ta_internal int ta_runtime_routing_end(ta_heap *h);
+
 /* A heap for a control call, or NULL with ta_set_error. */
 ta_internal ta_heap *ta_runtime_heap_for_control(int device);
 /* Counted process-wide and printed once: there is no heap to count it in. */
