@@ -17,6 +17,8 @@
 #ifndef TA_POLICY_H
 #define TA_POLICY_H
 
+#include <stdlib.h>
+
 #include "block/block.h"
 
 typedef struct ta_segments ta_segments; /* the segment layer (segments/services.h): opaque here */
@@ -84,6 +86,19 @@ struct ta_policy {
    * ta_segments_alloc takes this policy's segments from it. NULL: the device. */
   struct ta_segment_source *source;
 };
+
+/* A policy's object is its own struct with a ta_policy first. Every
+ * policy's create starts with ta_policy_new, `size` bytes of that struct
+ * zeroed and the ta_policy filled in (NULL without host memory), and its
+ * destroy ends with ta_policy_delete. */
+static inline ta_policy *ta_policy_new(size_t size, const ta_policy_ops *ops, ta_segments *segments, uint8_t id,
+                                       unsigned flags) {
+  ta_policy *p = calloc(1, size);
+  if (p) *p = (ta_policy){.ops = ops, .segments = segments, .id = id, .flags = flags};
+  return p;
+}
+
+static inline void ta_policy_delete(ta_policy *p) { free(p); }
 
 /* ---------------------------------------------------------------------------
  * The list (policies/policy_list.h): the only place that names policies.
