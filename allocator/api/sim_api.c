@@ -7,9 +7,14 @@
 TORCHALLOC_API int torchalloc_sim_capture(int device, cudaStream_t stream, int capturing) {
   if (!ta_runtime_ready()) return -1;
   ta_heap *h = device >= 0 && device < ta_runtime_device_count() ? ta_runtime_heap(device) : NULL;
-  if (h) ta_lock_acquire(&h->lock); /* the capture's topology is read under it (heap_streams.c) */
-  int rc = ta_backend_sim_capture(ta_runtime_backend(), device, stream, capturing);
-  if (h) ta_lock_release(&h->lock);
+  int rc;
+  if (h) {
+    ta_lock_acquire(&h->lock); /* the capture's topology is read under it (heap_streams.c) */
+    rc = ta_backend_sim_capture(ta_runtime_backend(), device, stream, capturing);
+    ta_lock_release(&h->lock);
+  } else {
+    rc = ta_backend_sim_capture(ta_runtime_backend(), device, stream, capturing);
+  }
   if (rc) {
     ta_set_error("torchalloc_sim_capture: needs backend:sim, a device in range, and a capture to end");
     return -1;
