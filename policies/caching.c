@@ -1,8 +1,7 @@
 /* `caching`: PyTorch's caching allocator, observably — one arena for the
  * whole device, blocks split and coalesced, reuse per stream. */
-#include <stdlib.h>
-
 #include "parts/arena.h"
+#include "parts/size_classes.h"
 #include "policy_list.h"
 
 typedef struct caching_policy {
@@ -11,24 +10,19 @@ typedef struct caching_policy {
 } caching_policy;
 
 static ta_policy *caching_create(ta_segments *segments, uint8_t id, unsigned flags) {
-  caching_policy *p = calloc(1, sizeof *p);
+  caching_policy *p = (caching_policy *)ta_policy_new(sizeof *p, &ta_caching_policy, segments, id, flags);
   if (!p) return NULL;
-  p->base.ops = &ta_caching_policy;
-  p->base.segments = segments;
-  p->base.id = id;
-  p->base.flags = flags;
   p->arena = ta_arena_create(segments, &p->base);
   if (!p->arena) {
-    free(p);
+    ta_policy_delete(&p->base);
     return NULL;
   }
   return &p->base;
 }
 
 static void caching_destroy(ta_policy *base) {
-  caching_policy *p = (caching_policy *)base;
-  ta_arena_destroy(p->arena);
-  free(p);
+  ta_arena_destroy(((caching_policy *)base)->arena);
+  ta_policy_delete(base);
 }
 
 static ta_block *caching_malloc(ta_policy *base, size_t size, cudaStream_t stream, int phase) {
@@ -55,6 +49,7 @@ const ta_policy_ops ta_caching_policy = {
     .destroy = caching_destroy,
     .malloc = caching_malloc,
     .free = caching_free,
+    .pool_for = ta_size_class_pool,
     .release_cached = caching_release_cached,
     .claim = caching_claim,
 };

@@ -1,24 +1,15 @@
 /* `exact`: one device allocation per request (rounded to 512 B), returned to
  * the device on free. No cache, no slack: the program's own pattern, and a
  * fit for compute-sanitizer, which cannot see overruns into cached slack. */
-#include <stdlib.h>
-
 #include "policy/policy.h"
 #include "segments/services.h"
 #include "policy_list.h"
 #include "parts/size_classes.h"
 
 static ta_policy *exact_create(ta_segments *segments, uint8_t id, unsigned flags) {
-  ta_policy *p = calloc(1, sizeof *p);
-  if (!p) return NULL;
-  p->ops = &ta_exact_policy;
-  p->segments = segments;
-  p->id = id;
-  p->flags = flags & ~TA_POLICY_EXPANDABLE; /* nothing to grow: every request is its own allocation */
-  return p;
+  /* nothing to grow: every request is its own allocation */
+  return ta_policy_new(sizeof(ta_policy), &ta_exact_policy, segments, id, flags & ~TA_POLICY_EXPANDABLE);
 }
-
-static void exact_destroy(ta_policy *p) { free(p); }
 
 static ta_block *exact_malloc(ta_policy *p, size_t size, cudaStream_t stream, int phase) {
   (void)phase;
@@ -43,9 +34,10 @@ static size_t exact_release_cached(ta_policy *p) {
 const ta_policy_ops ta_exact_policy = {
     .name = "exact",
     .create = exact_create,
-    .destroy = exact_destroy,
+    .destroy = ta_policy_delete,
     .malloc = exact_malloc,
     .free = exact_free,
+    .pool_for = ta_size_class_pool,
     .release_cached = exact_release_cached,
     .frees_to_device = 1,
 };

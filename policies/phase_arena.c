@@ -2,9 +2,8 @@
  * from P's segments and a block returns to the arena that made it, so
  * long-lived blocks (optimizer state, gradients) never pin segments that
  * short-lived activations churn through. */
-#include <stdlib.h>
-
 #include "parts/arena.h"
+#include "parts/size_classes.h"
 #include "policy_list.h"
 
 #define NARENAS TORCHALLOC_MAX_PHASES
@@ -16,19 +15,13 @@ typedef struct phase_arena_policy {
 } phase_arena_policy;
 
 static ta_policy *phase_arena_create(ta_segments *segments, uint8_t id, unsigned flags) {
-  phase_arena_policy *p = calloc(1, sizeof *p);
-  if (!p) return NULL;
-  p->base.ops = &ta_phase_arena_policy;
-  p->base.segments = segments;
-  p->base.id = id;
-  p->base.flags = flags;
-  return &p->base;
+  return ta_policy_new(sizeof(phase_arena_policy), &ta_phase_arena_policy, segments, id, flags);
 }
 
 static void phase_arena_destroy(ta_policy *base) {
   phase_arena_policy *p = (phase_arena_policy *)base;
   for (int i = 0; i < NARENAS; i++) ta_arena_destroy(p->arenas[i]);
-  free(p);
+  ta_policy_delete(base);
 }
 
 static ta_block *phase_arena_malloc(ta_policy *base, size_t size, cudaStream_t stream, int phase) {
@@ -71,6 +64,7 @@ const ta_policy_ops ta_phase_arena_policy = {
     .destroy = phase_arena_destroy,
     .malloc = phase_arena_malloc,
     .free = phase_arena_free,
+    .pool_for = ta_size_class_pool,
     .release_cached = release_all,
     .arena_reserved = arena_reserved,
     .arena_release = arena_release,

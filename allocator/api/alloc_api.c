@@ -18,26 +18,26 @@
  * lock is taken (it may wait for the GIL) and handed to the heap's log
  * record through a thread-local. */
 static ta_noinline void *malloc_with_stack(ta_heap *h, size_t size, cudaStream_t stream) {
-  ta_log_call_stack = ta_pystack_capture(ta_rt.conf.stack_depth);
+  ta_log_call_stack = ta_pystack_capture(ta_runtime_conf()->stack_depth);
   void *p = ta_heap_malloc(h, size, stream);
   ta_log_call_stack = 0;
   return p;
 }
 
 static ta_noinline void free_with_stack(ta_heap *h, void *ptr, size_t size, cudaStream_t stream) {
-  ta_log_call_stack = ta_pystack_capture(ta_rt.conf.stack_depth);
+  ta_log_call_stack = ta_pystack_capture(ta_runtime_conf()->stack_depth);
   ta_heap_free(h, ptr, size, stream);
   ta_log_call_stack = 0;
 }
 
 /* The heap's malloc and free, with the Python stack when the log wants it. */
 static inline void *heap_malloc(ta_heap *h, size_t size, cudaStream_t stream) {
-  return ta_unlikely(ta_log_on()) && ta_rt.conf.stacks ? malloc_with_stack(h, size, stream)
-                                                       : ta_heap_malloc(h, size, stream);
+  return ta_unlikely(ta_log_on()) && ta_runtime_conf()->stacks ? malloc_with_stack(h, size, stream)
+                                                               : ta_heap_malloc(h, size, stream);
 }
 
 static inline void heap_free(ta_heap *h, void *ptr, size_t size, cudaStream_t stream) {
-  if (ta_unlikely(ta_log_on()) && ta_rt.conf.stacks) free_with_stack(h, ptr, size, stream);
+  if (ta_unlikely(ta_log_on()) && ta_runtime_conf()->stacks) free_with_stack(h, ptr, size, stream);
   else ta_heap_free(h, ptr, size, stream);
 }
 
@@ -60,14 +60,14 @@ static ta_noinline void timed_free(ta_heap *h, void *ptr, size_t size, cudaStrea
 static inline void *try_malloc(size_t size, int device, cudaStream_t stream) {
   ta_heap *h = ta_runtime_heap(device);
   if (ta_unlikely(!h)) {
-    if (atomic_load(&ta_rt.state) == TA_STATE_READY) ta_runtime_report_bad_device(device);
+    if (ta_runtime_state() == TA_STATE_READY) ta_runtime_report_bad_device(device);
     return NULL;
   }
   if (ta_unlikely(size > TA_MAX_REQUEST)) {
     ta_heap_report_bad_size(h, size);
     return NULL;
   }
-  void *p = ta_unlikely(ta_rt.conf.time_calls) ? timed_malloc(h, size, stream) : heap_malloc(h, size, stream);
+  void *p = ta_unlikely(ta_runtime_conf()->time_calls) ? timed_malloc(h, size, stream) : heap_malloc(h, size, stream);
   if (ta_unlikely(!p)) ta_runtime_after_oom(h);
   else ta_runtime_device_in_use(device);
   return p;
@@ -83,7 +83,7 @@ static ta_noinline void stop_on_failure(size_t size, int device) {
   ta_oom_info oom;
   if (h) ta_heap_last_oom(h, &oom);
   if (h && oom.count && oom.facts.requested == size) ta_heap_format_oom(&oom, device, why, sizeof why);
-  else if (atomic_load(&ta_rt.state) != TA_STATE_READY) snprintf(why, sizeof why, "%s", ta_rt.broken_reason);
+  else if (ta_runtime_state() != TA_STATE_READY) snprintf(why, sizeof why, "%s", ta_runtime_broken_reason());
   else if (!h) snprintf(why, sizeof why, "device %d is not a device of this process", device);
   else snprintf(why, sizeof why, "a request of %zu bytes is beyond any device", size);
   fprintf(stderr,
@@ -118,10 +118,8 @@ TORCHALLOC_API void *torchalloc_malloc(size_t size, int device, cudaStream_t str
    * config, the backend and the device count are read only once they are
    * published, and even a broken config says what a failure does. */
   (void)ta_runtime_ready();
-  int plain_route = ta_config_oom_action(&ta_rt.conf) == TA_OOM_ABORT;
-  if (ta_unlikely(plain_route) && ta_rt.backend && (unsigned)device < (unsigned)ta_rt.ndevices &&
-      ta_rt.backend->ops->stream_capturing(ta_rt.backend, device, stream))
-    stop_on_capture(device);
+  int plain_route = ta_config_oom_action(ta_runtime_conf()) == TA_OOM_ABORT;
+  if (ta_unlikely(plain_route) && ta_runtime_stream_capturing(device, stream)) stop_on_capture(device);
   void *p = try_malloc(size, device, stream);
   if (ta_unlikely(!p) && plain_route) stop_on_failure(size, device);
   return p;
@@ -133,11 +131,11 @@ TORCHALLOC_API void *torchalloc_try_malloc(size_t size, int device, cudaStream_t
 
 TORCHALLOC_API int torchalloc_free_ptr(void *ptr) {
   if (ta_unlikely(!ptr) || !ta_runtime_ready()) return -1;
-  int with_stack = ta_unlikely(ta_log_on()) && ta_rt.conf.stacks;
-  if (with_stack) ta_log_call_stack = ta_pystack_capture(ta_rt.conf.stack_depth);
+  int with_stack = ta_unlikely(ta_log_on()) && ta_runtime_conf()->stacks;
+  if (with_stack) ta_log_call_stack = ta_pystack_capture(ta_runtime_conf()->stack_depth);
   int found = 0;
-  uint64_t t0 = ta_unlikely(ta_rt.conf.time_calls) ? ta_clock_gettime_ns() : 0;
-  for (int d = 0; !found && d < ta_rt.ndevices; d++) {
+  uint64_t t0 = ta_unlikely(ta_runtime_conf()->time_calls) ? ta_clock_gettime_ns() : 0;
+  for (int d = 0; !found && d < ta_runtime_device_count(); d++) {
     ta_heap *h = ta_runtime_heap_if_any(d);
     found = h && ta_heap_free_if_live(h, ptr);
     if (found && t0) ta_heap_count_host_time(h, ta_clock_gettime_ns() - t0);
@@ -154,10 +152,10 @@ TORCHALLOC_API void torchalloc_free(void *ptr, size_t size, int device, cudaStre
   if (ta_unlikely(!ptr)) return;
   ta_heap *h = ta_runtime_heap(device);
   if (ta_unlikely(!h)) {
-    if (atomic_load(&ta_rt.state) == TA_STATE_READY) ta_runtime_report_bad_device(device);
+    if (ta_runtime_state() == TA_STATE_READY) ta_runtime_report_bad_device(device);
     return;
   }
-  if (ta_unlikely(ta_rt.conf.time_calls)) timed_free(h, ptr, size, stream);
+  if (ta_unlikely(ta_runtime_conf()->time_calls)) timed_free(h, ptr, size, stream);
   else heap_free(h, ptr, size, stream);
 }
 
@@ -174,7 +172,7 @@ TORCHALLOC_API void torchalloc_teardown(void) { ta_runtime_teardown(); }
 
 TORCHALLOC_API const char *torchalloc_last_error(void) {
   const char *text = ta_error_text();
-  if (!text[0] && atomic_load(&ta_rt.state) == TA_STATE_BROKEN) return ta_rt.broken_reason;
+  if (!text[0] && ta_runtime_state() == TA_STATE_BROKEN) return ta_runtime_broken_reason();
   return text;
 }
 
@@ -182,4 +180,4 @@ TORCHALLOC_API const char *torchalloc_config_keys(void) { return ta_config_key_l
 
 TORCHALLOC_API const char *torchalloc_config_help(void) { return ta_config_help(); }
 
-TORCHALLOC_API int torchalloc_device_count(void) { return ta_runtime_ready() ? ta_rt.ndevices : 0; }
+TORCHALLOC_API int torchalloc_device_count(void) { return ta_runtime_ready() ? ta_runtime_device_count() : 0; }

@@ -12,48 +12,16 @@
  * Policies
  * ---------------------------------------------------------------------- */
 
-TORCHALLOC_API int torchalloc_set_policy(const char *name) {
-  if (!name || !ta_policy_by_name(name, NULL)) {
-    ta_set_error("unknown policy '%s' (expected %s)", name ? name : "(null)", ta_policy_choices());
-    return -1;
-  }
-  if (!ta_runtime_ready()) return -1;
-  pthread_mutex_lock(&ta_rt.lock);
-  snprintf(ta_rt.conf.policy, sizeof ta_rt.conf.policy, "%s", name); /* heaps made later start with it */
-  int rc = 0;
-  for (int d = 0; d < ta_rt.ndevices; d++) {
-    ta_heap *h = ta_runtime_heap_if_any(d);
-    if (h && ta_heap_set_policy(h, name)) rc = -1;
-  }
-  pthread_mutex_unlock(&ta_rt.lock);
-  if (rc) ta_set_error("out of host memory while creating the policy");
-  return rc;
-}
+TORCHALLOC_API int torchalloc_set_policy(const char *name) { return ta_runtime_set_policy(name); }
 
 /* PyTorch's settings string, as PyTorch itself accepted it: the options
  * torchalloc honours (roundup_power2_divisions, graph_capture_record_stream_reuse) take effect on every device
  * and on heaps made later; the rest configure PyTorch's own allocator. */
 TORCHALLOC_API int torchalloc_set_allocator_settings(const char *settings) {
-  if (!ta_runtime_ready()) return -1;
-  char err[256];
-  pthread_mutex_lock(&ta_rt.lock);
-  ta_roundup r;
-  int reuse = ta_rt.conf.capture_reuse;
-  int rc = ta_roundup_from_pytorch_settings(settings, &r, &reuse, err, sizeof err);
-  if (rc == 0) {
-    ta_rt.conf.roundup = r; /* heaps made later start with them */
-    ta_rt.conf.capture_reuse = reuse;
-    for (int d = 0; d < ta_rt.ndevices; d++) {
-      ta_heap *h = ta_runtime_heap_if_any(d);
-      if (h) ta_heap_set_pytorch_settings(h, &r, reuse);
-    }
-  }
-  pthread_mutex_unlock(&ta_rt.lock);
-  if (rc) ta_set_error("%s", err);
-  return rc;
+  return ta_runtime_set_allocator_settings(settings);
 }
 
-TORCHALLOC_API const char *torchalloc_policy_name(void) { return ta_runtime_ready() ? ta_rt.conf.policy : ""; }
+TORCHALLOC_API const char *torchalloc_policy_name(void) { return ta_runtime_ready() ? ta_runtime_conf()->policy : ""; }
 
 TORCHALLOC_API const char *torchalloc_policy_names(void) { return ta_policy_names(); }
 
@@ -67,7 +35,7 @@ TORCHALLOC_API int torchalloc_get_stats(int device, torchalloc_stats *out) {
   ta_heap *h = ta_runtime_heap_for_control(device);
   if (!h || !out) return -1;
   ta_heap_get_stats(h, out);
-  out->num_bad_device = atomic_load(&ta_rt.bad_device);
+  out->num_bad_device = ta_runtime_bad_devices();
   return 0;
 }
 
@@ -89,7 +57,7 @@ TORCHALLOC_API int64_t torchalloc_empty_cache(int device) {
   if (device == -1) {
     if (!ta_runtime_ready()) return -1;
     int64_t total = 0;
-    for (int d = 0; d < ta_rt.ndevices; d++) {
+    for (int d = 0; d < ta_runtime_device_count(); d++) {
       ta_heap *h = ta_runtime_heap_if_any(d);
       if (h) total += (int64_t)ta_heap_release_cached(h);
     }
@@ -116,7 +84,7 @@ TORCHALLOC_API int torchalloc_check_invariants(int device) {
 
 TORCHALLOC_API void torchalloc_record_stream(void *ptr, cudaStream_t stream) {
   if (!ptr || !ta_runtime_ready()) return;
-  for (int d = 0; d < ta_rt.ndevices; d++) {
+  for (int d = 0; d < ta_runtime_device_count(); d++) {
     ta_heap *h = ta_runtime_heap_if_any(d);
     if (h && ta_heap_record_stream(h, ptr, stream)) return;
   }
@@ -147,7 +115,8 @@ TORCHALLOC_API void torchalloc_set_memory_fraction(double fraction, int device) 
     return;
   }
   size_t free_b = 0, total = 0;
-  if (ta_rt.backend->ops->mem_info(ta_rt.backend, device, &free_b, &total) != TA_OK) {
+  ta_backend *backend = ta_runtime_backend();
+  if (backend->ops->mem_info(backend, device, &free_b, &total) != TA_OK) {
     ta_set_error("cannot read the memory size of device %d", device);
     fprintf(stderr, "torchalloc: error: %s\n", ta_error_text());
     return;
@@ -162,7 +131,7 @@ TORCHALLOC_API void torchalloc_reset(void) { torchalloc_empty_cache(-1); }
 
 TORCHALLOC_API void torchalloc_init_devices(int device_count) {
   if (!ta_runtime_ready()) return;
-  for (int d = 0; d < device_count && d < ta_rt.ndevices; d++)
+  for (int d = 0; d < device_count && d < ta_runtime_device_count(); d++)
     if (!ta_runtime_heap(d)) fprintf(stderr, "torchalloc: error: cannot prepare the heap of device %d\n", d);
 }
 

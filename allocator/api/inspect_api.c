@@ -16,7 +16,7 @@ TORCHALLOC_API int torchalloc_snapshot(int device, torchalloc_segment_info *segm
 
 TORCHALLOC_API int torchalloc_segment_of(const void *ptr, void **base, size_t *size, int *device) {
   if (!ptr || !ta_runtime_ready()) return -1;
-  for (int d = 0; d < ta_rt.ndevices; d++) {
+  for (int d = 0; d < ta_runtime_device_count(); d++) {
     ta_heap *h = ta_runtime_heap_if_any(d);
     uintptr_t b = 0;
     size_t s = 0;

@@ -64,7 +64,7 @@ TORCHALLOC_API void *torchalloc_pool_malloc(size_t size, int device, cudaStream_
   if (size == 0) return NULL;
   ta_heap *h = ta_runtime_heap(device);
   if (!h) {
-    if (atomic_load(&ta_rt.state) == TA_STATE_READY) ta_runtime_report_bad_device(device);
+    if (ta_runtime_state() == TA_STATE_READY) ta_runtime_report_bad_device(device);
     return NULL;
   }
   if (size > TA_MAX_REQUEST) {
@@ -109,19 +109,12 @@ TORCHALLOC_API int torchalloc_pool_restore(int device, uint64_t id0, uint64_t id
 TORCHALLOC_API int torchalloc_routing_begin(int device) {
   ta_heap *h = ta_runtime_heap_for_control(device);
   if (!h) return -1;
-  atomic_fetch_add(&ta_rt.routing, 1); /* before the heap's: no device free slips in between */
-  ta_heap_routing_begin(h);
+  ta_runtime_routing_begin(h);
   return 0;
 }
 
 TORCHALLOC_API int torchalloc_routing_end(int device) {
   ta_heap *h = ta_runtime_heap_for_control(device);
   if (!h) return -1;
-  atomic_fetch_sub(&ta_rt.routing, 1); /* first: the heap hands back what waited for the last capture to end */
-  if (ta_heap_routing_end(h)) {
-    atomic_fetch_add(&ta_rt.routing, 1);
-    ta_set_error("torchalloc_routing_end(%d) without a matching torchalloc_routing_begin", device);
-    return -1;
-  }
-  return 0;
+  return ta_runtime_routing_end(h);
 }

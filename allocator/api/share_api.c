@@ -29,7 +29,7 @@ TORCHALLOC_API int torchalloc_ipc_share(const void *ptr, void *buf, size_t cap, 
     return -1;
   }
   char why[512] = "";
-  for (int d = 0; d < ta_rt.ndevices; d++) {
+  for (int d = 0; d < ta_runtime_device_count(); d++) {
     ta_heap *h = ta_runtime_heap_if_any(d);
     int rc = 0;
     if (h && ta_heap_ipc_share(h, (uintptr_t)ptr, buf, cap, len, offset, &rc, why, sizeof why)) {
@@ -60,7 +60,7 @@ TORCHALLOC_API int torchalloc_ipc_open(int device, const void *handle, size_t le
 
 TORCHALLOC_API int torchalloc_ipc_close(void *ptr) {
   if (!ptr || !ta_runtime_ready()) return -1;
-  for (int d = 0; d < ta_rt.ndevices; d++) {
+  for (int d = 0; d < ta_runtime_device_count(); d++) {
     ta_heap *h = ta_runtime_heap_if_any(d);
     if (h && ta_heap_ipc_close(h, (uintptr_t)ptr)) return 0;
   }

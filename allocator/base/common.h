@@ -39,6 +39,24 @@ static inline size_t ta_stream_home(const void *stream, size_t mask) {
   return (size_t)(((uint64_t)(uintptr_t)stream * UINT64_C(0x9E3779B97F4A7C15)) >> 32) & mask;
 }
 
+/* Growing arrays (base/grow.c). An array is a pointer `T *items` and its
+ * capacity `size_t cap`; `items` below is the address of that pointer (any
+ * T **), so the element size comes from its type. Each returns 0, or -1
+ * when host memory runs out or the bytes would overflow size_t, and then
+ * leaves the array and its capacity as they were. */
+
+/* Room for `need` elements: the capacity doubled, from `first` when the
+ * array has none, until it holds them (nothing when it does already). */
+#define ta_grow(items, cap, need, first) ta_grow_array((items), (cap), (need), (first), sizeof **(items))
+/* The array reallocated to exactly `n` elements (several arrays kept at
+ * one capacity, ta_grown_capacity's). */
+#define ta_resize(items, n) ta_resize_array((items), (n), sizeof **(items))
+/* The capacity ta_grow gives an array of capacity `cap` for `need`
+ * elements (`cap` itself when it holds them); 0 when it would overflow. */
+ta_internal size_t ta_grown_capacity(size_t cap, size_t need, size_t first);
+ta_internal int ta_grow_array(void *items, size_t *cap, size_t need, size_t first, size_t size);
+ta_internal int ta_resize_array(void *items, size_t n, size_t size);
+
 /* CLOCK_MONOTONIC in nanoseconds (the log's timestamps, time_calls, the move budget). */
 static inline uint64_t ta_clock_gettime_ns(void) {
   struct timespec ts;

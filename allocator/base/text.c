@@ -24,14 +24,10 @@ void ta_text_printf(ta_text *t, const char *fmt, ...) {
       t->len += (size_t)n;
       return;
     }
-    size_t cap = (t->cap ? t->cap * 2 : 4096) + (size_t)n;
-    char *grown = realloc(t->data, cap);
-    if (!grown) {
+    if (ta_grow(&t->data, &t->cap, t->len + (size_t)n + 1, 4096)) {
       if (t->data) t->data[t->len] = '\0'; /* keep what fitted */
       return;
     }
-    t->data = grown;
-    t->cap = cap;
   }
 }
 

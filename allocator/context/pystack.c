@@ -253,6 +253,7 @@ uint32_t ta_pystack_capture(int depth) {
 }
 
 /* The lock is a leaf (nothing is taken while it is held), so the fork
- * handler takes it last; parent and child both just release it. */
-void ta_pystack_fork_prepare(void) { ta_lock_acquire(&C.lock); }
-void ta_pystack_fork_release(void) { ta_lock_release(&C.lock); }
+ * handler takes it last; parent and child both just release it (held
+ * across fork(), which the analysis cannot follow). */
+TA_NO_THREAD_SAFETY_ANALYSIS void ta_pystack_fork_prepare(void) { ta_lock_acquire(&C.lock); }
+TA_NO_THREAD_SAFETY_ANALYSIS void ta_pystack_fork_release(void) { ta_lock_release(&C.lock); }

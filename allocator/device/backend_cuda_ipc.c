@@ -68,16 +68,10 @@ int ta_cuda_ipc_export(ta_backend *b, int device, uint64_t handle, int *fd, char
       goto done;
     }
   }
-  if (n == c->cap_exported) {
-    size_t cap = c->cap_exported ? c->cap_exported * 2 : 64;
-    exported_fd *grown = realloc(c->exported, cap * sizeof *grown);
-    if (!grown) {
-      snprintf(why, whylen, "out of host memory");
-      rc = TA_EDEVICE;
-      goto done;
-    }
-    c->exported = grown;
-    c->cap_exported = cap;
+  if (ta_grow(&c->exported, &c->cap_exported, n + 1, 64)) {
+    snprintf(why, whylen, "out of host memory");
+    rc = TA_EDEVICE;
+    goto done;
   }
   int out = -1;
   CUresult e = c->vmm.ExportToShareableHandle(&out, (CUmemGenericAllocationHandle)handle,

@@ -30,13 +30,7 @@ typedef struct sim_graph {
 static int nodes_add(sim_nodes *s, uint64_t id) {
   for (size_t i = 0; i < s->n; i++)
     if (s->ids[i] == id) return 0;
-  if (s->n == s->cap) {
-    size_t cap = s->cap ? s->cap * 2 : 4;
-    uint64_t *ids = realloc(s->ids, cap * sizeof *ids);
-    if (!ids) return -1;
-    s->ids = ids;
-    s->cap = cap;
-  }
+  if (ta_grow(&s->ids, &s->cap, s->n + 1, 4)) return -1;
   s->ids[s->n++] = id;
   return 0;
 }
@@ -50,13 +44,7 @@ static sim_capture_stream *find_stream(sim_graph *g, cudaStream_t stream) {
 static sim_capture_stream *add_stream(sim_graph *g, cudaStream_t stream) {
   sim_capture_stream *c = find_stream(g, stream);
   if (c) return c;
-  if (g->nstreams == g->cap_streams) {
-    size_t cap = g->cap_streams ? g->cap_streams * 2 : 4;
-    sim_capture_stream *grown = realloc(g->streams, cap * sizeof *grown);
-    if (!grown) return NULL;
-    g->streams = grown;
-    g->cap_streams = cap;
-  }
+  if (ta_grow(&g->streams, &g->cap_streams, g->nstreams + 1, 4)) return NULL;
   c = &g->streams[g->nstreams++];
   *c = (sim_capture_stream){.stream = stream};
   return c;
@@ -89,13 +77,7 @@ int ta_sim_graph_launch(sim_device *d, cudaStream_t stream) {
   sim_graph *g = d->graph;
   sim_capture_stream *c = find_stream(g, stream);
   if (!c) return 0; /* not capturing: nothing is recorded */
-  if (g->nnodes == g->cap_nodes) {
-    size_t cap = g->cap_nodes ? g->cap_nodes * 2 : 16;
-    sim_nodes *grown = realloc(g->deps, cap * sizeof *grown);
-    if (!grown) return forget(d);
-    g->deps = grown;
-    g->cap_nodes = cap;
-  }
+  if (ta_grow(&g->deps, &g->cap_nodes, g->nnodes + 1, 16)) return forget(d);
   g->deps[g->nnodes] = c->frontier; /* the new node depends on the frontier, which becomes just it */
   uint64_t id = ++g->nnodes;
   c->frontier = (sim_nodes){0};

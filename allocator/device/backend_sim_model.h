@@ -109,18 +109,6 @@ typedef struct sim_backend {
   sim_device dev[SIM_MAX_DEVICES];
 } sim_backend;
 
-/* Grow `*items` (of `*cap` elements of `size` bytes) to hold `need`. */
-static inline int ta_sim_grow(void **items, size_t *cap, size_t need, size_t size) {
-  if (need <= *cap) return 0;
-  size_t n = *cap ? *cap * 2 : 16;
-  while (n < need) n *= 2;
-  void *p = realloc(*items, n * size);
-  if (!p) return -1;
-  *items = p;
-  *cap = n;
-  return 0;
-}
-
 /* --- between the sim's files --- */
 
 /* A call that would invalidate a capture (global mode) while one runs: a violation. */

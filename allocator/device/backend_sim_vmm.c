@@ -57,7 +57,7 @@ static int reserve_addresses(sim_device *d, size_t size, uintptr_t *out) {
 int ta_sim_reserve(ta_backend *b, int device, size_t size, uintptr_t *out) {
   sim_device *d = &((sim_backend *)b)->dev[device];
   if (size == 0 || size % TA_SIM_GRANULE) return TA_ENOMEM;
-  if (ta_sim_grow((void **)&d->reservations, &d->cap_reservations, d->nreservations + 1, sizeof *d->reservations))
+  if (ta_grow(&d->reservations, &d->cap_reservations, d->nreservations + 1, 16))
     return TA_ENOMEM;
   uintptr_t base;
   if (reserve_addresses(d, size, &base) != TA_OK) return TA_ENOMEM;
@@ -91,7 +91,7 @@ void ta_sim_unreserve(ta_backend *b, int device, uintptr_t addr, size_t size) {
   memmove(r, r + 1, (d->nreservations - at - 1) * sizeof *r);
   d->nreservations--;
   /* Without host memory for the note, the addresses are simply not reused. */
-  if (!ta_sim_grow((void **)&d->released, &d->cap_released, d->nreleased + 1, sizeof *d->released))
+  if (!ta_grow(&d->released, &d->cap_released, d->nreleased + 1, 16))
     d->released[d->nreleased++] = (sim_range){.base = addr, .size = size};
 }
 
@@ -106,15 +106,10 @@ static sim_reservation *range_of(sim_device *d, uintptr_t addr, size_t size, con
   }
   size_t end = (addr - r->base + size) / TA_SIM_GRANULE, old = r->cap;
   if (end > r->cap) {
-    size_t cap = old;
-    uint32_t *sub = r->sub;
-    if (ta_sim_grow((void **)&sub, &cap, end, sizeof *sub)) return NULL;
-    r->sub = sub; /* grown first: `cap` counts the smallest of the three */
-    cap = old;
-    uint64_t *access = r->access;
-    if (ta_sim_grow((void **)&access, &cap, end, sizeof *access)) return NULL;
-    r->access = access;
-    if (ta_sim_grow((void **)&r->handle, &r->cap, end, sizeof *r->handle)) return NULL;
+    size_t cap = ta_grown_capacity(old, end, 16);
+    /* `handle` last: r->cap counts the smallest of the three */
+    if (!cap || ta_resize(&r->sub, cap) || ta_resize(&r->access, cap) || ta_resize(&r->handle, cap)) return NULL;
+    r->cap = cap;
     memset(r->handle + old, 0, (r->cap - old) * sizeof *r->handle);
   }
   return r;
@@ -129,7 +124,7 @@ static uint64_t handle_new(sim_device *d, uint32_t granules) {
   if (d->nfree_tokens) {
     token = d->free_tokens[--d->nfree_tokens];
   } else {
-    if (ta_sim_grow((void **)&d->handles, &d->cap_handles, d->nhandles + 1, sizeof *d->handles)) return 0;
+    if (ta_grow(&d->handles, &d->cap_handles, d->nhandles + 1, 16)) return 0;
     token = ++d->nhandles;
     d->handles[token - 1] = (sim_handle){0};
   }
@@ -151,7 +146,7 @@ static void handle_settle(sim_device *d, uint64_t token) {
   sim_handle *h = &d->handles[token - 1];
   if (h->maps || !h->released || h->aliases) return;
   uint64_t root = h->alias_of;
-  if (ta_sim_grow((void **)&d->free_tokens, &d->cap_free_tokens, d->nfree_tokens + 1, sizeof *d->free_tokens) == 0)
+  if (ta_grow(&d->free_tokens, &d->cap_free_tokens, d->nfree_tokens + 1, 16) == 0)
     d->free_tokens[d->nfree_tokens++] = (uint32_t)token; /* else the token is never reused: harmless */
   h->alive = 0;
   h->nuses = 0; /* its memory is gone: unmapping it checked that no queued use remained */
@@ -382,7 +377,7 @@ void ta_sim_use_granule(sim_backend *s, sim_device *d, const sim_reservation *r,
   h->nuses = k;
   if (!ta_sim_pending(s, d, d->clock)) return; /* no lag: done at once */
   size_t cap = h->cap_uses;
-  if (ta_sim_grow((void **)&h->uses, &cap, (size_t)h->nuses + 1, sizeof *h->uses)) return;
+  if (ta_grow(&h->uses, &cap, (size_t)h->nuses + 1, 16)) return;
   h->cap_uses = (uint32_t)cap;
   h->uses[h->nuses++] = (sim_use){va, lo, hi, sub, stream, d->clock};
 }

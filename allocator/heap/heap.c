@@ -20,7 +20,7 @@
  * Create / destroy
  * ---------------------------------------------------------------------- */
 
-static ta_policy *policy_get(ta_heap *h, uint8_t id) {
+static ta_policy *policy_get(ta_heap *h, uint8_t id) TA_REQUIRES(h->lock) {
   static const unsigned by_mode[] = {[TA_EXPANDABLE_OFF] = 0,
                                      [TA_EXPANDABLE_GROW] = TA_POLICY_EXPANDABLE,
                                      [TA_EXPANDABLE_COMPACT] = TA_POLICY_EXPANDABLE | TA_POLICY_COMPACT,
@@ -30,8 +30,8 @@ static ta_policy *policy_get(ta_heap *h, uint8_t id) {
   return h->policies[id];
 }
 
-ta_heap *ta_heap_create(ta_backend *backend, int device, const ta_config *conf, int logged, char *err,
-                        size_t errlen) {
+ta_heap *ta_heap_create(ta_backend *backend, int device, const ta_config *conf, const ta_heap_options *options,
+                        char *err, size_t errlen) {
   uint8_t id;
   if (!ta_policy_by_name(conf->policy, &id)) {
     snprintf(err, errlen, "unknown policy '%s' (expected %s)", conf->policy, ta_policy_choices());
@@ -51,8 +51,11 @@ ta_heap *ta_heap_create(ta_backend *backend, int device, const ta_config *conf, 
   h->stats.version = TORCHALLOC_STATS_VERSION;
   ta_segments_init(&h->seg, backend, device, &h->stats, conf->large_handle, conf->large_handle_set);
   ta_segments_moves_init(&h->seg, (unsigned)conf->move_time);
-  h->seg.logged = logged;
+  h->seg.logged = options->logged;
+  h->seg.census = options->census; /* before the first policy, which takes it from the segment layer */
+  ta_lock_acquire(&h->lock); /* no other thread has the heap yet: as everywhere, policies are made under it */
   h->current = policy_get(h, id);
+  ta_lock_release(&h->lock);
   if (!h->current) {
     snprintf(err, errlen, "out of host memory");
     ta_heap_destroy(h);
@@ -90,7 +93,7 @@ void ta_heap_destroy(ta_heap *h) {
 /* Returns the drop in reserved bytes: handing back a pending block can
  * release a segment too (exact frees straight to the device). Nothing while
  * routing: a capture may be underway, and synchronizing would break it. */
-static size_t release_cached_locked(ta_heap *h) {
+static size_t release_cached_locked(ta_heap *h) TA_REQUIRES(h->lock) {
   if (ta_heap_capture_anywhere(h)) return 0; /* device frees and synchronizes would break a capture */
   int64_t before = ta_stat_total(h->stats.reserved_bytes);
   ta_segments_synchronize(&h->seg); /* queued kernels may still use cached blocks */
@@ -112,7 +115,7 @@ void ta_heap_last_oom(ta_heap *h, ta_oom_info *out) {
  * handles gave back their free granules; then, for a request
  * outside any pool, a free block of a use_on_oom pool. */
 static ta_noinline ta_block *malloc_retry(ta_heap *h, ta_policy *policy, size_t size, cudaStream_t stream,
-                                          int phase) {
+                                          int phase) TA_REQUIRES(h->lock) {
   ta_block *b = NULL;
   if (!h->routing) {
     h->stats.num_alloc_retries++;
@@ -137,7 +140,7 @@ static ta_noinline ta_block *malloc_retry(ta_heap *h, ta_policy *policy, size_t 
 
 /* The caller's allocation: the bytes become allocated. Values are kept in
  * registers rather than re-read from fields just stored (see stats.h). */
-static inline void count_alloc(ta_heap *h, const ta_block *b) {
+static inline void count_alloc(ta_heap *h, const ta_block *b) TA_REQUIRES(h->lock) {
   int pool = ta_block_pool(b);
   int64_t size = (int64_t)b->size, requested = (int64_t)b->requested;
   ta_phase_acct *pa = &h->phases[b->phase];
@@ -159,7 +162,7 @@ static inline void count_alloc(ta_heap *h, const ta_block *b) {
 }
 
 /* The caller's free: the bytes stop being allocated. */
-static inline void count_free(ta_heap *h, const ta_block *b, int phase_now) {
+static inline void count_free(ta_heap *h, const ta_block *b, int phase_now) TA_REQUIRES(h->lock) {
   int pool = ta_block_pool(b);
   int64_t size = (int64_t)b->size, requested = (int64_t)b->requested;
   ta_phase_acct *pa = &h->phases[b->phase];
@@ -182,7 +185,7 @@ void *ta_heap_malloc(ta_heap *h, size_t size, cudaStream_t stream) {
 
 /* malloc from `policy` with the OOM retry (lock held). */
 static inline ta_block *malloc_locked(ta_heap *h, ta_policy *policy, size_t size, cudaStream_t stream, int phase,
-                                      uint32_t epoch) {
+                                      uint32_t epoch) TA_REQUIRES(h->lock) {
   h->seg.phase = phase;
   if (ta_unlikely(h->npending != 0)) {
     if (!h->routing) ta_heap_process_pending(h);
@@ -230,7 +233,7 @@ void *ta_heap_pool_malloc(ta_heap *h, size_t size, cudaStream_t stream, const ui
  * its streams, or an address freed recently (its segment may be gone since:
  * exact, empty_cache), was handed out and freed already: a double free.
  * Anything else, an address inside a block included, was never handed out. */
-static int was_freed(ta_heap *h, uintptr_t addr) {
+static int was_freed(ta_heap *h, uintptr_t addr) TA_REQUIRES(h->lock) {
   ta_segment *s = ta_segments_find(&h->seg, addr);
   for (ta_block *b = s ? s->first : NULL; b && b->addr <= addr; b = b->next)
     if (b->addr == addr) return b->state != TA_BLOCK_LIVE || ta_ptrmap_get(&h->live, addr) != NULL;
@@ -239,7 +242,7 @@ static int was_freed(ta_heap *h, uintptr_t addr) {
   return 0;
 }
 
-static ta_noinline void report_bad_free(ta_heap *h, uintptr_t addr) {
+static ta_noinline void report_bad_free(ta_heap *h, uintptr_t addr) TA_REQUIRES(h->lock) {
   if (was_freed(h, addr)) {
     h->stats.num_bad_double_free++;
     ta_misuse_report(h->conf->warn, TA_MISUSE_DOUBLE_FREE,
@@ -256,7 +259,7 @@ static ta_noinline void report_bad_free(ta_heap *h, uintptr_t addr) {
  * on another device, a block whose policy would hand its memory straight
  * back to the device waits (a device free during a capture invalidates
  * it, whichever device captures). */
-static inline void free_locked(ta_heap *h, ta_block *b, int phase) {
+static inline void free_locked(ta_heap *h, ta_block *b, int phase) TA_REQUIRES(h->lock) {
   if (LOGGING(h)) ta_log_free(h->device, b, phase, b->uses ? TA_LOG_FREE_DEFERRED : 0);
   count_free(h, b, phase);
   h->recent_frees[h->recent_pos++ % TA_RECENT_FREES] = b->addr;
@@ -269,7 +272,8 @@ static inline void free_locked(ta_heap *h, ta_block *b, int phase) {
 /* A free whose size or stream is not the live block's is most likely a
  * stale free of an address since handed to someone else: freeing it would
  * corrupt their data, so the block stays allocated. */
-static ta_noinline void report_mismatched_free(ta_heap *h, const ta_block *b, size_t size, cudaStream_t stream) {
+static ta_noinline void report_mismatched_free(ta_heap *h, const ta_block *b, size_t size, cudaStream_t stream)
+    TA_REQUIRES(h->lock) {
   if (b->requested != size) {
     h->stats.num_bad_free_size++;
     ta_misuse_report(h->conf->warn, TA_MISUSE_FREE_SIZE,
@@ -346,7 +350,7 @@ int ta_heap_free_if_live(ta_heap *h, void *ptr) {
  * ---------------------------------------------------------------------- */
 
 /* The live blocks of `policy`'s segments (lock held): a malloc'ed array. */
-static uintptr_t *live_blocks_of(ta_heap *h, const ta_policy *policy, size_t *n) {
+static uintptr_t *live_blocks_of(ta_heap *h, const ta_policy *policy, size_t *n) TA_REQUIRES(h->lock) {
   const ta_segment_registry *r = &h->seg.registry;
   size_t count = 0, cap = 16;
   uintptr_t *out = malloc(cap * sizeof *out);
@@ -354,11 +358,10 @@ static uintptr_t *live_blocks_of(ta_heap *h, const ta_policy *policy, size_t *n)
     if (r->items[i]->policy_instance != policy) continue;
     for (const ta_block *b = r->items[i]->first; out && b; b = b->next) {
       if (b->state != TA_BLOCK_LIVE) continue;
-      if (count == cap) {
-        uintptr_t *grown = realloc(out, (cap *= 2) * sizeof *out);
-        if (!grown) free(out);
-        out = grown;
-        if (!out) break;
+      if (ta_grow(&out, &cap, count + 1, 16)) {
+        free(out);
+        out = NULL;
+        break;
       }
       out[count++] = b->addr;
     }

@@ -55,7 +55,8 @@ static int check_expansion(const ta_segment *s, size_t *mapped, char *err, size_
   return 0;
 }
 
-static int check_segment(ta_heap *h, const ta_segment *s, recount *rc, char *err, size_t errlen) {
+static int check_segment(ta_heap *h, const ta_segment *s, recount *rc, char *err, size_t errlen)
+    TA_REQUIRES(h->lock) {
   uintptr_t expect = s->addr;
   const ta_block *prev = NULL;
   for (const ta_block *b = s->first; b; prev = b, b = b->next) {

@@ -4,7 +4,7 @@
 #include "heap/heap.h"
 
 /* Which private pool owns `s`: its id, {0, 0} for the default pool. */
-static void pool_of(const ta_heap *h, const ta_segment *s, uint64_t id[2]) {
+static void pool_of(const ta_heap *h, const ta_segment *s, uint64_t id[2]) TA_REQUIRES(h->lock) {
   id[0] = id[1] = 0;
   for (size_t i = 0; i < h->npools; i++)
     if (h->pools[i].policy == s->policy_instance) {

@@ -22,7 +22,6 @@
 #include "log/log_path.h"
 #include "accounting/oom_advice.h"
 #include "accounting/oom_verdict.h"
-#include "policies/parts/size_classes.h"
 #include "base/file_limit.h"
 #include "base/text.h"
 
@@ -109,7 +108,7 @@ static void write_frame(void *ctx, const char *file, const char *func, uint32_t 
   ta_text_printf(w->t, "%s%s:%u:%s", w->n > 1 ? " <- " : "", base ? base + 1 : file, (unsigned)line, func);
 }
 
-static void block_line(ta_text *t, const ta_heap *h, const ta_block *b) {
+static void block_line(ta_text *t, const ta_heap *h, const ta_block *b) TA_REQUIRES(h->lock) {
   const char *phase = ta_phase_name(b->phase);
   ta_text_printf(t, "    %#" PRIxPTR "  %10s  phase %s", b->addr, SZ(b->size), phase ? phase : "?");
   if (b->phase_epoch) ta_text_printf(t, " #%u", (unsigned)b->phase_epoch);
@@ -128,7 +127,7 @@ typedef struct stream_free {
   int blocks;
 } stream_free;
 
-static void report_streams(ta_text *t, const ta_heap *h) {
+static void report_streams(ta_text *t, const ta_heap *h) TA_REQUIRES(h->lock) {
   stream_free per[STREAMS];
   int n = 0, others = 0;
   const ta_segment_registry *r = &h->seg.registry;
@@ -174,7 +173,7 @@ static const ta_block *next_largest_live(const ta_segment *const *segments, size
   return best;
 }
 
-static void report_segments(ta_text *t, const ta_heap *h) {
+static void report_segments(ta_text *t, const ta_heap *h) TA_REQUIRES(h->lock) {
   const ta_segment_registry *r = &h->seg.registry;
   segment_view *views = r->count ? malloc(r->count * sizeof *views) : NULL;
   if (r->count && !views) return;
@@ -217,7 +216,7 @@ static void report_segments(ta_text *t, const ta_heap *h) {
 /* The largest live blocks of the device: what to shrink when live tensors
  * alone are too many (capacity), or what torchalloc holds when others hold
  * the rest (held elsewhere). */
-static void report_largest(ta_text *t, const ta_heap *h) {
+static void report_largest(ta_text *t, const ta_heap *h) TA_REQUIRES(h->lock) {
   ta_text_printf(t, "\nThe largest live blocks:\n");
   const ta_segment_registry *r = &h->seg.registry;
   const ta_block *best = NULL;
@@ -276,7 +275,7 @@ static rank_words rank_text(const char *before, const char *after) {
   return w;
 }
 
-static void build_report(ta_heap *h) {
+static void build_report(ta_heap *h) TA_REQUIRES(h->lock) {
   const ta_oom_info *o = &h->oom;
   const torchalloc_oom_facts *f = &o->facts;
   ta_text t = {0};
@@ -336,12 +335,12 @@ static size_t whole_free_granules(const ta_segment *s, const ta_block *b, size_t
 
 /* One pass over the default pool's segments (private pools serve no other
  * request), no allocation: the per-phase tally lives on the stack. */
-static void note_detail(ta_heap *h, const ta_policy *policy, size_t size, int phase) {
+static void note_detail(ta_heap *h, const ta_policy *policy, size_t size, int phase) TA_REQUIRES(h->lock) {
   torchalloc_oom_detail *d = &h->oom.detail;
   /* The granule expandable segments would give back for the request: the
    * device's, where large handles can be replaced on this path. */
   *d = (torchalloc_oom_detail){.struct_size = sizeof *d,
-                               .granule = ta_segments_oom_granule(&h->seg, ta_pool_for(ta_round_size(size))),
+                               .granule = ta_segments_oom_granule(&h->seg, policy->ops->pool_for(policy, size)),
                                .phase = (uint16_t)phase,
                                .expandable = (uint8_t)h->conf->expandable};
   int private_pool = h->policies[policy->id] != policy;

@@ -26,20 +26,15 @@
 #include "heap/heap_streams.h"
 #include "log/log.h"
 
-static ta_private_pool *find(ta_heap *h, const uint64_t id[2]) {
+static ta_private_pool *find(ta_heap *h, const uint64_t id[2]) TA_REQUIRES(h->lock) {
   for (size_t i = 0; i < h->npools; i++)
     if (h->pools[i].id[0] == id[0] && h->pools[i].id[1] == id[1]) return &h->pools[i];
   return NULL;
 }
 
-static ta_private_pool *create(ta_heap *h, const uint64_t id[2], const torchalloc_pool_source *source) {
-  if (h->npools == h->cap_pools) {
-    size_t cap = h->cap_pools ? h->cap_pools * 2 : 4;
-    ta_private_pool *pools = realloc(h->pools, cap * sizeof *pools);
-    if (!pools) return NULL;
-    h->pools = pools;
-    h->cap_pools = cap;
-  }
+static ta_private_pool *create(ta_heap *h, const uint64_t id[2], const torchalloc_pool_source *source)
+    TA_REQUIRES(h->lock) {
+  if (ta_grow(&h->pools, &h->cap_pools, h->npools + 1, 4)) return NULL;
   uint8_t id_policy = ta_policy_for_private_pools();
   ta_policy *policy = ta_policy_by_id(id_policy)->create(&h->seg, id_policy, 0); /* never expandable: see policy.h */
   if (!policy) return NULL;
@@ -61,7 +56,7 @@ static void destroy_policy(ta_policy *policy) {
 }
 
 /* Bytes of segments the pool's policy holds (its blocks are in them). */
-static size_t pool_reserved(ta_heap *h, const ta_private_pool *p) {
+static size_t pool_reserved(ta_heap *h, const ta_private_pool *p) TA_REQUIRES(h->lock) {
   size_t total = 0;
   const ta_segment_registry *r = &h->seg.registry;
   for (size_t i = 0; i < r->count; i++)
@@ -70,7 +65,7 @@ static size_t pool_reserved(ta_heap *h, const ta_private_pool *p) {
 }
 
 /* Release a freeable pool's free segments; delete it once it holds none. */
-static size_t drain(ta_heap *h, size_t index) {
+static size_t drain(ta_heap *h, size_t index) TA_REQUIRES(h->lock) {
   ta_private_pool *p = &h->pools[index];
   size_t released = p->policy->ops->release_cached(p->policy);
   if (pool_reserved(h, p) == 0) {

@@ -112,12 +112,14 @@ typedef struct ta_heap {
 } ta_heap;
 
 /* A capture may be underway on this device or another (routing_anywhere). */
+static inline int ta_heap_capture_anywhere(const ta_heap *h) TA_REQUIRES(h->lock);
 static inline int ta_heap_capture_anywhere(const ta_heap *h) {
   return h->routing || (h->routing_anywhere && atomic_load_explicit(h->routing_anywhere, memory_order_acquire) > 0);
 }
 
 /* The block leaves the pointer map and goes back to the policy object that
  * made it (a private pool's, or the heap's instance of its policy). */
+static inline void ta_heap_release_block(ta_heap *h, ta_block *b) TA_REQUIRES(h->lock);
 static inline void ta_heap_release_block(ta_heap *h, ta_block *b) {
   ta_ptrmap_take(&h->live, b->addr);
   ta_policy *p = b->segment->policy_instance;

@@ -46,7 +46,7 @@ void ta_heap_report_bad_record_stream(ta_heap *h, void *ptr) {
 /* Record an event on every stream that used `p->block` (none when no other
  * stream did: it waited only for routing to end). Returns 0, or -1 when
  * they could not all be recorded (out of host memory or events). */
-static int record_events(ta_heap *h, ta_pending_free *p) {
+static int record_events(ta_heap *h, ta_pending_free *p) TA_REQUIRES(h->lock) {
   ta_backend *backend = h->seg.backend;
   ta_stream_uses *u = p->block->uses;
   if (!u) {
@@ -74,14 +74,8 @@ static int record_events(ta_heap *h, ta_pending_free *p) {
 }
 
 /* The block waits in the pending list (stats count it as active). */
-static int add_pending(ta_heap *h, ta_block *b) {
-  if (h->npending == h->cap_pending) {
-    size_t cap = h->cap_pending ? h->cap_pending * 2 : 16;
-    ta_pending_free *p = realloc(h->pending, cap * sizeof *p);
-    if (!p) return -1;
-    h->pending = p;
-    h->cap_pending = cap;
-  }
+static int add_pending(ta_heap *h, ta_block *b) TA_REQUIRES(h->lock) {
+  if (ta_grow(&h->pending, &h->cap_pending, h->npending + 1, 16)) return -1;
   b->state = TA_BLOCK_PENDING;
   ta_stats_add(h->pending_stats.count, ta_block_pool(b), 1);
   ta_stats_add(h->pending_stats.bytes, ta_block_pool(b), (int64_t)b->size);
@@ -89,7 +83,7 @@ static int add_pending(ta_heap *h, ta_block *b) {
   return 0;
 }
 
-static void remove_pending(ta_heap *h, size_t i) {
+static void remove_pending(ta_heap *h, size_t i) TA_REQUIRES(h->lock) {
   ta_block *b = h->pending[i].block;
   free(h->pending[i].events);
   free(h->pending[i].markers);
@@ -101,7 +95,7 @@ static void remove_pending(ta_heap *h, size_t i) {
 /* Tracking failed (host memory, events): wait for the device instead, then
  * the block is free to reuse. While routing a synchronize would break a
  * capture, so the block is released at once with a warning. */
-static void release_untracked(ta_heap *h, ta_block *b) {
+static void release_untracked(ta_heap *h, ta_block *b) TA_REQUIRES(h->lock) {
   free(b->uses);
   b->uses = NULL;
   b->state = TA_BLOCK_LIVE;
@@ -130,19 +124,14 @@ static void release_untracked(ta_heap *h, ta_block *b) {
 
 /* Append `stream`'s capture frontier to (*nodes, *n, *cap). 1 while it
  * captures, 0 when it does not, -1 on error or without host memory. */
-static int append_frontier(ta_heap *h, cudaStream_t stream, uint64_t **nodes, size_t *n, size_t *cap) {
+static int append_frontier(ta_heap *h, cudaStream_t stream, uint64_t **nodes, size_t *n, size_t *cap)
+    TA_REQUIRES(h->lock) {
   ta_backend *backend = h->seg.backend;
   uint64_t guess[FRONTIER_GUESS];
   size_t count = 0;
   int rc = backend->ops->capture_frontier(backend, h->device, stream, guess, FRONTIER_GUESS, &count);
   if (rc != 1) return rc;
-  if (*n + count > *cap) {
-    size_t want = (*n + count) * 2;
-    uint64_t *grown = realloc(*nodes, want * sizeof *grown);
-    if (!grown) return -1;
-    *nodes = grown;
-    *cap = want;
-  }
+  if (ta_grow(nodes, cap, *n + count, 2 * (*n + count))) return -1;
   if (count == 0) return 1; /* a capture with nothing in it yet */
   if (count <= FRONTIER_GUESS) memcpy(*nodes + *n, guess, count * sizeof *guess);
   else if (backend->ops->capture_frontier(backend, h->device, stream, *nodes + *n, count, &count) != 1) return -1;
@@ -154,7 +143,7 @@ static int append_frontier(ta_heap *h, cudaStream_t stream, uint64_t **nodes, si
  * and every stream it was used on. Any of them not capturing (or the
  * backend unable to say) leaves none: the block waits for the capture's
  * end, as without the option. */
-static void mark_capture_frontiers(ta_heap *h, ta_pending_free *p) {
+static void mark_capture_frontiers(ta_heap *h, ta_pending_free *p) TA_REQUIRES(h->lock) {
   ta_backend *backend = h->seg.backend;
   if (!backend->ops->capture_frontier || !backend->ops->node_dependencies ||
       p->block->segment->policy_instance->ops->frees_to_device) /* its free would be a cudaFree: not now */
@@ -205,7 +194,7 @@ static int set_add(node_set *s, uint64_t node) {
 
 /* Every node `stream`'s next captured work will come after: its frontier
  * and all they depend on. 0, or -1 (not capturing, an error, no memory). */
-static int preceding_nodes(ta_heap *h, cudaStream_t stream, node_set *seen) {
+static int preceding_nodes(ta_heap *h, cudaStream_t stream, node_set *seen) TA_REQUIRES(h->lock) {
   ta_backend *backend = h->seg.backend;
   uint64_t *todo = NULL, deps[FRONTIER_GUESS];
   size_t n = 0, cap = 0;
@@ -219,12 +208,7 @@ static int preceding_nodes(ta_heap *h, cudaStream_t stream, node_set *seen) {
     }
     size_t count = 0;
     if (backend->ops->node_dependencies(backend, h->device, node, deps, FRONTIER_GUESS, &count) != 0) rc = -1;
-    if (rc == 0 && n + count > cap) {
-      size_t want = (n + count) * 2;
-      uint64_t *grown = realloc(todo, want * sizeof *grown);
-      if (grown) todo = grown, cap = want;
-      else rc = -1;
-    }
+    if (rc == 0 && ta_grow(&todo, &cap, n + count, 2 * (n + count))) rc = -1;
     if (rc == 0 && count == 0) continue; /* the capture's first node */
     if (rc == 0 && count <= FRONTIER_GUESS) memcpy(todo + n, deps, count * sizeof *deps);
     else if (rc == 0 && backend->ops->node_dependencies(backend, h->device, node, todo + n, count, &count)) rc = -1;

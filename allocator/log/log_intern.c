@@ -109,13 +109,7 @@ static uint32_t intern(uint8_t tag, const void *data, size_t len, int *fresh) {
   uint64_t hash = fnv1a(tag, data, len);
   entry *e = probe(T.slots, T.cap, hash, tag, data, len);
   if (e->key) return e->id;
-  if (T.next_id == T.cap_by_id) {
-    size_t cap = T.cap_by_id ? T.cap_by_id * 2 : 1024;
-    key_ref *by_id = realloc(T.by_id, cap * sizeof *by_id);
-    if (!by_id) return 0;
-    T.by_id = by_id;
-    T.cap_by_id = cap;
-  }
+  if (ta_grow(&T.by_id, &T.cap_by_id, T.next_id + 1, 1024)) return 0;
   char *key = malloc(len + 1);
   if (!key) return 0;
   key[0] = (char)tag;

@@ -17,6 +17,8 @@
 #ifndef TA_POLICY_H
 #define TA_POLICY_H
 
+#include <stdlib.h>
+
 #include "block/block.h"
 
 typedef struct ta_segments ta_segments; /* the segment layer (segments/services.h): opaque here */
@@ -37,6 +39,10 @@ typedef struct ta_policy_ops {
   ta_block *(*malloc)(ta_policy *p, size_t size, cudaStream_t stream, int phase);
   /* Take back a block this policy made (state TA_BLOCK_LIVE or PENDING). */
   void (*free)(ta_policy *p, ta_block *b);
+  /* The pool (TA_POOL_SMALL or TA_POOL_LARGE) whose segments would serve a
+   * request of `size` bytes: at a failure the OOM account names the granule
+   * that pool's expandable segments give back. */
+  int (*pool_for)(const ta_policy *p, size_t size);
   /* Release every fully free cached segment; returns the bytes released. */
   size_t (*release_cached)(ta_policy *p);
   /* Optional (NULL when the policy keeps no per-phase arenas): bytes held by
@@ -80,6 +86,19 @@ struct ta_policy {
    * ta_segments_alloc takes this policy's segments from it. NULL: the device. */
   struct ta_segment_source *source;
 };
+
+/* A policy's object is its own struct with a ta_policy first. Every
+ * policy's create starts with ta_policy_new, `size` bytes of that struct
+ * zeroed and the ta_policy filled in (NULL without host memory), and its
+ * destroy ends with ta_policy_delete. */
+static inline ta_policy *ta_policy_new(size_t size, const ta_policy_ops *ops, ta_segments *segments, uint8_t id,
+                                       unsigned flags) {
+  ta_policy *p = calloc(1, size);
+  if (p) *p = (ta_policy){.ops = ops, .segments = segments, .id = id, .flags = flags};
+  return p;
+}
+
+static inline void ta_policy_delete(ta_policy *p) { free(p); }
 
 /* ---------------------------------------------------------------------------
  * The list (policies/policy_list.h): the only place that names policies.

@@ -10,8 +10,9 @@
  *
  * Speed: the loop is one hash-map probe plus one heap call per event. The
  * figures at a new peak of reserved bytes (free bytes and the largest free
- * block, for fragmentation) come from a census of free blocks the arenas
- * keep as blocks come and go (bins.h), not from a walk over every block:
+ * block, for fragmentation) come from a census of free blocks the policies
+ * keep as blocks come and go (accounting/free_census.h; the heap is made
+ * with it), not from a walk over every block:
  * a trace whose reserve keeps growing reaches a new peak every few thousand
  * events, and walks made such a replay quadratic. Only when the census
  * could not be kept (host memory ran out) does a new peak walk. */
@@ -24,7 +25,6 @@
 
 #include "base/errors.h"
 #include "heap/heap.h"
-#include "policies/parts/arena.h"
 
 _Static_assert(sizeof(torchalloc_replay_event) == 32, "torchalloc_replay_event is mirrored by numpy: 32 bytes");
 
@@ -174,7 +174,7 @@ struct torchalloc_replay_run {
   int stopped; /* 1: an OOM ended the replay; 2: an error did (`error` says why) */
   char error[256];
   uint32_t epoch[TA_MAX_PHASES];
-  ta_free_census *census; /* kept by every arena of the heap; NULL: host memory ran out */
+  ta_free_census *census; /* kept by the heap's policies; NULL: host memory ran out */
   ta_config conf;         /* the heap's configuration: it keeps a pointer to it for its whole life */
   int64_t walked;         /* blocks walked for the figures at new peaks */
 };
@@ -257,7 +257,7 @@ static inline int replay_alloc(replay_state *st, const torchalloc_replay_event *
 
 static void run_delete(torchalloc_replay_run *st) {
   free(st->map.slots);
-  if (st->h) ta_heap_destroy(st->h); /* its arenas tell the census to the end */
+  if (st->h) ta_heap_destroy(st->h); /* its policies tell the census to the end */
   if (st->backend) st->backend->ops->destroy(st->backend);
   ta_census_destroy(st->census);
   free(st);
@@ -353,10 +353,8 @@ torchalloc_replay_run *ta_replay_begin(const char *policy, uint64_t capacity, si
   }
   char err[256];
   st->census = ta_census_create(); /* NULL: new peaks walk instead */
-  ta_arena_census_arm(st->census);
   st->conf = conf;
-  st->h = ta_heap_create(st->backend, 0, &st->conf, 0, err, sizeof err);
-  ta_arena_census_arm(NULL);
+  st->h = ta_heap_create(st->backend, 0, &st->conf, &(ta_heap_options){.census = st->census}, err, sizeof err);
   if (!st->h) {
     ta_set_error("%s%s", err,
                  strncmp(err, "unknown policy", 14) ? "" : "; each may end in +expandable, +compact or +reclaim");
@@ -434,10 +432,7 @@ int ta_replay_feed(torchalloc_replay_run *st, const torchalloc_replay_event *eve
     ta_set_error("torchalloc_replay_feed: more events than the %zu given to torchalloc_replay_begin", st->ser.n);
     return run_fail(st);
   }
-  ta_arena_census_arm(st->census); /* phase_arena makes a phase's arena at its first request */
-  int rc = feed_events(st, events, n);
-  ta_arena_census_arm(NULL);
-  return rc;
+  return feed_events(st, events, n);
 }
 
 int ta_replay_end(torchalloc_replay_run *st, torchalloc_replay_result *out) {

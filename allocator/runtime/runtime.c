@@ -13,16 +13,32 @@
 #include "context/phase.h"
 #include "context/pystack.h"
 
-ta_runtime ta_rt = {.lock = PTHREAD_MUTEX_INITIALIZER};
+ta_runtime ta_rt = {.lock = TA_MUTEX_INIT};
 
 /* ------------------------------------------------------------------------
- * Init / teardown (callers hold ta_rt.lock)
+ * Init / teardown (callers hold ta_rt.lock: each says TA_REQUIRES)
  * ---------------------------------------------------------------------- */
+
+/* Every heap's lock taken, or released: a lock per heap, which the
+ * analysis cannot count, so these two are not analysed. */
+static TA_NO_THREAD_SAFETY_ANALYSIS void lock_every_heap(void) {
+  for (int d = 0; d < TA_MAX_DEVICES; d++) {
+    ta_heap *h = ta_runtime_heap_if_any(d);
+    if (h) ta_lock_acquire(&h->lock);
+  }
+}
+
+static TA_NO_THREAD_SAFETY_ANALYSIS void unlock_every_heap(void) {
+  for (int d = 0; d < TA_MAX_DEVICES; d++) {
+    ta_heap *h = ta_runtime_heap_if_any(d);
+    if (h) ta_lock_release(&h->lock);
+  }
+}
 
 /* Close the event log once no writer can be inside it: heap-locked
  * writers check ta_log_on() under their heap's lock, so after logging is
  * off, taking each heap lock once waits out the last of them (log_file.h). */
-static void log_close_quiesced(void) {
+static void log_close_quiesced(void) TA_REQUIRES(ta_rt.lock) {
   if (!ta_log_stop()) return;
   for (int d = 0; d < TA_MAX_DEVICES; d++) {
     ta_heap *h = ta_runtime_heap_if_any(d);
@@ -52,7 +68,9 @@ static void pause_1ms(void) {
   nanosleep(&ms, NULL);
 }
 
-static int heap_lock_bounded(ta_lock *l) {
+/* Taken within the bound: 1 (the analysis takes these two on trust, as
+ * the locks' own functions). */
+static TA_NO_THREAD_SAFETY_ANALYSIS int heap_lock_bounded(ta_lock *l) TA_TRY_ACQUIRE(1, *l) {
   for (int i = 0; i < EXIT_WAIT_TRIES; i++) {
     if (ta_lock_try(l)) return 1;
     pause_1ms();
@@ -60,9 +78,9 @@ static int heap_lock_bounded(ta_lock *l) {
   return 0;
 }
 
-static int runtime_lock_bounded(void) {
+static TA_NO_THREAD_SAFETY_ANALYSIS int runtime_lock_bounded(void) TA_TRY_ACQUIRE(1, ta_rt.lock) {
   for (int i = 0; i < EXIT_WAIT_TRIES; i++) {
-    if (pthread_mutex_trylock(&ta_rt.lock) == 0) return 1;
+    if (ta_mutex_try(&ta_rt.lock)) return 1;
     pause_1ms();
   }
   return 0;
@@ -73,10 +91,12 @@ static void close_log_at_exit(void) {
   int quiet = ta_log_stop(); /* 0: closed meanwhile */
   for (int d = 0; quiet && d < TA_MAX_DEVICES; d++) {
     ta_heap *h = ta_runtime_heap_if_any(d);
-    if (h && (quiet = heap_lock_bounded(&h->lock))) ta_lock_release(&h->lock);
+    if (!h) continue;
+    if (heap_lock_bounded(&h->lock)) ta_lock_release(&h->lock);
+    else quiet = 0;
   }
   if (quiet) ta_log_close();
-  pthread_mutex_unlock(&ta_rt.lock);
+  ta_mutex_unlock(&ta_rt.lock);
 }
 
 static void register_exit_close_once(void) { atexit(close_log_at_exit); }
@@ -102,10 +122,12 @@ static void register_exit_close(void) {
  * a fork before first use is covered too.
  * ---------------------------------------------------------------------- */
 
-static ta_heap *fork_held[TA_MAX_DEVICES]; /* the heaps locked by fork_prepare */
+static ta_heap *fork_held[TA_MAX_DEVICES] TA_GUARDED_BY(ta_rt.lock); /* the heaps locked by fork_prepare */
 
-static void fork_prepare(void) {
-  pthread_mutex_lock(&ta_rt.lock); /* from here no heap is created or destroyed */
+/* Every lock is left held for the handler after the fork to release: across
+ * fork(), and a lock per heap, which the analysis cannot follow. */
+static TA_NO_THREAD_SAFETY_ANALYSIS void fork_prepare(void) {
+  ta_mutex_lock(&ta_rt.lock); /* from here no heap is created or destroyed */
   for (int d = 0; d < TA_MAX_DEVICES; d++) {
     fork_held[d] = ta_runtime_heap_if_any(d);
     if (fork_held[d]) ta_lock_acquire(&fork_held[d]->lock);
@@ -115,25 +137,25 @@ static void fork_prepare(void) {
   ta_pystack_fork_prepare();
 }
 
-static void fork_release_heaps(void) {
+static TA_NO_THREAD_SAFETY_ANALYSIS void fork_release_heaps(void) {
   for (int d = TA_MAX_DEVICES - 1; d >= 0; d--)
     if (fork_held[d]) ta_lock_release(&fork_held[d]->lock);
 }
 
-static void fork_parent(void) {
+static void fork_parent(void) TA_RELEASE(ta_rt.lock) {
   ta_pystack_fork_release();
   ta_log_fork_parent();
   ta_phase_fork_release();
   fork_release_heaps();
-  pthread_mutex_unlock(&ta_rt.lock);
+  ta_mutex_unlock(&ta_rt.lock);
 }
 
-static void fork_child(void) {
+static void fork_child(void) TA_RELEASE(ta_rt.lock) {
   ta_pystack_fork_release();
   ta_log_fork_child();
   ta_phase_fork_release();
   fork_release_heaps();
-  pthread_mutex_unlock(&ta_rt.lock);
+  ta_mutex_unlock(&ta_rt.lock);
 }
 
 __attribute__((constructor)) static void register_fork_handlers(void) {
@@ -143,21 +165,15 @@ __attribute__((constructor)) static void register_fork_handlers(void) {
 /* Open the log with the phases open now written first (phase.h). Block
  * writers are held off meanwhile, each heap's lock held: a record tagged
  * with an open phase's occurrence must not precede its phase_begin. */
-static int log_open_locked(const char *path, size_t max_bytes, char *err, size_t errlen) {
-  for (int d = 0; d < TA_MAX_DEVICES; d++) {
-    ta_heap *h = ta_runtime_heap_if_any(d);
-    if (h) ta_lock_acquire(&h->lock);
-  }
+static int log_open_locked(const char *path, size_t max_bytes, char *err, size_t errlen) TA_REQUIRES(ta_rt.lock) {
+  lock_every_heap();
   int rc = ta_phase_open_log(path, max_bytes, err, errlen);
-  for (int d = 0; d < TA_MAX_DEVICES; d++) {
-    ta_heap *h = ta_runtime_heap_if_any(d);
-    if (h) ta_lock_release(&h->lock);
-  }
+  unlock_every_heap();
   if (rc == 0) register_exit_close();
   return rc;
 }
 
-static void destroy_all_locked(void) {
+static void destroy_all_locked(void) TA_REQUIRES(ta_rt.lock) {
   log_close_quiesced();
   for (int d = 0; d < TA_MAX_DEVICES; d++) {
     ta_heap_destroy(ta_runtime_heap_if_any(d));
@@ -182,7 +198,8 @@ static ta_backend *create_backend(const ta_config *conf, char *err, size_t errle
 }
 
 /* Make `conf` and `backend` the process state (the old state is gone). */
-static int install_locked(const ta_config *conf, ta_backend *backend, char *err, size_t errlen) {
+static int install_locked(const ta_config *conf, ta_backend *backend, char *err, size_t errlen)
+    TA_REQUIRES(ta_rt.lock) {
   if (conf->log_path[0] && log_open_locked(conf->log_path, conf->log_max, err, errlen)) {
     backend->ops->destroy(backend);
     return -1;
@@ -199,7 +216,7 @@ static int install_locked(const ta_config *conf, ta_backend *backend, char *err,
   return 0;
 }
 
-static int init_locked(const char *text, char *err, size_t errlen) {
+static int init_locked(const char *text, char *err, size_t errlen) TA_REQUIRES(ta_rt.lock) {
   ta_config conf;
   ta_config_defaults(&conf);
   if (ta_config_parse(&conf, text, err, errlen)) return -1;
@@ -210,7 +227,7 @@ static int init_locked(const char *text, char *err, size_t errlen) {
 /* Every allocation fails from now on, for `reason`. `conf` still says how a
  * failure is answered (oom:null or abort): written before the state, so a
  * caller that saw BROKEN reads it (ta_runtime_ready). */
-static void mark_broken_locked(const ta_config *conf, const char *reason) {
+static void mark_broken_locked(const ta_config *conf, const char *reason) TA_REQUIRES(ta_rt.lock) {
   ta_rt.conf = *conf;
   snprintf(ta_rt.broken_reason, sizeof ta_rt.broken_reason, "%s", reason);
   atomic_store(&ta_rt.state, TA_STATE_BROKEN);
@@ -219,7 +236,7 @@ static void mark_broken_locked(const ta_config *conf, const char *reason) {
 /* A bad config is printed once and every allocation refused, never guessed
  * at; the keys that say how to fail (oom, backend) are still obeyed. */
 ta_noinline int ta_runtime_ensure_ready_slow(void) {
-  pthread_mutex_lock(&ta_rt.lock);
+  ta_mutex_lock(&ta_rt.lock);
   if (atomic_load(&ta_rt.state) == TA_STATE_UNINIT) {
     char err[512];
     const char *text = getenv("TORCHALLOC_CONF");
@@ -232,13 +249,13 @@ ta_noinline int ta_runtime_ensure_ready_slow(void) {
     }
   }
   int ok = atomic_load(&ta_rt.state) == TA_STATE_READY;
-  pthread_mutex_unlock(&ta_rt.lock);
+  ta_mutex_unlock(&ta_rt.lock);
   return ok;
 }
 
 /* peers:all: device `peer` may reach `h`'s memory when it has a path to
  * it at all (without one, copies go through the host: nothing to grant). */
-static void grant_if_reachable_locked(ta_heap *h, int peer) {
+static void grant_if_reachable_locked(ta_heap *h, int peer) TA_REQUIRES(ta_rt.lock) {
   char why[256];
   if (peer != h->device && ta_rt.backend->ops->peer_capable(ta_rt.backend, h->device, peer) &&
       ta_heap_grant_peer(h, peer, why, sizeof why))
@@ -246,7 +263,7 @@ static void grant_if_reachable_locked(ta_heap *h, int peer) {
 }
 
 /* peers:all: every device in use may reach `h`'s memory. */
-static void grant_in_use_locked(ta_heap *h) {
+static void grant_in_use_locked(ta_heap *h) TA_REQUIRES(ta_rt.lock) {
   uint64_t in_use = atomic_load(&ta_rt.devices_in_use);
   for (int d = 0; d < ta_rt.ndevices; d++)
     if (in_use >> d & 1) grant_if_reachable_locked(h, d);
@@ -261,7 +278,7 @@ ta_noinline void ta_runtime_device_in_use_slow(int device) {
     if (device >= 0 && device < TA_MAX_DEVICES) atomic_fetch_or(&ta_rt.devices_in_use, (unsigned long long)1 << device);
     return;
   }
-  pthread_mutex_lock(&ta_rt.lock);
+  ta_mutex_lock(&ta_rt.lock);
   if (!(atomic_load(&ta_rt.devices_in_use) >> device & 1)) {
     for (int d = 0; d < ta_rt.ndevices; d++) {
       ta_heap *h = ta_runtime_heap_if_any(d);
@@ -271,23 +288,23 @@ ta_noinline void ta_runtime_device_in_use_slow(int device) {
     ta_heap *own = ta_runtime_heap_if_any(device);
     if (own) grant_in_use_locked(own);
   }
-  pthread_mutex_unlock(&ta_rt.lock);
+  ta_mutex_unlock(&ta_rt.lock);
 }
 
 ta_noinline ta_heap *ta_runtime_heap_slow(int device) {
   if (!ta_runtime_ready()) return NULL;
   if (device < 0 || device >= ta_rt.ndevices) return NULL;
-  pthread_mutex_lock(&ta_rt.lock);
+  ta_mutex_lock(&ta_rt.lock);
   ta_heap *h = atomic_load(&ta_rt.heaps[device]);
   if (!h && atomic_load(&ta_rt.state) == TA_STATE_READY) {
     char err[256];
-    h = ta_heap_create(ta_rt.backend, device, &ta_rt.conf, 1, err, sizeof err);
+    h = ta_heap_create(ta_rt.backend, device, &ta_rt.conf, &(ta_heap_options){.logged = 1}, err, sizeof err);
     if (h) h->routing_anywhere = &ta_rt.routing;
     if (h && ta_rt.conf.peers == TA_PEERS_ALL) grant_in_use_locked(h); /* no mapping yet: it only names them */
     if (h) atomic_store_explicit(&ta_rt.heaps[device], h, memory_order_release);
     else fprintf(stderr, "torchalloc: error: cannot create the heap of device %d: %s\n", device, err);
   }
-  pthread_mutex_unlock(&ta_rt.lock);
+  ta_mutex_unlock(&ta_rt.lock);
   return h;
 }
 
@@ -308,7 +325,69 @@ ta_heap *ta_runtime_heap_for_control(int device) {
   return h;
 }
 
-static int any_live_locked(void) {
+int ta_runtime_stream_capturing(int device, cudaStream_t stream) {
+  ta_backend *b = ta_rt.backend;
+  return b && (unsigned)device < (unsigned)ta_rt.ndevices && b->ops->stream_capturing(b, device, stream);
+}
+
+/* ------------------------------------------------------------------------
+ * Settings every heap takes, and heaps made later with them
+ * ---------------------------------------------------------------------- */
+
+int ta_runtime_set_policy(const char *name) {
+  if (!name || !ta_policy_by_name(name, NULL)) {
+    ta_set_error("unknown policy '%s' (expected %s)", name ? name : "(null)", ta_policy_choices());
+    return -1;
+  }
+  if (!ta_runtime_ready()) return -1;
+  ta_mutex_lock(&ta_rt.lock);
+  snprintf(ta_rt.conf.policy, sizeof ta_rt.conf.policy, "%s", name); /* heaps made later start with it */
+  int rc = 0;
+  for (int d = 0; d < ta_rt.ndevices; d++) {
+    ta_heap *h = ta_runtime_heap_if_any(d);
+    if (h && ta_heap_set_policy(h, name)) rc = -1;
+  }
+  ta_mutex_unlock(&ta_rt.lock);
+  if (rc) ta_set_error("out of host memory while creating the policy");
+  return rc;
+}
+
+int ta_runtime_set_allocator_settings(const char *settings) {
+  if (!ta_runtime_ready()) return -1;
+  char err[256];
+  ta_mutex_lock(&ta_rt.lock);
+  ta_roundup r;
+  int reuse = ta_rt.conf.capture_reuse;
+  int rc = ta_roundup_from_pytorch_settings(settings, &r, &reuse, err, sizeof err);
+  if (rc == 0) {
+    ta_rt.conf.roundup = r; /* heaps made later start with them */
+    ta_rt.conf.capture_reuse = reuse;
+    for (int d = 0; d < ta_rt.ndevices; d++) {
+      ta_heap *h = ta_runtime_heap_if_any(d);
+      if (h) ta_heap_set_pytorch_settings(h, &r, reuse);
+    }
+  }
+  ta_mutex_unlock(&ta_rt.lock);
+  if (rc) ta_set_error("%s", err);
+  return rc;
+}
+
+void ta_runtime_routing_begin(ta_heap *h) {
+  atomic_fetch_add(&ta_rt.routing, 1); /* before the heap's: no device free slips in between */
+  ta_heap_routing_begin(h);
+}
+
+int ta_runtime_routing_end(ta_heap *h) {
+  atomic_fetch_sub(&ta_rt.routing, 1); /* first: the heap hands back what waited for the last capture to end */
+  if (ta_heap_routing_end(h)) {
+    atomic_fetch_add(&ta_rt.routing, 1);
+    ta_set_error("torchalloc_routing_end(%d) without a matching torchalloc_routing_begin", h->device);
+    return -1;
+  }
+  return 0;
+}
+
+static int any_live_locked(void) TA_REQUIRES(ta_rt.lock) {
   for (int d = 0; d < TA_MAX_DEVICES; d++) {
     ta_heap *h = ta_runtime_heap_if_any(d);
     if (h && ta_heap_live_blocks(h)) return 1;
@@ -324,9 +403,9 @@ int ta_runtime_init(const char *text) {
     ta_set_error("%s", err);
     return -1;
   }
-  pthread_mutex_lock(&ta_rt.lock);
+  ta_mutex_lock(&ta_rt.lock);
   if (any_live_locked()) {
-    pthread_mutex_unlock(&ta_rt.lock);
+    ta_mutex_unlock(&ta_rt.lock);
     ta_set_error("torchalloc_init: blocks are still allocated; free them (or call torchalloc_teardown) first");
     return -1;
   }
@@ -342,15 +421,15 @@ int ta_runtime_init(const char *text) {
      * to whatever $TORCHALLOC_CONF says. */
     if (rc) mark_broken_locked(&next, err);
   }
-  pthread_mutex_unlock(&ta_rt.lock);
+  ta_mutex_unlock(&ta_rt.lock);
   if (rc) ta_set_error("%s", err);
   return rc;
 }
 
 void ta_runtime_teardown(void) {
-  pthread_mutex_lock(&ta_rt.lock);
+  ta_mutex_lock(&ta_rt.lock);
   destroy_all_locked();
-  pthread_mutex_unlock(&ta_rt.lock);
+  ta_mutex_unlock(&ta_rt.lock);
 }
 
 /* The report goes into the directory oom_report names when it names one;
@@ -390,17 +469,17 @@ ta_noinline void ta_runtime_after_oom(ta_heap *h) {
 
 int ta_runtime_log_open(const char *path) {
   char err[512];
-  pthread_mutex_lock(&ta_rt.lock);
+  ta_mutex_lock(&ta_rt.lock);
   log_close_quiesced();
   size_t max = atomic_load(&ta_rt.state) == TA_STATE_READY ? ta_rt.conf.log_max : 0;
   int rc = log_open_locked(path, max, err, sizeof err);
-  pthread_mutex_unlock(&ta_rt.lock);
+  ta_mutex_unlock(&ta_rt.lock);
   if (rc) ta_set_error("%s", err);
   return rc;
 }
 
 void ta_runtime_log_close(void) {
-  pthread_mutex_lock(&ta_rt.lock);
+  ta_mutex_lock(&ta_rt.lock);
   log_close_quiesced();
-  pthread_mutex_unlock(&ta_rt.lock);
+  ta_mutex_unlock(&ta_rt.lock);
 }

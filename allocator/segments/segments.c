@@ -15,13 +15,7 @@
 #define SLAB_BLOCKS 256
 
 static ta_noinline int slab_grow(ta_block_slab *s) {
-  if (s->nchunks == s->cap_chunks) {
-    size_t cap = s->cap_chunks ? s->cap_chunks * 2 : 16;
-    void **chunks = realloc(s->chunks, cap * sizeof *chunks);
-    if (!chunks) return -1;
-    s->chunks = chunks;
-    s->cap_chunks = cap;
-  }
+  if (ta_grow(&s->chunks, &s->cap_chunks, s->nchunks + 1, 16)) return -1;
   ta_block *chunk = calloc(SLAB_BLOCKS, sizeof *chunk); /* zeroed: destroy reads .state */
   if (!chunk) return -1;
   s->chunks[s->nchunks++] = chunk;
@@ -61,13 +55,7 @@ static size_t registry_upper(const ta_segment_registry *r, uintptr_t addr) {
 }
 
 static int registry_insert(ta_segment_registry *r, ta_segment *s) {
-  if (r->count == r->cap) {
-    size_t cap = r->cap ? r->cap * 2 : 64;
-    ta_segment **items = realloc(r->items, cap * sizeof *items);
-    if (!items) return -1;
-    r->items = items;
-    r->cap = cap;
-  }
+  if (ta_grow(&r->items, &r->cap, r->count + 1, 64)) return -1;
   size_t i = registry_upper(r, s->addr);
   memmove(&r->items[i + 1], &r->items[i], (r->count - i) * sizeof *r->items);
   r->items[i] = s;
@@ -217,6 +205,8 @@ void ta_segments_init(ta_segments *s, ta_backend *backend, int device, torchallo
   s->large_handle = s->granule ? ta_align_up(large_handle, s->granule) : 0;
   s->handle_fixed = handle_fixed;
 }
+
+ta_free_census *ta_segments_census(const ta_segments *s) { return s->census; }
 
 void ta_segments_destroy(ta_segments *seg) {
   ta_segment_registry *r = &seg->registry;

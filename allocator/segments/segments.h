@@ -71,6 +71,7 @@ struct ta_segments {
    * segments are the context's business (cudaDeviceEnablePeerAccess). */
   uint64_t peers;
   int logged;          /* tell the process log and observer (not replay's private heaps) */
+  ta_free_census *census; /* handed to the policies' arenas (ta_segments_census); NULL: none */
   int phase;           /* phase of the request in flight: growth and release are charged to it */
   size_t limit;        /* reserved-bytes ceiling from set_memory_fraction; 0: none */
   size_t granule;      /* the backend's virtual-memory granule; 0: no expandable segments */

@@ -19,13 +19,7 @@
 #include "segments/segments.h"
 
 static int push(ta_segment ***items, size_t *n, size_t *cap, ta_segment *seg) {
-  if (*n == *cap) {
-    size_t grown_cap = *cap ? *cap * 2 : 16;
-    ta_segment **grown = realloc(*items, grown_cap * sizeof *grown);
-    if (!grown) return -1;
-    *items = grown;
-    *cap = grown_cap;
-  }
+  if (ta_grow(items, cap, *n + 1, 16)) return -1;
   (*items)[(*n)++] = seg;
   return 0;
 }

@@ -69,38 +69,22 @@ int ta_segments_would_raise_peak(ta_segments *s, size_t bytes) {
 static int reserve_handles(ta_segment *seg, size_t granules) {
   ta_expansion *x = seg->expansion;
   if (granules <= x->cap_handles) return 0;
-  size_t old = x->cap_handles, cap = old ? old : 16;
-  while (cap < granules) cap *= 2;
-  uint64_t *h = realloc(x->handles, cap * sizeof *h);
-  if (!h) return -1;
-  x->handles = h;
-  uint8_t *lent = realloc(x->lent, cap);
-  if (!lent) return -1;
-  x->lent = lent;
-  uint64_t **split = realloc(x->split, cap * sizeof *split);
-  if (!split) return -1;
-  x->split = split;
-  uint32_t *stamps = realloc(seg->stamps, cap * sizeof *stamps);
-  if (!stamps) return -1;
-  seg->stamps = stamps;
-  memset(h + old, 0, (cap - old) * sizeof *h);
-  memset(lent + old, 0, cap - old);
-  memset(split + old, 0, (cap - old) * sizeof *split);
-  memset(stamps + old, 0, (cap - old) * sizeof *stamps);
+  size_t old = x->cap_handles, cap = ta_grown_capacity(old, granules, 16);
+  if (!cap || ta_resize(&x->handles, cap) || ta_resize(&x->lent, cap) || ta_resize(&x->split, cap) ||
+      ta_resize(&seg->stamps, cap))
+    return -1;
+  memset(x->handles + old, 0, (cap - old) * sizeof *x->handles);
+  memset(x->lent + old, 0, (cap - old) * sizeof *x->lent);
+  memset(x->split + old, 0, (cap - old) * sizeof *x->split);
+  memset(seg->stamps + old, 0, (cap - old) * sizeof *seg->stamps);
   x->cap_handles = cap;
   return 0;
 }
 
 static int reserve_donors(ta_donors *d, size_t n) {
   if (n <= d->cap) return 0;
-  size_t cap = d->cap ? d->cap * 2 : 64;
-  while (cap < n) cap *= 2;
-  uint64_t *h = realloc(d->handles, cap * sizeof *h);
-  if (!h) return -1;
-  d->handles = h;
-  uint32_t *stamps = realloc(d->stamps, cap * sizeof *stamps);
-  if (!stamps) return -1;
-  d->stamps = stamps;
+  size_t cap = ta_grown_capacity(d->cap, n, 64);
+  if (!cap || ta_resize(&d->handles, cap) || ta_resize(&d->stamps, cap)) return -1;
   d->cap = cap;
   return 0;
 }
@@ -454,13 +438,7 @@ static ptrdiff_t gather_past(ta_segments *s, size_t granule, const ta_block *kee
       granules_of(seg, b->addr, b->size, 1, &first, &end);
       for (size_t g = first; g < end; g++) {
         if (granule_state(seg->expansion, g) != OWNED || seg->stamps[g] > seg->marks->done) continue;
-        if (n == s->cap_past) {
-          size_t cap = s->cap_past ? s->cap_past * 2 : 256;
-          ta_past_granule *grown = realloc(s->past, cap * sizeof *grown);
-          if (!grown) return -1;
-          s->past = grown;
-          s->cap_past = cap;
-        }
+        if (ta_grow(&s->past, &s->cap_past, n + 1, 256)) return -1;
         s->past[n++] = (ta_past_granule){.stamp = seg->stamps[g], .segment = seg, .g = g};
       }
     }

@@ -141,13 +141,7 @@ static int decode(const unsigned char *bytes, size_t len, int *kind, const unsig
 
 /* Room for one more opening, made before anything is mapped. */
 static int room_for_one(ta_segments *s) {
-  if (s->nipc_opened < s->cap_ipc_opened) return 0;
-  size_t cap = s->cap_ipc_opened ? s->cap_ipc_opened * 2 : 8;
-  ta_ipc_opening *grown = realloc(s->ipc_opened, cap * sizeof *grown);
-  if (!grown) return -1;
-  s->ipc_opened = grown;
-  s->cap_ipc_opened = cap;
-  return 0;
+  return ta_grow(&s->ipc_opened, &s->cap_ipc_opened, s->nipc_opened + 1, 8);
 }
 
 /* Map the handles another process exported: addresses of their own, the

@@ -88,13 +88,8 @@ ta_stream_marks *ta_segments_marks_for(ta_segments *s, cudaStream_t stream) {
 
 void ta_segments_marks_activate(ta_segments *s, ta_stream_marks *m) {
   if (m->active) return;
-  if (s->nactive == s->cap_active) {
-    size_t cap = s->cap_active ? s->cap_active * 2 : 16;
-    ta_stream_marks **grown = realloc(s->active, cap * sizeof *grown);
-    if (!grown) return; /* unlisted, its stamps wait for the next free on it, or a synchronize */
-    s->active = grown;
-    s->cap_active = cap;
-  }
+  if (ta_grow(&s->active, &s->cap_active, s->nactive + 1, 16))
+    return; /* unlisted, its stamps wait for the next free on it, or a synchronize */
   if (s->nactive && s->active[s->nactive - 1]->order > m->order) s->active_unsorted = 1;
   s->active[s->nactive++] = m;
   m->active = 1;

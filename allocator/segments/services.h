@@ -7,9 +7,14 @@
 #define TA_SEGMENT_SERVICES_H
 
 #include "block/block.h"
+#include "accounting/free_census.h"
 
 typedef struct ta_segments ta_segments;
 typedef struct ta_policy ta_policy; /* policy/policy.h: the policy a segment is made for */
+
+/* The census of free blocks to tell of every block entering or leaving a
+ * free index (set when the heap is made: replay's); NULL: none. */
+ta_internal ta_free_census *ta_segments_census(const ta_segments *s);
 
 /* A block descriptor from the slab (uninitialised), and back. NULL when host
  * memory runs out. */

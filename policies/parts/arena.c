@@ -7,16 +7,12 @@
 #include "segments/services.h"
 #include "size_classes.h"
 
-static _Thread_local ta_free_census *armed_census;
-
-void ta_arena_census_arm(ta_free_census *census) { armed_census = census; }
-
 ta_arena *ta_arena_create(ta_segments *segments, ta_policy *policy) {
   ta_arena *a = calloc(1, sizeof *a);
   if (!a) return NULL;
   a->segments = segments;
   a->policy = policy;
-  a->census = armed_census;
+  a->census = ta_segments_census(segments);
   a->expandable = (policy->flags & TA_POLICY_EXPANDABLE) && ta_segments_granule(segments) > 0;
   a->compact = a->expandable && (policy->flags & (TA_POLICY_COMPACT | TA_POLICY_RECLAIM));
   a->reclaim = a->expandable && (policy->flags & TA_POLICY_RECLAIM);
@@ -59,7 +55,7 @@ static inline ta_bins *bins_for(ta_arena *a, cudaStream_t stream, int pool) {
   return bins_slow(a, stream, pool);
 }
 
-/* Replay's census (arena.h), out of the hot path's way. */
+/* The census the segment layer carries (replay's), out of the hot path's way. */
 static ta_noinline __attribute__((cold)) void tell_census(ta_arena *a, size_t size, int delta) {
   ta_census_note(a->census, size, delta);
 }
@@ -137,13 +133,7 @@ static size_t lend_from(ta_arena *a, cudaStream_t stream, size_t granule, size_t
       if (b->state != TA_BLOCK_FREE || b == keep || !ta_segments_mapped_run(seg, b->addr, b->addr + b->size, &lo, &hi))
         continue;
       if (hi - lo > ta_align_up(want - got, granule)) hi = lo + ta_align_up(want - got, granule);
-      if (a->nretiring == a->cap_retiring) {
-        size_t cap = a->cap_retiring ? a->cap_retiring * 2 : 16;
-        ta_block **grown = realloc(a->retiring, cap * sizeof *grown);
-        if (!grown) return got;
-        a->retiring = grown;
-        a->cap_retiring = cap;
-      }
+      if (ta_grow(&a->retiring, &a->cap_retiring, a->nretiring + 1, 16)) return got;
       ta_block *r = ta_arena_claim(a, seg, lo, hi - lo);
       if (!r) return got; /* host memory */
       r->state = TA_BLOCK_RETIRING;

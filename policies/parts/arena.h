@@ -18,6 +18,7 @@
 #define TA_ARENA_H
 
 #include "policy/policy.h"
+#include "segments/services.h"
 #include "bins.h"
 
 /* A stream's part of an arena: made at its first request, dropped with its
@@ -51,13 +52,9 @@ typedef struct ta_arena {
    * lends and retires across them, as they share the device. NULL: alone. */
   struct ta_arena **family;
   struct ta_arena *family_next;
-  ta_free_census *census; /* told of every block entering or leaving a free index; NULL: none */
+  ta_free_census *census; /* the segment layer's (ta_segments_census), told of every block entering or leaving a
+                           * free index; NULL: none */
 } ta_arena;
-
-/* Replay: each arena this thread makes from now on keeps `census` (NULL: no
- * census), until the next call. A thread-local rather than an argument: the
- * heap makes its policies, and they their arenas, with no way to pass it. */
-ta_internal void ta_arena_census_arm(ta_free_census *census);
 
 ta_internal ta_arena *ta_arena_create(ta_segments *segments, ta_policy *policy);
 /* `a` joins the family whose first arena `*family` is (the policy keeps

@@ -32,12 +32,10 @@ static void index_erase(ta_arena *a, uint32_t *slot) {
 static int resize_streams(ta_arena *a, size_t cap) {
   uint32_t *index = calloc(2 * cap, sizeof *index);
   if (!index) return -1;
-  ta_stream_bins *s = realloc(a->streams, cap * sizeof *s);
-  if (!s) {
+  if (ta_resize(&a->streams, cap)) {
     free(index);
     return -1;
   }
-  a->streams = s;
   a->cap_streams = cap;
   free(a->index);
   a->index = index;

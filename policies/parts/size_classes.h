@@ -25,6 +25,12 @@ static inline size_t ta_round_size(size_t size) {
 
 static inline int ta_pool_for(size_t rounded) { return rounded <= TA_SMALL_SIZE ? TA_POOL_SMALL : TA_POOL_LARGE; }
 
+/* ta_policy_ops.pool_for of a policy that sizes by these rules. */
+static inline int ta_size_class_pool(const ta_policy *p, size_t size) {
+  (void)p;
+  return ta_pool_for(ta_round_size(size));
+}
+
 static inline size_t ta_segment_size_for(size_t rounded) {
   if (rounded <= TA_SMALL_SIZE) return TA_SMALL_SEGMENT;
   if (rounded < TA_MIN_LARGE_ALLOC) return TA_LARGE_SEGMENT;

@@ -9,9 +9,9 @@ int arena_rig_up(arena_rig *r, unsigned flags, size_t granule) {
   *r = (arena_rig){.s = fake_segments_new(), .census = ta_census_create()};
   if (!r->s || !r->census) return arena_rig_down(r), -1;
   r->s->granule = granule;
+  r->s->census = r->census; /* carried by the layer, as a heap's is: the arena takes it when it is made */
   r->policy = (ta_policy){.segments = r->s, .id = 3, .flags = flags};
   if (!(r->a = ta_arena_create(r->s, &r->policy))) return arena_rig_down(r), -1;
-  r->a->census = r->census;
   return 0;
 }
 

@@ -168,6 +168,8 @@ void ta_segments_note_inactive_split(ta_segments *s, const ta_block *b, int sign
 
 size_t ta_segments_granule(const ta_segments *s) { return s->granule; }
 
+ta_free_census *ta_segments_census(const ta_segments *s) { return s->census; }
+
 size_t ta_segments_handle_size(const ta_segments *s, int pool) {
   (void)pool;
   return s->granule;

@@ -39,6 +39,7 @@ struct ta_segments {
   int no_addresses;         /* 1: a new expandable segment gets no addresses (TA_ENOSPACE) */
   long fail_block_new;      /* the nth descriptor asked for from now is refused (1: the next); 0: none */
   int raise_peak;           /* ta_segments_would_raise_peak's answer */
+  ta_free_census *census;   /* ta_segments_census's answer: told by every arena made from then on; NULL: none */
 
   /* --- what the parts did --- */
   size_t device_bytes;      /* lent now */

@@ -1,11 +1,12 @@
-/* The census of free blocks (bins.c's ta_census_*) alone: its free bytes
+/* The census of free blocks (allocator/accounting/free_census.c) alone: its free bytes
  * and largest block against a brute-force recount, on both sides of 2 MiB
  * (a count per size below, a hash map and a max-heap from there), the
  * heap's lazy deletion and compaction, and what running out of host memory
  * does to it. */
 #include "check.h"
 #include "host_faults.h"
-#include "policies/parts/bins.h"
+#include "accounting/free_census.h"
+#include "policies/parts/bins.h" /* TA_MAX_BLOCK_SIZE: the largest block a free index holds, so a census is told */
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
