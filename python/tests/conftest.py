@@ -89,3 +89,13 @@ def _work_in_a_scratch_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     oom_report directory: torchalloc-oom-PID-cudaN.txt), or any other file a test or its child leaves
     there, never lands in the repository."""
     monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture(autouse=True)
+def _no_terminal_size_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tools' text fits $COLUMNS, else the terminal, else 100 columns; tests that care set COLUMNS
+    themselves. A pytest-xdist worker (tests/run.sh: pytest -n) has COLUMNS=80 and LINES=24 in its
+    environment, put there by readline when it is imported, which made reports wrap where the tests read them
+    whole."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("LINES", raising=False)

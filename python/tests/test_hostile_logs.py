@@ -38,6 +38,14 @@ EXPECTED = {
 
 
 
+@pytest.fixture(autouse=True)
+def _lines_long_enough_for_a_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The notes and the job report's rank lines name the log by its path, and the text wraps at $COLUMNS
+    (else 100), inside a long word if it must: wide enough that no temporary folder's path is cut (under
+    pytest-xdist they are 10 characters longer, and some were)."""
+    monkeypatch.setenv("COLUMNS", "400")
+
+
 def named(records: list[int]) -> str:
     return ", ".join(f"record {s} (byte offset {128 + 64 * s})" for s in records)
 
