@@ -189,8 +189,9 @@ setup(
     # on it and on numpy 2 (python/tests/test_mid_run_logs.py names the difference that once mattered).
     install_requires=["numpy>=1.21.2", "tqdm"],
     # test: what python/tests needs besides numpy (tests/run.sh installs it into a venv of its own when python3
-    # lacks it); setuptools >= 70.1 has bdist_wheel, which the wheel tag's test asks.
-    extras_require={"test": ["pytest", "setuptools>=70.1"], "plot": ["matplotlib"], "lightning": ["lightning"], "huggingface": ["transformers", "accelerate"]},
+    # lacks it); pytest-xdist runs the suite on every core (run.sh: pytest -n); setuptools >= 70.1 has
+    # bdist_wheel, which the wheel tag's test asks.
+    extras_require={"test": ["pytest", "pytest-xdist", "setuptools>=70.1"], "plot": ["matplotlib"], "lightning": ["lightning"], "huggingface": ["transformers", "accelerate"]},
     entry_points={"console_scripts": ["torchalloc=torchalloc.cli:main"]},
     cmdclass=COMMANDS,
     distclass=BinaryDistribution,

@@ -10,12 +10,15 @@
 # runs the fuzzers for FUZZ_SECONDS each (fuzz_api under libFuzzer with
 # clang, in build-fuzz/; fuzz_log_decode.py; fuzz_snapshot.py a third as
 # long) in the background while python/tests runs with pytest.
+# pytest runs on every core (pytest-xdist) with the Release build's library.
 # Before anything is built it finds a Python that can run the Python suite:
-# python3 itself when it imports numpy, pytest and setuptools' bdist_wheel
-# (setup.py's test extra), else the venv build-py/test-venv, made and filled
-# once with the README's install command and the test extra
-# (pip install '.[test]') -- a fresh machine needs only Python, a compiler
-# and cmake. Stops at the first failure. At the end it lists the tests
+# python3 itself when it imports numpy, pytest, pytest-xdist and setuptools'
+# bdist_wheel (setup.py's test extra), else the venv build-py/test-venv, made
+# and filled once with the README's install command and the test extra
+# (pip install '.[test]'; in the background while the Release stage builds)
+# -- a fresh machine needs only Python, a compiler and cmake. Stops at the
+# first failure. Each stage says its wall time and the CPU time (user + sys)
+# of what it ran, so a slow stage can be told from a busy machine. At the end it lists the tests
 # skipped, by reason (a stage skipped, pytest's skips), and says loudly when
 # the browser tests (the HTML report in headless Chromium) did not run. The
 # last line of output is always "N passed, N failed": test cases summed over
@@ -38,6 +41,7 @@ export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
 PASSED=0
 FAILED=0
 TIMES=()
+RUN_TMP=$(mktemp -d)  # scratch: the stages' CPU times
 SKIPS=()  # "COUNT<TAB>REASON": a stage or pytest's tests skipped, and why
 SUMMARY_PRINTED=0
 ERR_LINE=?
@@ -69,7 +73,9 @@ summary() {
 trap 'ERR_LINE=$LINENO' ERR
 trap 'rc=$?; if ((rc != 0 && SUMMARY_PRINTED == 0)); then
         echo "run.sh: FAILED: unexpected error (exit $rc, line $ERR_LINE)"; ((FAILED += 1)) || true; summary
-      fi' EXIT
+      fi
+      [[ -z ${SETUP_PID:-} ]] || wait "$SETUP_PID" 2>/dev/null || true  # a failure before setup ended: let pip finish
+      rm -rf "$RUN_TMP"' EXIT
 
 # fail STAGE MESSAGE [LOG]: print why (and the log's tail), then the summary; exit 1.
 fail() {
@@ -87,10 +93,35 @@ fail() {
   exit 1
 }
 
-stage_done() { # STAGE START_SECONDS
-  local t=$((SECONDS - $2))
-  TIMES+=("$1 ${t}s")
-  echo "== $1: ok (${t}s)"
+# cs("1m2.345s"): the hundredths of a second in one of `times`' figures.
+AWK_CS='function cs(f, m) { m = f; sub(/m.*/, "", m); sub(/^[0-9]+m/, "", f); sub(/s$/, "", f)
+                          return int((m * 60 + f) * 100 + 0.5) }'
+
+# CPU time (user + sys, in hundredths of a second) of this shell's children
+# that have ended, as bash's `times` counts it (its second line), less what
+# the background jobs (setup, fuzzers) used: each writes its own `times` to
+# $RUN_TMP/bg-*.times as it ends, so a stage is not charged for one that
+# happened to end during it. Sets CPU_NOW (a command substitution would run
+# `times` in a subshell, which has no children).
+cpu_now() {
+  times >"$RUN_TMP/times"
+  local f bg=()
+  for f in "$RUN_TMP"/bg-*.times; do [[ -f $f ]] && bg+=("$f"); done
+  CPU_NOW=$(awk -v main="$RUN_TMP/times" "$AWK_CS"'
+    FILENAME == main && FNR == 2 { total += cs($1) + cs($2) }
+    FILENAME != main && FNR <= 2 { bg += cs($1) + cs($2) }
+    END { print total - bg }' "$RUN_TMP/times" ${bg[@]+"${bg[@]}"})
+}
+
+# stage_done STAGE START_SECONDS [START_CPU]: record and print the stage's wall (and CPU) time.
+stage_done() {
+  local t=$((SECONDS - $2)) cpu=
+  if [[ -n ${3:-} ]]; then
+    cpu_now
+    cpu=", $(((CPU_NOW - $3 + 50) / 100))s CPU"
+  fi
+  TIMES+=("$1 ${t}s${cpu:+ (${cpu#, })}")
+  echo "== $1: ok (${t}s${cpu})"
 }
 
 # configure_and_build STAGE DIR [cmake args...]; BUILD_TARGET=T builds T only.
@@ -148,56 +179,91 @@ ctest_failed() { # STAGE DIR
   exit 1
 }
 
+# bg_done TIMES_FILE: what a background job writes as it ends: its `times` (its own CPU and its children's)
+# and when it ended ($SECONDS).
+bg_done() { { times; echo "$SECONDS"; } >"$1"; }
+
+# stage_done_bg STAGE START_SECONDS TIMES_FILE: stage_done for a background job that bg_done'd TIMES_FILE.
+stage_done_bg() {
+  local t cpu
+  read -r t cpu < <(awk "$AWK_CS"'NR <= 2 { c += cs($1) + cs($2) } NR == 3 { end = $1 }
+                                  END { printf "%d %d\n", end - '"$2"', (c + 50) / 100 }' "$3")
+  TIMES+=("$1 ${t}s (${cpu}s CPU)")
+  echo "== $1: ok (${t}s, ${cpu}s CPU)"
+}
+
 # --------------------------------------------------------------------------
-# 0. A Python that can run python/tests, found (or made) first: a machine
-#    that cannot have one fails now, not after minutes of builds and fuzzing.
+# 0. A Python that can run python/tests, found first. When it must be made
+#    (a venv, from PyPI), that runs in the background while the Release
+#    stage builds, and the run waits for it right after that stage: a
+#    machine that cannot have one fails then, not after minutes of builds
+#    and fuzzing.
 # --------------------------------------------------------------------------
 command -v python3 >/dev/null || fail prerequisites "python3 is not installed (python/tests and the log fuzzer need it)"
-# numpy (the package's dependency), pytest and setuptools >= 70.1 (the test extra: its bdist_wheel for the wheel's tag).
-can_run_the_suite() { "$1" -c 'import numpy, pytest; from setuptools.command.bdist_wheel import bdist_wheel' >/dev/null 2>&1; }
+# numpy (the package's dependency), pytest, pytest-xdist (the suite on every core) and setuptools >= 70.1 (the
+# test extra: its bdist_wheel for the wheel's tag).
+can_run_the_suite() {
+  "$1" -c 'import numpy, pytest, xdist; from setuptools.command.bdist_wheel import bdist_wheel' >/dev/null 2>&1
+}
 PYTHON=python3
+SETUP_PID=
+# The venv, in the background; the exit status says what failed (10 the venv, 11 pip).
+make_venv() {
+  rm -rf "$venv"
+  python3 -m venv "$venv" >build-py/run-setup.log 2>&1 || exit 10
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check '.[test]' >>build-py/run-setup.log 2>&1 || exit 11
+  bg_done "$RUN_TMP/bg-setup.times"
+}
+# Wait for make_venv, if it runs; stop the run if it failed.
+finish_setup() {
+  [[ -n $SETUP_PID ]] || return 0
+  local rc=0
+  wait "$SETUP_PID" || rc=$?
+  SETUP_PID=
+  case $rc in
+    0) stage_done_bg "setup (beside release)" "$SETUP_T0" "$RUN_TMP/bg-setup.times" ;;
+    10) fail setup "python3 -m venv failed: install python3-venv (apt-get install python3-venv)" build-py/run-setup.log ;;
+    *) fail setup "pip install '.[test]' into $venv failed (it needs PyPI)" build-py/run-setup.log ;;
+  esac
+}
 if ! can_run_the_suite python3; then
   venv=build-py/test-venv
-  if ! can_run_the_suite "$venv/bin/python"; then
-    t0=$SECONDS
-    log=build-py/run-setup.log
-    mkdir -p build-py
-    echo "== setup: python3 cannot import numpy, pytest and setuptools >= 70.1: making $venv/ with" \
-      "pip install '.[test]' (once; later runs reuse it)"
-    rm -rf "$venv"
-    python3 -m venv "$venv" >"$log" 2>&1 ||
-      fail setup "python3 -m venv failed: install python3-venv (apt-get install python3-venv)" "$log"
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check '.[test]' >>"$log" 2>&1 ||
-      fail setup "pip install '.[test]' into $venv failed (it needs PyPI)" "$log"
-    stage_done setup "$t0"
-  fi
   PYTHON=$ROOT/$venv/bin/python
+  if ! can_run_the_suite "$venv/bin/python"; then
+    mkdir -p build-py
+    echo "== setup: python3 cannot import numpy, pytest, pytest-xdist and setuptools >= 70.1: making $venv/" \
+      "with pip install '.[test]' (once; later runs reuse it), in the background while Release builds"
+    SETUP_T0=$SECONDS
+    make_venv &
+    SETUP_PID=$!
+  fi
 fi
 
 # --------------------------------------------------------------------------
 # 1. Release
 # --------------------------------------------------------------------------
-t0=$SECONDS
+t0=$SECONDS; cpu_now; c0=$CPU_NOW
 configure_and_build release build -DCMAKE_BUILD_TYPE=Release -DTORCHALLOC_SANITIZE=
 run_ctest release build || ctest_failed release build
 count_ctest build
-stage_done release "$t0"
+stage_done release "$t0" "$c0"
+finish_setup
 
 if [[ ${SKIP_SANITIZERS:-0} != 1 ]]; then
   # ------------------------------------------------------------------------
   # 2. ASan + UBSan
   # ------------------------------------------------------------------------
-  t0=$SECONDS
+  t0=$SECONDS; cpu_now; c0=$CPU_NOW
   configure_and_build asan+ubsan build-asan -DTORCHALLOC_SANITIZE=address,undefined
   run_ctest asan+ubsan build-asan || ctest_failed asan+ubsan build-asan
   count_ctest build-asan
-  stage_done asan+ubsan "$t0"
+  stage_done asan+ubsan "$t0" "$c0"
 
   # ------------------------------------------------------------------------
   # 3. TSan. Some kernels map memory where TSan does not expect it ("FATAL:
   #    ThreadSanitizer: unexpected memory mapping"): retry with ASLR off.
   # ------------------------------------------------------------------------
-  t0=$SECONDS
+  t0=$SECONDS; cpu_now; c0=$CPU_NOW
   configure_and_build tsan build-tsan -DTORCHALLOC_SANITIZE=thread
   if ! run_ctest tsan build-tsan; then
     if grep -q "unexpected memory mapping" build-tsan/run-ctest.log && command -v setarch >/dev/null; then
@@ -208,7 +274,7 @@ if [[ ${SKIP_SANITIZERS:-0} != 1 ]]; then
     fi
   fi
   count_ctest build-tsan
-  stage_done tsan "$t0"
+  stage_done tsan "$t0" "$c0"
 fi
 
 # --------------------------------------------------------------------------
@@ -216,14 +282,14 @@ fi
 #    inside structs, which gcc's does not)
 # --------------------------------------------------------------------------
 if command -v clang >/dev/null; then
-  t0=$SECONDS
+  t0=$SECONDS; cpu_now; c0=$CPU_NOW
   CC=clang configure_and_build clang build-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DTORCHALLOC_SANITIZE=address,undefined -DCMAKE_C_COMPILER=clang -DCMAKE_C_FLAGS=-Werror
   if [[ ${SKIP_SANITIZERS:-0} != 1 ]]; then
     run_ctest clang build-clang || ctest_failed clang build-clang
     count_ctest build-clang
   fi
-  stage_done "clang -Werror asan+ubsan" "$t0"
+  stage_done "clang -Werror asan+ubsan" "$t0" "$c0"
 else
   skipped 1 "clang stage: clang is not installed"
 fi
@@ -255,6 +321,7 @@ run_fuzzers() {
     return 11
   "$PYTHON" tests/fuzz/fuzz_snapshot.py --seconds "$snapshot_seconds" --save build >build/run-fuzz-snapshot.log 2>&1 ||
     return 12
+  bg_done "$RUN_TMP/bg-fuzz.times"
 }
 
 # Wait for the fuzzers; print what they found; count them. Returns 1 (after saying why) when one failed.
@@ -271,7 +338,8 @@ finish_fuzzers() {
   ((rc == 0)) && sed 's/^/== /' build/run-fuzz-snapshot.log | tail -n 5
   local log why
   case $rc in
-    0) PASSED=$((PASSED + FUZZ_API + 2)); stage_done "fuzz (beside pytest)" "$FUZZ_T0"; return 0 ;;
+    0) PASSED=$((PASSED + FUZZ_API + 2)); stage_done_bg "fuzz (beside pytest)" "$FUZZ_T0" "$RUN_TMP/bg-fuzz.times"
+       return 0 ;;
     10) log=build-fuzz/run-fuzz-api.log
         why="fuzz_api: a violation or a crash (input saved as build-fuzz/crash-*; replay it with build-fuzz/tests/fuzz_api FILE)" ;;
     11) log=build/run-fuzz-decode.log why="fuzz_log_decode: an input neither decoded nor raised LogFormatError in time" ;;
@@ -289,7 +357,7 @@ finish_fuzzers() {
 }
 
 if ((FUZZ_SECONDS > 0)); then
-  t0=$SECONDS
+  t0=$SECONDS; cpu_now; c0=$CPU_NOW
   mkdir -p build-fuzz
   probe=build-fuzz/libfuzzer-probe
   printf '%s\n' '#include <stddef.h>' '#include <stdint.h>' \
@@ -304,7 +372,7 @@ if ((FUZZ_SECONDS > 0)); then
     mkdir -p build-fuzz/corpus-api
     cp -n tests/fuzz/corpus/api/* tests/fuzz/corpus/api-found/* build-fuzz/corpus-api/
     FUZZ_API=1
-    stage_done "fuzz_api build" "$t0"
+    stage_done "fuzz_api build" "$t0" "$c0"
   fi
   echo "== fuzz: in the background while pytest runs:" \
     "$( ((FUZZ_API)) && echo "fuzz_api -max_total_time=$FUZZ_SECONDS build-fuzz/corpus-api ($(ls build-fuzz/corpus-api | wc -l) inputs),")" \
@@ -320,11 +388,17 @@ fi
 # 6. Python tests (the fuzzers running beside them)
 # --------------------------------------------------------------------------
 # $PYTHON was found (or made) at the start (stage 0). -rs: a line for each skip, with its reason, summed below.
-t0=$SECONDS
-echo "== pytest: $PYTHON -m pytest -q -rs python/tests"
+# -n: on every core (pytest-xdist). The library is the Release build's (conftest.py would otherwise build its
+# own copy in build-py/, in each worker).
+t0=$SECONDS; cpu_now; c0=$CPU_NOW
+pytest_args=(-q -rs)
+((JOBS > 1)) && pytest_args+=(-n "$JOBS")
+export TORCHALLOC_LIB=${TORCHALLOC_LIB:-$ROOT/build/libtorchalloc.so}
+echo "== pytest: $PYTHON -m pytest ${pytest_args[*]} python/tests (TORCHALLOC_LIB=$TORCHALLOC_LIB)"
 log=build/run-pytest.log
 rc=0
-PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m pytest -q -rs python/tests 2>&1 | tee "$log" || rc=${PIPESTATUS[0]}
+PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m pytest "${pytest_args[@]}" python/tests 2>&1 |
+  tee "$log" || rc=${PIPESTATUS[0]}
 # "SKIPPED [3] python/tests/test_report_page.py:313: REASON" -> "3<TAB>REASON"
 while IFS=$'\t' read -r n reason; do SKIPS+=("$n"$'\t'"$reason"); done < <(
   sed -n 's/^SKIPPED \[\([0-9]*\)\] [^ ]*:[0-9]*: \(.*\)$/\1\t\2/p' "$log")
@@ -343,7 +417,7 @@ if ((rc != 0)); then
   ((FAILED > 0)) || FAILED=1
   echo "run.sh: FAILED in pytest: exit code $rc (see above)"
 else
-  stage_done pytest "$t0"
+  stage_done pytest "$t0" "$c0"
 fi
 fuzz_ok=1
 finish_fuzzers || fuzz_ok=0
@@ -352,5 +426,5 @@ if ((rc != 0 || fuzz_ok == 0)); then
   exit 1
 fi
 
-echo "== times: ${TIMES[*]}"
+echo "== times: $(printf '%s; ' "${TIMES[@]}" | sed 's/; $//')"
 summary

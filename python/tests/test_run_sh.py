@@ -48,14 +48,16 @@ def test_a_run_with_the_browser_says_nothing_of_it(tmp_path: Path) -> None:
 def finish_fuzzers_after(status: int, tmp_path: Path) -> tuple[int, str]:
     """run.sh's finish_fuzzers (stage 5), after a background job that exits `status` as run_fuzzers would; fuzz_api
     not built. Returns (its exit status, what it printed and the counts after)."""
-    functions = subprocess.run(["sed", "-n", r"/^stage_done() {/,/^}/p; /^finish_fuzzers() {/,/^}/p", str(RUN_SH)],
+    functions = subprocess.run(["sed", "-n", r"/^AWK_CS=/,/}'$/p; /^stage_done_bg() {/,/^}/p; "
+                                r"/^finish_fuzzers() {/,/^}/p", str(RUN_SH)],
                                capture_output=True, text=True, check=True).stdout
-    assert "finish_fuzzers()" in functions, "run.sh's finish_fuzzers was not found"
+    assert "finish_fuzzers()" in functions and "AWK_CS=" in functions, "run.sh's finish_fuzzers was not found"
     (tmp_path / "build").mkdir(parents=True)
     (tmp_path / "build" / "run-fuzz-decode.log").write_text("fuzz_log_decode: 812 inputs\n")
     (tmp_path / "build" / "run-fuzz-snapshot.log").write_text("fuzz_snapshot: 90 snapshots\n")
+    (tmp_path / "bg-fuzz.times").write_text("0m0.010s 0m0.002s\n1m29.500s 0m2.000s\n0\n")  # run_fuzzers' bg_done
     script = (f"set -euo pipefail\ncd {tmp_path}\nPASSED=7; FAILED=0; TIMES=(); FUZZ_API=0; FUZZ_T0=$SECONDS\n"
-              f"{functions}\n(exit {status}) &\nFUZZ_PID=$!\nrc=0; finish_fuzzers || rc=$?\n"
+              f"RUN_TMP={tmp_path}\n{functions}\n(exit {status}) &\nFUZZ_PID=$!\nrc=0; finish_fuzzers || rc=$?\n"
               'echo "$rc $PASSED passed, $FAILED failed"\n')
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
     return int(done.stdout.split()[-5]), done.stdout
@@ -64,6 +66,7 @@ def finish_fuzzers_after(status: int, tmp_path: Path) -> tuple[int, str]:
 def test_the_fuzzers_beside_pytest_count_when_they_pass_and_fail_the_run_when_one_fails(tmp_path: Path) -> None:
     status, out = finish_fuzzers_after(0, tmp_path / "pass")
     assert status == 0 and out.splitlines()[-1] == "0 9 passed, 0 failed"
+    assert "s, 92s CPU)" in out  # the fuzzers' own CPU time, from their `times`
     assert "== fuzz_log_decode: 812 inputs" in out and "== fuzz_snapshot: 90 snapshots" in out
     status, out = finish_fuzzers_after(11, tmp_path / "fail")
     assert status == 1 and out.splitlines()[-1] == "1 7 passed, 1 failed"
