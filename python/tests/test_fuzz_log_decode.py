@@ -1,6 +1,6 @@
 """tests/fuzz/fuzz_log_decode.py finds what it is meant to find.
 
-run.sh runs the fuzzer for a minute and trusts its exit status; these
+run.sh runs the fuzzer for FUZZ_SECONDS (30 s) and trusts its exit status; these
 check that the status means something: a short clean run passes, and a
 decoder that raises anything but LogFormatError, or takes longer than the
 per-input bound, fails the run with the input saved.
