@@ -7,22 +7,22 @@
 #   build-tsan/   -DTORCHALLOC_SANITIZE=thread
 # builds with clang -Werror and ASan+UBSan in build-clang/ and runs ctest
 # there too when clang is there (its UBSan checks things gcc's does not), then
-# runs the fuzzers for FUZZ_SECONDS each (fuzz_api under libFuzzer with
-# clang, in build-fuzz/; fuzz_log_decode.py; fuzz_snapshot.py a third as
-# long) in the background while python/tests runs with pytest.
-# pytest runs on every core (pytest-xdist) with the Release build's library.
-# Before anything is built it finds a Python that can run the Python suite:
-# python3 itself when it imports numpy, pytest, pytest-xdist and setuptools'
-# bdist_wheel (setup.py's test extra), else the venv build-py/test-venv, made
-# and filled once with the README's install command and the test extra
-# (pip install '.[test]'; in the background while the Release stage builds)
-# -- a fresh machine needs only Python, a compiler and cmake. Stops at the
-# first failure. Each stage says its wall time and the CPU time (user + sys)
-# of what it ran, so a slow stage can be told from a busy machine. At the end it lists the tests
-# skipped, by reason (a stage skipped, pytest's skips), and says loudly when
-# the browser tests (the HTML report in headless Chromium) did not run. The
-# last line of output is always "N passed, N failed": test cases summed over
-# every ctest run (each program prints its own such line) and pytest.
+# runs the fuzzers for FUZZ_SECONDS each (fuzz_api under libFuzzer with clang,
+# in build-fuzz/; fuzz_log_decode.py; fuzz_snapshot.py a third as long) in the
+# background while python/tests runs with pytest. pytest runs on every core
+# (pytest-xdist) with the Release build's library. Before anything is built it
+# finds a Python that can run the Python suite: python3 itself when it imports
+# numpy, pytest, pytest-xdist and setuptools' bdist_wheel (setup.py's test
+# extra), else the venv build-py/test-venv, made and filled once with the
+# README's install command and the test extra (pip install '.[test]'; in the
+# background while the Release stage builds) -- a fresh machine needs only
+# Python, a compiler and cmake. Stops at the first failure. Each stage says
+# its wall time and the CPU time (user + sys) of what it ran, so a slow stage
+# can be told from a busy machine. At the end it lists the tests skipped, by
+# reason (a stage skipped, pytest's skips), and says loudly when the browser
+# tests (the HTML report in headless Chromium) did not run. The last line of
+# output is always "N passed, N failed": test cases summed over every ctest
+# run (each program prints its own such line) and pytest.
 #
 # Environment: JOBS (parallel jobs, default: all cores), SKIP_SANITIZERS=1
 # (Release only, for a quick local loop), FUZZ_SECONDS (default 30; 0 skips
