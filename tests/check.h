@@ -9,6 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* xorshift64*: a seeded random run, the same every time (the state must
+ * not start at 0). */
+static inline uint64_t check_xorshift64star(uint64_t *state) {
+  *state ^= *state >> 12;
+  *state ^= *state << 25;
+  *state ^= *state >> 27;
+  return *state * 0x2545F4914F6CDD1Dull;
+}
+
 typedef void (*test_fn)(void);
 typedef struct test_case {
   const char *name;

@@ -415,12 +415,7 @@ TEST(destroy_gives_back_free_segments_and_leaves_live_ones) {
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 
-static uint64_t rnd(void) { /* xorshift64* */
-  rng_state ^= rng_state >> 12;
-  rng_state ^= rng_state << 25;
-  rng_state ^= rng_state >> 27;
-  return rng_state * 0x2545F4914F6CDD1Dull;
-}
+static uint64_t rnd(void) { return check_xorshift64star(&rng_state); }
 
 static size_t random_request(void) {
   switch (rnd() % 5) {

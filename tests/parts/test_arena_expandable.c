@@ -220,12 +220,7 @@ TEST(compact_keeps_a_stream_an_arena_of_its_family_may_share) {
 
 static uint64_t rng_state = 0xD1B54A32D192ED03ull;
 
-static uint64_t rnd(void) { /* xorshift64* */
-  rng_state ^= rng_state >> 12;
-  rng_state ^= rng_state << 25;
-  rng_state ^= rng_state >> 27;
-  return rng_state * 0x2545F4914F6CDD1Dull;
-}
+static uint64_t rnd(void) { return check_xorshift64star(&rng_state); }
 
 static size_t random_request(void) {
   switch (rnd() % 4) {

@@ -250,12 +250,7 @@ TEST(without_host_memory_a_block_waits_in_the_overflow_bin) {
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 
-static uint64_t rnd(void) { /* xorshift64* */
-  rng_state ^= rng_state >> 12;
-  rng_state ^= rng_state << 25;
-  rng_state ^= rng_state >> 27;
-  return rng_state * 0x2545F4914F6CDD1Dull;
-}
+static uint64_t rnd(void) { return check_xorshift64star(&rng_state); }
 
 /* Sizes that land in few bins (so bins hold several) and across all ranges. */
 static size_t random_size(void) {

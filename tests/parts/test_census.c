@@ -124,12 +124,7 @@ TEST(without_host_memory_the_census_says_it_failed) {
 
 static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
 
-static uint64_t rnd(void) { /* xorshift64* */
-  rng_state ^= rng_state >> 12;
-  rng_state ^= rng_state << 25;
-  rng_state ^= rng_state >> 27;
-  return rng_state * 0x2545F4914F6CDD1Dull;
-}
+static uint64_t rnd(void) { return check_xorshift64star(&rng_state); }
 
 enum { NSIZES = 600 };
 
