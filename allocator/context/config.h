@@ -31,6 +31,7 @@ typedef struct ta_config {
   uint64_t sim_lag;         /* ticks the sim device trails the host by (backend.h); 0: none */
   size_t large_handle;      /* bytes per physical handle of large-pool expandable segments */
   int large_handle_set;     /* `handle` was given: it holds under a memory fraction too */
+  size_t run_bytes;         /* the most bytes a handle of warm-up growth may take (TA_DEFAULT_RUN); 0: none */
   int peers;                /* enum ta_peers_mode: which other devices may touch mapped memory */
   int time_calls;           /* count the host time of malloc and free in the stats (host_ns) */
   int move_time;            /* per mille of the host's time reclaim may spend moving memory while the device
@@ -68,6 +69,19 @@ enum ta_peers_mode { TA_PEERS_ALL = 0, TA_PEERS_ASKED = 1 };
 #define TA_DEFAULT_LARGE_HANDLE ((size_t)8 << 20) /* the `handle` row's default in config.c says it too */
 #define TA_MIN_LARGE_HANDLE ((size_t)2 << 20) /* the granule of the GPUs torchalloc runs on */
 #define TA_MAX_LARGE_HANDLE ((size_t)1 << 30)
+
+/* `run`: while the reserve grows past the most it ever was (the warm-up),
+ * new memory of the large pool is made in handles of this many bytes, each
+ * a run of granules (segments_runs.c): the driver's calls cost per handle,
+ * so GPT-2's 15 GiB warm-up in 8 MiB handles took about 1,900 creates,
+ * maps and access grants (bench/vmm_costs.c, H200: 5.4 ms a GiB in 8 MiB
+ * handles, 2.5 in 64 MiB ones). Why none by default: a run is moved and
+ * given back only whole, and runs made early stay partly in use: replay of
+ * the bundled default trace (drawn batch and length, 5.6 GiB at its peak)
+ * reserved 1.020x its peak allocated with 64 MiB runs and 1.011x without
+ * (235 handles made instead of 747), the demo trace 1.072x against 1.066x
+ * (155 instead of 198). */
+#define TA_DEFAULT_RUN ((size_t)0) /* the `run` row's default in config.c says it too */
 
 /* `expandable`: 0 ordinary segments (PyTorch's, byte for byte); 1 grow one
  * expandable segment per stream and pool; 2 compact (and before reserving

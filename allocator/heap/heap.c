@@ -49,7 +49,8 @@ ta_heap *ta_heap_create(ta_backend *backend, int device, const ta_config *conf, 
   h->roundup = conf->roundup;
   h->capture_reuse = conf->capture_reuse;
   h->stats.version = TORCHALLOC_STATS_VERSION;
-  ta_segments_init(&h->seg, backend, device, &h->stats, conf->large_handle, conf->large_handle_set);
+  ta_segments_init(&h->seg, backend, device, &h->stats, conf->large_handle, conf->large_handle_set,
+                   conf->run_bytes);
   ta_segments_moves_init(&h->seg, (unsigned)conf->move_time);
   h->seg.logged = options->logged;
   h->seg.census = options->census; /* before the first policy, which takes it from the segment layer */

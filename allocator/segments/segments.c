@@ -196,7 +196,7 @@ void ta_segments_note_inactive_split(ta_segments *seg, const ta_block *b, int si
  * ---------------------------------------------------------------------- */
 
 void ta_segments_init(ta_segments *s, ta_backend *backend, int device, torchalloc_stats *stats,
-                      size_t large_handle, int handle_fixed) {
+                      size_t large_handle, int handle_fixed, size_t run_bytes) {
   memset(s, 0, sizeof *s);
   s->backend = backend;
   s->device = device;
@@ -204,6 +204,7 @@ void ta_segments_init(ta_segments *s, ta_backend *backend, int device, torchallo
   s->granule = backend->ops->granularity ? backend->ops->granularity(backend, device) : 0;
   s->large_handle = s->granule ? ta_align_up(large_handle, s->granule) : 0;
   s->handle_fixed = handle_fixed;
+  s->run_bytes = s->granule ? run_bytes / s->granule * s->granule : 0;
 }
 
 ta_free_census *ta_segments_census(const ta_segments *s) { return s->census; }

@@ -44,19 +44,36 @@ typedef struct ta_expansion {
    * for a granule mapped whole or not at all. Never lent or donated. */
   uint64_t **split;
   size_t split_pieces; /* pieces of a split granule: granule / the device's granule */
+  /* Runs (segments_runs.c): memory made while the reserve grows past the
+   * most it ever was (the warm-up) is mapped in handles of several granules,
+   * as the driver's calls cost per handle, not per byte. run[g] is
+   * TA_RUN_AT(place, length) for each granule of such a handle, 0 for a
+   * granule that is a handle of its own (or unmapped, or split); every
+   * granule of a run holds the run's handle. The driver maps and unmaps a
+   * handle only whole, so a run is mapped, lent, moved and given back whole. */
+  uint32_t *run;
   size_t cap_handles;
 } ta_expansion;
 
 #define TA_HANDLE_SPLIT UINT64_MAX
+#define TA_RUN_AT(place, length) ((uint32_t)(place) << 16 | (uint32_t)(length))
+#define TA_RUN_MAX_GRANULES 0xffffu
+
+/* Granules in the handle granule `g` belongs to (1: its own), and the first of them. */
+static inline size_t ta_run_length(const ta_expansion *x, size_t g) { return x->run[g] ? x->run[g] & 0xffffu : 1; }
+static inline size_t ta_run_start(const ta_expansion *x, size_t g) { return g - (x->run[g] >> 16); }
 
 typedef struct ta_past_granule ta_past_granule; /* segments_expand.c */
 
-/* Physical granules gathered to be mapped elsewhere (reclaim), all of one
- * segment granule (`granule`, set by the first one). */
+/* Physical handles gathered to be mapped elsewhere (reclaim), all of one
+ * segment granule (`granule`, set by the first one); a run's handle spans
+ * several granules (`lengths`) and goes only where as many are unmapped
+ * side by side. */
 typedef struct ta_donors {
   size_t granule;
   uint64_t *handles;
-  uint32_t *stamps; /* each one's stamp, for where it goes (0: past) */
+  uint32_t *stamps;   /* each one's stamp, for where it goes (0: past) */
+  uint16_t *lengths;  /* each one's granules */
   size_t n, cap;
 } ta_donors;
 
@@ -76,6 +93,7 @@ struct ta_segments {
   size_t limit;        /* reserved-bytes ceiling from set_memory_fraction; 0: none */
   size_t granule;      /* the backend's virtual-memory granule; 0: no expandable segments */
   size_t large_handle; /* bytes per physical handle of large-pool expandable segments (a granule multiple) */
+  size_t run_bytes;    /* the most bytes one handle of a warm-up run may take (segments_runs.c); 0: no runs */
   int handle_fixed;    /* large_handle was set (`handle`): it holds under a memory fraction too */
   int64_t allocated_high; /* the most allocated bytes seen (unlike the stats' peak, never reset) */
   int64_t high_water;  /* the most reserved bytes so far (never reset, unlike the stats' peak) */
@@ -137,7 +155,7 @@ ta_internal void ta_segment_source_drop(ta_segment_source *src);
 /* `large_handle`: bytes per physical handle of large-pool expandable
  * segments (config.h, `handle`), rounded up to the device's granule. */
 ta_internal void ta_segments_init(ta_segments *s, ta_backend *backend, int device, torchalloc_stats *stats,
-                                  size_t large_handle, int handle_fixed);
+                                  size_t large_handle, int handle_fixed, size_t run_bytes);
 /* The move budget (segments_moves.c): `permille` of the time (0: no limit), its clock started. */
 ta_internal void ta_segments_moves_init(ta_segments *s, unsigned permille);
 /* Return every segment to the device, live blocks included, and free the
@@ -169,7 +187,7 @@ ta_internal int ta_segments_grant(ta_segments *s, uint64_t peers);
  * the length needed, even when it did not fit), and the offset of `ptr`
  * from the start of what the receiver will map. TA_OK, or TA_EDEVICE with
  * the reason in `why`. */
-ta_internal int ta_segments_ipc_share(ta_segments *s, const ta_segment *seg, const ta_block *block, uintptr_t ptr,
+ta_internal int ta_segments_ipc_share(ta_segments *s, ta_segment *seg, const ta_block *block, uintptr_t ptr,
                                       unsigned char *buf, size_t cap, size_t *len, size_t *offset, char *why,
                                       size_t whylen);
 /* Map memory another process shared (`handle`, `len` bytes: from
@@ -219,6 +237,22 @@ ta_internal void ta_split_release(ta_segments *s, ta_segment *seg, size_t g, int
  * in [*run_lo, *run_hi), or 0 (the snapshot's segments). */
 ta_internal int ta_segments_mapped_stretch(const ta_segment *seg, uintptr_t lo, uintptr_t hi, uintptr_t *run_lo,
                                            uintptr_t *run_hi);
+/* Runs (segments_runs.c). Granules of `seg`'s pool to map as one handle
+ * when `n` granules of new memory are mapped now: 1 (no run) unless the
+ * reserve grows past the most it ever was, outside a memory fraction, away
+ * from the device's capacity. */
+ta_internal size_t ta_runs_length(ta_segments *s, const ta_segment *seg, size_t n);
+/* Replace every run that has a granule in [first, end) by a handle per
+ * granule: granules in use copied over, those lying wholly in free blocks
+ * given back. The device is synchronized first. TA_OK (the bytes given
+ * back added to *released), or TA_EDEVICE with the reason in `why` (a
+ * capture may be underway, the backend cannot copy, or the device said no). */
+ta_internal int ta_runs_break(ta_segments *s, ta_segment *seg, size_t first, size_t end, size_t *released,
+                              char *why, size_t whylen);
+/* The out-of-memory path (the caller synchronized): runs holding free
+ * granules broken (ta_runs_break) until `want` bytes are back. The bytes. */
+ta_internal size_t ta_runs_break_free(ta_segments *s, size_t want);
+
 /* Give `peers` access to its mapped pieces. TA_OK or TA_EDEVICE. */
 ta_internal int ta_split_grant(ta_segments *s, ta_segment *seg, size_t g, uint64_t peers);
 /* 1 when what may still be mapped (the device's free memory, and the

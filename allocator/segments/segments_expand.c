@@ -71,11 +71,12 @@ static int reserve_handles(ta_segment *seg, size_t granules) {
   if (granules <= x->cap_handles) return 0;
   size_t old = x->cap_handles, cap = ta_grown_capacity(old, granules, 16);
   if (!cap || ta_resize(&x->handles, cap) || ta_resize(&x->lent, cap) || ta_resize(&x->split, cap) ||
-      ta_resize(&seg->stamps, cap))
+      ta_resize(&x->run, cap) || ta_resize(&seg->stamps, cap))
     return -1;
   memset(x->handles + old, 0, (cap - old) * sizeof *x->handles);
   memset(x->lent + old, 0, (cap - old) * sizeof *x->lent);
   memset(x->split + old, 0, (cap - old) * sizeof *x->split);
+  memset(x->run + old, 0, (cap - old) * sizeof *x->run);
   memset(seg->stamps + old, 0, (cap - old) * sizeof *seg->stamps);
   x->cap_handles = cap;
   return 0;
@@ -84,62 +85,163 @@ static int reserve_handles(ta_segment *seg, size_t granules) {
 static int reserve_donors(ta_donors *d, size_t n) {
   if (n <= d->cap) return 0;
   size_t cap = ta_grown_capacity(d->cap, n, 64);
-  if (!cap || ta_resize(&d->handles, cap) || ta_resize(&d->stamps, cap)) return -1;
+  if (!cap || ta_resize(&d->handles, cap) || ta_resize(&d->stamps, cap) || ta_resize(&d->lengths, cap)) return -1;
   d->cap = cap;
   return 0;
 }
 
-static void donate(ta_donors *d, size_t granule, uint64_t handle, uint32_t stamp) {
+static void donate(ta_donors *d, size_t granule, uint64_t handle, uint32_t stamp, size_t length) {
   ta_assert(d->n == 0 || d->granule == granule); /* one size at a time: callers take from one kind */
   d->granule = granule;
   d->handles[d->n] = handle;
-  d->stamps[d->n++] = stamp;
+  d->stamps[d->n] = stamp;
+  d->lengths[d->n++] = (uint16_t)length;
+}
+
+/* Granules [g, g + length) hold `handle` now (a run when length > 1), with `stamp`. */
+static void place_handle(ta_segment *seg, size_t g, uint64_t handle, size_t length, uint32_t stamp) {
+  ta_expansion *x = seg->expansion;
+  for (size_t j = 0; j < length; j++) {
+    x->handles[g + j] = handle;
+    x->run[g + j] = length > 1 ? TA_RUN_AT(j, length) : 0;
+    seg->stamps[g + j] = stamp;
+  }
+}
+
+/* Unmap the handles of granules [first, first + n), whole handles side by
+ * side: one backend call for each stretch of single granules and one for
+ * each run (cuMemUnmap takes whole mappings). `release` 1 gives the memory
+ * back; 0 keeps the handles (lent ones, or donors). Returns the handles. */
+static size_t unmap_handles(ta_segments *s, ta_segment *seg, size_t first, size_t n, int release) {
+  ta_expansion *x = seg->expansion;
+  const ta_backend_ops *ops = s->backend->ops;
+  size_t g = first, end = first + n, handles = 0;
+  while (g < end) {
+    size_t len = ta_run_length(x, g), stop = g + 1;
+    ta_assert(ta_run_start(x, g) == g && g + len <= end); /* callers pass whole handles */
+    if (len == 1)
+      while (stop < end && ta_run_length(x, stop) == 1) stop++;
+    else
+      stop = g + len;
+    size_t handle = len * x->granule;
+    ops->unmap(s->backend, s->device, seg->addr + g * x->granule, (stop - g) * x->granule, handle, x->handles + g,
+               release);
+    handles += len == 1 ? stop - g : 1;
+    g = stop;
+  }
+  return handles;
+}
+
+/* Donors that fit in `n` granules side by side, the newest first, moved to
+ * the end of the list: their count, and their granules in *granules. */
+static size_t choose_donors(ta_donors *d, size_t n, size_t *granules) {
+  size_t chosen = 0, got = 0;
+  for (size_t i = d->n; i-- > 0 && got < n;) {
+    if (d->lengths[i] > n - got) continue; /* a run that does not fit stays for a later mapping, or goes back */
+    size_t t = d->n - 1 - chosen++;
+    uint64_t h = d->handles[i];
+    uint32_t st = d->stamps[i];
+    uint16_t len = d->lengths[i];
+    d->handles[i] = d->handles[t], d->stamps[i] = d->stamps[t], d->lengths[i] = d->lengths[t];
+    d->handles[t] = h, d->stamps[t] = st, d->lengths[t] = len;
+    got += len;
+  }
+  *granules = got;
+  return chosen;
+}
+
+/* Map the chosen donors (the last `count` of the list) from granule
+ * `first` on: TA_OK, or TA_ENOMEM with nothing left mapped. */
+static int map_donors(ta_segments *s, ta_segment *seg, size_t first, size_t count) {
+  ta_expansion *x = seg->expansion;
+  const ta_backend_ops *ops = s->backend->ops;
+  const ta_donors *d = &s->donors;
+  size_t g = first;
+  for (size_t i = d->n - count; i < d->n; i++) {
+    size_t len = d->lengths[i], handle = len * x->granule;
+    if (ops->remap(s->backend, s->device, seg->addr + g * x->granule, handle, handle, &d->handles[i], s->peers) !=
+        TA_OK) {
+      if (g > first) unmap_handles(s, seg, first, g - first, 0);
+      memset(x->handles + first, 0, (g - first) * sizeof *x->handles);
+      memset(x->run + first, 0, (g - first) * sizeof *x->run);
+      return TA_ENOMEM;
+    }
+    /* The memory's age comes with it: lent memory the device may still use
+     * must not look past here. */
+    place_handle(seg, g, d->handles[i], len, d->stamps[i]);
+    g += len;
+  }
+  return TA_OK;
+}
+
+/* New memory for granules [first, first + n): handles of one granule, or
+ * runs (ta_runs_length) of several. TA_OK, or TA_ENOMEM with nothing made.
+ * Returns the handles made in *made. */
+static int map_new(ta_segments *s, ta_segment *seg, size_t first, size_t n, size_t *made) {
+  ta_expansion *x = seg->expansion;
+  const ta_backend_ops *ops = s->backend->ops;
+  size_t run = ta_runs_length(s, seg, n);
+  uintptr_t addr = seg->addr + first * x->granule;
+  if (run <= 1) { /* one call: the backend grants access once over the range */
+    if (ops->map(s->backend, s->device, addr, n * x->granule, x->granule, x->handles + first, s->peers) != TA_OK)
+      return TA_ENOMEM;
+    memset(x->run + first, 0, n * sizeof *x->run);
+    memset(seg->stamps + first, 0, n * sizeof *seg->stamps); /* new memory was never used */
+    *made = n;
+    return TA_OK;
+  }
+  size_t done = 0;
+  *made = 0;
+  while (done < n) {
+    size_t len = n - done < run ? 1 : run, handle = len * x->granule;
+    uint64_t h = 0;
+    if (ops->map(s->backend, s->device, addr + done * x->granule, handle, handle, &h, s->peers) != TA_OK) {
+      if (done) unmap_handles(s, seg, first, done, 1);
+      memset(x->handles + first, 0, done * sizeof *x->handles);
+      memset(x->run + first, 0, done * sizeof *x->run);
+      return TA_ENOMEM;
+    }
+    place_handle(seg, first + done, h, len, 0);
+    done += len;
+    ++*made;
+  }
+  return TA_OK;
 }
 
 /* Map granules [first, first + n), all unmapped: donors first (no new
  * memory), then new memory; stats and log included. All or nothing. */
 static int map_run(ta_segments *s, ta_segment *seg, size_t first, size_t n) {
   ta_expansion *x = seg->expansion;
-  const ta_backend_ops *ops = s->backend->ops;
-  size_t bytes = n * x->granule, have = s->donors.granule == x->granule ? s->donors.n : 0, k = n < have ? n : have;
+  size_t bytes = n * x->granule, k = 0, count = 0, made = 0;
   if (s->limit && (size_t)ta_stat_total(s->stats->reserved_bytes) + bytes > s->limit) return TA_ENOMEM;
-  uintptr_t addr = seg->addr + first * x->granule;
-  if (k) {
-    const uint64_t *donated = s->donors.handles + s->donors.n - k;
-    if (ops->remap(s->backend, s->device, addr, k * x->granule, x->granule, donated, s->peers) != TA_OK)
-      return TA_ENOMEM;
-    memcpy(x->handles + first, donated, k * sizeof *donated);
-  }
-  if (n > k &&
-      ops->map(s->backend, s->device, addr + k * x->granule, (n - k) * x->granule, x->granule,
-               x->handles + first + k, s->peers) != TA_OK) {
-    if (k) ops->unmap(s->backend, s->device, addr, k * x->granule, x->granule, x->handles + first, 0); /* donors */
+  if (s->donors.granule == x->granule && s->donors.n) count = choose_donors(&s->donors, n, &k);
+  if (count && map_donors(s, seg, first, count) != TA_OK) return TA_ENOMEM;
+  if (n > k && map_new(s, seg, first + k, n - k, &made) != TA_OK) {
+    if (k) unmap_handles(s, seg, first, k, 0); /* the donors stay donors */
     memset(x->handles + first, 0, k * sizeof *x->handles);
+    memset(x->run + first, 0, k * sizeof *x->run);
     return TA_ENOMEM;
   }
-  /* The memory's age comes with it: lent memory the device may still use
-   * must not look past here (new memory was never used: 0). */
-  if (k) memcpy(seg->stamps + first, s->donors.stamps + s->donors.n - k, k * sizeof *seg->stamps);
-  memset(seg->stamps + first + k, 0, (n - k) * sizeof *seg->stamps);
-  s->donors.n -= k;
-  s->stats->num_handles_moved += (int64_t)k;
-  s->stats->num_handles_created += (int64_t)(n - k);
-  ta_segments_account(s, seg, addr, bytes, +1);
+  s->donors.n -= count;
+  s->stats->num_handles_moved += (int64_t)count;
+  s->stats->num_handles_created += (int64_t)made;
+  ta_segments_account(s, seg, seg->addr + first * x->granule, bytes, +1);
   ta_segments_may_donate(s, seg);
   return TA_OK;
 }
 
-/* Unmap granules [first, first + n): `release` 1 gives their memory back
- * (owned granules), 0 keeps the handles (lent ones, or donors). */
+/* Unmap granules [first, first + n), whole handles: `release` 1 gives their
+ * memory back (owned granules), 0 keeps the handles (lent ones, or donors). */
 static void unmap_run(ta_segments *s, ta_segment *seg, size_t first, size_t n, int account, int release) {
   ta_expansion *x = seg->expansion;
   size_t bytes = n * x->granule;
   uintptr_t addr = seg->addr + first * x->granule;
   if (account) ta_segments_account(s, seg, addr, bytes, -1);
-  s->backend->ops->unmap(s->backend, s->device, addr, bytes, x->granule, x->handles + first, release);
-  if (release) s->stats->num_handles_released += (int64_t)n;
+  size_t handles = unmap_handles(s, seg, first, n, release);
+  if (release) s->stats->num_handles_released += (int64_t)handles;
   memset(x->handles + first, 0, n * sizeof *x->handles);
   memset(x->lent + first, 0, n);
+  memset(x->run + first, 0, n * sizeof *x->run);
 }
 
 ta_segment *ta_segments_alloc_expandable(ta_segments *s, size_t size, cudaStream_t stream, int pool, void *owner,
@@ -196,7 +298,7 @@ ta_segment *ta_segments_alloc_expandable(ta_segments *s, size_t size, cudaStream
   ta_stats_add(s->stats->segment, pool, 1);
   return seg;
 fail:
-  if (x) free(x->handles), free(x->lent), free(x->split);
+  if (x) free(x->handles), free(x->lent), free(x->split), free(x->run);
   if (seg) ta_segments_marks_release(s, seg->marks), free(seg->stamps);
   free(seg);
   free(x);
@@ -232,22 +334,52 @@ static void granules_of(const ta_segment *seg, uintptr_t addr, size_t len, int w
   *end = (whole ? hi : ta_align_up(hi, granule)) / granule;
 }
 
-enum { UNMAPPED = 0, OWNED = 1, LENT = 2, SPLIT = 3 };
+/* A granule's state, as a bit: OWNED is a handle of its own, RUN a granule
+ * of a run (segments_runs.c) mapped here; lent granules, runs too, are LENT. */
+enum { UNMAPPED = 1, OWNED = 2, LENT = 4, SPLIT = 8, RUN = 16 };
 
 static inline int granule_state(const ta_expansion *x, size_t g) {
-  return x->handles[g] == 0 ? UNMAPPED : x->handles[g] == TA_HANDLE_SPLIT ? SPLIT : x->lent[g] ? LENT : OWNED;
+  return x->handles[g] == 0                 ? UNMAPPED
+         : x->handles[g] == TA_HANDLE_SPLIT ? SPLIT
+         : x->lent[g]                       ? LENT
+         : x->run[g]                        ? RUN
+                                            : OWNED;
 }
 
-/* The first run [*run, *stop) of granules in [from, end) in `state`; 0
- * when there is none. */
-static int next_run(const ta_expansion *x, size_t from, size_t end, int state, size_t *run, size_t *stop) {
+/* The first stretch [*run, *stop) of granules in [from, end) in a state of
+ * `states`; 0 when there is none. */
+static int next_run(const ta_expansion *x, size_t from, size_t end, int states, size_t *run, size_t *stop) {
   size_t g = from;
-  while (g < end && granule_state(x, g) != state) g++;
+  while (g < end && !(granule_state(x, g) & states)) g++;
   if (g >= end) return 0; /* also when a block holds no whole granule: from > end */
   *run = g;
-  while (g < end && granule_state(x, g) == state) g++;
+  while (g < end && granule_state(x, g) & states) g++;
   *stop = g;
   return 1;
+}
+
+/* The first stretch [*run, *stop) in [from, end) of whole handles mapped
+ * here and not lent (single granules, and runs lying wholly in [from,
+ * end)); 0 when there is none. */
+static int next_whole(const ta_expansion *x, size_t from, size_t end, size_t *run, size_t *stop) {
+  size_t g = from;
+  for (;;) {
+    if (!next_run(x, g, end, OWNED | RUN, run, stop)) return 0;
+    g = *run;
+    /* a run begun before `from` or ending past `end` is not whole here: skip its granules */
+    while (g < *stop && x->run[g] && (ta_run_start(x, g) < from || ta_run_start(x, g) + ta_run_length(x, g) > end))
+      g++;
+    if (g == *stop) continue;
+    *run = g;
+    size_t h = g;
+    while (h < *stop) {
+      size_t len = ta_run_length(x, h);
+      if (x->run[h] && (ta_run_start(x, h) != h || h + len > end)) break;
+      h += len;
+    }
+    *stop = h;
+    return 1;
+  }
 }
 
 /* The first granule mapped in pieces (segments_split.c) in [g, end); end when none. */
@@ -269,7 +401,7 @@ int ta_segments_mapped_window(const ta_segment *seg, uintptr_t lo, uintptr_t hi,
   const ta_expansion *x = seg->expansion;
   size_t first, end, run, stop;
   granules_of(seg, lo, hi - lo, 0, &first, &end);
-  for (size_t g = first; next_run(x, g, end, OWNED, &run, &stop); g = stop) {
+  for (size_t g = first; next_run(x, g, end, OWNED | RUN, &run, &stop); g = stop) {
     uintptr_t from = seg->addr + run * x->granule, to = seg->addr + stop * x->granule;
     if (from < lo) from = lo;
     if (to > hi) to = hi;
@@ -307,7 +439,7 @@ int ta_segments_map(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t len)
 size_t ta_segments_unmap(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t len) {
   size_t first, end, run, stop, released = 0, pieces = 0;
   granules_of(seg, addr, len, 1, &first, &end);
-  for (size_t g = first; next_run(seg->expansion, g, end, OWNED, &run, &stop); g = stop) {
+  for (size_t g = first; next_whole(seg->expansion, g, end, &run, &stop); g = stop) {
     unmap_run(s, seg, run, stop - run, 1, 1);
     released += (stop - run) * seg->expansion->granule;
   }
@@ -317,6 +449,13 @@ size_t ta_segments_unmap(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t
   for (size_t g = first; (g = next_split(seg->expansion, g, end)) < end; g++)
     pieces += ta_split_unmap(s, seg, g, addr, addr + len);
   return released + pieces;
+}
+
+size_t ta_segments_handle_edge(const ta_segment *seg, size_t offset) {
+  const ta_expansion *x = seg->expansion;
+  size_t g = offset / x->granule;
+  if (offset >= seg->size || !x->run[g] || granule_state(x, g) == UNMAPPED || ta_run_start(x, g) == g) return offset;
+  return (ta_run_start(x, g) + ta_run_length(x, g)) * x->granule;
 }
 
 void ta_segments_shrink(ta_segments *s, ta_segment *seg, size_t new_size) {
@@ -333,13 +472,15 @@ void ta_segments_shrink(ta_segments *s, ta_segment *seg, size_t new_size) {
 static void expansion_release(ta_segments *s, ta_segment *seg, int account) {
   ta_expansion *x = seg->expansion;
   size_t run, stop, end = seg->size / x->granule;
-  for (size_t g = 0; next_run(x, g, end, OWNED, &run, &stop); g = stop) unmap_run(s, seg, run, stop - run, account, 1);
+  for (size_t g = 0; next_run(x, g, end, OWNED | RUN, &run, &stop); g = stop)
+    unmap_run(s, seg, run, stop - run, account, 1);
   for (size_t g = 0; next_run(x, g, end, LENT, &run, &stop); g = stop) unmap_run(s, seg, run, stop - run, 0, 0);
   for (size_t g = 0; (g = next_split(x, g, end)) < end; g++) ta_split_release(s, seg, g, account);
   s->backend->ops->unreserve(s->backend, s->device, seg->addr, x->reserved);
   free(x->handles);
   free(x->lent);
   free(x->split);
+  free(x->run);
   free(x);
   free(seg->stamps);
   seg->stamps = NULL;
@@ -371,7 +512,7 @@ void ta_segments_expandable_teardown(ta_segments *s) {
 static int holds_mapped_granule(const ta_segment *seg, const ta_block *b) {
   size_t first, end, run, stop;
   granules_of(seg, b->addr, b->size, 1, &first, &end);
-  if (next_run(seg->expansion, first, end, OWNED, &run, &stop)) return 1;
+  if (next_whole(seg->expansion, first, end, &run, &stop)) return 1;
   granules_of(seg, b->addr, b->size, 0, &first, &end);
   for (size_t g = first; (g = next_split(seg->expansion, g, end)) < end; g++)
     if (ta_split_holds_mapped(seg, g, b->addr, b->addr + b->size)) return 1;
@@ -401,9 +542,11 @@ size_t ta_segments_unmap_free(ta_segments *s, size_t want, const ta_block *keep)
  * Reclaim: donors, lending, retiring
  * ---------------------------------------------------------------------- */
 
-/* A granule of a free block the device is past: a donor candidate. */
+/* A handle (a granule, or a run of them) of a free block the device is
+ * past: a donor candidate. */
 struct ta_past_granule {
-  uint32_t stamp; /* its stream's marker epoch when its memory was last freed: its age */
+  uint32_t stamp; /* its stream's marker epoch when its memory was last freed: its age (a run's newest) */
+  uint16_t length; /* granules */
   ta_segment *segment;
   size_t g;
 };
@@ -419,9 +562,17 @@ static int by_age(const void *pa, const void *pb) { /* ties in place order: the 
   return a->stamp != b->stamp ? (a->stamp < b->stamp ? -1 : 1) : by_place(pa, pb);
 }
 
-/* Every mapped granule of `granule` size that a free block (not `keep`)
- * holds wholly and the device is past, into s->past; their count, or -1
- * when host memory runs out. */
+/* The newest stamp of granules [g, g + n). */
+static uint32_t newest_stamp(const ta_segment *seg, size_t g, size_t n) {
+  uint32_t stamp = 0;
+  for (size_t j = g; j < g + n; j++)
+    if (seg->stamps[j] > stamp) stamp = seg->stamps[j];
+  return stamp;
+}
+
+/* Every whole handle mapped in segments of `granule` size that a free
+ * block (not `keep`) holds wholly and the device is past, into s->past;
+ * their count, or -1 when host memory runs out. */
 static ptrdiff_t gather_past(ta_segments *s, size_t granule, const ta_block *keep) {
   size_t n = 0;
   for (size_t i = 0; i < s->ndonating;) {
@@ -434,12 +585,16 @@ static ptrdiff_t gather_past(ta_segments *s, size_t granule, const ta_block *kee
     if (!seg->marks || seg->expansion->granule != granule) continue;
     for (ta_block *b = seg->first; b; b = b->next) {
       if (b->state != TA_BLOCK_FREE || b == keep) continue;
-      size_t first, end;
+      size_t first, end, run, stop;
       granules_of(seg, b->addr, b->size, 1, &first, &end);
-      for (size_t g = first; g < end; g++) {
-        if (granule_state(seg->expansion, g) != OWNED || seg->stamps[g] > seg->marks->done) continue;
-        if (ta_grow(&s->past, &s->cap_past, n + 1, 256)) return -1;
-        s->past[n++] = (ta_past_granule){.stamp = seg->stamps[g], .segment = seg, .g = g};
+      for (size_t from = first; next_whole(seg->expansion, from, end, &run, &stop); from = stop) {
+        for (size_t g = run, len; g < stop; g += len) {
+          len = ta_run_length(seg->expansion, g);
+          uint32_t stamp = newest_stamp(seg, g, len);
+          if (stamp > seg->marks->done) continue;
+          if (ta_grow(&s->past, &s->cap_past, n + 1, 256)) return -1;
+          s->past[n++] = (ta_past_granule){.stamp = stamp, .length = (uint16_t)len, .segment = seg, .g = g};
+        }
       }
     }
   }
@@ -451,27 +606,31 @@ static ptrdiff_t gather_past(ta_segments *s, size_t granule, const ta_block *kee
  * (replay of the H100 traces, device trailing by 50 events: the Llama
  * decoder moved 2357 handles instead of 3898, GPT-2 3002 instead of 6266,
  * ResNet-50 1050 instead of 1171, at the same reserve; taking them in
- * address order left holes where the next step allocates). */
+ * address order left holes where the next step allocates). A run larger
+ * than what the request still lacks is taken too: it fits nowhere in the
+ * request and goes back (ta_segments_donors_drop), so single granules are
+ * made in its place without the reserve growing. */
 size_t ta_segments_take_past(ta_segments *s, size_t want, size_t granule, const ta_block *keep) {
   ptrdiff_t found = gather_past(s, granule, keep);
   if (found <= 0) return 0; /* none, or no host memory to choose with: nothing moves */
-  size_t n = (size_t)found, need = ta_align_up(want, granule) / granule;
-  if (n > need) { /* no more than the request maps */
+  size_t n = (size_t)found, need = ta_align_up(want, granule) / granule, total = 0;
+  for (size_t k = 0; k < n; k++) total += s->past[k].length;
+  if (total > need) { /* no more than the request maps */
     qsort(s->past, n, sizeof *s->past, by_age);
-    n = need;
+    size_t kept = 0;
+    for (size_t took = 0; kept < n && took < need; kept++) took += s->past[kept].length;
+    n = kept;
   }
   qsort(s->past, n, sizeof *s->past, by_place); /* runs of neighbours: one unmap each */
   if (reserve_donors(&s->donors, s->donors.n + n)) return 0;
   size_t got = 0;
-  for (size_t k = 0, run_end; k < n; k = run_end) {
-    run_end = k + 1;
-    while (run_end < n && s->past[run_end].segment == s->past[k].segment &&
-           s->past[run_end].g == s->past[run_end - 1].g + 1)
-      run_end++;
+  for (size_t k = 0, next; k < n; k = next) {
     ta_segment *seg = s->past[k].segment;
-    size_t first = s->past[k].g, len = run_end - k;
-    for (size_t j = 0; j < len; j++) /* stamp 0: past, old everywhere */
-      donate(&s->donors, granule, seg->expansion->handles[first + j], 0);
+    size_t first = s->past[k].g, len = 0;
+    for (next = k; next < n && s->past[next].segment == seg && s->past[next].g == first + len; next++) {
+      donate(&s->donors, granule, seg->expansion->handles[s->past[next].g], 0, s->past[next].length);
+      len += s->past[next].length; /* stamp 0: past, old everywhere */
+    }
     unmap_run(s, seg, first, len, 1, 0);
     seg->unmapped += len * granule;
     got += len * granule;
@@ -486,10 +645,12 @@ void ta_segments_lend(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t le
   granules_of(seg, addr, len, 1, &first, &end);
   ta_assert((addr - seg->addr) % x->granule == 0 && len % x->granule == 0 && end > first);
   if (reserve_donors(&s->donors, s->donors.n + (end - first))) return; /* then lent to none: it retires as it is */
-  for (size_t g = first; g < end; g++) {
-    ta_assert(granule_state(x, g) == OWNED);
-    donate(&s->donors, x->granule, x->handles[g], seg->stamps[g]); /* the same stream's epoch where it goes */
-    x->lent[g] = 1;
+  for (size_t g = first, n; g < end; g += n) {
+    n = ta_run_length(x, g);
+    ta_assert(granule_state(x, g) & (OWNED | RUN) && ta_run_start(x, g) == g && g + n <= end);
+    /* the same stream's epoch where it goes */
+    donate(&s->donors, x->granule, x->handles[g], newest_stamp(seg, g, n), n);
+    memset(x->lent + g, 1, n);
   }
   seg->unmapped += len;
   ta_segments_account(s, seg, addr, len, -1);
@@ -505,19 +666,22 @@ void ta_segments_retire(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t 
   }
   /* A retiring range whose lending failed (host memory) is still owned:
    * its memory is given back now, as any free granule's would be. */
-  for (size_t g = first; next_run(x, g, end, OWNED, &run, &stop); g = stop) {
+  for (size_t g = first; next_whole(x, g, end, &run, &stop); g = stop) {
     unmap_run(s, seg, run, stop - run, 1, 1);
     seg->unmapped += (stop - run) * x->granule;
   }
 }
 
-int ta_segments_mapped_run(const ta_segment *seg, uintptr_t lo, uintptr_t hi, uintptr_t *run_lo,
+int ta_segments_mapped_run(const ta_segment *seg, uintptr_t lo, uintptr_t hi, size_t want, uintptr_t *run_lo,
                            uintptr_t *run_hi) {
-  size_t first, end, run, stop, granule = seg->expansion->granule;
+  const ta_expansion *x = seg->expansion;
+  size_t first, end, run, stop, granule = x->granule;
   granules_of(seg, lo, hi - lo, 1, &first, &end);
-  if (!next_run(seg->expansion, first, end, OWNED, &run, &stop)) return 0;
+  if (!next_whole(x, first, end, &run, &stop)) return 0;
+  size_t g = run, need = ta_align_up(want, granule) / granule;
+  while (g < stop && g - run < need) g += ta_run_length(x, g); /* whole handles only */
   *run_lo = seg->addr + run * granule;
-  *run_hi = seg->addr + stop * granule;
+  *run_hi = seg->addr + g * granule;
   return 1;
 }
 

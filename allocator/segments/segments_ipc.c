@@ -57,7 +57,7 @@ _Static_assert(sizeof(wire_header) == WIRE_HEADER, "the header is PyTorch's Shar
  * Sending
  * ---------------------------------------------------------------------- */
 
-int ta_segments_ipc_share(ta_segments *s, const ta_segment *seg, const ta_block *block, uintptr_t ptr,
+int ta_segments_ipc_share(ta_segments *s, ta_segment *seg, const ta_block *block, uintptr_t ptr,
                           unsigned char *buf, size_t cap, size_t *len, size_t *offset, char *why, size_t whylen) {
   const ta_backend_ops *ops = s->backend->ops;
   if (!seg->expansion) {
@@ -74,6 +74,12 @@ int ta_segments_ipc_share(ta_segments *s, const ta_segment *seg, const ta_block 
   *len = WIRE_PREFIX + WIRE_HEADER + (end - first) * sizeof(int32_t);
   *offset = ptr - (seg->addr + first * x->granule);
   if (cap < *len) return TA_OK;
+  for (size_t g = first; g < end; g++) /* runs of granules become a handle a granule (segments_runs.c) */
+    if (x->run[g]) {
+      size_t released = 0;
+      if (ta_runs_break(s, seg, first, end, &released, why, whylen) != TA_OK) return TA_EDEVICE;
+      break;
+    }
   wire_header header = {.pid = (int32_t)getpid(), .handle = x->granule, .nhandles = end - first};
   buf[0] = WIRE_VERSION;
   buf[1] = KIND_MAPPED;

@@ -202,6 +202,7 @@ void ta_segments_marks_destroy(ta_segments *s) {
   s->nactive = s->cap_active = 0;
   free(s->donors.handles);
   free(s->donors.stamps);
+  free(s->donors.lengths);
   s->donors = (ta_donors){0};
   free(s->past); /* take_past's scratch */
   s->past = NULL;

@@ -273,9 +273,11 @@ static size_t replace(ta_segments *s, ta_segment *seg, size_t g, const uint8_t *
 size_t ta_segments_split_free(ta_segments *s, size_t want) {
   const ta_backend_ops *ops = s->backend->ops;
   if (!s->granule || !ops->copy || s->no_sync) return 0;
+  /* Runs of granules holding free ones first (segments_runs.c): their granules become handles of their own. */
+  size_t released = ta_runs_break_free(s, want);
   uint8_t *free_piece = NULL;
   uintptr_t scratch = 0;
-  size_t scratch_size = 0, released = 0;
+  size_t scratch_size = 0;
   for (size_t i = 0; i < s->registry.count && released < want; i++) {
     ta_segment *seg = s->registry.items[i];
     ta_expansion *x = seg->expansion;
@@ -293,7 +295,7 @@ size_t ta_segments_split_free(ta_segments *s, size_t want) {
     }
     const ta_block *walk = seg->first;
     for (size_t g = 0; g < seg->size / x->granule && released < want; g++) {
-      if (x->handles[g] == 0 || x->handles[g] == TA_HANDLE_SPLIT || x->lent[g]) continue;
+      if (x->handles[g] == 0 || x->handles[g] == TA_HANDLE_SPLIT || x->lent[g] || x->run[g]) continue;
       if (!free_pieces(seg, g, &walk, free_piece)) continue;
       released += replace(s, seg, g, free_piece, scratch);
     }

@@ -60,6 +60,9 @@ ta_internal size_t ta_segments_addresses_left(const ta_segment *seg);
 /* Unmap the mapped granules lying wholly inside [addr, addr + len), a free
  * block; returns the bytes given back. Call ta_segments_synchronize first. */
 ta_internal size_t ta_segments_unmap(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t len);
+/* `offset` (a granule multiple into `seg`, at most its size) moved up past
+ * the run of granules it would cut: a handle is given back only whole. */
+ta_internal size_t ta_segments_handle_edge(const ta_segment *seg, size_t offset);
 /* The segment ends at `new_size` now (a granule multiple > 0; the blocks past
  * it are gone): unmap what is mapped past it. Synchronize first. */
 ta_internal void ta_segments_shrink(ta_segments *s, ta_segment *seg, size_t new_size);
@@ -186,10 +189,12 @@ ta_internal uint64_t ta_segments_move_since(ta_segments *s);
 /* Host time from `since` (ta_segments_move_since) spent moving memory:
  * charged to the budget when moves are charged now (ta_segments_move_allowed). */
 ta_internal void ta_segments_move_charge(ta_segments *s, uint64_t since);
-/* The first run of whole granules of `seg` inside [lo, hi) that are mapped
- * (and not lent): 1 with it in [*run_lo, *run_hi), or 0. */
-ta_internal int ta_segments_mapped_run(const ta_segment *seg, uintptr_t lo, uintptr_t hi, uintptr_t *run_lo,
-                                       uintptr_t *run_hi);
+/* The first stretch of whole handles of `seg` inside [lo, hi) that are
+ * mapped (and not lent), cut after the handle that covers `want` bytes
+ * (a run of granules is one handle: never cut): 1 with it in [*run_lo,
+ * *run_hi), or 0. */
+ta_internal int ta_segments_mapped_run(const ta_segment *seg, uintptr_t lo, uintptr_t hi, size_t want,
+                                       uintptr_t *run_lo, uintptr_t *run_hi);
 /* 1 when memory may be unmapped or mapped again elsewhere now: no capture
  * may be underway. */
 ta_internal int ta_segments_may_remap(const ta_segments *s);

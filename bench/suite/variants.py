@@ -15,6 +15,7 @@
     POLICY+reclaim         ... expandable:reclaim (the default: compacted without synchronizing)
     ...+log                ... + log:<temporary file> (the block log, no stacks)
     ...+stacks             ... + log:<temporary file>,stacks:1 (the block log with Python stacks)
+    ...+runs               ... + run:64MiB (warm-up growth mapped in handles of 64 MiB; none by default)
 
 --extra-conf is appended to every torchalloc variant's TORCHALLOC_CONF.
 This is bench/step_time.py's grammar, with `+history` and `+expandable`
@@ -32,7 +33,8 @@ NATIVE_MODIFIERS = {
     "async": "backend:cudaMallocAsync",
     "history": "",  # no allocator setting: the child turns PyTorch's memory history on
 }
-TORCHALLOC_MODIFIERS = ("expandable", "compact", "reclaim", "log", "stacks")
+TORCHALLOC_MODIFIERS = ("expandable", "compact", "reclaim", "log", "stacks", "runs")
+RUNS_CONF = "run:64MiB"  # +runs
 LOG_NAME = "ta_%p.talog"  # in the run's log directory; %p: the child's pid
 
 # What a default run compares (ordered: native first, since ratios are to it): PyTorch's three allocators,
@@ -74,6 +76,8 @@ class Variant:
             conf.append(f"log:{log_dir.rstrip('/')}/{LOG_NAME}")
         if "stacks" in self.modifiers:
             conf.append("stacks:1")
+        if "runs" in self.modifiers:
+            conf.append(RUNS_CONF)
         if extra_conf.strip(" ,"):
             conf.append(extra_conf.strip(" ,"))
         return ",".join(conf)
@@ -101,7 +105,7 @@ def parse_variant(text: str) -> Variant:
         raise ValueError(f"variant {text!r}: at most one of {', '.join('+' + m for m in SEGMENT_MODES)}")
     if base == DEFAULT:
         if any(m in SEGMENT_MODES or m not in TORCHALLOC_MODIFIERS for m in mods):
-            raise ValueError(f"variant {text!r}: {DEFAULT} (install()'s defaults) takes only +log and +stacks")
+            raise ValueError(f"variant {text!r}: {DEFAULT} (install()'s defaults) takes only +log, +stacks and +runs")
         return Variant(text.strip(), False, tuple(mods), policy=POLICIES[0], default=True)
     if base == "native":
         unknown = [m for m in mods if m not in NATIVE_MODIFIERS]

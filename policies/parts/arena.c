@@ -130,9 +130,9 @@ static size_t lend_from(ta_arena *a, cudaStream_t stream, size_t granule, size_t
     if (!seg || !seg->marks || ta_segments_granule_of(seg) != granule) continue;
     for (ta_block *b = seg->first; b && got < want; b = b->next) {
       uintptr_t lo, hi;
-      if (b->state != TA_BLOCK_FREE || b == keep || !ta_segments_mapped_run(seg, b->addr, b->addr + b->size, &lo, &hi))
+      if (b->state != TA_BLOCK_FREE || b == keep ||
+          !ta_segments_mapped_run(seg, b->addr, b->addr + b->size, want - got, &lo, &hi))
         continue;
-      if (hi - lo > ta_align_up(want - got, granule)) hi = lo + ta_align_up(want - got, granule);
       if (ta_grow(&a->retiring, &a->cap_retiring, a->nretiring + 1, 16)) return got;
       ta_block *r = ta_arena_claim(a, seg, lo, hi - lo);
       if (!r) return got; /* host memory */
@@ -302,7 +302,8 @@ static size_t shrink(ta_arena *a, ta_segment *seg) {
   size_t released = 0;
   for (ta_block *f = seg->first; f; f = f->next)
     if (f->state == TA_BLOCK_FREE) released += ta_segments_unmap(a->segments, seg, f->addr, f->size);
-  size_t keep = ta_align_up(b->addr - seg->addr, ta_segments_granule_of(seg));
+  /* at a handle's edge: a run of granules is given back only whole */
+  size_t keep = ta_segments_handle_edge(seg, ta_align_up(b->addr - seg->addr, ta_segments_granule_of(seg)));
   if (b->state != TA_BLOCK_FREE || keep >= seg->size) return released;
   take_free(a, bins, b);
   if (b->addr == seg->addr + keep) { /* the free block goes entirely */

@@ -60,9 +60,10 @@ void drv_start(const uint8_t c[DRV_CONFIG_BYTES], unsigned check_every) {
   unsigned long long held = held_mib[c[4] % 6] < capacity_mib[c[2] % 6] ? held_mib[c[4] % 6] : capacity_mib[c[2] % 6];
   snprintf(D.conf, sizeof D.conf,
            "backend:sim,warn:0,oom_report:off,policy:%s,sim_devices:%d,sim_capacity:%s,sim_fail_alloc:%d,"
-           "sim_held_elsewhere:%lluMiB,sim_event_polls:%d,log_max:256KiB,stacks:%d,expandable:%d,sim_lag:%llu",
+           "sim_held_elsewhere:%lluMiB,sim_event_polls:%d,log_max:256KiB,stacks:%d,expandable:%d,sim_lag:%llu,"
+           "run:%s",
            drv_policies[c[0] % 3], D.ndevices, capacities[c[2] % 6], c[3] < 128 ? 0 : 1 + c[3] % 32, held,
-           c[5] % 4, c[7] % 2, D.expandable, (unsigned long long)D.lag);
+           c[5] % 4, c[7] % 2, D.expandable, (unsigned long long)D.lag, (c[6] >> 3) % 2 ? "64MiB" : "0");
   EXPECT(torchalloc_init(D.conf) == 0, "init: %s", torchalloc_last_error());
   EXPECT(torchalloc_device_count() == D.ndevices, "device_count %d", torchalloc_device_count());
 }

@@ -358,6 +358,10 @@ static void share_live(const uint8_t *b) {
    * which PyTorch's format (one handle size a segment) cannot describe:
    * refused, and said so (docs/MULTI_GPU.md). */
   if (shared != 0 && strstr(torchalloc_last_error(), "mapped in") && strstr(torchalloc_last_error(), "pieces")) return;
+  /* A block on a run of granules (warm-up growth) is shared once the run is
+   * broken into a handle a granule, which needs memory to copy into and no
+   * capture underway: refused otherwise, and said so. */
+  if (shared != 0 && strstr(torchalloc_last_error(), "one handle of several granules")) return;
   EXPECT(shared == 0, "ipc_share(%#lx): %s", (unsigned long)l->addr, torchalloc_last_error());
   if (len > sizeof bytes) return;
   void *opened = NULL;

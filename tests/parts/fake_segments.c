@@ -315,12 +315,18 @@ int ta_segments_mapped_window(const ta_segment *seg, uintptr_t lo, uintptr_t hi,
   return 0;
 }
 
-int ta_segments_mapped_run(const ta_segment *seg, uintptr_t lo, uintptr_t hi, uintptr_t *run_lo, uintptr_t *run_hi) {
-  size_t first, end, run, stop;
+size_t ta_segments_handle_edge(const ta_segment *seg, size_t offset) {
+  (void)seg;
+  return offset;
+}
+
+int ta_segments_mapped_run(const ta_segment *seg, uintptr_t lo, uintptr_t hi, size_t want, uintptr_t *run_lo,
+                           uintptr_t *run_hi) {
+  size_t first, end, run, stop, need = (want + seg->expansion->granule - 1) / seg->expansion->granule;
   granules_of(seg, lo, hi - lo, 1, &first, &end);
   for (run = first; run < end && !seg->expansion->mapped[run];) run++;
   if (run == end) return 0;
-  for (stop = run; stop < end && seg->expansion->mapped[stop];) stop++;
+  for (stop = run; stop < end && stop - run < need && seg->expansion->mapped[stop];) stop++;
   *run_lo = seg->addr + run * seg->expansion->granule;
   *run_hi = seg->addr + stop * seg->expansion->granule;
   return 1;
