@@ -181,6 +181,7 @@ static int map_new(ta_segments *s, ta_segment *seg, size_t first, size_t n, size
   ta_expansion *x = seg->expansion;
   const ta_backend_ops *ops = s->backend->ops;
   size_t run = ta_runs_length(s, seg, n);
+  if (run > 1 && ta_segments_near_capacity(s, n * x->granule)) run = 1; /* there every granule counts */
   uintptr_t addr = seg->addr + first * x->granule;
   if (run <= 1) { /* one call: the backend grants access once over the range */
     if (ops->map(s->backend, s->device, addr, n * x->granule, x->granule, x->handles + first, s->peers) != TA_OK)
