@@ -172,6 +172,8 @@ QUOTES: dict[str, Callable[[], list[str]]] = {
     "replay-default": lambda: replay_tables(tool_output("replay")),
     "replay-handle": lambda: table(replay_tables(tool_output("replay", "--policies", "caching+reclaim", "--handle",
                                                               "4MiB,8MiB,16MiB")), r"\s*peak"),
+    "replay-run": lambda: table(replay_tables(tool_output("replay", "--policies", "caching+reclaim", "--run",
+                                                           "0,64MiB")), r"\s*peak"),
     "top-demo": lambda: list(tool_output("top", "--once")),  # no log: the bundled demo
 }
 

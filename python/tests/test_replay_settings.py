@@ -1,6 +1,7 @@
-"""What replay says, reproducibly (issue 50): `--handle SIZES` replays the handle sizes TORCHALLOC_CONF's `handle`
-key sets side by side, so that the README's `handle` row is what the tool prints (the quote replay-handle); and
-its count of events says what it counts, beside the report's count of the same log."""
+"""What replay says, reproducibly (issue 50): `--handle SIZES` and `--run SIZES` replay the sizes that
+TORCHALLOC_CONF's `handle` and `run` keys set, side by side, so that the README's rows are what the tool prints
+(the quotes replay-handle and replay-run); and its count of events says what it counts, beside the report's count
+of the same log."""
 from __future__ import annotations
 
 import json
@@ -55,3 +56,21 @@ def test_replay_and_report_count_the_same_log_each_saying_what_it_counts(library
     status, out, err = cli("report", log)
     assert status == 0, err
     assert f" {len(kinds)} events," in out.splitlines()[0]
+
+
+def test_each_run_size_is_a_row_beside_handle_sizes(library_path: Path) -> None:
+    status, out, err = cli("replay", "--json", "--no-search", "--policies", "caching,caching+reclaim",
+                           "--handle", "8MiB", "--run", "0,64MiB")
+    assert status == 0, err
+    rows = json.loads(out)["policies"]
+    assert list(rows) == ["caching", "caching+reclaim,handle:8MiB,run:0", "caching+reclaim,handle:8MiB,run:64MiB"]
+    trace = load_trace(engine.default_trace_path())
+    plain, _ = engine.replay_once(trace, "caching+reclaim")
+    runs, _ = engine.replay_once(trace, "caching+reclaim,run:64MiB")
+    assert rows["caching+reclaim,handle:8MiB,run:0"]["peak_reserved"] == plain["peak_reserved"]  # off by default
+    assert rows["caching+reclaim,handle:8MiB,run:64MiB"]["peak_reserved"] == runs["peak_reserved"]
+    assert runs["handles_created"] < plain["handles_created"]  # the warm-up in fewer, larger handles
+    status, out, err = cli("replay", "--policies", "caching+reclaim", "--run", "3MiB")
+    assert status != 0 and not out and err.count("\n") == 1 and "run" in err and "multiple of 2 MiB" in err
+    status, out, err = cli("replay", "--policies", "caching", "--run", "64MiB")
+    assert status == 2 and err.count("\n") == 1 and "+reclaim" in err

@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--handle", metavar="SIZES", help="comma-separated handle sizes, such as 4MiB,8MiB,16MiB: each "
                     "policy with expandable segments (+expandable, +compact, +reclaim) is replayed once per size, "
                     "as TORCHALLOC_CONF's handle key sets it (a row POLICY,handle:SIZE)")
+    ap.add_argument("--run", metavar="SIZES", help="comma-separated run sizes, such as 0,64MiB: each policy with "
+                    "expandable segments is replayed once per size, as TORCHALLOC_CONF's run key sets it (warm-up "
+                    "growth in handles of that size; a row POLICY,run:SIZE)")
     ap.add_argument("--roundup-power2-divisions", metavar="VALUE",
                     help="round requests as PyTorch's roundup_power2_divisions:VALUE does (4, or a list such as "
                     "[256:1,512:2,>:8]), as the traced program's settings had it: each policy is named POLICY@VALUE")
@@ -67,18 +70,18 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def with_handles(prog: str, policies: list[str], sizes_text: str) -> list[str]:
-    """Each policy with expandable segments once per handle size ("caching+reclaim,handle:4MiB", which the library
+def with_sizes(prog: str, policies: list[str], key: str, sizes_text: str) -> list[str]:
+    """Each policy with expandable segments once per size of `key` ("caching+reclaim,handle:4MiB", which the library
     reads as TORCHALLOC_CONF's syntax after the comma); the others as they are."""
     sizes = [size.strip() for size in sizes_text.split(",") if size.strip()]
     if not sizes:
-        fail(prog, "--handle is empty: give sizes such as 4MiB,8MiB,16MiB")
-    if not any("+" in p for p in policies):
-        fail(prog, "--handle sizes the handles of expandable segments: give a policy with +expandable, +compact or "
+        fail(prog, f"--{key} is empty: give sizes such as " + ("4MiB,8MiB,16MiB" if key == "handle" else "0,64MiB"))
+    if not any("+" in p.split(",")[0] for p in policies):
+        fail(prog, f"--{key} sizes the handles of expandable segments: give a policy with +expandable, +compact or "
                    "+reclaim (--policies caching+reclaim)")
     out: list[str] = []
     for policy in policies:
-        out += [f"{policy},handle:{size}" for size in sizes] if "+" in policy else [policy]
+        out += [f"{policy},{key}:{size}" for size in sizes] if "+" in policy.split(",")[0] else [policy]
     return out
 
 
@@ -106,7 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.roundup_power2_divisions is not None:
         policies = [f"{p}@{args.roundup_power2_divisions.strip()}" for p in policies]
     if args.handle is not None:
-        policies = with_handles(prog, policies, args.handle)
+        policies = with_sizes(prog, policies, "handle", args.handle)
+    if args.run is not None:
+        policies = with_sizes(prog, policies, "run", args.run)
     if os.environ.get("TORCHALLOC_CONF", "").strip() and not args.json:
         print(printable(f"{prog}: note: TORCHALLOC_CONF is not read here: each policy runs on a simulated device of "
                         "its own; --handle replays other handle sizes"), file=sys.stderr)
