@@ -39,7 +39,7 @@ RUNTIME_MODULES = {"torchalloc", "_lib", "_device", "_cuda_init", "plug", "stats
 SHARED_MODULES = {"_records", "units", "_compressed", "printable", "text_fit"}  # printable: control characters escaped in every text the tools print; text_fit: tables within $COLUMNS
 # Top-level, but a tool: imported by the examples' and benchmarks' child processes, never by the package.
 TOP_LEVEL_TOOLS = {"_gpu_child"}
-TOOL_PACKAGES = ["log", "replay", "analysis", "report", "integrations", "cli"]
+TOOL_PACKAGES = ["log", "replay", "analysis", "plan", "report", "integrations", "cli"]
 
 # The analysis in the order the data flows; a stage imports only its own stage or earlier ones. The rules come first
 # and read no log; the passes name no section; each section stands alone (test_sections_stand_alone).

@@ -49,12 +49,14 @@ from .._records import (
 )
 from .anatomy import Anatomy, AnatomyRow
 from .front import Analysis, analyze
+from .passes.follow import Blocks, Follower
 from .rules.categorize import CATEGORIES, WORKSPACE_SIZES, Category
 from .rules.classify import REASONS, Reason
 from .rules.frames import Frame, Stack, is_library_frame, user_suffix
 from .rules.roles import phase_role
 from .rules.sites import BEFORE_LOG, NO_PYTHON, NO_STACKS, Site
 from .sections.estimate import Estimate
+from .sections.leaks import step_markers
 from .sections.lifetimes import LifetimeRow
 from .sections.modules import ModuleRow, Modules
 from .sections.ooms.diagnosis import OomRow
@@ -76,6 +78,8 @@ __all__ = [
     "PhaseRow",
     "Reserve",
     "Analysis", "analyze",
+    "Blocks", "Follower",  # a tool's own follower of the second pass (analyze(followers=...))
+    "step_markers",  # which of a log's markers mark its steps (the leak rule's choice)
     "phase_role",
     "BEFORE_LOG", "NO_PYTHON", "NO_STACKS", "Site",
     "Timeline",

@@ -389,11 +389,14 @@ def analyze(
     chunk_records: int = DEFAULT_CHUNK_RECORDS,
     at: Sequence[str | float] = (),
     page: bool = False,
+    followers: Sequence[Follower] = (),
 ) -> Analysis:
     """The analysis of a log (its path, or its bytes) for one device (default: the one with the most
     allocations), read in pieces of `chunk_records` records. `at`: the moments whose anatomy will be asked for
     besides the peak and the markers; `page`: the HTML page will be drawn. Naming them lets the one second pass
-    gather them; a later question about another moment costs one more pass."""
+    gather them; a later question about another moment costs one more pass. `followers`: a tool's own followers
+    of the second pass (passes/follow.py's hooks; torchalloc.plan's gathers each block's category), fed after
+    the sections' in the same pass."""
     log = ChunkedLog(source, chunk_records, check="drop")
     bar = _progress_bar(progress, log)
     times = [float(x.rstrip("s")) if isinstance(x, str) else float(x) for x in at if is_time(x)]
@@ -416,11 +419,12 @@ def analyze(
     wanted = Wanted(anatomy=a_moments, page=np.zeros(0, dtype=np.int64), priority=set(), samples=s.samples)
     if page and s.n:
         wanted.page, wanted.priority = page_moments(s)
-    followers = {p.key: p.follow(log, s) for p in parts}  # every section's part of the pass
-    passed = run_pass(log, s, wanted, progress=bar, followers=[f for f in followers.values() if f is not None])
+    followers_of = {p.key: p.follow(log, s) for p in parts}  # every section's part of the pass
+    passed = run_pass(log, s, wanted, progress=bar,
+                      followers=[*(f for f in followers_of.values() if f is not None), *followers])
     if bar is not None:
         bar.close()
-    return Analysis(log, s, passed, wanted, notes, backward_from_, max_points, page, followers)
+    return Analysis(log, s, passed, wanted, notes, backward_from_, max_points, page, followers_of)
 
 
 # The kind of the row put first in a log opened mid-run (no record has kind 0): the log's opening, the one moment

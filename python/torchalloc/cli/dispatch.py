@@ -33,6 +33,7 @@ COMMANDS: dict[str, Command] = {
     "replay": Command("cli.replay", "main", "replay a trace (PyTorch snapshot or torchalloc log) through each policy "
                       "on a simulated device"),
     "report": Command("cli.report", "main", "explain a log: timeline, peak anatomy, lifetimes, phases (--json, --html, --png)"),
+    "plan": Command("cli.plan", "main", "predict from a logged run what fits at another batch size, per policy"),
     "export": Command("cli.export", "main", "convert a log to a PyTorch memory snapshot pickle (memory_viz)"),
     "top": Command("cli.top", "main", "watch a log being written: allocated, reserved, live sites, growth, OOMs"),
     "compare": Command("cli.compare", "main", "run a script once per policy on the GPU; compare peaks and time"),

@@ -71,6 +71,13 @@ PROGRESS_MIN_EVENTS = 1_000_000  # show a progress bar from this many events (on
 PLOT_POINTS = 2000
 
 
+def setting_of(policy: str) -> str:
+    """The TORCHALLOC_CONF entries that make a replay policy: "caching+compact" -> "policy:caching,expandable:2"."""
+    name, _, variant = policy.partition("+")
+    extra = {"expandable": ",expandable:1", "compact": ",expandable:2", "reclaim": ",expandable:3"}.get(variant, "")
+    return f"policy:{name}{extra}"
+
+
 def _events_of(trace: Trace | np.ndarray) -> np.ndarray:
     events = trace.events if isinstance(trace, Trace) else trace
     if events.dtype != EVENT_DTYPE:

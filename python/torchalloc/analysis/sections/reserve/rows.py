@@ -4,7 +4,8 @@ Holds the section's rows -- a `Reserve`, its `ReserveMoment`s (with their
 `PinnedSegment`s and `PinningBlock`s) and `ReplayRow`s -- the functions
 the section (reserve/__init__.py) builds them with (`moment`,
 `policy_name`, `replayed`, `replay_rows`, `assembled`), and their words
-(`reserve_sentences`, `pinned_lines`, `replay_note`, `setting_of`):
+(`reserve_sentences`, `pinned_lines`, `replay_note`; `setting_of`, a replay
+policy's TORCHALLOC_CONF, is replay/engine.py's):
 
 - `moments`: at the peak of reserved and at the peak of allocated,
   reserved = allocated + fragmented (free bytes in segments that hold live
@@ -35,7 +36,7 @@ import numpy as np
 
 from .... import _lib
 from ...._records import POLICY_NAMES, SEGMENT_COMPACT, SEGMENT_RECLAIM
-from ....replay.engine import DEFAULT_POLICIES
+from ....replay.engine import DEFAULT_POLICIES, setting_of
 from ....units import fmt_bytes, fmt_seconds, fmt_times
 from .terms import Segments
 
@@ -221,13 +222,6 @@ def assembled(moments: list[ReserveMoment], segments: int, mine: str,
         except _lib.LibraryError as e:
             unknown.append(f"what other policies would have reserved (the replay needs the library: {e})")
     return Reserve(moments, mine, rows, unknown)
-
-
-def setting_of(policy: str) -> str:
-    """The TORCHALLOC_CONF entries that make a replay policy: "caching+compact" -> "policy:caching,expandable:2"."""
-    name, _, variant = policy.partition("+")
-    extra = {"expandable": ",expandable:1", "compact": ",expandable:2", "reclaim": ",expandable:3"}.get(variant, "")
-    return f"policy:{name}{extra}"
 
 
 def moment_sentence(m: ReserveMoment, when: str) -> str:
