@@ -16,7 +16,7 @@ from ..printable import printable
 from ..replay.engine import DEFAULT_POLICIES
 from ..text_fit import terminal_width
 from ..units import parse_bytes
-from .args import bundled_demo, expand_logs, fail, snapshot_pointer
+from .args import bundled_demo, expand_logs, fail, snapshot_pointer, with_negative_values
 
 PROG = "torchalloc plan"
 _MULTIPLE = re.compile(r"\s*(.+?)\s*x\s*", re.IGNORECASE)
@@ -71,7 +71,8 @@ def multiple_of(batch: str, recorded: float | None) -> tuple[float, float | None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(with_negative_values(sys.argv[1:] if argv is None else argv,
+                                                         ["--batch", "--recorded", "--capacity"]))
     paths = args.log or bundled_demo(PROG)
     paths, problem = expand_logs(paths)
     problem = problem or next(filter(None, (snapshot_pointer(p, "plan") for p in paths)), None)

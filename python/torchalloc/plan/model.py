@@ -227,7 +227,7 @@ def fit_pair(a: Run, b: Run, r: float | None = None) -> Model:
     by_mean = ~np.isnan(group_rho)
     rho_body[by_mean] = group_rho[by_mean]
     if r is None:
-        r = _common_ratio(rho_body[paired])
+        r = _common_ratio(rho_body[paired | by_mean])
     if r is None or r == 1.0:
         raise PlanError(f"{a.path}, {b.path}: no block whose size changes between the two logs (recorded at the "
                         "same batch and sequence length?): no law to measure")

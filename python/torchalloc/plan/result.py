@@ -51,8 +51,8 @@ class Plan:
     capacity_from: str  # "--capacity", "the recording GPU's (from its OOM record)", ...
     model_fact: str
     recorded_allocated: int
-    recorded_reserved: int
-    recorded_by: str  # "recorded (caching)": the policy that served the run
+    recorded_reserved: int | None  # None: the log has no segment records
+    recorded_by: str  # "recorded (caching)": the policy that served the run; "recorded" without segments
     by_kind: dict[str, int]  # "grow", "kept", "not attributed" -> bytes live at the recorded peak
     policies: list[PolicyPlan]
     steps: Steps
@@ -102,9 +102,11 @@ def make_plan(model: Model, multiple: float, capacity: int | None, *, capacity_f
                "kept": sum(by_category.get(str(c), 0) for c in FIXED),
                "not attributed": sum(by_category.get(str(c), 0) for c in UNATTRIBUTED)}
     steps = run.steps
+    segments = run.trace.native_peak_reserved is not None  # the log recorded its segments: what was reserved
     plan = Plan([run.path] + ([model.other.path] if model.other is not None else []), a.device, multiple, recorded,
                 capacity, capacity_from if capacity else "", knob_fact(model), a.timeline.peak_allocated,
-                a.timeline.peak_reserved, run.trace.native_label, by_kind, plans, steps, [], _laws(model), step)
+                a.timeline.peak_reserved if segments else None, run.trace.native_label if segments else "recorded",
+                by_kind, plans, steps, [], _laws(model), step)
     plan.limits = limits(plan, model, by_category)
     return plan
 
