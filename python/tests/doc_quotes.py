@@ -154,9 +154,18 @@ def page_size(log: str) -> list[str]:
     return textwrap.wrap(sentence, int(WIDTH))
 
 
+def after(lines: Sequence[str], start: str) -> list[str]:
+    """From the first line matching the regex `start` to the end of the output."""
+    first = next((i for i, line in enumerate(lines) if re.match(start, line)), None)
+    if first is None:
+        raise LookupError(f"no line matches {start!r}")
+    return list(lines[first:])
+
+
 DEMO = ("report",)
 PHASES = str(DATA / "phases_trace.talog.xz")
 WALKED = ("rebinding", "function temporary", "checkpoint", "stray reference cleared")
+PLAN = ("plan", "--capacity", "4GiB", "--batch", "24", "--recorded", "8")  # the demo's batch: 8 sequences
 
 # What each quote is: the maker of its lines.
 QUOTES: dict[str, Callable[[], list[str]]] = {
@@ -175,6 +184,10 @@ QUOTES: dict[str, Callable[[], list[str]]] = {
     "replay-run": lambda: table(replay_tables(tool_output("replay", "--policies", "caching+reclaim", "--run",
                                                            "0,64MiB")), r"\s*peak"),
     "top-demo": lambda: list(tool_output("top", "--once")),  # no log: the bundled demo
+    # no log: the bundled demo (the first line names its path, which differs between checkouts: left out)
+    "plan-demo": lambda: table(tool_output(*PLAN), r"\s*policy ") + [""] + paragraph(tool_output(*PLAN),
+                                                                                   r"The setting that fits"),
+    "plan-demo-limits": lambda: after(tool_output(*PLAN), r"Limits:"),
 }
 
 

@@ -8,10 +8,11 @@ The place of a module decides its layer:
 - shared: the top-level modules in SHARED, pure-Python facts and formatters
   both sides use. They import no numpy and nothing but each other.
 - tools: every subpackage, in TOOL_PACKAGES' order: log (reading logs and
-  snapshots), replay, analysis, report (rendering), integrations (trainer
-  callbacks), cli (the commands). A tool imports runtime and shared modules,
-  its own package and earlier ones, never a later one: so no engine imports
-  a command, and cli imports everything.
+  snapshots), replay, analysis, plan (what fits at another batch size),
+  report (rendering), integrations (trainer callbacks), cli (the commands).
+  A tool imports runtime and shared modules, its own package and earlier
+  ones, never a later one: so no engine imports a command, and cli imports
+  everything. plan takes the analysis through its package's names alone.
 
 A new top-level module fails test_every_module_has_a_layer until it is put
 in RUNTIME or SHARED (or moved into a tool package); a new module in a
@@ -209,7 +210,7 @@ def test_shared_modules_import_only_shared_ones() -> None:
 
 
 def test_tool_packages_import_only_earlier_ones() -> None:
-    """log < replay < analysis < report < integrations < cli: an engine never imports a command."""
+    """log < replay < analysis < plan < report < integrations < cli: an engine never imports a command."""
     upward = []
     for name in MODULES:
         mine = tool_package(name)
@@ -218,6 +219,14 @@ def test_tool_packages_import_only_earlier_ones() -> None:
         later = sorted(m for m in imports_of(name) if m in MODULES and tool_package(m) > mine)
         upward += [f"{name} ({TOOL_PACKAGES[mine]}) imports {m} ({TOOL_PACKAGES[tool_package(m)]})" for m in later]
     assert not upward, "imports that run upward between tool packages:\n  " + "\n  ".join(upward)
+
+
+def test_plan_takes_the_analysis_through_its_public_names() -> None:
+    """plan/ imports the analysis package itself (analysis/__init__.py's names), none of its modules: the
+    analysis can move its rooms without plan knowing."""
+    inside = sorted(f"{name} imports {m}" for name in MODULES if name.startswith("torchalloc.plan")
+                    for m in imports_of(name) if m.startswith("torchalloc.analysis."))
+    assert not inside, "plan reaches inside the analysis:\n  " + "\n  ".join(inside)
 
 
 def test_no_import_circle() -> None:

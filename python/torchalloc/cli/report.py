@@ -9,6 +9,7 @@ from typing import Sequence
 
 from ..analysis import analyze
 from ..log.reader import LogFormatError
+from ..plan import BlockKinds, brief_of
 from ..printable import printable
 from ..report.text import render_text
 from .args import at_value, expand_logs, fail, output_problem, snapshot_pointer, with_negative_values
@@ -64,9 +65,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         fail(parser.prog, problem)
     if len(logs) > 1:
         return _job_main(parser.prog, logs, args)
+    follower = BlockKinds()
     try:
         a = analyze(logs[0], device=args.device, max_points=args.points, progress=args.progress, at=at,
-                    page=bool(args.html))
+                    page=bool(args.html), followers=[follower])
     except (LogFormatError, ValueError) as e:
         fail(parser.prog, str(e))
     try:
@@ -79,10 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # them too, but a damaged log must be said where the user looks.
         for note in a.notes:
             print(printable(f"torchalloc report: note: {note}"), file=sys.stderr)
+    plan = brief_of(logs[0], a, follower, points=bool(args.html)) if args.json or args.html or not args.png else None
     if args.html:
         from ..report.html import write_html
 
-        write_html(a, args.html, at=at)
+        write_html(a, args.html, at=at, plan=plan)
         print(printable(f"wrote {args.html}"), file=sys.stderr)
     if args.png:
         from ..report.png import write_png
@@ -95,10 +98,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         data = a.to_dict(top=max(args.top, 50))
         data["at"] = [a.anatomy(x, top=max(args.top, 50)).to_dict() for x in at]
+        data["plan"] = plan.to_dict() if plan is not None else None
         json.dump(data, sys.stdout, indent=1)
         sys.stdout.write("\n")
     elif not (args.html or args.png):
-        sys.stdout.write(printable(render_text(a, top=args.top, at=at), newlines=True))
+        sys.stdout.write(printable(render_text(a, top=args.top, at=at, plan=plan), newlines=True))
     return 0
 
 

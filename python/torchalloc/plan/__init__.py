@@ -37,8 +37,8 @@ from .follow import BlockKinds, Kinds
 from .model import Model, PlanError, Run, fit_pair, one_run, read_run, run_of
 from .predict import PolicyPlan, Progress, curve
 from .result import Limit, Plan, make_plan, recording_capacity, to_dict
-from .text import render, summary_line
+from .text import fmt_capacity, render, summary_line
 
 __all__ = ["Brief", "brief_of", "BlockKinds", "Kinds", "Model", "PlanError", "Run", "fit_pair", "one_run", "read_run", "run_of",
            "PolicyPlan", "Progress", "curve", "Limit", "Plan", "make_plan", "recording_capacity", "to_dict",
-           "render", "summary_line"]
+           "fmt_capacity", "render", "summary_line"]

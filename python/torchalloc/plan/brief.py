@@ -29,7 +29,7 @@ from .result import Plan, curve_points, fmt_multiple, make_plan, recording_capac
 from .text import summary_line
 
 MULTIPLE = 2.0  # what the report predicts
-REPORT_EVENTS = 4_000_000  # past this many events the report leaves the plan to `torchalloc plan`
+REPORT_EVENTS = 2_000_000  # past this many events the report leaves the plan to `torchalloc plan`
 
 
 @dataclasses.dataclass
@@ -61,24 +61,25 @@ class Brief:
         }
 
 
-def brief_of(path: str | os.PathLike[str], a: Analysis, follower: BlockKinds, *, points: bool = False) -> Brief:
-    """The report's plan of the log `path`, analysed as `a` with `follower` (module docstring); `points`: every
-    policy's peaks at a few multiples too, for the page's plot."""
+def brief_of(source: str | os.PathLike[str] | bytes, a: Analysis, follower: BlockKinds, *,
+             points: bool = False) -> Brief:
+    """The report's plan of the log `source` (its path or its bytes), analysed as `a` with `follower` (module
+    docstring); `points`: every policy's peaks at a few multiples too, for the page's plot."""
     x = fmt_multiple(MULTIPLE)
     if len(a.table) > REPORT_EVENTS:
         return Brief(f"Batch {x}: not predicted in the report of a log of {len(a.table):,} events (torchalloc "
                      "plan LOG predicts it)", None, False)
     try:
-        model = one_run(run_of(path, a, follower))
+        model = one_run(run_of(source, a, follower))
         capacity, _ = recording_capacity(model)
         assumed = capacity is None
         plan = make_plan(model, MULTIPLE, capacity or DEFAULT_CAPACITY, policies=[INSTALL_DEFAULT])
         shown = None
         if points:
             d = plan.default
-            shown = curve(model, curve_points(model, d.largest if d is not None else None), DEFAULT_POLICIES)
+            shown = curve(model, curve_points(d.largest if d is not None else None), DEFAULT_POLICIES)
     except PlanError as e:
-        return Brief(f"Batch {x}: not predicted ({str(e).removeprefix(f'{os.fspath(path)}: ')})", None, False)
+        return Brief(f"Batch {x}: not predicted ({str(e).removeprefix(f'{a.table.path}: ')})", None, False)
     except _lib.LibraryError as e:
         return Brief(f"Batch {x}: not predicted (the replay needs the library: {e})", None, False)
     return Brief(summary_line(plan, assumed), plan, assumed, shown)

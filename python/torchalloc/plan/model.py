@@ -33,6 +33,7 @@ import numpy as np
 
 from ..analysis import Analysis, Category, analyze
 from ..log.trace import ALLOC, MAX_REQUEST, Trace, TraceError, load_trace
+from ..log.trace_stream import load_log
 from .follow import BlockKinds, Kinds
 from .steps import Steps, steps_of
 from .laws import BEFORE_LOG_CODE, NOMINAL_RATIO, SCALING_CODES, UNATTRIBUTED_CODES, growth, one_run_ratios
@@ -76,23 +77,28 @@ class Run:
         return ids[np.asarray(inverse).reshape(-1)], list(texts)
 
 
-def read_run(path: str | os.PathLike[str], *, device: int | None = None, progress: bool = False) -> Run:
-    """A log analysed with plan's follower, and its trace (module docstring)."""
+def read_run(source: str | os.PathLike[str] | bytes, *, device: int | None = None, progress: bool = False) -> Run:
+    """A log (its path, or its bytes) analysed with plan's follower, and its trace (module docstring)."""
     follower = BlockKinds()
     try:
-        a = analyze(path, device=device, progress=progress, followers=[follower])
+        a = analyze(source, device=device, progress=progress, followers=[follower])
     except TraceError as e:
         raise PlanError(str(e)) from None
-    return run_of(path, a, follower)
+    return run_of(source, a, follower)
 
 
-def run_of(path: str | os.PathLike[str], a: Analysis, follower: BlockKinds) -> Run:
-    """The Run of an analysis made with `follower` among its followers (as `torchalloc report` makes it)."""
+def run_of(source: str | os.PathLike[str] | bytes, a: Analysis, follower: BlockKinds) -> Run:
+    """The Run of an analysis of `source` made with `follower` among its followers (as `torchalloc report` makes
+    it)."""
     kinds = follower.kinds
+    path = a.table.path
     if kinds is None:
         raise PlanError(f"{path}: the analysis ran without plan's follower")
     try:
-        trace = load_trace(path, device=a.device)
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            trace = load_log(bytes(source), device=a.device, what=path)
+        else:
+            trace = load_trace(source, device=a.device)
     except TraceError as e:
         raise PlanError(str(e)) from None
     body = _alloc_sizes(trace)[trace.prelude:]
@@ -101,7 +107,7 @@ def run_of(path: str | os.PathLike[str], a: Analysis, follower: BlockKinds) -> R
                         f"{len(kinds.size)}): a damaged log, whose dropped records the trace refuses")
     pre = _alloc_sizes(trace)[:trace.prelude]
     category = np.concatenate((np.full(len(pre), BEFORE_LOG_CODE, dtype=np.int8), kinds.category))
-    return Run(os.fspath(path), a, kinds, trace, category, np.concatenate((pre, body)), steps_of(a, kinds))
+    return Run(path, a, kinds, trace, category, np.concatenate((pre, body)), steps_of(a, kinds))
 
 
 def _alloc_sizes(trace: Trace) -> np.ndarray:

@@ -239,8 +239,9 @@ def to_dict(plan: Plan) -> dict[str, Any]:
     }
 
 
-def curve_points(model: Model, largest: float | None, *, points: int = 7) -> list[float]:
-    """The multiples the report's plot draws: from 0.5x to past the default's largest that fits (at least 4x)."""
-    top = max(4.0, min(64.0, (largest or 0.0) * 1.25))
+def curve_points(largest: float | None, *, points: int = 6) -> list[float]:
+    """The multiples the report's plot draws: `points` from 0 to a quarter past the default's largest that fits
+    (at least 4x, at most 160x), and 1x and 2x."""
+    top = max(4.0, min(160.0, (largest or 0.0) * 1.25))
     xs = set(np.round(np.linspace(top / points, top, points), 2).tolist()) | {1.0, 2.0}
     return sorted(x for x in xs if x > 0)

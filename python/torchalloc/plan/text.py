@@ -6,7 +6,7 @@ import sys
 
 from .. import text_fit
 from ..replay.engine import INSTALL_DEFAULT, setting_of
-from ..units import fmt_bytes
+from ..units import byte_unit, fmt_bytes
 from .predict import MAX_MULTIPLE, PolicyPlan, best
 from .result import NATIVE, Plan, fmt_multiple
 
@@ -38,7 +38,7 @@ def _fits(p: PolicyPlan) -> str:
 def best_words(plan: Plan) -> str:
     """The setting that fits the most, and the one of those keeping a cache when that is another."""
     b = plan.best
-    cap = fmt_bytes(plan.capacity) if plan.capacity else ""
+    cap = fmt_capacity(plan.capacity) if plan.capacity else ""
     if b is None:
         return (f"No setting fits {cap} at any multiple of the batch: what does not grow with it alone is too "
                 "large." if plan.capacity else "")
@@ -55,7 +55,7 @@ def best_words(plan: Plan) -> str:
 
 def render(plan: Plan, width: int | None = None) -> str:
     """The plan as `torchalloc plan` prints it, fitted to `width` columns (None: one line per sentence)."""
-    cap = fmt_bytes(plan.capacity) if plan.capacity else ""
+    cap = fmt_capacity(plan.capacity) if plan.capacity else ""
     above = [f"torchalloc plan: {', '.join(plan.paths)} -- device {plan.device}, at {asked(plan)}",
              f"model: {plan.model_fact}",
              f"capacity: {cap} ({plan.capacity_from})" if plan.capacity else "capacity: none given"]
@@ -93,22 +93,29 @@ def render(plan: Plan, width: int | None = None) -> str:
 
 
 def summary_line(plan: Plan, assumed: bool) -> str:
-    """The report's line: 'Batch 2x, predicted: 61.2 GiB allocated, 62.0 GiB reserved under the default, fits in
-    80 GiB; the largest that fits about 3.1x (torchalloc plan)'. `assumed`: the capacity is not the log's."""
+    """The report's line: 'Batch 2x: 61.2 GiB allocated, 62.0 GiB reserved under the default, fits in 80 GiB; the
+    largest that fits about 3.1x (torchalloc plan)'. `assumed`: the capacity is not the log's, said so."""
     d = plan.default
     if d is None:
         return ""
     x = fmt_multiple(plan.multiple)
     if d.too_large:
-        return f"Batch {x}, predicted: an allocation past any device (torchalloc plan)"
-    cap = fmt_bytes(plan.capacity) if plan.capacity else ""
-    text = f"Batch {x}, predicted: {fmt_bytes(d.peak_allocated)} allocated, {fmt_bytes(d.peak_reserved)} reserved " \
-           "under the default"
+        return f"Batch {x}: an allocation past any device (torchalloc plan)"
+    text = f"Batch {x}: {fmt_bytes(d.peak_allocated)} allocated, {fmt_bytes(d.peak_reserved)} reserved under the " \
+           "default"
     if plan.capacity:
-        where = " (assumed: the log does not say its GPU's memory)" if assumed else ""
-        text += f", {'fits' if d.fits else 'does not fit'} in {cap}{where}"
-        if d.largest is not None:
-            text += f"; the largest that fits about {'at least ' if d.at_least else ''}{fmt_multiple(d.largest)}"
+        text += f", {'fits' if d.fits else 'does not fit'} in {fmt_capacity(plan.capacity)}"
+        text += " (assumed)" if assumed else ""
+        if d.at_least and d.largest is not None:
+            text += f"; it still fits at {fmt_multiple(d.largest)}, where the search ends"
+        elif d.largest is not None:
+            text += f"; the largest that fits about {fmt_multiple(d.largest)}"
         else:
             text += "; no multiple fits"
-    return text + " (torchalloc plan says how, and its limits)"
+    return text + " (torchalloc plan)"
+
+
+def fmt_capacity(n: int) -> str:
+    """A capacity as given: '80 GiB' for a whole number of its unit, else as fmt_bytes writes it."""
+    unit, scale = byte_unit(n)
+    return f"{n // scale} {unit}" if n % scale == 0 else fmt_bytes(n, 2)

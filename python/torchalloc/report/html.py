@@ -29,10 +29,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..analysis import Analysis, Anatomy
+from ..plan import Brief
 from ..analysis.sections import SECTIONS
 from ..analysis.sections.views import CheckedList, SectionView
 from .data import embed_json, page_data
 from .page_help import help_html
+from .plan_html import plan_html
 from .summary_html import summary_html
 from .svg import PALETTE, phase_colors, render_svg
 from ..units import fmt_bytes, fmt_time
@@ -204,8 +206,9 @@ def _markers_html(groups: Sequence[Sequence[tuple[str, Anatomy]]], top: int) -> 
 FIRST_SECTIONS = ("ooms", "reserve", "reserve_replays")
 
 
-def render_html(a: Analysis, *, at: Sequence[str | float] = (), top: int = 30) -> str:
-    """The whole page."""
+def render_html(a: Analysis, *, at: Sequence[str | float] = (), top: int = 30, plan: Brief | None = None) -> str:
+    """The whole page; `plan`: what fits at another batch size (plan/brief.py), its line in the summary and its
+    plot after the policies."""
     t, tl = a.table, a.timeline
     title = f"torchalloc report: {os.path.basename(t.path) or 'log'}"
     body = [f"<h1>{_e(title)}</h1>",
@@ -216,7 +219,7 @@ def render_html(a: Analysis, *, at: Sequence[str | float] = (), top: int = 30) -
     peak = a.anatomy("peak") if len(t) else None
     groups = marker_groups(a)
     if peak is not None:
-        body.append(summary_html(a))
+        body.append(summary_html(a, plan.line if plan is not None else ""))
     body.append('<h2>Timeline</h2>')
     body.append("<p class=small>Allocated bytes stacked by the phase that allocated them; above them, the yellow band "
                 "is fragmentation (free bytes in segments that hold live blocks) and the blue band the cache (segments "
@@ -238,6 +241,7 @@ def render_html(a: Analysis, *, at: Sequence[str | float] = (), top: int = 30) -
         view = section.view(a, top * 2)
         if view is not None:
             body.append(_section_html(section.key, section.title, section.intro, view))
+    body.append(plan_html(plan))
     if groups:
         body.append(_markers_html(groups, top))
     labels = {label for group in groups for label, _ in group}
@@ -258,6 +262,7 @@ def render_html(a: Analysis, *, at: Sequence[str | float] = (), top: int = 30) -
             f"\n<script>\n{_asset('units.js')}{_asset('labels.js')}{_asset('page.js')}</script>\n</body></html>\n")
 
 
-def write_html(a: Analysis, path: str | os.PathLike[str], *, at: Sequence[str | float] = ()) -> None:
+def write_html(a: Analysis, path: str | os.PathLike[str], *, at: Sequence[str | float] = (),
+               plan: Brief | None = None) -> None:
     with open(path, "w", encoding="utf-8") as f:
-        f.write(render_html(a, at=at))
+        f.write(render_html(a, at=at, plan=plan))

@@ -14,7 +14,8 @@ JSON reports print first), as a few lines that link to the sections with the res
 - one line per kind of marker ("step 1" ... "step 6" are one kind): what was
   live at it, what the run freed and kept from it to the next marker;
 - the one change that would have reserved the most less;
-- the last OOM's verdict and its first line of advice.
+- the last OOM's verdict and its first line of advice;
+- what fits at twice the batch (plan/brief.py), linking to its plot.
 """
 from __future__ import annotations
 
@@ -119,8 +120,9 @@ def _oom_html(o: OomLine) -> str:
             f'<b class="verdict">{_e(o.verdict)}</b>.{advice}' + _link("ooms", "Out of memory"))
 
 
-def summary_html(a: Analysis) -> str:
-    """The summary section, from `a.summary()`; nothing for a log without allocations."""
+def summary_html(a: Analysis, plan_line: str = "") -> str:
+    """The summary section, from `a.summary()`, with `plan_line` (plan/brief.py: what fits at another batch size)
+    last; nothing for a log without allocations."""
     if not len(a.table):
         return ""
     s = a.summary()
@@ -129,6 +131,7 @@ def summary_html(a: Analysis) -> str:
              ("groups", "Live at the peak", _live_html(s)), ("leaks", "Leaks", _leaks_html(s)),
              ("markers", "Markers", _markers_html(s)),
              ("change", "Change to try first", _change_html(s.change) if s.change is not None else ""),
-             ("oom", "Out of memory", _oom_html(s.oom) if s.oom is not None else "")]
+             ("oom", "Out of memory", _oom_html(s.oom) if s.oom is not None else ""),
+             ("plan", "Batch", _e(plan_line) + _link("plan", "What fits") if plan_line else "")]
     rows = "".join(f'<dt>{_e(name)}</dt><dd class="summary-{key}">{value}</dd>' for key, name, value in facts if value)
     return f'<section id="summary" class="summary"><h2>Summary</h2><dl class="summary-facts">{rows}</dl></section>'

@@ -32,8 +32,9 @@ from ..analysis import Analysis
 from ..units import byte_unit, fmt_axis_seconds, fmt_bytes, fmt_seconds, fmt_time
 from .labels import place_labels, text_width
 
-__all__ = ["render_svg", "phase_colors", "plot_extent", "plot_top", "PALETTE", "W", "H", "LEFT", "RIGHT", "TOP",
-           "BOTTOM", "STRIP", "LABEL_ROWS", "ROW_H", "MAX_SPANS", "MAX_MARKERS", "CACHE_FILL", "FRAG_FILL"]
+__all__ = ["render_svg", "phase_colors", "plot_extent", "plot_top", "nice_step", "byte_ticks", "PALETTE", "W", "H",
+           "LEFT", "RIGHT", "TOP", "BOTTOM", "STRIP", "LABEL_ROWS", "ROW_H", "MAX_SPANS", "MAX_MARKERS", "CACHE_FILL",
+           "FRAG_FILL"]
 
 def _e(x: Any) -> str:
     return html.escape(str(x), quote=True)
@@ -51,7 +52,7 @@ MAX_SPANS = 4000  # phase occurrences drawn in the strip
 MAX_MARKERS = 200  # markers drawn
 
 
-def _nice_step(span: float, ticks: int) -> float:
+def nice_step(span: float, ticks: int) -> float:
     raw = span / max(ticks, 1)
     if raw <= 0:
         return 1.0
@@ -62,12 +63,12 @@ def _nice_step(span: float, ticks: int) -> float:
     return 10 * mag
 
 
-def _byte_ticks(top: float) -> list[int]:
+def byte_ticks(top: float) -> list[int]:
     """About five round tick values in binary units up to `top`."""
     if top <= 0:
         return [0]
     _, unit = byte_unit(top)
-    step = _nice_step(top / unit, 5) * unit
+    step = nice_step(top / unit, 5) * unit
     return [int(i * step) for i in range(int(top // step) + 1)]
 
 
@@ -168,11 +169,11 @@ def render_svg(a: Analysis) -> str:
              f'height="{height}" role="img" aria-label="allocated and reserved bytes over time">']
     parts.append(f'<rect x="{LEFT}" y="{top}" width="{plot_w}" height="{plot_h}" fill="#fbfbfd" stroke="#d0d0d8"/>')
     # grid and axes
-    for v in _byte_ticks(y_max):
+    for v in byte_ticks(y_max):
         y = float(Y(v))
         parts.append(f'<line class="grid" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e6e6ee"/>')
         parts.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" class="tick">{_e(fmt_bytes(v))}</text>')
-    step = _nice_step(x_max - x_min, 8)
+    step = nice_step(x_max - x_min, 8)
     k = math.ceil(x_min / step - 1e-9)
     while k * step <= x_max * 1.0001:
         x = float(X(k * step))

@@ -25,6 +25,7 @@ import shutil
 from typing import Any, Callable, Sequence
 
 from ..analysis import Analysis, Anatomy, analyze
+from ..plan import BlockKinds, Brief, brief_of
 from ..analysis.sections import SECTIONS
 from ..analysis.sections.views import SectionView
 from ..analysis.summary import Summary
@@ -48,9 +49,11 @@ def report(
     top: int = 50,
 ) -> dict[str, Any]:
     """The report as plain data (what `torchalloc report --json` prints), for a log's path (or its bytes)."""
-    a = analyze(log, device=device, at=at)
+    follower = BlockKinds()
+    a = analyze(log, device=device, at=at, followers=[follower])
     data = a.to_dict(top=top)
     data["at"] = [a.anatomy(x, top=top).to_dict() for x in at]
+    data["plan"] = brief_of(log, a, follower).to_dict()
     return data
 
 
@@ -143,7 +146,7 @@ def _in(phase: str) -> str:
     return f" (in {phase})" if phase else ""
 
 
-def _summary_text(s: Summary, width: int, above: int = 0) -> list[str]:
+def _summary_text(s: Summary, width: int, above: int = 0, plan: Brief | None = None) -> list[str]:
     """The summary (analysis/summary.py) in lines of `width` columns that end within the report's first
     SUMMARY_LINES, `above` lines coming before it (the title, the notes): the markers it lists are those that fit."""
     def said(text: str, indent: str = "") -> list[str]:
@@ -185,6 +188,10 @@ def _summary_text(s: Summary, width: int, above: int = 0) -> list[str]:
         if o.advice:
             tail += said(f"First advice: {o.advice} ({o.advice_check})", "  ")
     room = SUMMARY_LINES - above - 1 - len(head) - len(tail) - 2  # the heading; the markers' heading, a "more" line
+    batch = said(plan.line) if plan is not None and plan.line else []
+    if len(batch) <= room:  # before the markers, when the summary has room for it (--json and the page carry it)
+        tail += batch
+        room -= len(batch)
     return ["== Summary", *head, *_summary_markers(s, room, said), *tail]
 
 
@@ -216,9 +223,11 @@ def _summary_markers(s: Summary, room: int, said: Callable[[str, str], list[str]
     return out
 
 
-def render_text(a: Analysis, *, top: int = 15, at: Sequence[str | float] = (), width: int | None = None) -> str:
+def render_text(a: Analysis, *, top: int = 15, at: Sequence[str | float] = (), width: int | None = None,
+                plan: Brief | None = None) -> str:
     """The human report in lines of at most `width` columns (default: $COLUMNS, the terminal's, or 100; at least
-    MIN_WIDTH): the summary first, then the timeline, the peak anatomy, the sections."""
+    MIN_WIDTH): the summary first, then the timeline, the peak anatomy, the sections. `plan`: what the summary
+    says of the batch (plan/brief.py)."""
     if width is None:
         width = shutil.get_terminal_size((WIDTH, 24)).columns
     width = max(width, MIN_WIDTH)
@@ -232,7 +241,7 @@ def render_text(a: Analysis, *, top: int = 15, at: Sequence[str | float] = (), w
                    "allocated nothing while the log was open, or torchalloc was not its allocator "
                    "(torchalloc.install() must run before the first CUDA tensor).")
         return _fitted(out, width)
-    out += _summary_text(a.summary(), width, above=_fitted(out, width).count("\n"))
+    out += _summary_text(a.summary(), width, above=_fitted(out, width).count("\n"), plan=plan)
     out.append("")
     out.append("== Timeline")
     at_least = " (at least: the log began mid-run)" if a.blocks.before_log else ""
