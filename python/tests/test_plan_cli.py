@@ -131,3 +131,23 @@ def test_every_line_fits_the_terminal(width: int, folder: Path, monkeypatch: pyt
     assert status == 0, err
     wide = [line for line in out.splitlines() if len(line) > width]
     assert not wide, "\n".join(wide)
+
+
+def test_progress_goes_to_stderr_on_a_terminal(capsys: pytest.CaptureFixture[str], folder: Path,
+                                               library_path: Path) -> None:
+    """On a terminal the plan says what it does on one line of stderr, rewritten in place and cleared at the
+    end; in a pipe (the tests above), nothing."""
+    from torchalloc.plan import Progress, make_plan, one_run, read_run
+
+    model = one_run(read_run(write(training(4), folder, "progress.talog")))
+    progress = Progress(enabled=True)
+    make_plan(model, 2.0, 1 << 30, policies=[INSTALL_DEFAULT], progress=progress)
+    progress.close()
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.split("\r\033[K")
+    assert lines[0] == "" and lines[-1] == ""  # each rewrites the line; the last clears it
+    assert lines[1].startswith("torchalloc plan: replaying 2x under 1 policy 0/")
+    done, total = lines[-2].split()[-2].split("/")
+    assert done == total and int(done) > 2  # the count ends where the search did
+    assert Progress().enabled is False  # stderr is not a terminal here

@@ -101,10 +101,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     progress = Progress()
     try:
         progress.stage("reading " + os.path.basename(paths[0]))
-        first = read_run(paths[0], device=args.device)
+        first = read_run(paths[0], device=args.device, progress=progress.enabled)
         if len(paths) == 2:
             progress.stage("reading " + os.path.basename(paths[1]))
-            second = read_run(paths[1], device=args.device)
+            second = read_run(paths[1], device=args.device, progress=progress.enabled)
             model = fit_pair(first, second, recorded[1] / recorded[0] if len(recorded) == 2 else None)
         else:
             model = one_run(first)

@@ -9,7 +9,7 @@ record, its event index.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -56,7 +56,7 @@ class BlockKinds(Follower):
                              bt["phase"][nc:].astype(np.int32), bt["size"][nc:].astype(np.int64)))
 
     def finish(self, bt: Blocks) -> None:
-        def joined(parts: list[tuple[np.ndarray, ...]], k: int, dtype: Any) -> np.ndarray:
+        def joined(parts: Sequence[tuple[np.ndarray, ...]], k: int, dtype: Any) -> np.ndarray:
             return np.concatenate([p[k] for p in parts]) if parts else np.zeros(0, dtype=dtype)
 
         b, mk, ph = self._blocks, self._markers, self._phases

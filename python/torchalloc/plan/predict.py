@@ -120,8 +120,9 @@ def largest_multiple(model: Model, policy: str, capacity: int, step: float, *, h
 
 
 def search_probes(step: float) -> int:
-    """About how many replays one policy's search takes (for the progress line)."""
-    return 2 + math.ceil(math.log2(max(2.0, 1 / step))) + 3
+    """About how many replays one policy's search takes (for the progress line; the search corrects it): doubling
+    up to 8x, then bisecting a stretch of 4x."""
+    return 4 + math.ceil(math.log2(max(2.0, 4 / step)))
 
 
 def plan_policy(model: Model, x: float, policy: str, capacity: int | None, step: float, search: bool,
@@ -149,7 +150,15 @@ def plan_policy(model: Model, x: float, policy: str, capacity: int | None, step:
     if capacity:
         fit = point["peak_reserved"] <= capacity or fits(model, x, policy, capacity)
         if search:
-            largest, at_least = largest_multiple(model, policy, capacity, step, on_probe=tick)
+            probes = [0]
+
+            def probe() -> None:
+                probes[0] += 1
+                tick()
+
+            largest, at_least = largest_multiple(model, policy, capacity, step, on_probe=probe)
+            if progress is not None:
+                progress.add(probes[0] - search_probes(step))  # what the estimate missed
     return PolicyPlan(policy, point["peak_allocated"], point["peak_reserved"], fit, largest, at_least,
                       upper["peak_allocated"], upper["peak_reserved"])
 
@@ -159,8 +168,9 @@ def plan_policies(model: Model, x: float, capacity: int | None, *, policies: Seq
                   threads: int | None = None) -> list[PolicyPlan]:
     """Every policy's PolicyPlan, the policies on threads side by side."""
     if progress is not None:
-        per = 2 + (search_probes(step) if capacity and search else 0)
-        progress.stage(f"replaying {x:g}x under {len(policies)} policies", per * len(policies))
+        per = 1 + int(model.unattributed.any()) + (search_probes(step) if capacity and search else 0)
+        said = f"{len(policies)} policies" if len(policies) != 1 else "1 policy"
+        progress.stage(f"replaying {x:g}x under {said}", per * len(policies))
     workers = threads or min(len(policies), os.cpu_count() or 1)
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
         futures = [pool.submit(plan_policy, model, x, p, capacity, step, search, progress) for p in policies]

@@ -29,6 +29,7 @@ from .steps import Steps
 
 FLAT_STEPS = 0.02  # steps whose peaks are within this share of one another look alike
 NATIVE = "caching"  # the policy that is PyTorch's caching allocator byte for byte (ordinary segments)
+LAWS_SHOWN = 1000  # the JSON's laws, the most bytes first
 
 
 @dataclasses.dataclass
@@ -196,13 +197,13 @@ def _unattributed_words(plan: Plan, model: Model, x: str) -> str:
                            + (f" and {pre} were allocated before the log" if pre else "")
                            + f", given their category's law; {bound}.")
         return text + "."
-    loose = plan.by_kind["not attributed"]
+    unknown = plan.by_kind["not attributed"]
     said = (f"Attributed at the recorded peak: {fmt_bytes(plan.by_kind['grow'])} grow with the batch (activations, "
             f"temporaries), {fmt_bytes(plan.by_kind['kept'])} do not (parameters, gradients, optimizer state, "
             "workspaces)")
-    if not loose and not model.unattributed.any():
+    if not unknown and not model.unattributed.any():
         return said + "; nothing left unattributed."
-    return said + (f"; {fmt_bytes(loose)} not attributed ({', '.join(str(c) for c in UNATTRIBUTED)}), kept at their "
+    return said + (f"; {fmt_bytes(unknown)} not attributed ({', '.join(str(c) for c in UNATTRIBUTED)}), kept at their "
                    f"size; {bound}.")
 
 
@@ -232,7 +233,8 @@ def to_dict(plan: Plan) -> dict[str, Any]:
                                              "largest_batch": plan.batch_of(chosen.largest)},
         "steps": {"by": plan.steps.by or None, "complete": plan.steps.complete, "cut": plan.steps.cut or None,
                   "peaks": plan.steps.peaks},
-        "laws": [{"site": s, "law": law, "allocations": n, "bytes": b} for s, law, n, b in plan.laws],
+        "laws": [{"site": s, "law": law, "allocations": n, "bytes": b} for s, law, n, b in plan.laws[:LAWS_SHOWN]],
+        "laws_left_out": max(0, len(plan.laws) - LAWS_SHOWN),
         "limits": {x.key: x.text for x in plan.limits},
         "search_step": plan.step,
         "default_policy": INSTALL_DEFAULT,

@@ -70,7 +70,7 @@ def render(plan: Plan, width: int | None = None) -> str:
              "allocator, byte for byte (ordinary segments). Each row replays the run at "
              f"{fmt_multiple(plan.multiple)} on the simulated device; fits: it runs within the capacity (releasing "
              "its cache and retrying if it must, as on a GPU); largest that fits: bisection over "
-             + (f"whole batches" if plan.recorded else f"{plan.step:g}x steps")
+             + ("whole batches" if plan.recorded else f"{plan.step:g}x steps")
              + f" up to {MAX_MULTIPLE:g}x."]
     said = best_words(plan)
     if said:

@@ -26,9 +26,9 @@ def _e(x: Any) -> str:
 def _svg(b: Brief, colors: dict[str, str]) -> str:
     plan, points = b.plan, b.points or {}
     assert plan is not None
-    drawn = {k: [p for p in v if p is not None] for k, v in points.items()}
-    x_max = max((p[0] for v in drawn.values() for p in v), default=4.0)
-    tops = [p[2] for v in drawn.values() for p in v] + [plan.recorded_allocated, plan.capacity or 0]
+    drawn = {k: [p for p in got if p is not None] for k, got in points.items()}
+    x_max = max((p[0] for line in drawn.values() for p in line), default=4.0)
+    tops = [p[2] for line in drawn.values() for p in line] + [plan.recorded_allocated, plan.capacity or 0]
     y_max = max(tops + [1]) * 1.08
 
     def X(x: float) -> float:
@@ -39,9 +39,10 @@ def _svg(b: Brief, colors: dict[str, str]) -> str:
 
     parts = [f'<svg class="plan-plot" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" '
              f'aria-label="predicted peak reserved against the batch, per policy">']
-    for v in byte_ticks(y_max):
-        parts.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{Y(v):.1f}" y2="{Y(v):.1f}" stroke="#e4e4e4"/>'
-                     f'<text x="{LEFT - 6}" y="{Y(v) + 4:.1f}" text-anchor="end" class="tick">{_e(fmt_bytes(v))}</text>')
+    for tick in byte_ticks(y_max):
+        parts.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{Y(tick):.1f}" y2="{Y(tick):.1f}" stroke="#e4e4e4"/>'
+                     f'<text x="{LEFT - 6}" y="{Y(tick) + 4:.1f}" text-anchor="end" class="tick">'
+                     f"{_e(fmt_bytes(tick))}</text>")
     step = nice_step(x_max, 8)
     k = 0
     while k * step <= x_max + 1e-9:
@@ -59,17 +60,17 @@ def _svg(b: Brief, colors: dict[str, str]) -> str:
                      f'y="{Y(plan.capacity) - 5:.1f}" text-anchor="end" class="legend">capacity '
                      f"{_e(fmt_capacity(plan.capacity))}{assumed}</text></g>")
     default = plan.default
-    for policy, v in drawn.items():
-        if not v:
+    for policy, line in drawn.items():
+        if not line:
             continue
         width = 2.6 if default is not None and policy == default.policy else 1.3
-        path = " ".join(f"{'M' if j == 0 else 'L'}{X(x):.1f},{Y(r):.1f}" for j, (x, _, r) in enumerate(v))
+        path = " ".join(f"{'M' if j == 0 else 'L'}{X(x):.1f},{Y(r):.1f}" for j, (x, _, r) in enumerate(line))
         parts.append(f'<path class="plan-line" data-policy="{_e(policy)}" d="{path}" fill="none" '
                      f'stroke="{colors[policy]}" stroke-width="{width}"><title>{_e(policy)}: peak reserved</title>'
                      "</path>")
     if default is not None and drawn.get(default.policy):
-        v = drawn[default.policy]
-        path = " ".join(f"{'M' if j == 0 else 'L'}{X(x):.1f},{Y(a):.1f}" for j, (x, a, _) in enumerate(v))
+        path = " ".join(f"{'M' if j == 0 else 'L'}{X(x):.1f},{Y(a):.1f}"
+                        for j, (x, a, _) in enumerate(drawn[default.policy]))
         parts.append(f'<path class="plan-allocated" d="{path}" fill="none" stroke="#555" stroke-dasharray="3 3" '
                      f'stroke-width="1.2"><title>{_e(default.policy)}: peak allocated</title></path>')
     recorded = plan.recorded_reserved if plan.recorded_reserved is not None else plan.recorded_allocated
