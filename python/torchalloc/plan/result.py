@@ -199,8 +199,9 @@ def _unattributed_words(plan: Plan, model: Model, x: str) -> str:
         return text + "."
     unknown = plan.by_kind["not attributed"]
     said = (f"Attributed at the recorded peak: {fmt_bytes(plan.by_kind['grow'])} grow with the batch (activations, "
-            f"temporaries), {fmt_bytes(plan.by_kind['kept'])} do not (parameters, gradients, optimizer state, "
-            "workspaces)")
+            f"temporaries; a copy the forward makes of a weight, as autocast's bf16 casts, lives like an activation "
+            f"and is grown too, over by its size: two logs measure it), {fmt_bytes(plan.by_kind['kept'])} do not "
+            "(parameters, gradients, optimizer state, workspaces)")
     if not unknown and not model.unattributed.any():
         return said + "; nothing left unattributed."
     return said + (f"; {fmt_bytes(unknown)} not attributed ({', '.join(str(c) for c in UNATTRIBUTED)}), kept at their "
