@@ -8,17 +8,22 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cli_in_process import cli  # noqa: E402
 from plan_runs import training, write  # noqa: E402
 
+from torchalloc import _records as records  # noqa: E402
+from torchalloc.analysis import analyze  # noqa: E402
+from torchalloc.log.trace import MAX_REQUEST, Trace, load_trace  # noqa: E402
+from torchalloc.plan import brief_of, report_follower  # noqa: E402
 from torchalloc.replay.engine import DEFAULT_POLICIES, INSTALL_DEFAULT  # noqa: E402
 from torchalloc.units import fmt_bytes  # noqa: E402
 
 DEMO = str(Path(__file__).resolve().parents[1] / "torchalloc" / "data" / "demo_trace.talog.xz")
-GiB = 1 << 30
+MiB, GiB = 1 << 20, 1 << 30
 
 
 @pytest.fixture(scope="module")
@@ -85,3 +90,81 @@ def test_a_log_plan_cannot_predict_from_says_why(folder: Path, library_path: Pat
     status, text, err = cli("report", str(path))
     assert status == 0, err
     assert "Batch 2x: not predicted (no complete step: the log marks its steps" in flat(text)
+
+
+def test_the_report_reads_the_log_once(monkeypatch: pytest.MonkeyPatch, library_path: Path) -> None:
+    """The plan's trace is gathered in the analysis' pass: the report never loads the log as a trace."""
+    import torchalloc.plan.model as model
+
+    def refused(*args: object, **kw: object) -> None:
+        raise AssertionError("the report read the log a second time")
+
+    monkeypatch.setattr(model, "load_trace", refused)
+    monkeypatch.setattr(model, "load_log", refused)
+    status, out, err = cli("report", "--json", DEMO)
+    assert status == 0, err
+    assert json.loads(out)["plan"]["predicted"]
+
+
+def gathered(path: Path | str, chunk_records: int) -> tuple[Trace, Trace]:
+    """The trace the report's follower gathers from `path` read in pieces of `chunk_records`, and load_trace's."""
+    follower = report_follower()
+    a = analyze(path, chunk_records=chunk_records, followers=[follower])
+    assert follower.gather is not None
+    return follower.gather.trace(a.table.path, a.device, a.log.dropped), load_trace(path, device=a.device)
+
+
+def test_the_gathered_trace_is_load_traces(folder: Path, library_path: Path) -> None:
+    """Blocks from before the log (a free first on its address; not a second free of one, nor a free of a block
+    of no size), another device's blocks and segments, a log read in many pieces."""
+    L = training(2, steps=2)
+    for addr, size, device, times in ((7 << 40, 3 * MiB, 0, 2), (8 << 40, 0, 0, 1), (9 << 40, MiB, 1, 1)):
+        for _ in range(times):
+            L.live[addr] = (size, size)
+            L.free(addr, device=device)
+    L.segment(10 << 40, GiB)
+    L.alloc(11 << 40, 5 * MiB, device=1)
+    L.segment_free(10 << 40, GiB)
+    L._row(kind=records.SEGMENT_ALLOC, addr=13 << 40, size=GiB, block_size=GiB, device=1)
+    path = write(L, folder, "gathered.talog")
+    for source, pieces in ((path, 16), (DEMO, 1000)):
+        got, want = gathered(source, pieces)
+        assert np.array_equal(got.events, want.events) and got.prelude == want.prelude
+        assert (got.native_peak_reserved, got.native_label) == (want.native_peak_reserved, want.native_label)
+        assert np.array_equal(got.native_pos, want.native_pos)  # type: ignore[arg-type]
+        assert np.array_equal(got.native_delta, want.native_delta)  # type: ignore[arg-type]
+    assert got.prelude == 0
+    got, _ = gathered(path, 16)
+    assert got.prelude == 1 and got.events["size"][0] == 3 * MiB and got.native_peak_reserved == GiB
+
+
+def test_a_damaged_log_is_refused_as_plan_refuses_it(folder: Path, library_path: Path) -> None:
+    L = training(2, steps=2)
+    L.alloc(14 << 40, MAX_REQUEST + 1)
+    path = str(write(L, folder, "huge.talog"))
+    status, text, err = cli("report", path)
+    assert status == 0, err
+    status, _, refused = cli("plan", path, "--capacity", "1GiB")
+    assert status == 2 and "a damaged or hand-made log: 1 impossible record" in refused
+    reason = refused.strip().removeprefix(f"torchalloc plan: error: {path}: ")
+    assert f"Batch 2x: not predicted ({flat(reason)})" in flat(text)
+
+
+def test_the_plot_shares_its_replays(library_path: Path) -> None:
+    """At 1x each policy's point is the reserve section's replay of the run; the default's 2x is the line's; the
+    far point, where the bytes live at once reach the capacity, is the one the line's search started from."""
+    follower = report_follower()
+    a = analyze(DEMO, page=True, followers=[follower])
+    b = brief_of(DEMO, a, follower, points=True)
+    assert b.plan is not None and b.points is not None and b.plan.default is not None
+    at_1 = {r.policy: (1.0, r.peak_allocated, r.peak_reserved) for r in a.reserve().replays}
+    far = {line[-1][0] for line in b.points.values() if line[-1] is not None}
+    assert list(b.points) == list(DEFAULT_POLICIES) and len(far) == 1 and far.pop() > 2.0
+    for policy, line in b.points.items():
+        assert line[0] == at_1[policy]
+        if policy == INSTALL_DEFAULT:
+            d = b.plan.default
+            assert line[1] == (2.0, d.peak_allocated, d.peak_reserved) and len(line) == 3
+            assert d.largest is not None and line[2][0] >= d.largest  # nothing fits beyond the far point
+        else:
+            assert len(line) == 2

@@ -9,7 +9,7 @@ from typing import Sequence
 
 from ..analysis import analyze
 from ..log.reader import LogFormatError
-from ..plan import BlockKinds, brief_of
+from ..plan import brief_of, report_follower
 from ..printable import printable
 from ..report.text import render_text
 from .args import at_value, expand_logs, fail, output_problem, snapshot_pointer, with_negative_values
@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         fail(parser.prog, problem)
     if len(logs) > 1:
         return _job_main(parser.prog, logs, args)
-    follower = BlockKinds()
+    follower = report_follower()  # the trace for the plan gathered as the log is analysed
     try:
         a = analyze(logs[0], device=args.device, max_points=args.points, progress=args.progress, at=at,
                     page=bool(args.html), followers=[follower])

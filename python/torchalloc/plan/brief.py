@@ -1,17 +1,23 @@
 """What `torchalloc report` shows of a plan: one line of its summary, and on its page a plot of the predicted peaks
 against the batch, per policy, with the capacity and the recorded run.
 
-    follower = BlockKinds()
+    follower = report_follower()
     a = analyze(path, followers=[follower])
     b = brief_of(path, a, follower, points=True)     # b.line, b.to_dict(); b.points for the plot
 
 The report predicts at 2x the recorded batch under the default, and
 searches the largest multiple that fits the recording GPU's memory when
 the log says it (an out-of-memory record), else replay's default capacity,
-said as assumed. The plot adds every policy at a few multiples. A log the
-plan cannot predict from gets a line that says why; a log too long for
-the report to replay again and again (REPORT_EVENTS events) gets a line
-pointing to `torchalloc plan`.
+said as assumed. It costs the report little: the trace is gathered in the
+analysis' own pass (report_follower: the log is read once), the line
+replays the default at 2x and searches from the ceiling of live bytes
+(ceiling.py: a replay or two), and the plot replays every policy at
+PLOT_POINTS multiples up to a quarter past the largest that fits, its
+points at 1x being the reserve section's replays of the run (the page's
+table of policies) and the default's at 2x the line's. A log the plan
+cannot predict from gets a line that says why; a log too long for the
+report to replay again and again (REPORT_EVENTS events) gets a line
+pointing to `torchalloc plan`, which searches every policy in full.
 """
 from __future__ import annotations
 
@@ -23,13 +29,16 @@ from .. import _lib
 from ..analysis import Analysis
 from ..replay.engine import DEFAULT_CAPACITY, DEFAULT_POLICIES, INSTALL_DEFAULT
 from .follow import BlockKinds
-from .model import PlanError, one_run, run_of
-from .predict import curve
-from .result import Plan, curve_points, fmt_multiple, make_plan, recording_capacity
+from .ceiling import LiveBytes
+from .model import Model, PlanError, one_run, run_of
+from .predict import DEFAULT_STEP, MAX_MULTIPLE, curve
+from .result import Plan, fmt_multiple, make_plan, recording_capacity
 from .text import summary_line
 
 MULTIPLE = 2.0  # what the report predicts
 REPORT_EVENTS = 2_000_000  # past this many events the report leaves the plan to `torchalloc plan`
+PLOT_FROM = 4.0  # the plot reaches at least this multiple
+PLOT_TO = 160.0  # and at most this one
 
 
 @dataclasses.dataclass
@@ -61,10 +70,16 @@ class Brief:
         }
 
 
+def report_follower() -> BlockKinds:
+    """The follower the report hands its analysis: plan's, gathering the trace of a log up to REPORT_EVENTS."""
+    return BlockKinds(events=REPORT_EVENTS)
+
+
 def brief_of(source: str | os.PathLike[str] | bytes, a: Analysis, follower: BlockKinds, *,
              points: bool = False) -> Brief:
     """The report's plan of the log `source` (its path or its bytes), analysed as `a` with `follower` (module
-    docstring); `points`: every policy's peaks at a few multiples too, for the page's plot."""
+    docstring; a follower that gathered no trace reads `source` again); `points`: every policy's peaks at a few
+    multiples too, for the page's plot."""
     x = fmt_multiple(MULTIPLE)
     if len(a.table) > REPORT_EVENTS:
         return Brief(f"Batch {x}: not predicted in the report of a log of {len(a.table):,} events (torchalloc "
@@ -73,13 +88,36 @@ def brief_of(source: str | os.PathLike[str] | bytes, a: Analysis, follower: Bloc
         model = one_run(run_of(source, a, follower))
         capacity, _ = recording_capacity(model)
         assumed = capacity is None
-        plan = make_plan(model, MULTIPLE, capacity or DEFAULT_CAPACITY, policies=[INSTALL_DEFAULT])
-        shown = None
-        if points:
-            d = plan.default
-            shown = curve(model, curve_points(d.largest if d is not None else None), DEFAULT_POLICIES)
+        capacity = capacity or DEFAULT_CAPACITY
+        step = DEFAULT_STEP
+        ceiling = LiveBytes(model).ceiling(capacity, step, int(MAX_MULTIPLE / step))
+        far = max(PLOT_FROM, min(PLOT_TO, ceiling * step))
+        drawn = curve(model, [far], DEFAULT_POLICIES) if points else None  # before the line: its search reuses them
+        plan = make_plan(model, MULTIPLE, capacity, policies=[INSTALL_DEFAULT], brief=True, ceiling=ceiling)
+        shown = _plot(a, model, plan, far, drawn) if drawn is not None else None
     except PlanError as e:
         return Brief(f"Batch {x}: not predicted ({str(e).removeprefix(f'{a.table.path}: ')})", None, False)
     except _lib.LibraryError as e:
         return Brief(f"Batch {x}: not predicted (the replay needs the library: {e})", None, False)
     return Brief(summary_line(plan, assumed), plan, assumed, shown)
+
+
+def _plot(a: Analysis, model: Model, plan: Plan, far: float, drawn: dict[str, list[tuple[float, int, int] | None]]
+          ) -> dict[str, list[tuple[float, int, int] | None]]:
+    """Every policy's peaks at 1x (the reserve section's replays, else replayed) and at `far` (`drawn`), and the
+    default's at 2x (the line's), in the order of the multiples."""
+    known: dict[str, dict[float, tuple[float, int, int] | None]] = {p: {} for p in DEFAULT_POLICIES}
+    for row in a.reserve().replays:
+        if row.policy in known and not row.oom:
+            known[row.policy][1.0] = (1.0, row.peak_allocated, row.peak_reserved)
+    not_at_1 = [p for p, got in known.items() if 1.0 not in got]
+    if not_at_1:
+        for p, line in curve(model, [1.0], not_at_1).items():
+            known[p][1.0] = line[0]
+    d = plan.default
+    if d is not None:
+        known.setdefault(d.policy, {})[MULTIPLE] = (None if d.too_large else
+                                                    (MULTIPLE, d.peak_allocated, d.peak_reserved))
+    for p, line in drawn.items():
+        known[p][far] = line[0]
+    return {p: [got[x] for x in sorted(got)] for p, got in known.items()}

@@ -4,7 +4,8 @@ order the blocks were allocated, and the markers and phase records that say wher
 `BlockKinds` is a follower of the pass (analysis.Follower: analyze(log, followers=[...]) feeds it beside the
 report's sections): it adds no column to the pass' block table, it only reads the new blocks of each piece once
 their category is set. Per block it keeps 17 bytes (category, site, phase, requested size); per marker and phase
-record, its event index.
+record, its event index. Given `events`, it also gathers the run's trace from the same records (gather.py):
+`torchalloc report` predicts without reading the log again.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 
 from .._records import MARKER, PHASE_BEGIN, PHASE_END
 from ..analysis import Blocks, Follower
+from .gather import TraceGather
 
 
 @dataclasses.dataclass
@@ -35,13 +37,17 @@ class Kinds:
 class BlockKinds(Follower):
     """A follower of the second pass gathering `Kinds` (module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, events: int = 0) -> None:
+        """`events`: gather the run's trace too, when the log has at most that many device records (0: never)."""
+        self.gather = TraceGather(events) if events else None
         self._blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self._markers: list[tuple[np.ndarray, np.ndarray]] = []
         self._phases: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.kinds: Kinds | None = None
 
     def new_blocks(self, t: Any, base: int, rows: np.ndarray) -> dict[str, np.ndarray]:
+        if self.gather is not None:
+            self.gather.piece(t.records, base)
         kind = t.kind
         marks = np.flatnonzero(kind == MARKER)
         if marks.size:

@@ -7,7 +7,8 @@ multiple of the batch.
 
 A `Run` is a log read twice: by the analysis, whose second pass gives
 every block its category and site (follow.BlockKinds), and as the trace
-`torchalloc replay` replays (log.trace), whose allocations are the
+`torchalloc replay` replays (log.trace; the report's is gathered in the
+analysis' pass instead, gather.py), whose allocations are the
 analysis' blocks in the same order (checked: the same count and sizes);
 blocks allocated before the log began lead the trace. The model gives each
 allocation of the trace one ratio (laws.py): from its category for one run,
@@ -89,13 +90,16 @@ def read_run(source: str | os.PathLike[str] | bytes, *, device: int | None = Non
 
 def run_of(source: str | os.PathLike[str] | bytes, a: Analysis, follower: BlockKinds) -> Run:
     """The Run of an analysis of `source` made with `follower` among its followers (as `torchalloc report` makes
-    it)."""
+    it); the trace is the one the follower gathered when it did (gather.py), else `source` read again."""
     kinds = follower.kinds
     path = a.table.path
     if kinds is None:
         raise PlanError(f"{path}: the analysis ran without plan's follower")
+    gather = follower.gather
     try:
-        if isinstance(source, (bytes, bytearray, memoryview)):
+        if gather is not None and not gather.over:  # gathered in the analysis' pass: no second reading
+            trace = gather.trace(path, a.device, a.log.dropped)
+        elif isinstance(source, (bytes, bytearray, memoryview)):
             trace = load_log(bytes(source), device=a.device, what=path)
         else:
             trace = load_trace(source, device=a.device)
@@ -135,6 +139,8 @@ class Model:
     other: Run | None = None  # the second run
     matched: str = ""  # two runs: "in order", "by site" (how allocations were paired)
     by_site_mean: int = 0  # two runs: allocations whose site made a different count in the other run (mean ratio)
+    # the replays with no capacity made of the trace so far, by (policy, multiple): predict.py asks before it replays
+    peaks: dict[tuple[str, float], dict[str, Any]] = dataclasses.field(default_factory=dict, repr=False)
 
     @property
     def trace(self) -> Trace:

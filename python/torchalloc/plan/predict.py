@@ -7,7 +7,12 @@ under it without running out of memory -- as `torchalloc replay` counts it: belo
 may still fit by releasing its cache and retrying, as it does on a GPU. The largest multiple that fits is found by
 bisection over a grid (1/B steps when the recorded batch B is known: whole batches; else 0.05x steps), after
 doubling from 1x until a multiple does not fit (at most MAX_MULTIPLE); it assumes that a multiple that fits makes
-every smaller one fit.
+every smaller one fit. The report's line searches down from the ceiling of live bytes instead (ceiling.py: nothing
+fits above it; the default fits at or just below it): a replay or two, the bisection's answer where that assumption
+holds.
+
+A replay with no capacity is made once per model and multiple (Model.peaks): the report's plot and its line share
+theirs, and one that peaked within a capacity says that the multiple fits without a replay under it.
 """
 from __future__ import annotations
 
@@ -19,7 +24,11 @@ import sys
 import threading
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
+from ..log.trace import Trace
 from ..replay.engine import DEFAULT_POLICIES, INSTALL_DEFAULT, replay_once
+from .ceiling import LiveBytes, largest_where
 from .model import Model, TooLarge
 
 MAX_MULTIPLE = 1024.0  # the search's ceiling: a multiple that fits beyond it is said as "at least"
@@ -36,8 +45,8 @@ class PolicyPlan:
     fits: bool | None  # None: no capacity to fit
     largest: float | None  # the largest multiple of the grid that fits; None: not even the smallest step
     at_least: bool  # it fits at MAX_MULTIPLE: `largest` is a floor
-    high_peak_allocated: int  # with the bytes not attributed grown with the batch (the upper bound)
-    high_peak_reserved: int
+    high_peak_allocated: int | None  # with the bytes not attributed grown with the batch (the upper bound;
+    high_peak_reserved: int | None  # None: not replayed, as for the report's line)
     too_large: bool = False  # a size at the asked multiple is past any device
 
     @property
@@ -81,7 +90,11 @@ class Progress:
 
 
 def fits(model: Model, x: float, policy: str, capacity: int, high: bool = False) -> bool:
-    """Whether the trace at multiple x runs under `capacity` with `policy`."""
+    """Whether the trace at multiple x runs under `capacity` with `policy`: without a replay when one with no
+    capacity peaked within it (the capacity never reached, the replay is the same)."""
+    known = None if high else model.peaks.get(_key(policy, x))
+    if known is not None and known["peak_reserved"] <= capacity:
+        return True
     try:
         events = model.events_at(x, high)
     except TooLarge:
@@ -90,15 +103,36 @@ def fits(model: Model, x: float, policy: str, capacity: int, high: bool = False)
     return not result["oom"]
 
 
+def unconstrained(model: Model, x: float, policy: str, events: np.ndarray | Trace | None = None) -> dict[str, Any]:
+    """The replay of the trace at multiple x under `policy` with no capacity (`events`: that trace, when made
+    already), made once per model (Model.peaks); TooLarge past what replay takes."""
+    key = _key(policy, x)
+    got = model.peaks.get(key)
+    if got is None:
+        got, _ = replay_once(model.events_at(x) if events is None else events, policy, 0)
+        model.peaks[key] = got
+    return got
+
+
+def _key(policy: str, x: float) -> tuple[str, float]:
+    return policy, round(x, 9)  # n * step and the multiple asked name the same point
+
+
 def largest_multiple(model: Model, policy: str, capacity: int, step: float, *, high: bool = False,
-                     on_probe: Callable[[], None] | None = None) -> tuple[float | None, bool]:
-    """(the largest multiple of `step` that fits, whether it fits even at MAX_MULTIPLE) -- module docstring."""
+                     on_probe: Callable[[], None] | None = None, ceiling: int | None = None
+                     ) -> tuple[float | None, bool]:
+    """(the largest multiple of `step` that fits, whether it fits even at MAX_MULTIPLE) -- module docstring.
+    `ceiling`: no multiple above ceiling * step fits (ceiling.LiveBytes): search down from it instead
+    (ceiling.largest_where: the same answer, in a replay or two when the policy fits at or near it)."""
     def ok(n: int) -> bool:
         if on_probe is not None:
             on_probe()
         return fits(model, n * step, policy, capacity, high)
 
     top = int(MAX_MULTIPLE / step)
+    if ceiling is not None:
+        n = largest_where(ok, ceiling, min(ceiling, top)) if ceiling > 0 else 0
+        return (n * step if n else None), n == top
     one = max(1, round(1 / step))
     if ok(one):
         lo, hi = one, 2 * one
@@ -126,24 +160,22 @@ def search_probes(step: float) -> int:
 
 
 def plan_policy(model: Model, x: float, policy: str, capacity: int | None, step: float, search: bool,
-                progress: Progress | None = None) -> PolicyPlan:
-    """One policy: its peaks at x (and with what is not attributed grown), whether x fits, the largest that
-    does."""
+                progress: Progress | None = None, *, upper: bool = True, ceiling: int | None = None) -> PolicyPlan:
+    """One policy: its peaks at x (and, with `upper`, with what is not attributed grown), whether x fits, the
+    largest that does (searched down from `ceiling` when given: largest_multiple)."""
     def tick() -> None:
         if progress is not None:
             progress.tick()
 
     try:
-        events = model.events_at(x)
-        high = model.events_at(x, high=True) if model.unattributed.any() else events
+        point = unconstrained(model, x, policy)
+        tick()
+        upper_point: dict[str, Any] | None = point if upper else None
+        if upper and model.unattributed.any():
+            upper_point, _ = replay_once(model.events_at(x, high=True), policy, 0)
+            tick()
     except TooLarge:
         return PolicyPlan(policy, 0, 0, False if capacity else None, None, False, 0, 0, too_large=True)
-    point, _ = replay_once(events, policy, 0)
-    tick()
-    upper = point
-    if high is not events:
-        upper, _ = replay_once(high, policy, 0)
-        tick()
     fit: bool | None = None
     largest: float | None = None
     at_least = False
@@ -156,42 +188,58 @@ def plan_policy(model: Model, x: float, policy: str, capacity: int | None, step:
                 probes[0] += 1
                 tick()
 
-            largest, at_least = largest_multiple(model, policy, capacity, step, on_probe=probe)
+            largest, at_least = largest_multiple(model, policy, capacity, step, on_probe=probe, ceiling=ceiling)
             if progress is not None:
                 progress.add(probes[0] - search_probes(step))  # what the estimate missed
     return PolicyPlan(policy, point["peak_allocated"], point["peak_reserved"], fit, largest, at_least,
-                      upper["peak_allocated"], upper["peak_reserved"])
+                      None if upper_point is None else upper_point["peak_allocated"],
+                      None if upper_point is None else upper_point["peak_reserved"])
 
 
 def plan_policies(model: Model, x: float, capacity: int | None, *, policies: Sequence[str] = DEFAULT_POLICIES,
                   step: float = DEFAULT_STEP, search: bool = True, progress: Progress | None = None,
-                  threads: int | None = None) -> list[PolicyPlan]:
-    """Every policy's PolicyPlan, the policies on threads side by side."""
+                  threads: int | None = None, brief: bool = False, ceiling: int | None = None) -> list[PolicyPlan]:
+    """Every policy's PolicyPlan, the policies on threads side by side. `brief` (the report's line): no upper
+    bound replayed, and each search goes down from the ceiling of live bytes (ceiling.py; `ceiling`: counted
+    already)."""
+    if not (brief and capacity and search):
+        ceiling = None
+    elif ceiling is None:
+        ceiling = LiveBytes(model).ceiling(capacity, step, int(MAX_MULTIPLE / step))
     if progress is not None:
-        per = 1 + int(model.unattributed.any()) + (search_probes(step) if capacity and search else 0)
+        per = 1 + int(not brief and model.unattributed.any()) + (search_probes(step) if capacity and search else 0)
         said = f"{len(policies)} policies" if len(policies) != 1 else "1 policy"
         progress.stage(f"replaying {x:g}x under {said}", per * len(policies))
     workers = threads or min(len(policies), os.cpu_count() or 1)
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(plan_policy, model, x, p, capacity, step, search, progress) for p in policies]
+        futures = [pool.submit(plan_policy, model, x, p, capacity, step, search, progress, upper=not brief,
+                               ceiling=ceiling) for p in policies]
         return [f.result() for f in futures]
 
 
 def curve(model: Model, xs: Sequence[float], policies: Sequence[str], threads: int | None = None,
           progress: Progress | None = None) -> dict[str, list[tuple[float, int, int] | None]]:
     """Each policy's (x, peak allocated, peak reserved) at each multiple of `xs` (None where a size is past any
-    device): the report's plot."""
-    jobs = [(p, x) for p in policies for x in xs]
+    device): the report's plot. Each multiple's trace is made once, for every policy."""
+    jobs = [(p, x) for x in xs for p in policies]
     if progress is not None:
         progress.stage("drawing the peaks against the batch", len(jobs))
+    traces: dict[float, np.ndarray | Trace | None] = {}
+    for x in xs:
+        if all(_key(p, x) in model.peaks for p in policies):
+            traces[x] = model.trace  # not replayed again: any trace stands for it
+            continue
+        try:
+            traces[x] = model.events_at(x)
+        except TooLarge:
+            traces[x] = None
 
     def one(job: tuple[str, float]) -> tuple[float, int, int] | None:
         policy, x = job
-        try:
-            events = model.events_at(x)
-        except TooLarge:
+        events = traces[x]
+        if events is None:
             return None
-        result, _ = replay_once(events, policy, 0)
+        result = unconstrained(model, x, policy, events)
         if progress is not None:
             progress.tick()
         return (x, int(result["peak_allocated"]), int(result["peak_reserved"]))

@@ -17,8 +17,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-import numpy as np
-
 from ..analysis import NO_PYTHON, Category
 from ..replay.engine import DEFAULT_POLICIES, INSTALL_DEFAULT, setting_of
 from ..units import fmt_bytes
@@ -91,13 +89,17 @@ def recording_capacity(model: Model) -> tuple[int | None, str]:
 
 def make_plan(model: Model, multiple: float, capacity: int | None, *, capacity_from: str = "--capacity",
               recorded: float | None = None, policies: Sequence[str] = DEFAULT_POLICIES, search: bool = True,
-              progress: Progress | None = None, threads: int | None = None) -> Plan:
-    """The plan at `multiple` (module docstring); `recorded`: the run's batch, so the search steps whole batches."""
+              progress: Progress | None = None, threads: int | None = None, brief: bool = False,
+              ceiling: int | None = None) -> Plan:
+    """The plan at `multiple` (module docstring); `recorded`: the run's batch, so the search steps whole batches.
+    `brief`: what the report's line needs, in as few replays as it can be had (predict.plan_policies: the
+    search goes down from `ceiling`, counted when not given): the peaks, the fit and the largest multiple, with
+    no upper bound and so no limits."""
     run = model.run
     a = run.analysis
     step = 1.0 / recorded if recorded else DEFAULT_STEP
     plans = plan_policies(model, multiple, capacity, policies=policies, step=step, search=search,
-                          progress=progress, threads=threads)
+                          progress=progress, threads=threads, brief=brief, ceiling=ceiling)
     by_category = a.anatomy("peak").by_category if len(a.table) else {}
     by_kind = {"grow": sum(by_category.get(str(c), 0) for c in SCALING),
                "kept": sum(by_category.get(str(c), 0) for c in FIXED),
@@ -108,7 +110,8 @@ def make_plan(model: Model, multiple: float, capacity: int | None, *, capacity_f
                 capacity, capacity_from if capacity else "", knob_fact(model), a.timeline.peak_allocated,
                 a.timeline.peak_reserved if segments else None, run.trace.native_label if segments else "recorded",
                 by_kind, plans, steps, [], _laws(model), step)
-    plan.limits = limits(plan, model, by_category)
+    if not brief:
+        plan.limits = limits(plan, model, by_category)
     return plan
 
 
@@ -240,11 +243,3 @@ def to_dict(plan: Plan) -> dict[str, Any]:
         "search_step": plan.step,
         "default_policy": INSTALL_DEFAULT,
     }
-
-
-def curve_points(largest: float | None, *, points: int = 6) -> list[float]:
-    """The multiples the report's plot draws: `points` from 0 to a quarter past the default's largest that fits
-    (at least 4x, at most 160x), and 1x and 2x."""
-    top = max(4.0, min(160.0, (largest or 0.0) * 1.25))
-    xs = set(np.round(np.linspace(top / points, top, points), 2).tolist()) | {1.0, 2.0}
-    return sorted(x for x in xs if x > 0)

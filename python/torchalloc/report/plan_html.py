@@ -68,6 +68,9 @@ def _svg(b: Brief, colors: dict[str, str]) -> str:
         parts.append(f'<path class="plan-line" data-policy="{_e(policy)}" d="{path}" fill="none" '
                      f'stroke="{colors[policy]}" stroke-width="{width}"><title>{_e(policy)}: peak reserved</title>'
                      "</path>")
+        parts.extend(f'<circle class="plan-point" cx="{X(x):.1f}" cy="{Y(r):.1f}" r="2.2" fill="{colors[policy]}">'
+                     f"<title>{_e(policy)} at {x:g}x: {_e(fmt_bytes(r))} reserved</title></circle>"
+                     for x, _, r in line)
     if default is not None and drawn.get(default.policy):
         path = " ".join(f"{'M' if j == 0 else 'L'}{X(x):.1f},{Y(a):.1f}"
                         for j, (x, a, _) in enumerate(drawn[default.policy]))
@@ -97,7 +100,10 @@ def plan_html(b: Brief | None) -> str:
              '<li><span class="key plan-key-recorded"></span>recorded run</li>')
     return (head + '<p class=small>Predicted from this run (<code>torchalloc plan</code>): activations and '
             "temporaries grow with the batch, parameters, gradients and optimizer state do not; each point "
-            "replays the run with its sizes grown, under each policy, on the simulated device. torchalloc plan "
-            "says what the prediction assumes and how far off it can be.</p>"
+            "replays the run with its sizes grown, under each policy, on the simulated device: at 1x the run as "
+            "recorded (What each policy would have reserved, above), the default at 2x (the line above), and every "
+            "policy where the bytes live at once reach the capacity, beyond which no policy fits (at least 4x, at "
+            "most 160x); the lines are straight between the points. "
+            "torchalloc plan says what the prediction assumes and how far off it can be.</p>"
             f'<p class="sentence">{_e(b.line)}</p><div class="plan-plot">{_svg(b, colors)}</div>'
             f'<ul class="plan-legend">{keys}</ul>')

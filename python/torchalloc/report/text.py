@@ -25,7 +25,7 @@ import shutil
 from typing import Any, Callable, Sequence
 
 from ..analysis import Analysis, Anatomy, analyze
-from ..plan import BlockKinds, Brief, brief_of
+from ..plan import Brief, brief_of, report_follower
 from ..analysis.sections import SECTIONS
 from ..analysis.sections.views import SectionView
 from ..analysis.summary import Summary
@@ -49,7 +49,7 @@ def report(
     top: int = 50,
 ) -> dict[str, Any]:
     """The report as plain data (what `torchalloc report --json` prints), for a log's path (or its bytes)."""
-    follower = BlockKinds()
+    follower = report_follower()  # the trace for the plan gathered as the log is analysed
     a = analyze(log, device=device, at=at, followers=[follower])
     data = a.to_dict(top=top)
     data["at"] = [a.anatomy(x, top=top).to_dict() for x in at]
