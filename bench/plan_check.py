@@ -5,6 +5,8 @@
         [--steps N] [--no-bisect] [--no-memtracker] [--out plan_check.json] [--logs DIR] [--budget 560]
         [--lib build/libtorchalloc.so] [--dry-run]
 
+The children (each run on the GPU, and MemTracker's) are bench/plan_check_child.py's.
+
 Per workload (bench/suite/workloads.py's, random weights, nothing downloaded):
 
 1. record: one run at the recorded size B under torchalloc's default with a
@@ -23,7 +25,14 @@ Per workload (bench/suite/workloads.py's, random weights, nothing downloaded):
 5. bisect: under a cap halfway between the default's real peak reserved at
    2B and at 4B (torch.cuda.set_per_process_memory_fraction), the largest
    batch that completes, by bisection of real runs between 2B and 4B,
-   against plan's bisection of its model under the same cap.
+   against plan's bisection of its model under the same cap. The real
+   search starts at plan's answer and widens its steps until the answer
+   is bracketed, then bisects (the bisection's answer, in 2-3 runs when
+   plan is right instead of log2 of the range).
+
+A workload's runs go in that order of importance: the real runs, then
+MemTracker's, then the bisection's, so a workload that runs out of its
+time loses the least.
 
 Workloads: gpt2 (batch 4, length 1024), resnet50 (batch 32, bf16
 autocast), detection (Mask R-CNN, batch 2, image sizes and box counts
@@ -38,9 +47,12 @@ Prints a table (predicted against real, the error in percent, MemTracker's
 estimate and time) and the bisections, then the results as one JSON line;
 --out writes them after every run. Without torch or a CUDA GPU it prints
 `SKIP: <reason>` and exits 0; --dry-run prints the runs anywhere. Each run
-is a fresh process with a timeout; --budget stops cleanly before a run that
-would end past it (the default keeps one call under ten minutes: run one or
-two workloads per call, each with --out). Exit status: 0 every run gave a
+is a fresh process with a timeout. --budget counts from the script's start
+(the bridge's build included): each workload gets an equal share of what
+is left when it starts, a run that would end past its share is not
+started, and a run is killed at the end of the budget whatever its
+--timeout (the default keeps one call under ten minutes: run one or two
+workloads per call, each with --out). Exit status: 0 every run gave a
 figure, 1 some did not, 2 bad arguments.
 """
 from __future__ import annotations
@@ -60,15 +72,14 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path[:0] = [str(REPO / "python"), str(BENCH)]  # run from a checkout without installing
 
+from plan_check_child import MEMTRACKER_TAG  # noqa: E402
 from suite.child import RESULT_TAG  # noqa: E402
 from suite.variants import parse_variant  # noqa: E402
 from torchalloc import _gpu_child as gpu_child  # noqa: E402
 
-MEMTRACKER_TAG = "PLAN_CHECK_MEMTRACKER "
 DEFAULT_MULTIPLES = (2, 4)
 RECORD = "torchalloc+stacks"  # the recording run: install()'s default, logged with stacks
 DEFAULT, NATIVE = "torchalloc", "native"
-GENERATE_BATCH, GENERATE_NEW = 4, 32  # llama_prompt: sequences and new tokens per generate()
 
 
 @dataclass(frozen=True)
@@ -112,8 +123,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="libtorchalloc.so (default: $TORCHALLOC_LIB, else build/libtorchalloc.so)")
     p.add_argument("--timeout", type=float, default=240, help="seconds allowed per run (default: %(default)s)")
     p.add_argument("--budget", type=float, default=560,
-                   help="start no run that would end more than this many seconds after the start (default: "
-                   "%(default)s)")
+                   help="seconds from the script's start: each workload gets an equal share of what is left when "
+                   "it starts, no run is started that would end past its share, and a run still going at the end "
+                   "is killed (default: %(default)s)")
     p.add_argument("--out", type=Path, default=None, help="write the results as JSON here, after every run")
     p.add_argument("--logs", type=Path, default=None, help="keep the recorded logs in this folder")
     p.add_argument("--dry-run", action="store_true", help="print the runs; run nothing")
@@ -142,6 +154,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--multiples {args.multiples!r}: whole multiples of at least 2")
     if args.steps is not None and args.steps < 1:
         p.error("--steps must be at least 1")
+    if args.out is not None and not args.out.parent.is_dir():
+        p.error(f"--out {args.out}: no folder {args.out.parent}")
+    if args.budget <= 0 or args.timeout <= 0:
+        p.error("--budget and --timeout must be positive")
     return args
 
 
@@ -174,15 +190,18 @@ def plan_runs(checks: list[Check], multiples: list[int], memtracker: bool) -> li
             runs.append(Run(c, "record", RECORD, 2 * c.base))
         for m in multiples:
             runs += [Run(c, "real", DEFAULT, m * c.base), Run(c, "real", NATIVE, m * c.base)]
-            if memtracker:
-                runs.append(Run(c, "memtracker", NATIVE, m * c.base))
+        if memtracker:
+            runs += [Run(c, "memtracker", NATIVE, m * c.base) for m in multiples]
     return runs
 
 
-def bisect_largest(lo: int, hi: int, fits: Callable[[int], bool | None]) -> tuple[int | None, list[tuple[int, bool]]]:
-    """The largest value in [lo, hi] that fits, by bisection (lo is tried first: None when it does not fit;
-    hi is taken as not fitting unless tried); `fits` may answer None (the run failed): the search stops there.
-    Returns it and the probes in order."""
+def bisect_largest(lo: int, hi: int, fits: Callable[[int], bool | None], start: int | None = None
+                   ) -> tuple[int | None, list[tuple[int, bool]]]:
+    """The largest value in [lo, hi] that fits (lo is tried first: None when it does not fit); `fits` may answer
+    None (the run failed): the search stops there, with what it had. Without `start`, bisection (hi tried next);
+    with it, the search goes out from `start` (clamped into the range) by steps that double until the answer is
+    bracketed, then bisects: the bisection's answer where fitting is monotone, in two or three probes when
+    `start` is it. Returns it and the probes in order."""
     probes: list[tuple[int, bool]] = []
 
     def probe(n: int) -> bool | None:
@@ -191,13 +210,22 @@ def bisect_largest(lo: int, hi: int, fits: Callable[[int], bool | None]) -> tupl
             probes.append((n, got))
         return got
 
-    first = probe(lo)
-    if not first:
+    if not probe(lo):
         return None, probes
     good, bad = lo, hi + 1
-    if probe(hi):
-        return hi, probes
-    bad = hi
+    n = hi if start is None else min(max(start, lo), hi)
+    gap = 1
+    while good < n < bad:  # out from n until good and bad are neighbours or bracket the answer
+        got = probe(n)
+        if got is None:
+            return good, probes
+        if got:
+            good, n = n, min(n + gap, bad - 1)
+        else:
+            bad, n = n, max(n - gap, good + 1)
+        gap *= 2
+        if start is None:
+            break
     while bad - good > 1:
         mid = (good + bad) // 2
         got = probe(mid)
@@ -363,10 +391,11 @@ def child_env(variant: str, lib: Path, log_dir: str) -> dict[str, str]:
 
 
 class Parent:
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, started: float | None = None) -> None:
         self.args = args
         self.results = Results()
-        self.started = time.monotonic()
+        self.started = time.monotonic() if started is None else started  # what --budget counts from
+        self.deadline = self.started + args.budget  # the current workload's share ends here (check())
         self.walls: dict[str, float] = {}
         self.failed = False
         self.log_dir = tempfile.mkdtemp(prefix="torchalloc-plan-check-")
@@ -379,15 +408,19 @@ class Parent:
             tmp.replace(self.args.out)
 
     def child(self, run: Run, steps: int) -> dict[str, Any] | None:
-        """Run one child; its record (also kept in the results), None when the budget stops it."""
-        elapsed = time.monotonic() - self.started
+        """Run one child; its record (also kept in the results), None when the budget stops it: a run that would
+        end past the workload's share is not started, and one still running at the end of the budget is killed."""
+        now = time.monotonic()
+        elapsed = now - self.started
         expected = self.walls.get(run.check.name, run.check.startup_s + 10)
-        if elapsed + expected > self.args.budget:
-            note = f"stopped before {run.label()}: {elapsed:.0f} s spent + ~{expected:.0f} s would pass --budget"
+        if now + expected > self.deadline:
+            note = (f"stopped before {run.label()}: {elapsed:.0f} s spent + ~{expected:.0f} s would pass "
+                    f"{run.check.name}'s share of --budget")
             if note not in self.results.notes:
                 self.results.notes.append(note)
                 print(note, file=sys.stderr)
             return None
+        timeout = min(self.args.timeout, self.started + self.args.budget - now)
         print(f"[{elapsed / 60:.1f} min] {run.label()} ...", file=sys.stderr, flush=True)
         lib = Path(self.args.lib).resolve()
         env = child_env(run.variant, lib, self.log_dir)
@@ -400,10 +433,9 @@ class Parent:
                 "--cap", f"{cap_fraction:.6f}"]
         t0 = time.monotonic()
         if run.what == "memtracker":
-            result = gpu_child.run_child(Path(__file__), ["--memtracker", *argv], env, self.args.timeout,
-                                         MEMTRACKER_TAG)
+            result = gpu_child.run_child(Path(__file__), ["--memtracker", *argv], env, timeout, MEMTRACKER_TAG)
         else:
-            result = gpu_child.run_child(Path(__file__), argv, env, self.args.timeout, RESULT_TAG)
+            result = gpu_child.run_child(Path(__file__), argv, env, timeout, RESULT_TAG)
         wall = time.monotonic() - t0
         self.walls[run.check.name] = max(wall, self.walls.get(run.check.name, 0.0))
         record = {"check": run.check.name, "what": run.what, "variant": run.variant, "knob": run.knob,
@@ -436,7 +468,9 @@ class Parent:
         shutil.move(str(logs[-1]), target)
         return target
 
-    def check(self, c: Check, multiples: list[int]) -> None:
+    def check(self, c: Check, multiples: list[int], share: float) -> None:
+        """One workload, within `share` seconds from now (module docstring: the order of its runs)."""
+        self.deadline = min(time.monotonic() + share, self.started + self.args.budget)
         steps = self.args.steps or c.steps
         logs = []
         for knob in ([c.base, 2 * c.base] if c.two_logs else [c.base]):
@@ -447,12 +481,18 @@ class Parent:
                 return
             logs.append(log)
         os.environ["TORCHALLOC_LIB"] = str(Path(self.args.lib).resolve())  # plan replays with this library
-        self.results.predictions += predict(c, logs, multiples, self.results.machine.get("device_total"))
+        try:
+            self.results.predictions += predict(c, logs, multiples, self.results.machine.get("device_total"))
+        except Exception as e:  # noqa: BLE001 -- a log plan refuses is a finding; the other workloads go on
+            self.failed = True
+            self.results.notes.append(f"{c.name}: plan could not predict: {type(e).__name__}: {e}")
+            print(self.results.notes[-1], file=sys.stderr)
         self.save()
         for m in multiples:
             for variant in (DEFAULT, NATIVE):
                 self.child(Run(c, "real", variant, m * c.base), steps)
-            if not self.args.no_memtracker:
+        if not self.args.no_memtracker:
+            for m in multiples:
                 self.child(Run(c, "memtracker", NATIVE, m * c.base), steps)
         if c.bisect and not self.args.no_bisect:
             self.bisect(c, logs[0], steps)
@@ -465,7 +505,12 @@ class Parent:
                                       "needed for its cap)")
             return
         cap = (lo_run["peak_reserved"] + hi_run["peak_reserved"]) // 2
-        predicted = predicted_largest(log, c.base, cap)
+        try:
+            predicted = predicted_largest(log, c.base, cap)
+        except Exception as e:  # noqa: BLE001 -- as in check(): said, and the real bisection still runs
+            self.failed = True
+            predicted = None
+            self.results.notes.append(f"{c.name}: plan could not search the largest batch: {type(e).__name__}: {e}")
 
         def fits(knob: int) -> bool | None:
             record = self.child(Run(c, "bisect", DEFAULT, knob, cap), steps)
@@ -473,15 +518,16 @@ class Parent:
                 return None
             return not record.get("oom")
 
-        real, probes = bisect_largest(2 * c.base, 4 * c.base, fits)
+        real, probes = bisect_largest(2 * c.base, 4 * c.base, fits, start=predicted)
         self.results.bisections.append({"workload": c.name, "cap": cap, "real": real, "predicted": predicted,
                                         "probes": probes})
         self.save()
 
     def main(self) -> int:
         try:
-            for c in self.args.checks:
-                self.check(c, self.args.multiple_list)
+            for k, c in enumerate(self.args.checks):
+                left = self.started + self.args.budget - time.monotonic()
+                self.check(c, self.args.multiple_list, left / (len(self.args.checks) - k))
         finally:
             shutil.rmtree(self.log_dir, ignore_errors=True)
         table_rows = rows(self.results, self.args.checks, self.args.multiple_list)
@@ -495,100 +541,12 @@ class Parent:
         return 1 if self.failed else 0
 
 
-# ---------------------------------------------------------------------------
-# The children (on the GPU)
-# ---------------------------------------------------------------------------
-
-
-def register_llama_prompt() -> None:
-    """llama_prompt, the workload whose knob is the prompt's length (its `batch` argument): generate() of
-    GENERATE_NEW tokens after a prompt of that length, GENERATE_BATCH sequences, the same every step."""
-    from suite import workloads
-
-    def build(torch: Any, device: Any, length: int, seed: int, steps: int) -> Any:
-        model = workloads._llama(torch, device, layers=4).eval()
-        gen = torch.Generator(device=device).manual_seed(seed)
-
-        def draw(_warmup: bool) -> Any:
-            return torch.randint(1, workloads.LLAMA["vocab_size"], (GENERATE_BATCH, length), generator=gen,
-                                 device=device)
-
-        def run(ids: Any) -> Any:
-            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=GENERATE_NEW,
-                                 min_new_tokens=GENERATE_NEW, do_sample=False, use_cache=True, pad_token_id=0)
-            return out[:, ids.shape[1]:].sum().double()
-
-        return workloads.Built(model, None, draw, run)
-
-    workloads.WORKLOADS["llama_prompt"] = workloads.Spec(
-        "llama_prompt", f"generate() on the Llama config (4 layers), {GENERATE_BATCH} sequences, the prompt's "
-        f"length the knob, {GENERATE_NEW} new tokens", 256, 2, 10, 300, build)
-
-
-def fake_inputs(torch: Any, name: str, device: Any, knob: int) -> Any:
-    """A step's inputs made without a generator (fake tensors ignore the values, not the shapes)."""
-    from suite import workloads
-
-    if name == "gpt2":
-        return torch.randint(0, 50257, (knob, workloads.GPT2_LENGTH), device=device)
-    if name == "resnet50":
-        return torch.randn(knob, 3, 224, 224, device=device), torch.randint(0, 1000, (knob,), device=device)
-    if name == "detection":
-        side = sum(workloads.DETECTION_SIDES) // 64 * 32  # the middle of the drawn range
-        boxes = torch.tensor([[16.0, 16.0, side / 2, side / 2]], device=device)
-        target = {"boxes": boxes, "labels": torch.ones(1, dtype=torch.int64, device=device),
-                  "masks": torch.ones(1, side, side, dtype=torch.uint8, device=device)}
-        return [torch.rand(3, side, side, device=device) for _ in range(knob)], [dict(target) for _ in range(knob)]
-    return torch.randint(1, workloads.LLAMA["vocab_size"], (GENERATE_BATCH, knob), device=device)
-
-
-def memtracker_main(args: argparse.Namespace) -> int:
-    """MemTracker under FakeTensorMode: the model built on fake tensors, two steps tracked (the first makes the
-    optimizer's state), the peak of the second; the seconds from building to the estimate."""
-    import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed._tools.mem_tracker import MemTracker
-
-    from suite.workloads import WORKLOADS
-
-    register_llama_prompt()
-    started = time.perf_counter()
-    device = torch.device("cuda", torch.cuda.current_device())
-    result: dict[str, Any] = {"workload": args.workload, "knob": args.run_batch}
-    with FakeTensorMode():
-        built = WORKLOADS[args.workload].build(torch, device, args.run_batch, args.seed, args.steps)
-        tracker = MemTracker()
-        tracker.track_external(*[x for x in (built.model, built.opt) if x is not None])
-        for k in range(2):
-            inputs = fake_inputs(torch, args.workload, device, args.run_batch)
-            with tracker:
-                if built.opt is None:
-                    with torch.no_grad():
-                        built.loss(inputs)
-                else:
-                    built.loss(inputs).backward()
-                    built.opt.step()
-                    built.opt.zero_grad(set_to_none=True)
-            if k == 0:
-                tracker.reset_mod_stats()
-        peak = tracker.get_tracker_snapshot("peak")[device]["Total"]
-    result.update(estimate=int(peak), seconds=round(time.perf_counter() - started, 2), torch=torch.__version__,
-                  gpu=torch.cuda.get_device_name(device),
-                  device_total=torch.cuda.get_device_properties(device).total_memory)
-    gpu_child.print_result(MEMTRACKER_TAG, result)
-    return 0
-
-
-def child_main(args: argparse.Namespace) -> int:
-    from suite.child import child_main as suite_child
-
-    register_llama_prompt()
-    return suite_child(args)
-
-
 def main(argv: list[str] | None = None) -> int:
+    started = time.monotonic()  # --budget counts from here: the bridge's build is inside it
     args = parse_args(argv)
     if args.child:
+        from plan_check_child import child_main, memtracker_main
+
         return memtracker_main(args) if args.memtracker else child_main(args)
     runs = plan_runs(args.checks, args.multiple_list, not args.no_memtracker)
     for c in args.checks:
@@ -612,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
     problem = prepare_bridge(Path(args.lib), args.timeout)
     if problem:
         print(f"warning: the bridge is not ready, torchalloc runs will fail: {problem}", file=sys.stderr)
-    return Parent(args).main()
+    return Parent(args, started).main()
 
 
 if __name__ == "__main__":
