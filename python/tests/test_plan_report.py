@@ -14,6 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cli_in_process import cli  # noqa: E402
 from plan_runs import training, write  # noqa: E402
+from test_mid_run_logs import record_mid_run  # noqa: E402
 
 from torchalloc import _records as records  # noqa: E402
 from torchalloc.analysis import analyze  # noqa: E402
@@ -111,12 +112,14 @@ def gathered(path: Path | str, chunk_records: int) -> tuple[Trace, Trace]:
     follower = report_follower()
     a = analyze(path, chunk_records=chunk_records, followers=[follower])
     assert follower.gather is not None
-    return follower.gather.trace(a.table.path, a.device, a.log.dropped), load_trace(path, device=a.device)
+    return (follower.gather.trace(a.table.path, a.device, a.log.dropped, a.blocks.before_log),
+            load_trace(path, device=a.device))
 
 
 def test_the_gathered_trace_is_load_traces(folder: Path, library_path: Path) -> None:
     """Blocks from before the log (a free first on its address; not a second free of one, nor a free of a block
-    of no size), another device's blocks and segments, a log read in many pieces."""
+    of no size), another device's blocks and segments, a log read in many pieces; the bundled demo; a log the
+    library opened after its first allocations."""
     L = training(2, steps=2)
     for addr, size, device, times in ((7 << 40, 3 * MiB, 0, 2), (8 << 40, 0, 0, 1), (9 << 40, MiB, 1, 1)):
         for _ in range(times):
@@ -127,13 +130,15 @@ def test_the_gathered_trace_is_load_traces(folder: Path, library_path: Path) -> 
     L.segment_free(10 << 40, GiB)
     L._row(kind=records.SEGMENT_ALLOC, addr=13 << 40, size=GiB, block_size=GiB, device=1)
     path = write(L, folder, "gathered.talog")
-    for source, pieces in ((path, 16), (DEMO, 1000)):
+    late = folder / "late.talog"  # the library's own log, opened after some allocations
+    record_mid_run(late, [8 * MiB, MiB, 4 * MiB], [("free", 0), ("alloc", 2 * MiB), ("free", 1)])
+    for source, pieces in ((path, 16), (DEMO, 1000), (late, 2)):
         got, want = gathered(source, pieces)
         assert np.array_equal(got.events, want.events) and got.prelude == want.prelude
         assert (got.native_peak_reserved, got.native_label) == (want.native_peak_reserved, want.native_label)
         assert np.array_equal(got.native_pos, want.native_pos)  # type: ignore[arg-type]
         assert np.array_equal(got.native_delta, want.native_delta)  # type: ignore[arg-type]
-    assert got.prelude == 0
+    assert got.prelude == 2
     got, _ = gathered(path, 16)
     assert got.prelude == 1 and got.events["size"][0] == 3 * MiB and got.native_peak_reserved == GiB
 

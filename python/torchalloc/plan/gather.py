@@ -82,9 +82,10 @@ class TraceGather:
         self._free_sizes.append(rows["size"][events["kind"] == FREE].astype(np.int64))
         self._count += len(events)
 
-    def trace(self, what: str, device: int, dropped: list[str]) -> Trace:
+    def trace(self, what: str, device: int, dropped: list[str], before_log: int | None = None) -> Trace:
         """The trace (module docstring); TraceError where load_trace refuses the log. `dropped`: the notes of the
-        records the pass left out."""
+        records the pass left out; `before_log`: how many blocks from before the log the analysis found (a free
+        of an address not live), when known: with none, no free can be the first event on its address."""
         if dropped:
             raise TraceError(f"{what}: a damaged or hand-made log: {dropped[0]}; replay refuses it (report and "
                              "export drop such records)")
@@ -93,7 +94,8 @@ class TraceGather:
         body = np.concatenate(self._events) if self._events else np.zeros(0, dtype=EVENT_DTYPE)
         if not ((body["kind"] == ALLOC) | (body["kind"] == FREE)).any():
             raise TraceError(f"{what}: no allocations on device {device}")
-        head = _before_log(body, np.concatenate(self._free_sizes))
+        head = (_before_log(body, np.concatenate(self._free_sizes)) if before_log != 0
+                else np.zeros(0, dtype=EVENT_DTYPE))
         events = np.zeros(len(head) + len(body), dtype=EVENT_DTYPE)
         events[:len(head)], events[len(head):] = head, body
         trace = Trace(events=events, source="torchalloc-log", path=what, device=device, prelude=len(head))

@@ -98,7 +98,7 @@ def run_of(source: str | os.PathLike[str] | bytes, a: Analysis, follower: BlockK
     gather = follower.gather
     try:
         if gather is not None and not gather.over:  # gathered in the analysis' pass: no second reading
-            trace = gather.trace(path, a.device, a.log.dropped)
+            trace = gather.trace(path, a.device, a.log.dropped, a.blocks.before_log)
         elif isinstance(source, (bytes, bytearray, memoryview)):
             trace = load_log(bytes(source), device=a.device, what=path)
         else:
