@@ -105,13 +105,13 @@ def run_of(source: str | os.PathLike[str] | bytes, a: Analysis, follower: BlockK
             trace = load_trace(source, device=a.device)
     except TraceError as e:
         raise PlanError(str(e)) from None
-    body = _alloc_sizes(trace)[trace.prelude:]
+    sizes = _alloc_sizes(trace)
+    body = sizes[trace.prelude:]
     if len(body) != len(kinds.size) or not np.array_equal(body, kinds.size):
         raise PlanError(f"{path}: the trace's allocations are not the analysis' blocks ({len(body)} against "
                         f"{len(kinds.size)}): a damaged log, whose dropped records the trace refuses")
-    pre = _alloc_sizes(trace)[:trace.prelude]
-    category = np.concatenate((np.full(len(pre), BEFORE_LOG_CODE, dtype=np.int8), kinds.category))
-    return Run(path, a, kinds, trace, category, np.concatenate((pre, body)), steps_of(a, kinds))
+    category = np.concatenate((np.full(trace.prelude, BEFORE_LOG_CODE, dtype=np.int8), kinds.category))
+    return Run(path, a, kinds, trace, category, sizes, steps_of(a, kinds))
 
 
 def _alloc_sizes(trace: Trace) -> np.ndarray:
