@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from unittest import mock
 from typing import Any
 
 from torchalloc import _gpu_child as gpu_child
@@ -58,6 +59,11 @@ def fake_inputs(torch: Any, name: str, device: Any, knob: int) -> Any:
     return torch.randint(1, workloads.LLAMA["vocab_size"], (GENERATE_BATCH, knob), device=device)
 
 
+def _stay(module: Any, *args: Any, **kwargs: Any) -> Any:
+    """Module.to while a model is built under FakeTensorMode: it is on its device already."""
+    return module
+
+
 def memtracker_main(args: argparse.Namespace) -> int:
     """MemTracker under FakeTensorMode: the model built on fake tensors, two steps tracked (the first makes the
     optimizer's state), the peak of the second; the seconds from building to the estimate."""
@@ -71,7 +77,10 @@ def memtracker_main(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     device = torch.device("cuda", torch.cuda.current_device())
     result: dict[str, Any] = {"workload": args.workload, "knob": args.run_batch}
-    with FakeTensorMode():
+    # Built on the fake device itself, with Module.to a no-op while it is built: a fake parameter is moved by
+    # swapping it for a new one, which fails ("_apply(): Couldn't swap Conv2d.weight" on the H200, 2026-11-28,
+    # whether made on the CPU or on the device), and made under torch.device(device) it is where .to() would put it.
+    with FakeTensorMode(), torch.device(device), mock.patch.object(torch.nn.Module, "to", _stay):
         built = WORKLOADS[args.workload].build(torch, device, args.run_batch, args.seed, args.steps)
         tracker = MemTracker()
         tracker.track_external(*[x for x in (built.model, built.opt) if x is not None])
