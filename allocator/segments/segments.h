@@ -210,6 +210,12 @@ ta_internal int ta_segments_ipc_grant(ta_segments *s, uint64_t peers);
 /* --- between the segment layer's files --- */
 
 ta_internal int ta_segments_register(ta_segments *s, ta_segment *seg);
+/* Unmap granules [first, first + n) of the expandable segment `seg`, whole
+ * handles (runs of granules whole): `account` in the stats and log,
+ * `release` 1 gives their memory back, 0 keeps the handles (lent ones, or
+ * donors) (segments_expand.c). */
+ta_internal void ta_segments_unmap_granules(ta_segments *s, ta_segment *seg, size_t first, size_t n, int account,
+                                            int release);
 ta_internal void ta_segments_unregister(ta_segments *s, ta_segment *seg);
 /* Stats, phase accounting, log record and observer of `bytes` at `addr`
  * of `seg` becoming (sign +1) or ceasing to be (-1) device memory. */

@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "segments/segments.h"
+#include "segments/granules.h"
 #include "accounting/stats.h"
 
 #define TA_EXPANDABLE_MAX_RESERVE ((size_t)1 << 40)
@@ -80,22 +80,6 @@ static int reserve_handles(ta_segment *seg, size_t granules) {
   memset(seg->stamps + old, 0, (cap - old) * sizeof *seg->stamps);
   x->cap_handles = cap;
   return 0;
-}
-
-static int reserve_donors(ta_donors *d, size_t n) {
-  if (n <= d->cap) return 0;
-  size_t cap = ta_grown_capacity(d->cap, n, 64);
-  if (!cap || ta_resize(&d->handles, cap) || ta_resize(&d->stamps, cap) || ta_resize(&d->lengths, cap)) return -1;
-  d->cap = cap;
-  return 0;
-}
-
-static void donate(ta_donors *d, size_t granule, uint64_t handle, uint32_t stamp, size_t length) {
-  ta_assert(d->n == 0 || d->granule == granule); /* one size at a time: callers take from one kind */
-  d->granule = granule;
-  d->handles[d->n] = handle;
-  d->stamps[d->n] = stamp;
-  d->lengths[d->n++] = (uint16_t)length;
 }
 
 /* Granules [g, g + length) hold `handle` now (a run when length > 1), with `stamp`. */
@@ -231,9 +215,7 @@ static int map_run(ta_segments *s, ta_segment *seg, size_t first, size_t n) {
   return TA_OK;
 }
 
-/* Unmap granules [first, first + n), whole handles: `release` 1 gives their
- * memory back (owned granules), 0 keeps the handles (lent ones, or donors). */
-static void unmap_run(ta_segments *s, ta_segment *seg, size_t first, size_t n, int account, int release) {
+void ta_segments_unmap_granules(ta_segments *s, ta_segment *seg, size_t first, size_t n, int account, int release) {
   ta_expansion *x = seg->expansion;
   size_t bytes = n * x->granule;
   uintptr_t addr = seg->addr + first * x->granule;
@@ -327,73 +309,12 @@ int ta_segments_grow(ta_segments *s, ta_segment *seg, size_t bytes) {
   return rc;
 }
 
-/* Granules of `seg` that [addr, addr + len) touches (`whole` 0) or holds
- * wholly (`whole` 1): [*first, *end). */
-static void granules_of(const ta_segment *seg, uintptr_t addr, size_t len, int whole, size_t *first, size_t *end) {
-  size_t granule = seg->expansion->granule, lo = addr - seg->addr, hi = lo + len;
-  *first = (whole ? ta_align_up(lo, granule) : lo) / granule;
-  *end = (whole ? hi : ta_align_up(hi, granule)) / granule;
-}
-
-/* A granule's state, as a bit: OWNED is a handle of its own, RUN a granule
- * of a run (segments_runs.c) mapped here; lent granules, runs too, are LENT. */
-enum { UNMAPPED = 1, OWNED = 2, LENT = 4, SPLIT = 8, RUN = 16 };
-
-static inline int granule_state(const ta_expansion *x, size_t g) {
-  return x->handles[g] == 0                 ? UNMAPPED
-         : x->handles[g] == TA_HANDLE_SPLIT ? SPLIT
-         : x->lent[g]                       ? LENT
-         : x->run[g]                        ? RUN
-                                            : OWNED;
-}
-
-/* The first stretch [*run, *stop) of granules in [from, end) in a state of
- * `states`; 0 when there is none. */
-static int next_run(const ta_expansion *x, size_t from, size_t end, int states, size_t *run, size_t *stop) {
-  size_t g = from;
-  while (g < end && !(granule_state(x, g) & states)) g++;
-  if (g >= end) return 0; /* also when a block holds no whole granule: from > end */
-  *run = g;
-  while (g < end && granule_state(x, g) & states) g++;
-  *stop = g;
-  return 1;
-}
-
-/* The first stretch [*run, *stop) in [from, end) of whole handles mapped
- * here and not lent (single granules, and runs lying wholly in [from,
- * end)); 0 when there is none. */
-static int next_whole(const ta_expansion *x, size_t from, size_t end, size_t *run, size_t *stop) {
-  size_t g = from;
-  for (;;) {
-    if (!next_run(x, g, end, OWNED | RUN, run, stop)) return 0;
-    g = *run;
-    /* a run begun before `from` or ending past `end` is not whole here: skip its granules */
-    while (g < *stop && x->run[g] && (ta_run_start(x, g) < from || ta_run_start(x, g) + ta_run_length(x, g) > end))
-      g++;
-    if (g == *stop) continue;
-    *run = g;
-    size_t h = g;
-    while (h < *stop) {
-      size_t len = ta_run_length(x, h);
-      if (x->run[h] && (ta_run_start(x, h) != h || h + len > end)) break;
-      h += len;
-    }
-    *stop = h;
-    return 1;
-  }
-}
-
-/* The first granule mapped in pieces (segments_split.c) in [g, end); end when none. */
-static size_t next_split(const ta_expansion *x, size_t g, size_t end) {
-  while (g < end && x->handles[g] != TA_HANDLE_SPLIT) g++;
-  return g;
-}
-
 size_t ta_segments_unmapped_in(const ta_segment *seg, uintptr_t addr, size_t len) {
   size_t first, end, run, stop, n = 0, pieces = 0;
-  granules_of(seg, addr, len, 0, &first, &end);
-  for (size_t g = first; next_run(seg->expansion, g, end, UNMAPPED, &run, &stop); g = stop) n += stop - run;
-  for (size_t g = first; (g = next_split(seg->expansion, g, end)) < end; g++)
+  ta_granules_of(seg, addr, len, 0, &first, &end);
+  for (size_t g = first; ta_granules_next(seg->expansion, g, end, TA_GRANULE_UNMAPPED, &run, &stop); g = stop)
+    n += stop - run;
+  for (size_t g = first; (g = ta_granules_next_split(seg->expansion, g, end)) < end; g++)
     pieces += ta_split_unmapped(seg, g, addr, addr + len);
   return n * seg->expansion->granule + pieces;
 }
@@ -401,8 +322,8 @@ size_t ta_segments_unmapped_in(const ta_segment *seg, uintptr_t addr, size_t len
 int ta_segments_mapped_window(const ta_segment *seg, uintptr_t lo, uintptr_t hi, size_t len, uintptr_t *at) {
   const ta_expansion *x = seg->expansion;
   size_t first, end, run, stop;
-  granules_of(seg, lo, hi - lo, 0, &first, &end);
-  for (size_t g = first; next_run(x, g, end, OWNED | RUN, &run, &stop); g = stop) {
+  ta_granules_of(seg, lo, hi - lo, 0, &first, &end);
+  for (size_t g = first; ta_granules_next(x, g, end, TA_GRANULE_OWNED | TA_GRANULE_RUN, &run, &stop); g = stop) {
     uintptr_t from = seg->addr + run * x->granule, to = seg->addr + stop * x->granule;
     if (from < lo) from = lo;
     if (to > hi) to = hi;
@@ -417,11 +338,11 @@ int ta_segments_mapped_window(const ta_segment *seg, uintptr_t lo, uintptr_t hi,
 int ta_segments_map(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t len) {
   ta_expansion *x = seg->expansion;
   size_t first, end, run, stop;
-  granules_of(seg, addr, len, 0, &first, &end);
+  ta_granules_of(seg, addr, len, 0, &first, &end);
   /* Near capacity a large granule is mapped only in the pieces the block touches. */
-  int in_pieces = x->granule > s->granule && next_run(x, first, end, UNMAPPED, &run, &stop) &&
+  int in_pieces = x->granule > s->granule && ta_granules_next(x, first, end, TA_GRANULE_UNMAPPED, &run, &stop) &&
                   ta_segments_near_capacity(s, ta_segments_unmapped_in(seg, addr, len));
-  for (size_t g = first; next_run(x, g, end, UNMAPPED, &run, &stop); g = stop) {
+  for (size_t g = first; ta_granules_next(x, g, end, TA_GRANULE_UNMAPPED, &run, &stop); g = stop) {
     /* On failure the runs mapped so far stay mapped, counted as reserved,
      * inside what is still a free block: a consistent state. */
     if (in_pieces) {
@@ -432,22 +353,22 @@ int ta_segments_map(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t len)
     if (map_run(s, seg, run, stop - run) != TA_OK) return TA_ENOMEM;
     seg->unmapped -= (stop - run) * x->granule;
   }
-  for (size_t g = first; (g = next_split(x, g, end)) < end; g++)
+  for (size_t g = first; (g = ta_granules_next_split(x, g, end)) < end; g++)
     if (ta_split_map(s, seg, g, addr, addr + len) != TA_OK) return TA_ENOMEM;
   return TA_OK;
 }
 
 size_t ta_segments_unmap(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t len) {
   size_t first, end, run, stop, released = 0, pieces = 0;
-  granules_of(seg, addr, len, 1, &first, &end);
-  for (size_t g = first; next_whole(seg->expansion, g, end, &run, &stop); g = stop) {
-    unmap_run(s, seg, run, stop - run, 1, 1);
+  ta_granules_of(seg, addr, len, 1, &first, &end);
+  for (size_t g = first; ta_granules_next_whole(seg->expansion, g, end, &run, &stop); g = stop) {
+    ta_segments_unmap_granules(s, seg, run, stop - run, 1, 1);
     released += (stop - run) * seg->expansion->granule;
   }
   seg->unmapped += released;
   /* Pieces of split granules: the free range may hold some of a granule it does not hold whole. */
-  granules_of(seg, addr, len, 0, &first, &end);
-  for (size_t g = first; (g = next_split(seg->expansion, g, end)) < end; g++)
+  ta_granules_of(seg, addr, len, 0, &first, &end);
+  for (size_t g = first; (g = ta_granules_next_split(seg->expansion, g, end)) < end; g++)
     pieces += ta_split_unmap(s, seg, g, addr, addr + len);
   return released + pieces;
 }
@@ -455,7 +376,8 @@ size_t ta_segments_unmap(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t
 size_t ta_segments_handle_edge(const ta_segment *seg, size_t offset) {
   const ta_expansion *x = seg->expansion;
   size_t g = offset / x->granule;
-  if (offset >= seg->size || !x->run[g] || granule_state(x, g) == UNMAPPED || ta_run_start(x, g) == g) return offset;
+  if (offset >= seg->size || !x->run[g] || ta_granule_state(x, g) == TA_GRANULE_UNMAPPED || ta_run_start(x, g) == g)
+    return offset;
   return (ta_run_start(x, g) + ta_run_length(x, g)) * x->granule;
 }
 
@@ -473,10 +395,11 @@ void ta_segments_shrink(ta_segments *s, ta_segment *seg, size_t new_size) {
 static void expansion_release(ta_segments *s, ta_segment *seg, int account) {
   ta_expansion *x = seg->expansion;
   size_t run, stop, end = seg->size / x->granule;
-  for (size_t g = 0; next_run(x, g, end, OWNED | RUN, &run, &stop); g = stop)
-    unmap_run(s, seg, run, stop - run, account, 1);
-  for (size_t g = 0; next_run(x, g, end, LENT, &run, &stop); g = stop) unmap_run(s, seg, run, stop - run, 0, 0);
-  for (size_t g = 0; (g = next_split(x, g, end)) < end; g++) ta_split_release(s, seg, g, account);
+  for (size_t g = 0; ta_granules_next(x, g, end, TA_GRANULE_OWNED | TA_GRANULE_RUN, &run, &stop); g = stop)
+    ta_segments_unmap_granules(s, seg, run, stop - run, account, 1);
+  for (size_t g = 0; ta_granules_next(x, g, end, TA_GRANULE_LENT, &run, &stop); g = stop)
+    ta_segments_unmap_granules(s, seg, run, stop - run, 0, 0);
+  for (size_t g = 0; (g = ta_granules_next_split(x, g, end)) < end; g++) ta_split_release(s, seg, g, account);
   s->backend->ops->unreserve(s->backend, s->device, seg->addr, x->reserved);
   free(x->handles);
   free(x->lent);
@@ -512,10 +435,10 @@ void ta_segments_expandable_teardown(ta_segments *s) {
 /* 1 when the free block `b` holds a mapped granule (or a mapped piece of a split one) wholly. */
 static int holds_mapped_granule(const ta_segment *seg, const ta_block *b) {
   size_t first, end, run, stop;
-  granules_of(seg, b->addr, b->size, 1, &first, &end);
-  if (next_whole(seg->expansion, first, end, &run, &stop)) return 1;
-  granules_of(seg, b->addr, b->size, 0, &first, &end);
-  for (size_t g = first; (g = next_split(seg->expansion, g, end)) < end; g++)
+  ta_granules_of(seg, b->addr, b->size, 1, &first, &end);
+  if (ta_granules_next_whole(seg->expansion, first, end, &run, &stop)) return 1;
+  ta_granules_of(seg, b->addr, b->size, 0, &first, &end);
+  for (size_t g = first; (g = ta_granules_next_split(seg->expansion, g, end)) < end; g++)
     if (ta_split_holds_mapped(seg, g, b->addr, b->addr + b->size)) return 1;
   return 0;
 }
@@ -537,170 +460,6 @@ size_t ta_segments_unmap_free(ta_segments *s, size_t want, const ta_block *keep)
     ta_segments_note_if_drained(s, seg);
   }
   return released;
-}
-
-/* ------------------------------------------------------------------------
- * Reclaim: donors, lending, retiring
- * ---------------------------------------------------------------------- */
-
-/* A handle (a granule, or a run of them) of a free block the device is
- * past: a donor candidate. */
-struct ta_past_granule {
-  uint32_t stamp; /* its stream's marker epoch when its memory was last freed: its age (a run's newest) */
-  uint16_t length; /* granules */
-  ta_segment *segment;
-  size_t g;
-};
-
-static int by_place(const void *pa, const void *pb) { /* address order */
-  const ta_past_granule *a = pa, *b = pb;
-  if (a->segment != b->segment) return a->segment->addr < b->segment->addr ? -1 : 1;
-  return a->g < b->g ? -1 : a->g > b->g;
-}
-
-static int by_age(const void *pa, const void *pb) { /* ties in place order: the choice is the same every run */
-  const ta_past_granule *a = pa, *b = pb;
-  return a->stamp != b->stamp ? (a->stamp < b->stamp ? -1 : 1) : by_place(pa, pb);
-}
-
-/* The newest stamp of granules [g, g + n). */
-static uint32_t newest_stamp(const ta_segment *seg, size_t g, size_t n) {
-  uint32_t stamp = 0;
-  for (size_t j = g; j < g + n; j++)
-    if (seg->stamps[j] > stamp) stamp = seg->stamps[j];
-  return stamp;
-}
-
-/* Every whole handle mapped in segments of `granule` size that a free
- * block (not `keep`) holds wholly and the device is past, into s->past;
- * their count, or -1 when host memory runs out. */
-static ptrdiff_t gather_past(ta_segments *s, size_t granule, const ta_block *keep) {
-  size_t n = 0;
-  for (size_t i = 0; i < s->ndonating;) {
-    ta_segment *seg = s->donating[i];
-    if (ta_segments_nothing_mapped(seg)) { /* the last one takes its place */
-      ta_segments_donates_nothing(s, seg);
-      continue;
-    }
-    i++;
-    if (!seg->marks || seg->expansion->granule != granule) continue;
-    for (ta_block *b = seg->first; b; b = b->next) {
-      if (b->state != TA_BLOCK_FREE || b == keep) continue;
-      size_t first, end, run, stop;
-      granules_of(seg, b->addr, b->size, 1, &first, &end);
-      for (size_t from = first; next_whole(seg->expansion, from, end, &run, &stop); from = stop) {
-        for (size_t g = run, len; g < stop; g += len) {
-          len = ta_run_length(seg->expansion, g);
-          uint32_t stamp = newest_stamp(seg, g, len);
-          if (stamp > seg->marks->done) continue;
-          if (ta_grow(&s->past, &s->cap_past, n + 1, 256)) return -1;
-          s->past[n++] = (ta_past_granule){.stamp = stamp, .length = (uint16_t)len, .segment = seg, .g = g};
-        }
-      }
-    }
-  }
-  return (ptrdiff_t)n;
-}
-
-/* Why the oldest first: memory freed long ago is the least likely to be
- * asked for again soon, so a hole left there is the last to need filling
- * (replay of the H100 traces, device trailing by 50 events: the Llama
- * decoder moved 2357 handles instead of 3898, GPT-2 3002 instead of 6266,
- * ResNet-50 1050 instead of 1171, at the same reserve; taking them in
- * address order left holes where the next step allocates). A run larger
- * than what the request still lacks is taken too: it fits nowhere in the
- * request and goes back (ta_segments_donors_drop), so single granules are
- * made in its place without the reserve growing. */
-size_t ta_segments_take_past(ta_segments *s, size_t want, size_t granule, const ta_block *keep) {
-  ptrdiff_t found = gather_past(s, granule, keep);
-  if (found <= 0) return 0; /* none, or no host memory to choose with: nothing moves */
-  size_t n = (size_t)found, need = ta_align_up(want, granule) / granule, total = 0;
-  for (size_t k = 0; k < n; k++) total += s->past[k].length;
-  if (total > need) { /* no more than the request maps */
-    qsort(s->past, n, sizeof *s->past, by_age);
-    size_t kept = 0;
-    for (size_t took = 0; kept < n && took < need; kept++) took += s->past[kept].length;
-    n = kept;
-  }
-  qsort(s->past, n, sizeof *s->past, by_place); /* runs of neighbours: one unmap each */
-  if (reserve_donors(&s->donors, s->donors.n + n)) return 0;
-  size_t got = 0;
-  for (size_t k = 0, next; k < n; k = next) {
-    ta_segment *seg = s->past[k].segment;
-    size_t first = s->past[k].g, len = 0;
-    for (next = k; next < n && s->past[next].segment == seg && s->past[next].g == first + len; next++) {
-      donate(&s->donors, granule, seg->expansion->handles[s->past[next].g], 0, s->past[next].length);
-      len += s->past[next].length; /* stamp 0: past, old everywhere */
-    }
-    unmap_run(s, seg, first, len, 1, 0);
-    seg->unmapped += len * granule;
-    got += len * granule;
-    ta_segments_note_if_drained(s, seg);
-  }
-  return got;
-}
-
-void ta_segments_lend(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t len) {
-  ta_expansion *x = seg->expansion;
-  size_t first, end;
-  granules_of(seg, addr, len, 1, &first, &end);
-  ta_assert((addr - seg->addr) % x->granule == 0 && len % x->granule == 0 && end > first);
-  if (reserve_donors(&s->donors, s->donors.n + (end - first))) return; /* then lent to none: it retires as it is */
-  for (size_t g = first, n; g < end; g += n) {
-    n = ta_run_length(x, g);
-    ta_assert(granule_state(x, g) & (OWNED | RUN) && ta_run_start(x, g) == g && g + n <= end);
-    /* the same stream's epoch where it goes */
-    donate(&s->donors, x->granule, x->handles[g], newest_stamp(seg, g, n), n);
-    memset(x->lent + g, 1, n);
-  }
-  seg->unmapped += len;
-  ta_segments_account(s, seg, addr, len, -1);
-}
-
-void ta_segments_retire(ta_segments *s, ta_segment *seg, uintptr_t addr, size_t len) {
-  ta_expansion *x = seg->expansion;
-  size_t first, end, run, stop;
-  granules_of(seg, addr, len, 1, &first, &end);
-  for (size_t g = first; next_run(x, g, end, LENT, &run, &stop); g = stop) {
-    unmap_run(s, seg, run, stop - run, 0, 0);
-    s->stats->num_device_free++; /* a device call; its bytes left the stats when lent */
-  }
-  /* A retiring range whose lending failed (host memory) is still owned:
-   * its memory is given back now, as any free granule's would be. */
-  for (size_t g = first; next_whole(x, g, end, &run, &stop); g = stop) {
-    unmap_run(s, seg, run, stop - run, 1, 1);
-    seg->unmapped += (stop - run) * x->granule;
-  }
-}
-
-int ta_segments_mapped_run(const ta_segment *seg, uintptr_t lo, uintptr_t hi, size_t want, uintptr_t *run_lo,
-                           uintptr_t *run_hi) {
-  const ta_expansion *x = seg->expansion;
-  size_t first, end, run, stop, granule = x->granule;
-  granules_of(seg, lo, hi - lo, 1, &first, &end);
-  if (!next_whole(x, first, end, &run, &stop)) return 0;
-  size_t g = run, need = ta_align_up(want, granule) / granule;
-  while (g < stop && g - run < need) g += ta_run_length(x, g); /* whole handles only */
-  *run_lo = seg->addr + run * granule;
-  *run_hi = seg->addr + g * granule;
-  return 1;
-}
-
-int ta_segments_may_remap(const ta_segments *s) { return !s->no_sync; }
-
-int ta_segments_range_past(const ta_segment *seg, uintptr_t addr, size_t len) {
-  size_t first, end;
-  granules_of(seg, addr, len, 1, &first, &end);
-  for (size_t g = first; g < end; g++)
-    if (!seg->marks || seg->stamps[g] > seg->marks->done) return 0;
-  return 1;
-}
-
-void ta_segments_donors_drop(ta_segments *s) {
-  if (!s->donors.n) return;
-  s->backend->ops->release(s->backend, s->device, s->donors.handles, s->donors.n);
-  s->stats->num_handles_released += (int64_t)s->donors.n;
-  s->donors.n = 0;
 }
 
 /* ------------------------------------------------------------------------

@@ -72,7 +72,8 @@ static ptrdiff_t break_run(ta_segments *s, ta_segment *seg, size_t g, uintptr_t 
       failed = 1;
     }
   for (size_t j = 0; j < length && !failed; j++)
-    if (fresh[j]) failed = ops->copy(s->backend, s->device, scratch + j * granule, base + j * granule, granule) != TA_OK;
+    if (fresh[j])
+      failed = ops->copy(s->backend, s->device, scratch + j * granule, base + j * granule, granule) != TA_OK;
   for (size_t j = 0; j < length; j++)
     if (fresh[j]) ops->unmap(s->backend, s->device, scratch + j * granule, granule, granule, &fresh[j], failed);
   if (failed) {
@@ -120,8 +121,8 @@ static int scratch_for(ta_segments *s, size_t granule, size_t length, uintptr_t 
 /* Break the runs of `seg` with a granule in [first, end) that `wanted`
  * says to (NULL: every one), until `want` bytes are back: the bytes back
  * added to *released. TA_OK, or TA_ENOMEM when one could not be. */
-static int break_runs(ta_segments *s, ta_segment *seg, size_t first, size_t end, int (*wanted)(const ta_segment *, size_t),
-                      size_t want, size_t *released) {
+static int break_runs(ta_segments *s, ta_segment *seg, size_t first, size_t end,
+                      int (*wanted)(const ta_segment *, size_t), size_t want, size_t *released) {
   ta_expansion *x = seg->expansion;
   uintptr_t scratch = 0;
   size_t scratch_size = 0;
