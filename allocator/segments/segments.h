@@ -245,8 +245,9 @@ ta_internal int ta_segments_mapped_stretch(const ta_segment *seg, uintptr_t lo, 
                                            uintptr_t *run_hi);
 /* Runs (segments_runs.c). Granules of `seg`'s pool to map as one handle
  * when `n` granules of new memory are mapped now: 1 (no run) unless the
- * reserve grows past the most it ever was, outside a memory fraction (the
- * caller asks whether the device is near its capacity). */
+ * reserve grows past the most it ever was, outside a memory fraction and
+ * while no capture may be underway (the caller asks whether the device is
+ * near its capacity). */
 ta_internal size_t ta_runs_length(const ta_segments *s, const ta_segment *seg, size_t n);
 /* Replace every run that has a granule in [first, end) by a handle per
  * granule: granules in use copied over, those lying wholly in free blocks

@@ -34,7 +34,8 @@
 size_t ta_runs_length(const ta_segments *s, const ta_segment *seg, size_t n) {
   size_t granule = seg->expansion->granule, length = s->run_bytes, most = seg->expansion->device >> RUN_DEVICE_SHIFT;
   length = (length < most ? length : most) / granule;
-  if (length < 2 || n < 2 || seg->pool != TA_POOL_LARGE || s->limit) return 1;
+  /* Under a capture (no_sync) a run that failed half made could not be unmapped: each is its own call. */
+  if (length < 2 || n < 2 || seg->pool != TA_POOL_LARGE || s->limit || s->no_sync) return 1;
   /* Past the warm-up the reserve stays under its most: single granules. */
   if (ta_stat_total(s->stats->reserved_bytes) + (int64_t)(n * granule) <= s->high_water) return 1;
   return length < TA_RUN_MAX_GRANULES ? length : TA_RUN_MAX_GRANULES;
