@@ -75,11 +75,13 @@ def memtracker_main(args: argparse.Namespace) -> int:
 
     register_llama_prompt()
     started = time.perf_counter()
-    device = torch.device("cuda", torch.cuda.current_device())
+    # --device cpu: the same estimate on fake CPU tensors, to check this path on a machine without a GPU
+    device = torch.device("cuda", torch.cuda.current_device()) if args.device == "cuda" else torch.device(args.device)
     result: dict[str, Any] = {"workload": args.workload, "knob": args.run_batch}
     # Built on the fake device itself, with Module.to a no-op while it is built: a fake parameter is moved by
     # swapping it for a new one, which fails ("_apply(): Couldn't swap Conv2d.weight" on the H200, 2026-11-28,
-    # whether made on the CPU or on the device), and made under torch.device(device) it is where .to() would put it.
+    # made on the CPU or under torch.device(device); the same on the CPU with --device cpu), and made under
+    # torch.device(device) it is where .to() would put it.
     with FakeTensorMode(), torch.device(device), mock.patch.object(torch.nn.Module, "to", _stay):
         built = WORKLOADS[args.workload].build(torch, device, args.run_batch, args.seed, args.steps)
         tracker = MemTracker()
@@ -97,9 +99,10 @@ def memtracker_main(args: argparse.Namespace) -> int:
                 if k == 0:
                     tracker.reset_mod_stats()  # the first step makes the optimizer's state
         peak = tracker.get_tracker_snapshot("peak")[device]["Total"]
-    result.update(estimate=int(peak), seconds=round(time.perf_counter() - started, 2), torch=torch.__version__,
-                  gpu=torch.cuda.get_device_name(device),
-                  device_total=torch.cuda.get_device_properties(device).total_memory)
+    result.update(estimate=int(peak), seconds=round(time.perf_counter() - started, 2), torch=torch.__version__)
+    if device.type == "cuda":
+        result.update(gpu=torch.cuda.get_device_name(device),
+                      device_total=torch.cuda.get_device_properties(device).total_memory)
     gpu_child.print_result(MEMTRACKER_TAG, result)
     return 0
 
