@@ -77,6 +77,7 @@ from suite.child import RESULT_TAG  # noqa: E402
 from suite.variants import parse_variant  # noqa: E402
 from torchalloc import _gpu_child as gpu_child  # noqa: E402
 
+DATA_DEPENDENT = "data-dependent shapes: FakeTensorMode cannot run the model"
 DEFAULT_MULTIPLES = (2, 4)
 RECORD = "torchalloc+stacks"  # the recording run: install()'s default, logged with stacks
 DEFAULT, NATIVE = "torchalloc", "native"
@@ -338,9 +339,18 @@ def rows(results: Results, checks: list[Check], multiples: list[int]) -> list[di
 
 
 def _memtracker_error(results: Results, check: str, knob: int) -> str | None:
+    """Why MemTracker gave no estimate: "data-dependent" when the model's shapes depend on values, which fake
+    tensors do not hold (detection's boxes, generate()'s tokens), else the child's error."""
     failed = next((r for r in results.runs if (r["check"], r["what"], r["knob"]) == (check, "memtracker", knob)
                    and "error" in r), None)
-    return failed["error"] if failed else None
+    if not failed:
+        return None
+    return DATA_DEPENDENT if "DataDependentOutputException" in failed.get("stderr", "") else failed["error"]
+
+
+def _memtracker_cell(row: dict[str, Any]) -> str:
+    error = row["memtracker_error"]
+    return _mib(row["memtracker_allocated"]) if not error else "data-dep." if error == DATA_DEPENDENT else "failed"
 
 
 def _mib(n: float | None) -> str:
@@ -358,14 +368,15 @@ def table(table_rows: list[dict[str, Any]], bisections: list[dict[str, Any]]) ->
     body = [[r["workload"], f"{r['knob']} {r['at']} ({r['multiple']}x)", r["from"], r["allocator"],
              _mib(r["predicted_allocated"]), _mib(r["real_allocated"]), _pct(r["error_allocated_pct"]),
              _mib(r["predicted_reserved"]), _mib(r["real_reserved"]), _pct(r["error_reserved_pct"]),
-             "failed" if r["memtracker_error"] else _mib(r["memtracker_allocated"]), _pct(r["memtracker_error_pct"]),
+             _memtracker_cell(r), _pct(r["memtracker_error_pct"]),
              "-" if r["memtracker_s"] is None else f"{r['memtracker_s']:.1f}", f"{r['plan_s']:.1f}"]
             for r in table_rows]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
     lines = ["  ".join(str(x).ljust(w) if k < 4 else str(x).rjust(w) for k, (x, w) in enumerate(zip(line, widths)))
              for line in [head, ["-" * w for w in widths], *body]]
-    lines.append("(MiB; err: (predicted - real) / real; MemTracker: its peak allocated under FakeTensorMode, MT s its "
-                 "seconds; plan s: reading the log and replaying both allocators)")
+    lines.append("(MiB; err: (predicted - real) / real; MemTracker: its peak allocated under FakeTensorMode (data-dep.: "
+                 "none, the model's shapes depend on values fake tensors do not hold), MT s its seconds; plan s: "
+                 "reading the log and replaying both allocators)")
     for b in bisections:
         said = (f"{b['workload']}: under {b['cap'] / 2**30:.2f} GiB the largest batch by bisection of real runs "
                 f"{b['real']}, predicted {b['predicted']}")

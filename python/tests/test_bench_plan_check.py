@@ -117,6 +117,28 @@ def test_the_table_sets_predictions_beside_real_runs_and_memtracker() -> None:
     assert "+1.0%" in text and "-10.0%" in text and "within one step" in text
 
 
+def test_memtracker_on_data_dependent_shapes_is_said_as_such() -> None:
+    check = plan_check.CHECKS["detection"]
+    results = plan_check.Results(machine={"gpu": "GPU", "torch": "2.x", "device_total": 80 << 30})
+    stderr = {"data": "torch._subclasses.fake_tensor.DataDependentOutputException: aten._local_scalar_dense.default",
+              "other": "RuntimeError: _apply(): Couldn't swap Conv2d.weight"}
+    for knob, why in ((4, "data"), (8, "other")):
+        results.runs += [
+            {"check": "detection", "what": "real", "variant": v, "knob": knob, "peak_allocated": 1000 << 20,
+             "peak_reserved": 1100 << 20} for v in ("torchalloc", "native")]
+        results.runs.append({"check": "detection", "what": "memtracker", "variant": "native", "knob": knob,
+                             "error": "child exited with status 1 and no result", "stderr": stderr[why]})
+        results.predictions += [
+            {"check": "detection", "multiple": knob // 2, "from": "one log", "policy": p, "peak_allocated": 1000 << 20,
+             "peak_reserved": 1100 << 20, "high_peak_reserved": 1100 << 20, "seconds": 0.1}
+            for p in (INSTALL_DEFAULT, "caching")]
+    rows = plan_check.rows(results, [check], [2, 4])
+    assert [r["memtracker_error"] for r in rows] == [plan_check.DATA_DEPENDENT] * 2 + ["child exited with status 1 "
+                                                                                      "and no result"] * 2
+    body = plan_check.table(rows, []).splitlines()[2:6]
+    assert [line.split()[-4] for line in body] == ["data-dep."] * 2 + ["failed"] * 2
+
+
 class FakeGpu:
     """bench/plan_check.py's children answered on the CPU: a recording run writes plan_runs' training log at its
     batch where the library would write its log; a real run (or a bisection's, under its cap) replays the
