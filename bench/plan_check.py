@@ -374,9 +374,9 @@ def table(table_rows: list[dict[str, Any]], bisections: list[dict[str, Any]]) ->
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
     lines = ["  ".join(str(x).ljust(w) if k < 4 else str(x).rjust(w) for k, (x, w) in enumerate(zip(line, widths)))
              for line in [head, ["-" * w for w in widths], *body]]
-    lines.append("(MiB; err: (predicted - real) / real; MemTracker: its peak allocated under FakeTensorMode (data-dep.: "
-                 "none, the model's shapes depend on values fake tensors do not hold), MT s its seconds; plan s: "
-                 "reading the log and replaying both allocators)")
+    lines.append("(MiB; err: (predicted - real) / real; MemTracker: its peak allocated under FakeTensorMode "
+                 "(data-dep.: none, the model's shapes depend on values fake tensors do not hold), MT s its seconds; "
+                 "plan s: reading the log and replaying both allocators)")
     for b in bisections:
         said = (f"{b['workload']}: under {b['cap'] / 2**30:.2f} GiB the largest batch by bisection of real runs "
                 f"{b['real']}, predicted {b['predicted']}")
