@@ -141,10 +141,15 @@ static int map_donors(ta_segments *s, ta_segment *seg, size_t first, size_t coun
   const ta_backend_ops *ops = s->backend->ops;
   const ta_donors *d = &s->donors;
   size_t g = first;
-  for (size_t i = d->n - count; i < d->n; i++) {
+  for (size_t i = d->n - count, next; i < d->n; i = next) {
+    /* single granules side by side in one call (as the backend's map makes them); a run in one of its own */
     size_t len = d->lengths[i], handle = len * x->granule;
-    if (ops->remap(s->backend, s->device, seg->addr + g * x->granule, handle, handle, &d->handles[i], s->peers) !=
-        TA_OK) {
+    next = i + 1;
+    if (len == 1)
+      while (next < d->n && d->lengths[next] == 1) next++;
+    size_t granules = len == 1 ? next - i : len;
+    if (ops->remap(s->backend, s->device, seg->addr + g * x->granule, granules * x->granule, handle, &d->handles[i],
+                   s->peers) != TA_OK) {
       if (g > first) unmap_handles(s, seg, first, g - first, 0);
       memset(x->handles + first, 0, (g - first) * sizeof *x->handles);
       memset(x->run + first, 0, (g - first) * sizeof *x->run);
@@ -152,8 +157,7 @@ static int map_donors(ta_segments *s, ta_segment *seg, size_t first, size_t coun
     }
     /* The memory's age comes with it: lent memory the device may still use
      * must not look past here. */
-    place_handle(seg, g, d->handles[i], len, d->stamps[i]);
-    g += len;
+    for (size_t j = i; j < next; j++, g += len) place_handle(seg, g, d->handles[j], len, d->stamps[j]);
   }
   return TA_OK;
 }
@@ -175,20 +179,25 @@ static int map_new(ta_segments *s, ta_segment *seg, size_t first, size_t n, size
     *made = n;
     return TA_OK;
   }
-  size_t done = 0;
+  /* Whole runs, then what is left as single granules in one call. */
+  size_t done = 0, whole = n / run * run;
   *made = 0;
   while (done < n) {
-    size_t len = n - done < run ? 1 : run, handle = len * x->granule;
-    uint64_t h = 0;
-    if (ops->map(s->backend, s->device, addr + done * x->granule, handle, handle, &h, s->peers) != TA_OK) {
+    size_t len = done < whole ? run : 1, granules = done < whole ? run : n - whole;
+    uint64_t *handles = x->handles + first + done;
+    if (ops->map(s->backend, s->device, addr + done * x->granule, granules * x->granule, len * x->granule, handles,
+                 s->peers) != TA_OK) {
       if (done) unmap_handles(s, seg, first, done, 1);
       memset(x->handles + first, 0, done * sizeof *x->handles);
       memset(x->run + first, 0, done * sizeof *x->run);
       return TA_ENOMEM;
     }
-    place_handle(seg, first + done, h, len, 0);
-    done += len;
-    ++*made;
+    if (len > 1)
+      place_handle(seg, first + done, handles[0], len, 0);
+    else
+      for (size_t j = 0; j < granules; j++) place_handle(seg, first + done + j, handles[j], 1, 0);
+    done += granules;
+    *made += len > 1 ? 1 : granules;
   }
   return TA_OK;
 }
