@@ -412,8 +412,8 @@ ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream) {
     take_free(a, bins, b);
   } else {
     b = fresh_block(a, stream, pool, bins, rounded);
-    if (a->compact) release_drained(a);
     if (!b) {
+      if (a->compact) release_drained(a);
       ta_arena_drop_if_unused(a, stream);
       return NULL;
     }
@@ -424,6 +424,10 @@ ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream) {
     if (ta_likely(rest != NULL)) split_after(a, bins, b, rounded, rest); /* without host memory: whole */
   }
   b->state = TA_BLOCK_LIVE;
+  /* Only now: a fresh block is FREE until here, so a segment that making it drained (its only block, nothing
+   * mapped yet) looked empty and went, block and all (found by fuzz_api); and `bins`, an entry of a->streams
+   * that releasing may move, is not used past this point. */
+  if (a->compact) release_drained(a);
   /* Known mapped: all of it when the split left it `rounded` bytes (not without host memory for the rest). */
   if (ta_unlikely(b->segment->unmapped != 0) && !(mapped && b->size == rounded)) {
     int failed = map_block(a, b);
