@@ -72,7 +72,7 @@ enum ta_peers_mode { TA_PEERS_ALL = 0, TA_PEERS_ASKED = 1 };
 
 /* `run`: while the reserve grows past the most it ever was (the warm-up),
  * new memory of the large pool is made in handles of this many bytes, each
- * a run of granules (segments_runs.c): the driver's calls cost per handle,
+ * a run of granules (segments_runs.c; what is left over, a granule each): the driver's calls cost per handle,
  * so GPT-2's 15 GiB warm-up in 8 MiB handles took about 1,900 creates,
  * maps and access grants (bench/vmm_costs.c, H200: 5.4 ms a GiB in 8 MiB
  * handles, 2.5 in 64 MiB ones). Why none by default: a run is moved and
