@@ -47,6 +47,12 @@ def largest_where(ok: Callable[[int], bool], start: int, top: int) -> int:
                 lo = probe
                 break
             hi, gap = probe, gap * 2
+    return bisect_between(ok, lo, hi)
+
+
+def bisect_between(ok: Callable[[int], bool], lo: int, hi: int) -> int:
+    """The largest n in [lo, hi) where ok(n) holds, for ok true at lo (or lo 0, untried) and false at hi and an
+    `ok` that holds up to some n and not past it."""
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if ok(mid):

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..log.trace import Trace
 from ..replay.engine import DEFAULT_POLICIES, INSTALL_DEFAULT, replay_once
-from .ceiling import LiveBytes, largest_where
+from .ceiling import LiveBytes, bisect_between, largest_where
 from .model import Model, TooLarge
 
 MAX_MULTIPLE = 1024.0  # the search's ceiling: a multiple that fits beyond it is said as "at least"
@@ -144,12 +144,7 @@ def largest_multiple(model: Model, policy: str, capacity: int, step: float, *, h
             hi = top
     else:
         lo, hi = 0, one
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
+    lo = bisect_between(ok, lo, hi)
     return (lo * step if lo else None), False
 
 
