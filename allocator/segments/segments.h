@@ -243,6 +243,16 @@ ta_internal void ta_split_release(ta_segments *s, ta_segment *seg, size_t g, int
  * in [*run_lo, *run_hi), or 0 (the snapshot's segments). */
 ta_internal int ta_segments_mapped_stretch(const ta_segment *seg, uintptr_t lo, uintptr_t hi, uintptr_t *run_lo,
                                            uintptr_t *run_hi);
+/* Replace the handle `*old`, mapped over [base, base + k * unit) of `seg`,
+ * by a handle per unit in use (free_unit[j] 0), their bytes copied over
+ * through `scratch` (k units of addresses); the free units go back (out of
+ * the stats, counted unmapped). fresh[] (k entries, zeroed) receives the
+ * new handles, 0 for a free unit. The bytes given back, or -1 when nothing
+ * changed (the device said no). The caller synchronized; it records the
+ * new handles (segments_replace.c). */
+ta_internal ptrdiff_t ta_segments_replace_handle(ta_segments *s, ta_segment *seg, uintptr_t base, uint64_t *old,
+                                                 size_t k, size_t unit, const uint8_t *free_unit, uintptr_t scratch,
+                                                 uint64_t *fresh);
 /* Runs (segments_runs.c). Granules of `seg`'s pool to map as one handle
  * when `n` granules of new memory are mapped now: 1 (no run) unless the
  * reserve grows past the most it ever was, outside a memory fraction and

@@ -58,50 +58,18 @@ static void free_granules(const ta_segment *seg, size_t g, size_t length, uint8_
  * -1 when nothing changed (the device said no). */
 static ptrdiff_t break_run(ta_segments *s, ta_segment *seg, size_t g, uintptr_t scratch, uint8_t *free_granule) {
   ta_expansion *x = seg->expansion;
-  const ta_backend_ops *ops = s->backend->ops;
-  size_t length = ta_run_length(x, g), granule = x->granule;
-  uintptr_t base = seg->addr + g * granule;
+  size_t length = ta_run_length(x, g);
   uint64_t *fresh = calloc(length, sizeof *fresh);
   if (!fresh) return -1;
   free_granules(seg, g, length, free_granule);
-  /* New handles for the granules in use, filled at the scratch addresses
-   * once all are made: until the run's handle goes, nothing is lost. */
-  int failed = 0;
-  for (size_t j = 0; j < length && !failed; j++)
-    if (!free_granule[j] && ops->map(s->backend, s->device, scratch + j * granule, granule, granule, &fresh[j], 0)) {
-      fresh[j] = 0; /* the backend made nothing */
-      failed = 1;
-    }
-  for (size_t j = 0; j < length && !failed; j++)
-    if (fresh[j])
-      failed = ops->copy(s->backend, s->device, scratch + j * granule, base + j * granule, granule) != TA_OK;
-  for (size_t j = 0; j < length; j++)
-    if (fresh[j]) ops->unmap(s->backend, s->device, scratch + j * granule, granule, granule, &fresh[j], failed);
-  if (failed) {
-    free(fresh);
-    return -1;
-  }
-  ops->unmap(s->backend, s->device, base, length * granule, length * granule, &x->handles[g], 1);
-  s->stats->num_handles_released++;
-  size_t released = 0;
-  for (size_t j = 0; j < length; j++) {
+  ptrdiff_t released = ta_segments_replace_handle(s, seg, seg->addr + g * x->granule, &x->handles[g], length,
+                                                  x->granule, free_granule, scratch, fresh);
+  for (size_t j = 0; released >= 0 && j < length; j++) {
     x->run[g + j] = 0;
     x->handles[g + j] = fresh[j];
-    if (free_granule[j]) {
-      ta_segments_account(s, seg, base + j * granule, granule, -1);
-      released += granule;
-    } else if (ops->remap(s->backend, s->device, base + j * granule, granule, granule, &fresh[j], s->peers) != TA_OK) {
-      /* The run's handle is gone: live bytes would be lost. The driver maps
-       * a handle it made at addresses reserved for it; it cannot refuse. */
-      fprintf(stderr, "torchalloc: remapping %p after breaking its run failed\n", (void *)(base + j * granule));
-      abort();
-    } else {
-      s->stats->num_handles_created++;
-    }
   }
-  seg->unmapped += released;
   free(fresh);
-  return (ptrdiff_t)released;
+  return released;
 }
 
 /* Addresses and scratch space for runs of up to `length` granules of

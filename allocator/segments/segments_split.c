@@ -227,47 +227,17 @@ static size_t free_pieces(const ta_segment *seg, size_t g, const ta_block **walk
  * granule to copy through). The bytes given back, 0 when nothing changed. */
 static size_t replace(ta_segments *s, ta_segment *seg, size_t g, const uint8_t *free_piece, uintptr_t scratch) {
   ta_expansion *x = seg->expansion;
-  const ta_backend_ops *ops = s->backend->ops;
-  size_t piece = piece_of(seg), k = x->split_pieces;
-  uintptr_t base = seg->addr + g * x->granule;
-  uint64_t *pieces = calloc(k, sizeof *pieces);
+  uint64_t *pieces = calloc(x->split_pieces, sizeof *pieces);
   if (!pieces) return 0;
-  /* New handles for the pieces in use, mapped at the scratch addresses
-   * and filled there once all are made: until the old handle goes, nothing
-   * is lost on a failure. */
-  int failed = 0;
-  for (size_t j = 0; j < k && !failed; j++)
-    if (!free_piece[j] && ops->map(s->backend, s->device, scratch + j * piece, piece, piece, &pieces[j], 0) != TA_OK) {
-      pieces[j] = 0; /* the backend made nothing */
-      failed = 1;
-    }
-  for (size_t j = 0; j < k && !failed; j++)
-    if (pieces[j]) failed = ops->copy(s->backend, s->device, scratch + j * piece, base + j * piece, piece) != TA_OK;
-  for (size_t j = 0; j < k; j++)
-    if (pieces[j]) ops->unmap(s->backend, s->device, scratch + j * piece, piece, piece, &pieces[j], failed);
-  if (failed) {
+  ptrdiff_t released = ta_segments_replace_handle(s, seg, seg->addr + g * x->granule, &x->handles[g],
+                                                  x->split_pieces, piece_of(seg), free_piece, scratch, pieces);
+  if (released < 0) {
     free(pieces);
     return 0;
   }
-  ops->unmap(s->backend, s->device, base, x->granule, x->granule, &x->handles[g], 1);
-  s->stats->num_handles_released++;
-  size_t released = 0;
-  for (size_t j = 0; j < k; j++) {
-    if (free_piece[j]) {
-      ta_segments_account(s, seg, base + j * piece, piece, -1);
-      released += piece;
-    } else if (ops->remap(s->backend, s->device, base + j * piece, piece, piece, &pieces[j], s->peers) != TA_OK) {
-      /* The old handle is gone: live bytes would be lost. The driver maps
-       * a handle it made at addresses reserved for it; it cannot refuse. */
-      fprintf(stderr, "torchalloc: remapping %p after replacing its handle failed\n", (void *)(base + j * piece));
-      abort();
-    }
-    s->stats->num_handles_created += !free_piece[j]; /* a new handle for each piece in use */
-  }
   x->handles[g] = TA_HANDLE_SPLIT;
   x->split[g] = pieces;
-  seg->unmapped += released;
-  return released;
+  return (size_t)released;
 }
 
 size_t ta_segments_split_free(ta_segments *s, size_t want) {
