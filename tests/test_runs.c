@@ -51,6 +51,26 @@ TEST(growth_under_the_high_water_mark_makes_single_granules) {
   CHECK_INVARIANTS();
 }
 
+/* Runs serve the first ramp only: once allocated bytes fall below half
+ * their most (a first step's activations freed), growth past the most is
+ * made a granule a handle, as later steps' growth is transient. */
+TEST(growth_after_the_first_ramp_makes_single_granules) {
+  REQUIRE(sim_reset("expandable:reclaim,sim_lag:0,run:64MiB") == 0);
+  void *a = use_malloc(128 * MiB, S0);
+  void *b = use_malloc(128 * MiB, S0); /* still ramping: two more runs */
+  REQUIRE(a && b);
+  CHECK_EQ(stats0().num_handles_created, 4);
+  use_free(b, 128 * MiB, S0);
+  use_free(a, 128 * MiB, S0); /* allocated 0: the ramp is over */
+  void *c = use_malloc(384 * MiB, S0); /* 128 MiB past the most: 16 granules */
+  REQUIRE(c);
+  CHECK_EQ(stats0().num_handles_created, 4 + 16);
+  CHECK_EQ(reserved(), 384 * MiB);
+  use_free(c, 384 * MiB, S0);
+  CHECK_EQ(violations(), 0);
+  CHECK_INVARIANTS();
+}
+
 /* A run the device is past moves whole to another stream's request that
  * it fits in; one larger than what a request lacks goes back, and the
  * request gets single granules without the reserve growing. */

@@ -118,7 +118,7 @@ static const conf_key keys[] = {
     {.name = "run", .kind = CONF_SIZE, FIELD(run_bytes), .lo = TA_MIN_LARGE_HANDLE, .hi = TA_MAX_LARGE_HANDLE,
      .step = TA_MIN_LARGE_HANDLE, .zero_ok = 1,
      .expected = "0 for none, or a multiple of 2 MiB up to 1 GiB, such as 64MiB", .default_value = "0",
-     .help = "while the reserve grows past its most (the warm-up), large-pool memory is made in physical "
+     .help = "while the reserve grows past its most in the first ramp (the warm-up), large-pool memory is made in physical "
              "allocations of this size: fewer driver calls, each moved and given back whole"},
     {.name = "peers", .kind = CONF_CHOICE, FIELD(peers), .choices = peers_choices, .default_value = "all",
      .help = "which other GPUs may read and write memory mapped on a GPU"},

@@ -70,17 +70,18 @@ enum ta_peers_mode { TA_PEERS_ALL = 0, TA_PEERS_ASKED = 1 };
 #define TA_MIN_LARGE_HANDLE ((size_t)2 << 20) /* the granule of the GPUs torchalloc runs on */
 #define TA_MAX_LARGE_HANDLE ((size_t)1 << 30)
 
-/* `run`: while the reserve grows past the most it ever was (the warm-up),
- * new memory of the large pool is made in handles of this many bytes, each
+/* `run`: while the reserve grows past the most it ever was in the first
+ * ramp (the warm-up: until allocated bytes first fall below half their
+ * most), new memory of the large pool is made in handles of this many bytes, each
  * a run of granules (segments_runs.c; what is left over, a granule each): the driver's calls cost per handle,
  * so GPT-2's 15 GiB warm-up in 8 MiB handles took about 1,900 creates,
  * maps and access grants (bench/vmm_costs.c, H200: 5.4 ms a GiB in 8 MiB
  * handles, 2.5 in 64 MiB ones). Why none by default: a run is moved and
  * given back only whole, and runs made early stay partly in use: replay of
  * the bundled default trace (drawn batch and length, 5.6 GiB at its peak)
- * reserved 1.020x its peak allocated with 64 MiB runs and 1.011x without
- * (235 handles made instead of 747), the demo trace 1.072x against 1.066x
- * (155 instead of 198). */
+ * reserved 1.018x its peak allocated with 64 MiB runs and 1.011x without
+ * (1.020x when runs served all growth past the most, not the first ramp
+ * only), the demo trace 1.072x against 1.066x. */
 #define TA_DEFAULT_RUN ((size_t)0) /* the `run` row's default in config.c says it too */
 
 /* `expandable`: 0 ordinary segments (PyTorch's, byte for byte); 1 grow one

@@ -177,6 +177,7 @@ static inline void count_free(ta_heap *h, const ta_block *b, int phase_now) TA_R
   ta_stats_sub(h->stats.allocation, pool, 1);
   ta_stats_sub(h->stats.allocated_bytes, pool, size);
   ta_stats_sub(h->stats.requested_bytes, pool, requested);
+  ta_segments_note_allocated(&h->seg, ta_stat_total(h->stats.allocated_bytes));
 }
 
 void *ta_heap_malloc(ta_heap *h, size_t size, cudaStream_t stream) {

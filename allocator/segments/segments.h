@@ -97,6 +97,10 @@ struct ta_segments {
   int handle_fixed;    /* large_handle was set (`handle`): it holds under a memory fraction too */
   int64_t allocated_high; /* the most allocated bytes seen (unlike the stats' peak, never reset) */
   int64_t high_water;  /* the most reserved bytes so far (never reset, unlike the stats' peak) */
+  /* Allocated bytes fell below half their most (allocated_high): the first
+   * ramp, a program's first step, is over and runs end (segments_runs.c).
+   * Set by the heap's free (ta_segments_note_free). */
+  int ramp_over;
   /* The device's free memory when last asked, with reserved bytes then and
    * the questions skipped since (ta_segments_near_capacity). */
   size_t free_seen, total_seen;
@@ -255,10 +259,17 @@ ta_internal ptrdiff_t ta_segments_replace_handle(ta_segments *s, ta_segment *seg
                                                  uint64_t *fresh);
 /* Runs (segments_runs.c). Granules of `seg`'s pool to map as one handle
  * when `n` granules of new memory are mapped now: 1 (no run) unless the
- * reserve grows past the most it ever was, outside a memory fraction and
+ * reserve grows past the most it ever was during the first ramp (ramp_over
+ * unset), outside a memory fraction and
  * while no capture may be underway (the caller asks whether the device is
  * near its capacity). */
 ta_internal size_t ta_runs_length(const ta_segments *s, const ta_segment *seg, size_t n);
+/* The heap's free, with the bytes still allocated: the first ramp ends
+ * (no more runs) when they fall below half the most allocated. */
+static inline void ta_segments_note_allocated(ta_segments *s, int64_t allocated) {
+  if (ta_unlikely(!s->ramp_over) && allocated < s->stats->allocated_bytes[TORCHALLOC_POOL_ALL].peak / 2)
+    s->ramp_over = 1;
+}
 /* Replace every run that has a granule in [first, end) by a handle per
  * granule: granules in use copied over, those lying wholly in free blocks
  * given back. The device is synchronized first. TA_OK (the bytes given

@@ -6,8 +6,12 @@
  * on an H200, 2.5 ms in 64 MiB ones), and a warm-up maps all of a run's
  * memory for the first time: GPT-2's 15 GiB were about 1,900 handles of
  * 8 MiB, its first ten steps 105 ms above PyTorch's allocator's. So while
- * the reserve grows past the most it ever was, new memory of the large pool
- * is made in handles of up to `run` bytes (config.h, TA_DEFAULT_RUN).
+ * the reserve grows past the most it ever was during the first ramp (until
+ * allocated bytes first fall below half their most: a first step's
+ * activations freed), new memory of the large pool is made in handles of
+ * up to `run` bytes (config.h, TA_DEFAULT_RUN). Later growth past the most
+ * (a longer sequence drawn) is transient: made in runs, it would leave them
+ * partly in use.
  *
  * The driver maps and unmaps a handle only whole, so a run is the unit it
  * is mapped, lent, moved and given back in: a run partly in use keeps its
@@ -35,8 +39,9 @@ size_t ta_runs_length(const ta_segments *s, const ta_segment *seg, size_t n) {
   size_t granule = seg->expansion->granule, length = s->run_bytes, most = seg->expansion->device >> RUN_DEVICE_SHIFT;
   length = (length < most ? length : most) / granule;
   /* Under a capture (no_sync) a run that failed half made could not be unmapped: each is its own call. */
-  if (length < 2 || n < 2 || seg->pool != TA_POOL_LARGE || s->limit || s->no_sync) return 1;
-  /* Past the warm-up the reserve stays under its most: single granules. */
+  if (length < 2 || n < 2 || seg->pool != TA_POOL_LARGE || s->limit || s->no_sync || s->ramp_over) return 1;
+  /* Past the warm-up the reserve stays under its most, and after the first ramp growth is transient: single
+   * granules. */
   if (ta_stat_total(s->stats->reserved_bytes) + (int64_t)(n * granule) <= s->high_water) return 1;
   return length < TA_RUN_MAX_GRANULES ? length : TA_RUN_MAX_GRANULES;
 }
