@@ -161,11 +161,13 @@ def _steps_words(s: Steps) -> str:
                 "data, as far as these steps show.")
     return (f"{head}, peaking between {fmt_bytes(lo)} and {fmt_bytes(hi)} allocated ({share:.0%} apart): the "
             "steps differ (shapes drawn per step, sizes set by the data such as detections or tokens, steps run "
-            "another way), and the prediction repeats each as recorded, so a step larger than any recorded peaks "
-            "higher, by up to about that spread. The reserve of ordinary segments (caching: PyTorch's allocator) "
-            "follows which sizes come in which order, and the scaled run keeps the recorded order: on Mask R-CNN "
-            "with drawn image sizes (H200, 2026-11-28) PyTorch's reserve was predicted 8% high at 2x and 19% at "
-            "4x, the default's within 1.5%.")
+            "another way), and the prediction repeats each as recorded, so a run that draws a step larger than "
+            "any recorded peaks higher, by what these steps cannot show: on Mask R-CNN with drawn image sizes "
+            "(H200, 2026-11-28) a log of 6 steps at batch 2 put batch 4 and 8 within 1.5% under the default, a "
+            "log of the same program under another seed, whose steps drew smaller images, 27-28% low. Record "
+            "more steps, or one at the largest shape the data holds. The reserve of ordinary segments (caching: "
+            "PyTorch's allocator) follows which sizes come in which order, and the scaled run keeps the recorded "
+            "order: on that first log PyTorch's reserve was predicted 8% high at 2x and 19% at 4x.")
 
 
 def _algorithms_words(plan: Plan, model: Model, by_category: dict[str, int], x: str) -> str:
