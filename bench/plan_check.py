@@ -2,7 +2,7 @@
 """`torchalloc plan` against real runs, beside PyTorch's MemTracker (issue 49, deliverable 3).
 
     python3 bench/plan_check.py [--workloads gpt2,resnet50,detection,llama_prompt] [--multiples 2,4]
-        [--steps N] [--no-bisect] [--no-memtracker] [--out plan_check.json] [--logs DIR] [--budget 560]
+        [--steps N] [--no-bisect] [--no-memtracker] [--two-logs] [--out plan_check.json] [--logs DIR] [--budget 560]
         [--lib build/libtorchalloc.so] [--dry-run]
 
 The children (each run on the GPU, and MemTracker's) are bench/plan_check_child.py's.
@@ -64,7 +64,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
@@ -119,6 +119,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=None, help="steps per run after one warm-up (default: per workload)")
     p.add_argument("--no-bisect", action="store_true", help="skip the search for the largest batch under a cap")
     p.add_argument("--no-memtracker", action="store_true", help="skip MemTracker under FakeTensorMode")
+    p.add_argument("--two-logs", action="store_true",
+                   help="record every workload at its base and twice it, and predict 4x from both as well")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--lib", default=os.environ.get("TORCHALLOC_LIB", str(REPO / "build" / "libtorchalloc.so")),
                    help="libtorchalloc.so (default: $TORCHALLOC_LIB, else build/libtorchalloc.so)")
@@ -146,7 +148,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = [n for n in names if n not in CHECKS]
     if unknown or not names:
         p.error(f"unknown workload(s) {', '.join(unknown) or '(none given)'}: known are {', '.join(CHECKS)}")
-    args.checks = [CHECKS[n] for n in dict.fromkeys(names)]
+    args.checks = [replace(CHECKS[n], two_logs=True) if args.two_logs else CHECKS[n] for n in dict.fromkeys(names)]
     try:
         args.multiple_list = sorted({int(m) for m in args.multiples.split(",") if m.strip()})
     except ValueError:
