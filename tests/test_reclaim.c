@@ -158,7 +158,7 @@ TEST(another_stream_waits_for_the_marker_and_never_the_host) {
  * TA_MARK_EVERY (256) frees of a stream: another stream finds its memory
  * past when the device got there. */
 TEST(markers_recorded_along_the_way_let_other_streams_take_memory) {
-  REQUIRE(sim_reset("handle:2MiB,expandable:reclaim,sim_lag:50") == 0);
+  REQUIRE(sim_reset("handle:2MiB,expandable:reclaim,sim_lag:50,run:0") == 0); /* granule by granule */
   void *keep = use_malloc(64 * MiB, S0);
   REQUIRE(keep);
   use_free(keep, 64 * MiB, S0);

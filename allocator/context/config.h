@@ -77,11 +77,16 @@ enum ta_peers_mode { TA_PEERS_ALL = 0, TA_PEERS_ASKED = 1 };
  * so GPT-2's 15 GiB warm-up in 8 MiB handles took about 1,900 creates,
  * maps and access grants (bench/vmm_costs.c, H200: 5.4 ms a GiB in 8 MiB
  * handles, 2.5 in 64 MiB ones). Why none by default: a run is moved and
- * given back only whole, and runs made early stay partly in use: replay of
- * the bundled default trace (drawn batch and length, 5.6 GiB at its peak)
- * reserved 1.018x its peak allocated with 64 MiB runs and 1.011x without
- * (1.020x when runs served all growth past the most, not the first ramp
- * only), the demo trace 1.072x against 1.066x. */
+ * given back only whole, and runs made in the first ramp can stay partly
+ * in use (gradients allocated where activations were). Made the default,
+ * 64 MiB runs of the first ramp (before the 1/64 share of segments_runs.c)
+ * on four H200s (BENCHMARKS.md, 2026-11-28) took GPT-2's first ten steps
+ * to native's (2085 ms against 2101; without runs, on a host of the same
+ * kind, 2201 against 2058) at 1.006x reserved, the Llama-style decoder 1.008x, but the
+ * mixture-of-experts decoder reserved 1.020x (1.006x without) and
+ * generate() 1.072x (1.025x). With the 1/64 share, replay of the bundled
+ * traces reserves what it does without runs; on a GPU that is not yet
+ * measured. */
 #define TA_DEFAULT_RUN ((size_t)0) /* the `run` row's default in config.c says it too */
 
 /* `expandable`: 0 ordinary segments (PyTorch's, byte for byte); 1 grow one
