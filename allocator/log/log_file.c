@@ -139,14 +139,14 @@ static ta_noinline int grow(uint64_t need) {
   pthread_mutex_lock(&L.grow_mu);
   uint64_t size = atomic_load_explicit(&L.size, memory_order_relaxed);
   int ok = need <= size;
-  if (!ok && !atomic_load(&L.stop_end) && !ta_log_guard_check(L.fd, size)) {
+  if (!ok && !atomic_load(&L.stop_end)) {
     uint64_t target = ta_align_up(need, GROW_CHUNK);
     if (target > L.file_max) target = L.file_max;
-    int e = ta_log_guard_fallocate(L.fd, (off_t)size, (off_t)(target - size));
+    int e = ta_log_guard_grow(L.fd, size, target, TA_LOG_MAGIC);
     if (e == 0) {
       publish_size(target);
       ok = 1;
-    } else {
+    } else if (e > 0) { /* -1: cut short by another program, the guard said so and stopped the log */
       stop_writing(TA_LOG_STATUS_NO_SPACE, size);
       fprintf(stderr, "torchalloc: warning: the log %s cannot grow past %llu bytes (%s); logging stopped\n",
               L.path, (unsigned long long)size, strerror(e));
@@ -194,8 +194,7 @@ static void *helper_main(void *arg) {
     pthread_mutex_unlock(&L.helper_mu);
     uint64_t end = populated + STEP < want ? populated + STEP : want;
     uint64_t size = atomic_load_explicit(&L.size, memory_order_acquire);
-    int ok = end <= size || (!ta_log_guard_check(L.fd, size) &&
-                             ta_log_guard_fallocate(L.fd, (off_t)size, (off_t)(end - size)) == 0);
+    int ok = end <= size || ta_log_guard_grow(L.fd, size, end, TA_LOG_MAGIC) == 0;
     if (ok && end > size) {
       pthread_mutex_lock(&L.grow_mu);
       publish_size(end);

@@ -32,5 +32,11 @@ ta_internal int ta_log_guard_check(int fd, uint64_t size);
 /* posix_fallocate with SIGXFSZ held back: past a file-size limit it
  * returns EFBIG instead of the signal killing the process. */
 ta_internal int ta_log_guard_fallocate(int fd, off_t offset, off_t len);
+/* The file grown from `size` (the length this process gave it) to
+ * `target`, checked before (ta_log_guard_check) and after: its first bytes
+ * must still be `magic`. 0 grown; -1 cut short by another program (before
+ * or during the growth: the cut is put back and the guard trips); else the
+ * growth's errno (ENOSPC, EFBIG). */
+ta_internal int ta_log_guard_grow(int fd, uint64_t size, uint64_t target, const char magic[8]);
 
 #endif
