@@ -97,9 +97,9 @@ struct ta_segments {
   int handle_fixed;    /* large_handle was set (`handle`): it holds under a memory fraction too */
   int64_t allocated_high; /* the most allocated bytes seen (unlike the stats' peak, never reset) */
   int64_t high_water;  /* the most reserved bytes so far (never reset, unlike the stats' peak) */
-  /* Allocated bytes fell below half their most (allocated_high): the first
-   * ramp, a program's first step, is over and runs end (segments_runs.c).
-   * Set by the heap's free (ta_segments_note_free). */
+  /* Allocated bytes fell below half their most (the stats' peak): the
+   * first ramp, a program's first step, is over and runs end
+   * (segments_runs.c). Set by the heap's free (ta_segments_note_allocated). */
   int ramp_over;
   /* The device's free memory when last asked, with reserved bytes then and
    * the questions skipped since (ta_segments_near_capacity). */
