@@ -284,10 +284,12 @@ def predict(check: Check, logs: list[Path], multiples: list[int], capacity: int 
             t2 = time.perf_counter()
             plan = make_plan(model, float(m), capacity, policies=[INSTALL_DEFAULT, "caching"], search=False)
             seconds = time.perf_counter() - t2 + read_s
-            for p in plan.policies:
+            for p in plan.policies:  # too large (an allocation past any device at m): no figure, said so
                 out.append({"check": check.name, "multiple": m, "from": source, "policy": p.policy,
-                            "peak_allocated": p.peak_allocated, "peak_reserved": p.peak_reserved,
-                            "high_peak_reserved": p.high_peak_reserved, "seconds": round(seconds, 3)})
+                            "peak_allocated": None if p.too_large else p.peak_allocated,
+                            "peak_reserved": None if p.too_large else p.peak_reserved,
+                            "high_peak_reserved": None if p.too_large else p.high_peak_reserved,
+                            "too_large": p.too_large, "seconds": round(seconds, 3)})
     return out
 
 

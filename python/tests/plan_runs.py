@@ -27,11 +27,13 @@ HIDDEN, HEADS, VOCAB, LAYERS = 128, 4, 1024, 3
 
 
 def training(batch: int, seq: int = 128, *, steps: int = 4, scores: bool = True, kept_input: bool = False,
-             cut_after: str | None = None, markers: bool = True, oom_device: int = 0) -> SynthLog:
+             cut_after: str | None = None, markers: bool = True, oom_device: int = 0, workspace: int = 0
+             ) -> SynthLog:
     """The run (module docstring). `kept_input`: the first step's token ids are kept for the whole run (a block
     the analysis cannot attribute: persistent, made in forward); `cut_after`: stop the log right after that
     phase of the first step begins ("backward": a run cut before its first full step); `oom_device`: end with
-    an out-of-memory record saying the device has that many bytes."""
+    an out-of-memory record saying the device has that many bytes; `workspace`: per layer in forward, after the
+    MLP temporary, a temporary of that many bytes (a cuDNN workspace, whose size its algorithm decides)."""
     L = SynthLog()
     addr = itertools.count(1 << 32, 1 << 20)
     tokens, h = batch * seq, HIDDEN
@@ -64,6 +66,10 @@ def training(batch: int, seq: int = 128, *, steps: int = 4, scores: bool = True,
             t = next(addr)
             L.alloc(t, tokens * 4 * h * 4)
             L.free(t)
+            if workspace:
+                w = next(addr)
+                L.alloc(w, workspace)
+                L.free(w)
         a = next(addr)
         L.alloc(a, tokens * VOCAB * 4)  # logits
         saved.append(a)

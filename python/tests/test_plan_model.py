@@ -96,6 +96,22 @@ def test_runs_that_allocate_differently_are_matched_site_by_site(folder: Path, l
     assert grown.sum() > a.size.sum()
 
 
+def test_a_size_chosen_anew_between_two_logs_is_no_law(folder: Path, library_path: Path) -> None:
+    """A workspace of 4 KiB at batch 2 and 512 MiB at batch 4 (another algorithm): taken as a law it grows as
+    the knob's 17th power, past any device at 4x (ResNet-50's two logs did that). It gets its category's law
+    instead, counted and said, and the prediction is the model's with that block linear."""
+    a = read_run(write(training(2, workspace=4096), folder, "w2.talog"))
+    b = read_run(write(training(4, workspace=512 * MiB), folder, "w4.talog"))
+    model = fit_pair(a, b, 2.0)
+    per_step = 3 * 4  # one workspace per layer and step
+    assert model.off_law == per_step and model.unattributed.sum() == per_step
+    assert model.sizes_at(4.0).max() < 64 * MiB  # no power law: the workspace grown linearly from 4 KiB
+    plan = make_plan(model, 4.0, None, policies=[INSTALL_DEFAULT])
+    assert plan.default is not None and not plan.default.too_large and plan.default.peak_allocated > 0
+    words = " ".join(limit.text for limit in plan.limits)
+    assert f"{per_step} of them because their sizes shrank or grew faster than the knob's square" in words
+
+
 def test_bytes_not_attributed_bound_the_prediction(folder: Path, library_path: Path) -> None:
     """The first step's token ids kept for the whole run: persistent, made in forward, neither a parameter nor
     optimizer state, so not attributed. Kept at their size, the prediction is low by their growth; grown, it

@@ -14,6 +14,13 @@ e = log(rho) / log(r):
 - 1 < e <= 2: c1 x + c2 x^2 (pure quadratic when e = 2);
 - otherwise (shrinking, or steeper than quadratic): the power x^e.
 
+Two runs measure a law only within that family's reach: a pair of sizes
+that shrinks, or grows faster than the square of the knob, is no law of
+the knob but a choice made anew between the runs (cuDNN picking another
+algorithm and workspace at the larger batch: ResNet-50's 32 and 64 gave
+power laws that put one block past any device at 4x). `off_law` names
+them; the model gives them their category's law instead.
+
 One run gives no second point: a block of a category that grows with the
 batch gets rho = r (linear), any other rho = 1 (SCALING, FIXED below); the
 categories the analysis could not attribute (UNATTRIBUTED) are kept at
@@ -50,6 +57,13 @@ _EDGE = 1e-9  # an exponent this close to 1 or 2 is that integer (sizes are inte
 def exponent(rho: np.ndarray, r: float) -> np.ndarray:
     """e = log(rho) / log(r) per block (0 where rho is 1)."""
     return np.log(np.maximum(rho, 1e-300)) / np.log(r)
+
+
+def off_law(rho: np.ndarray, r: float) -> np.ndarray:
+    """Per ratio: it shrinks or grows faster than quadratic in the knob (module docstring); nan: False."""
+    rho = np.asarray(rho, dtype=np.float64)
+    e = exponent(np.where(np.isnan(rho), 1.0, rho), r)
+    return ~np.isnan(rho) & ((e < -_EDGE) | (e > 2 + _EDGE))
 
 
 def growth(rho: np.ndarray, r: float, x: float) -> np.ndarray:

@@ -37,7 +37,7 @@ from ..log.trace import ALLOC, MAX_REQUEST, Trace, TraceError, load_trace
 from ..log.trace_stream import load_log
 from .follow import BlockKinds, Kinds
 from .steps import Steps, steps_of
-from .laws import BEFORE_LOG_CODE, NOMINAL_RATIO, SCALING_CODES, UNATTRIBUTED_CODES, growth, one_run_ratios
+from .laws import BEFORE_LOG_CODE, NOMINAL_RATIO, SCALING_CODES, UNATTRIBUTED_CODES, growth, off_law, one_run_ratios
 
 
 class PlanError(ValueError):
@@ -139,6 +139,7 @@ class Model:
     other: Run | None = None  # the second run
     matched: str = ""  # two runs: "in order", "by site" (how allocations were paired)
     by_site_mean: int = 0  # two runs: allocations whose site made a different count in the other run (mean ratio)
+    off_law: int = 0  # two runs: allocations whose pair shrank or grew faster than quadratic (laws.off_law)
     # the replays with no capacity made of the trace so far, by (policy, multiple): predict.py asks before it replays
     peaks: dict[tuple[str, float], dict[str, Any]] = dataclasses.field(default_factory=dict, repr=False)
 
@@ -243,12 +244,15 @@ def fit_pair(a: Run, b: Run, r: float | None = None) -> Model:
     if r is None or r == 1.0:
         raise PlanError(f"{a.path}, {b.path}: no block whose size changes between the two logs (recorded at the "
                         "same batch and sequence length?): no law to measure")
+    off = off_law(rho_body, r)
+    rho_body[off] = np.nan  # no law of the knob: their category's, as an allocation that found no match
     unknown = np.isnan(rho_body)
     rho = np.concatenate((np.ones(a.before_log), rho_body))
     guess = one_run_ratios(a.category, r)
     unattributed = np.concatenate((np.ones(a.before_log, dtype=bool), unknown))
     rho[unattributed] = guess[unattributed]
-    return Model(a, rho, unattributed, float(r), 2, other=b, matched=matched, by_site_mean=int(by_mean.sum()))
+    return Model(a, rho, unattributed, float(r), 2, other=b, matched=matched, by_site_mean=int(by_mean.sum()),
+                 off_law=int(off.sum()))
 
 
 def _match_by_site(keys_a: np.ndarray, keys_b: np.ndarray, size_a: np.ndarray, size_b: np.ndarray

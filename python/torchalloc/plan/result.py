@@ -201,8 +201,11 @@ def _unattributed_words(plan: Plan, model: Model, x: str) -> str:
                 f"{model.by_site_mean} of them by their site's mean size, the two runs making different numbers "
                 f"there)")
         if n or pre:
-            return text + (f"; {n} found no match in the second log ({fmt_bytes(nbytes)} requested in all)"
-                           + (f" and {pre} were allocated before the log" if pre else "")
+            off = (f", {model.off_law} of them because their sizes shrank or grew faster than the knob's square "
+                   "between the logs (a choice made anew, such as a cuDNN algorithm and its workspace)"
+                   if model.off_law else "")
+            return text + (f"; {n} found no match in the second log or no law in it ({fmt_bytes(nbytes)} requested "
+                           f"in all{off})" + (f" and {pre} were allocated before the log" if pre else "")
                            + f", given their category's law; {bound}.")
         return text + "."
     unknown = plan.by_kind["not attributed"]
