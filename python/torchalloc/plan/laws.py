@@ -16,10 +16,10 @@ e = log(rho) / log(r):
 
 Two runs measure a law only within that family's reach: a pair of sizes
 that shrinks, or grows faster than the square of the knob, is no law of
-the knob but a choice made anew between the runs (cuDNN picking another
-algorithm and workspace at the larger batch: ResNet-50's 32 and 64 gave
-power laws that put one block past any device at 4x). `off_law` names
-them; the model gives them their category's law instead.
+the knob but a choice made anew between the runs (such as cuDNN picking
+another algorithm and workspace at the larger batch; ResNet-50's logs at
+batch 32 and 64 held pairs whose power laws put a block past any device at
+4x). `off_law` names them; the model gives them their category's law.
 
 One run gives no second point: a block of a category that grows with the
 batch gets rho = r (linear), any other rho = 1 (SCALING, FIXED below); the
