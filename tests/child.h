@@ -34,4 +34,13 @@ static inline int run_in_child(void (*body)(const void *), const void *arg, char
   return status;
 }
 
+/* Whether the child exited 0; when it did not, how it ended (its exit
+ * status or its signal) goes to stderr, for the failing test's output. */
+static inline int child_exited_cleanly(int status) {
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 1;
+  if (WIFEXITED(status)) fprintf(stderr, "  the child exited with %d\n", WEXITSTATUS(status));
+  else fprintf(stderr, "  the child died of signal %d\n", WTERMSIG(status));
+  return 0;
+}
+
 #endif

@@ -63,8 +63,7 @@ TEST(a_log_cut_short_by_another_program_stops_logging_and_training_goes_on) {
   char path[256], out[4096];
   temp_path(path, sizeof path, "truncated");
   int status = run_in_child(truncate_while_logging, path, out, sizeof out);
-  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  if (!WIFEXITED(status)) fprintf(stderr, "  the child died of signal %d\n", WTERMSIG(status));
+  CHECK(child_exited_cleanly(status));
   CHECK(strstr(out, "cut short by another program") != NULL);
   unlink(path);
 }
@@ -100,8 +99,7 @@ TEST(a_cut_met_by_the_files_growth_is_put_back_and_stops_the_log) {
   char path[256], out[4096];
   temp_path(path, sizeof path, "grown_over");
   int status = run_in_child(grow_over_a_cut, path, out, sizeof out);
-  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  if (WIFEXITED(status) && WEXITSTATUS(status)) fprintf(stderr, "  the child exited with %d\n", WEXITSTATUS(status));
+  CHECK(child_exited_cleanly(status));
   CHECK(strstr(out, "cut short by another program") != NULL);
   unlink(path);
 }
@@ -142,8 +140,7 @@ TEST(a_cut_log_stops_logging_when_a_later_handler_raises_the_fault_again) {
   char path[256], out[4096];
   temp_path(path, sizeof path, "reraised");
   int status = run_in_child(truncate_under_a_handler_that_raises_again, path, out, sizeof out);
-  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  if (!WIFEXITED(status)) fprintf(stderr, "  the child died of signal %d\n", WTERMSIG(status));
+  CHECK(child_exited_cleanly(status));
   CHECK(strstr(out, "Bus error") != NULL); /* the later handler did see the fault */
   CHECK(strstr(out, "cut short by another program") != NULL);
   unlink(path);
@@ -180,8 +177,7 @@ TEST(a_file_size_limit_stops_the_log_as_a_full_disk_does) {
   char path[256], out[4096];
   temp_path(path, sizeof path, "fsize");
   int status = run_in_child(log_past_a_file_size_limit, path, out, sizeof out);
-  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0); /* SIGXFSZ's default would end it with signal 25 */
-  if (!WIFEXITED(status)) fprintf(stderr, "  the child died of signal %d\n", WTERMSIG(status));
+  CHECK(child_exited_cleanly(status)); /* SIGXFSZ's default would end it with signal 25 */
   CHECK(strstr(out, "cannot grow") != NULL);
   parsed p;
   REQUIRE(parse(path, &p) == 0);
@@ -206,7 +202,7 @@ TEST(a_log_that_cannot_start_under_a_limit_is_refused_with_the_reason) {
   char path[256], out[4096];
   temp_path(path, sizeof path, "tiny-limit");
   int status = run_in_child(open_under_a_tiny_limit, path, out, sizeof out);
-  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK(child_exited_cleanly(status));
   CHECK(strstr(out, "file size limit") != NULL);
   struct stat st;
   CHECK(stat(path, &st) != 0); /* the file it created is gone again */
@@ -315,7 +311,7 @@ TEST(an_oom_report_past_a_file_size_limit_is_dropped_and_the_process_lives) {
   char dir[] = "/tmp/talog-oom-fsize-XXXXXX", out[4096];
   REQUIRE(mkdtemp(dir) != NULL);
   int status = run_in_child(oom_under_a_tiny_file_size_limit, dir, out, sizeof out);
-  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0); /* SIGXFSZ's default ended it with signal 25 */
+  CHECK(child_exited_cleanly(status)); /* SIGXFSZ's default ended it with signal 25 */
   if (WIFSIGNALED(status)) fprintf(stderr, "  the child died of signal %d\n", WTERMSIG(status));
   CHECK(none_left(dir, "")); /* neither the report nor its temporary file */
   CHECK(rmdir(dir) == 0);
