@@ -18,6 +18,14 @@ static void env_save(saved_env *e) {
   snprintf(e->value, sizeof e->value, "%s", v ? v : "");
 }
 
+/* The environment's TORCHALLOC_CONF saved into `e`, `conf` put in its
+ * place, and the library torn down: the next call configures from it. */
+static void use_environment_conf(saved_env *e, const char *conf) {
+  env_save(e);
+  setenv("TORCHALLOC_CONF", conf, 1);
+  torchalloc_teardown();
+}
+
 static void env_restore(const saved_env *e) {
   if (e->had) setenv("TORCHALLOC_CONF", e->value, 1);
   else unsetenv("TORCHALLOC_CONF");
@@ -26,10 +34,8 @@ static void env_restore(const saved_env *e) {
 TEST(broken_conf_in_the_environment_refuses_every_allocation) {
   REQUIRE(sim_reset("warn:1") == 0);
   saved_env env;
-  env_save(&env);
   /* oom:null: without it a broken conf for the real device stops the process at the first malloc */
-  setenv("TORCHALLOC_CONF", "policy:nope,oom:null", 1);
-  torchalloc_teardown(); /* the next call configures from the environment */
+  use_environment_conf(&env, "policy:nope,oom:null");
   void *got[4];
   capture c;
   int captured = capture_begin(&c) == 0;
@@ -72,9 +78,7 @@ TEST(broken_conf_in_the_environment_refuses_every_allocation) {
 
 TEST(broken_conf_then_explicit_init_recovers) {
   saved_env env;
-  env_save(&env);
-  setenv("TORCHALLOC_CONF", "backend:sim,sim_capacity:80XB", 1);
-  torchalloc_teardown();
+  use_environment_conf(&env, "backend:sim,sim_capacity:80XB");
   capture c;
   int captured = capture_begin(&c) == 0;
   void *p = torchalloc_malloc(4096, 0, S0);
@@ -100,9 +104,7 @@ TEST(broken_conf_error_replaces_a_stale_last_error) {
   REQUIRE(sim_reset("") == 0);
   CHECK_EQ(torchalloc_check_invariants(5), -1); /* "device index 5 is out of range" */
   saved_env env;
-  env_save(&env);
-  setenv("TORCHALLOC_CONF", "policy:nope", 1);
-  torchalloc_teardown();
+  use_environment_conf(&env, "policy:nope");
   capture c;
   int captured = capture_begin(&c) == 0;
   torchalloc_stats s;
