@@ -141,7 +141,9 @@ void ta_log_guard_disarm(void) {
 
 int ta_log_guard_tripped(void) { return atomic_load(&tripped); }
 
-int ta_log_guard_check(int fd, uint64_t size) {
+/* Before growing: 1 when the file is shorter than `size` (the length this
+ * process gave it), handled as the fault would be. */
+static int cut_before_growth(int fd, uint64_t size) {
   char *base = atomic_load(&armed_base);
   struct stat st;
   if (atomic_load(&tripped)) return 1;
@@ -152,7 +154,7 @@ int ta_log_guard_check(int fd, uint64_t size) {
 
 int ta_log_guard_fallocate(int fd, off_t offset, off_t len) { return ta_fallocate_within_limit(fd, offset, len); }
 
-/* Why read the header back: a cut between ta_log_guard_check and the
+/* Why read the header back: a cut between cut_before_growth and the
  * growth is undone by the growth, which extends the shorter file from
  * `size` on and leaves a hole where the log was; writers then store into
  * the hole and never fault (one run in about 150 of test_log_hostile's
@@ -161,7 +163,7 @@ int ta_log_guard_fallocate(int fd, off_t offset, off_t len) { return ta_fallocat
  * the first hole (where the other program's cut left the file, with
  * whatever it wrote since), else at 0, and the guard trips. */
 int ta_log_guard_grow(int fd, uint64_t size, uint64_t target, const char magic[8]) {
-  if (ta_log_guard_check(fd, size)) return -1;
+  if (cut_before_growth(fd, size)) return -1;
   int e = ta_fallocate_within_limit(fd, (off_t)size, (off_t)(target - size));
   if (e) return e;
   char head[8];

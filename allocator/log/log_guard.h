@@ -24,19 +24,15 @@ ta_internal void ta_log_guard_arm(char *base, uint64_t len, atomic_int *enabled,
 ta_internal void ta_log_guard_disarm(void);
 /* 1 once a truncation was caught since the last arm. */
 ta_internal int ta_log_guard_tripped(void);
-/* Before the log's file is grown from `size` (the length this process gave
- * it): 1 when it was cut short since (fstat says less), handled as the
- * fault would be; growing it would fill the cut with a hole and carry on
- * writing a log whose start is gone. 0 when it may grow. */
-ta_internal int ta_log_guard_check(int fd, uint64_t size);
 /* posix_fallocate with SIGXFSZ held back: past a file-size limit it
  * returns EFBIG instead of the signal killing the process. */
 ta_internal int ta_log_guard_fallocate(int fd, off_t offset, off_t len);
 /* The file grown from `size` (the length this process gave it) to
- * `target`, checked before (ta_log_guard_check) and after: its first bytes
- * must still be `magic`. 0 grown; -1 cut short by another program (before
- * or during the growth: the cut is put back and the guard trips); else the
- * growth's errno (ENOSPC, EFBIG). */
+ * `target`, checked before (shorter than `size`, it was cut since: growing
+ * it would fill the cut with a hole and carry on writing a log whose start
+ * is gone) and after (its first bytes must still be `magic`). 0 grown; -1
+ * cut short by another program, before or during the growth (the cut is
+ * put back and the guard trips); else the growth's errno (ENOSPC, EFBIG). */
 ta_internal int ta_log_guard_grow(int fd, uint64_t size, uint64_t target, const char magic[8]);
 
 #endif
