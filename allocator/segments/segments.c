@@ -205,6 +205,7 @@ void ta_segments_init(ta_segments *s, ta_backend *backend, int device, torchallo
   s->large_handle = s->granule ? ta_align_up(large_handle, s->granule) : 0;
   s->handle_fixed = handle_fixed;
   s->run_bytes = s->granule ? run_bytes / s->granule * s->granule : 0;
+  s->ramp_over = !s->run_bytes; /* no runs (the default): no first ramp to watch, the heap's free skips it */
 }
 
 ta_free_census *ta_segments_census(const ta_segments *s) { return s->census; }

@@ -99,7 +99,8 @@ struct ta_segments {
   int64_t high_water;  /* the most reserved bytes so far (never reset, unlike the stats' peak) */
   /* Allocated bytes fell below half their most (the stats' peak): the
    * first ramp, a program's first step, is over and runs end
-   * (segments_runs.c). Set by the heap's free (ta_segments_note_allocated). */
+   * (segments_runs.c). Set by the heap's free (ta_segments_note_allocated),
+   * and from the start when there are no runs. */
   int ramp_over;
   /* The device's free memory when last asked, with reserved bytes then and
    * the questions skipped since (ta_segments_near_capacity). */
