@@ -44,14 +44,14 @@
 
 size_t ta_runs_length(const ta_segments *s, const ta_segment *seg, size_t n) {
   size_t granule = seg->expansion->granule, length = s->run_bytes, most = seg->expansion->device >> RUN_DEVICE_SHIFT;
-  size_t share = ((size_t)ta_stat_total(s->stats->reserved_bytes) + n * granule) >> RUN_RESERVE_SHIFT;
-  if (share < most) most = share;
+  int64_t after = ta_stat_total(s->stats->reserved_bytes) + (int64_t)(n * granule); /* the reserve this growth makes */
+  if ((size_t)after >> RUN_RESERVE_SHIFT < most) most = (size_t)after >> RUN_RESERVE_SHIFT;
   length = (length < most ? length : most) / granule;
   /* Under a capture (no_sync) a run that failed half made could not be unmapped: each is its own call. */
   if (length < 2 || n < 2 || seg->pool != TA_POOL_LARGE || s->limit || s->no_sync || s->ramp_over) return 1;
   /* Past the warm-up the reserve stays under its most, and after the first ramp growth is transient: single
    * granules. */
-  if (ta_stat_total(s->stats->reserved_bytes) + (int64_t)(n * granule) <= s->high_water) return 1;
+  if (after <= s->high_water) return 1;
   return length < TA_RUN_MAX_GRANULES ? length : TA_RUN_MAX_GRANULES;
 }
 
