@@ -25,7 +25,7 @@ static inline unsigned xor_bytes(const unsigned char *p, size_t len) {
   return x;
 }
 
-/* -1 for a file that is not a version-2 log, or whose header or any
+/* -1 for a file that is not a log of the version written (TA_LOG_VERSION), or whose header or any
  * complete slot fails its checksum (said on stderr). */
 static inline int parse(const char *path, parsed *p) {
   memset(p, 0, sizeof *p);
@@ -45,7 +45,7 @@ static inline int parse(const char *path, parsed *p) {
   memcpy(&byte_order, p->data + 20, 4);
   memcpy(&p->pid, p->data + 40, 4);
   memcpy(&p->status, p->data + 56, 4);
-  if (memcmp(p->data, "TALOG\0\0\0", 8) || version != 2 || header_size != 128 || record_size != 64 ||
+  if (memcmp(p->data, "TALOG\0\0\0", 8) || version != TA_LOG_VERSION || header_size != 128 || record_size != 64 ||
       byte_order != 0x01020304u)
     return -1;
   if (xor_bytes(p->data, 128)) {

@@ -53,6 +53,14 @@ TEST(every_event_kind_with_its_fields) {
   CHECK_EQ(r->stream, (uintptr_t)S1);
   CHECK_EQ(r->phase, fwd);
   uint64_t seg_addr = r->addr;
+  /* The device's memory, said once before its first segment (later segments, after the trim, say nothing). */
+  const ta_log_record *d = nth_kind(&p, TA_LOG_DEVICE, 0);
+  REQUIRE(d);
+  CHECK(d < r);
+  CHECK_EQ(d->device, 0);
+  CHECK_EQ(d->addr, 64 * MiB);
+  CHECK_EQ(d->size, 0); /* no memory fraction */
+  CHECK(nth_kind(&p, TA_LOG_DEVICE, 1) == NULL);
 
   r = nth_kind(&p, TA_LOG_ALLOC, 0);
   REQUIRE(r);
@@ -258,6 +266,46 @@ TEST(reopen_starts_a_self_contained_file) {
   }
 }
 
+/* Every file says each device's memory before the device's first segment in it (a plan of the log needs the
+ * recording GPU's capacity), and a memory fraction set while it is open at once. */
+TEST(each_file_says_the_devices_memory_and_its_fraction) {
+  char a_path[256], b_path[256];
+  temp_path(a_path, sizeof a_path, "device-a");
+  temp_path(b_path, sizeof b_path, "device-b");
+  REQUIRE(log_reset(a_path, "sim_capacity:64MiB") == 0);
+  void *x = torchalloc_malloc(4 * MiB, 0, S0);
+  REQUIRE(x);
+  torchalloc_set_memory_fraction(0.5, 0);
+  torchalloc_free(x, 4 * MiB, 0, S0);
+  torchalloc_empty_cache(0);
+  REQUIRE(torchalloc_log_open(b_path) == 0); /* closes a */
+  void *y = torchalloc_malloc(4 * MiB, 0, S0); /* a new segment: b hears of the device first */
+  REQUIRE(y);
+  torchalloc_free(y, 4 * MiB, 0, S0);
+  torchalloc_log_close();
+  parsed a, b;
+  REQUIRE(parse(a_path, &a) == 0);
+  REQUIRE(parse(b_path, &b) == 0);
+  const ta_log_record *d0 = nth_kind(&a, TA_LOG_DEVICE, 0), *d1 = nth_kind(&a, TA_LOG_DEVICE, 1);
+  const ta_log_record *d = nth_kind(&b, TA_LOG_DEVICE, 0), *seg = nth_kind(&b, TA_LOG_SEGMENT_ALLOC, 0);
+  REQUIRE(d0);
+  REQUIRE(d1);
+  REQUIRE(seg);
+  REQUIRE(d);
+  CHECK(d0 < nth_kind(&a, TA_LOG_SEGMENT_ALLOC, 0));
+  CHECK_EQ(d0->addr, 64 * MiB);
+  CHECK_EQ(d0->size, 0);
+  CHECK_EQ(d1->addr, 64 * MiB);
+  CHECK_EQ(d1->size, 32 * MiB); /* the fraction, said when it was set */
+  CHECK(d < seg);
+  CHECK_EQ(d->size, 32 * MiB);
+  CHECK(nth_kind(&b, TA_LOG_DEVICE, 1) == NULL);
+  free(a.data);
+  free(b.data);
+  unlink(a_path);
+  unlink(b_path);
+}
+
 /* stacks:1 in a process without Python: every stack is 0, nothing breaks. */
 TEST(stacks_without_python_are_empty) {
   char path[256];
@@ -438,7 +486,7 @@ TEST(sigkill_leaves_every_complete_record) {
   for (size_t i = torn + TA_LOG_RECORD_SIZE; i < p.len; i++) zeros &= p.data[i] == 0;
   CHECK(zeros);
   for (size_t i = 0; i < p.nslots; i++)
-    if (p.slots[i].kind < TA_LOG_ALLOC || p.slots[i].kind > TA_LOG_END) {
+    if (p.slots[i].kind < TA_LOG_ALLOC || p.slots[i].kind > TA_LOG_DEVICE) { /* DEVICE: the last kind */
       CHECK(!"bad kind");
       break;
     }

@@ -448,7 +448,7 @@ void ta_heap_set_pytorch_settings(ta_heap *h, const ta_roundup *r, int capture_r
 
 void ta_heap_set_limit(ta_heap *h, size_t limit, double fraction) {
   ta_lock_acquire(&h->lock);
-  h->seg.limit = limit;
+  ta_segments_set_limit(&h->seg, limit);
   h->fraction = fraction;
   h->fraction_set = 1;
   ta_lock_release(&h->lock);

@@ -2,13 +2,29 @@
  * docs/LOG_FORMAT.md, "Event records". */
 #include "log/log.h"
 
+#include <stdatomic.h>
+
 #include "log/log_intern.h"
 
 _Thread_local uint32_t ta_log_call_stack;
 
+/* The devices whose DEVICE record the open file holds (the record's
+ * device field is an int8_t: 128 of them). */
+static atomic_uchar device_told[128];
+
 int ta_log_open(const char *pattern, size_t max_bytes, char *err, size_t errlen) {
   ta_log_close(); /* the new file starts with no interned ids */
+  for (size_t i = 0; i < sizeof device_told; i++) atomic_store(&device_told[i], 0);
   return ta_log_file_open(pattern, max_bytes, err, errlen);
+}
+
+int ta_log_device_untold(int device) {
+  return device >= 0 && (size_t)device < sizeof device_told && !atomic_exchange(&device_told[device], 1);
+}
+
+void ta_log_device(int device, size_t total, size_t limit) {
+  ta_log_record r = {.addr = total, .size = limit, .device = (int8_t)device, .kind = TA_LOG_DEVICE};
+  ta_log_write(&r);
 }
 
 void ta_log_close(void) {

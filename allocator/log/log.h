@@ -30,6 +30,12 @@ ta_internal void ta_log_segment(uint8_t kind, int device, const ta_segment *s, u
  * `torchalloc report` gives the same advice). */
 ta_internal void ta_log_oom(int device, const torchalloc_oom_facts *facts, cudaStream_t stream, int phase,
                             int verdict, size_t granule);
+/* DEVICE: `device` has `total` bytes, `limit` of them allowed (a memory
+ * fraction; 0: none). Written once per device and file, before the
+ * device's first segment, by whoever ta_log_device_untold answered 1 first:
+ * plans and replays of the log then know the recording GPU's memory. */
+ta_internal int ta_log_device_untold(int device);
+ta_internal void ta_log_device(int device, size_t total, size_t limit);
 ta_internal void ta_log_trim(int device, size_t released, int phase, uint8_t reason);
 /* PHASE_BEGIN / PHASE_END of occurrence `epoch` of `phase` (no heap lock). */
 ta_internal void ta_log_phase(uint8_t kind, int phase, uint32_t epoch, const char *name);

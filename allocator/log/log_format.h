@@ -16,7 +16,9 @@
 #endif
 
 #define TA_LOG_MAGIC "TALOG\0\0\0"
-#define TA_LOG_VERSION 2 /* 2: byte 62 of every slot and byte 60 of the header are checksums */
+/* 2: byte 62 of every slot and byte 60 of the header are checksums; 3: a device record before a device's first
+ * segment (a version-2 reader would take it for the end of the data) */
+#define TA_LOG_VERSION 3
 #define TA_LOG_HEADER_SIZE 128
 #define TA_LOG_RECORD_SIZE 64
 #define TA_LOG_MIN_MAX_BYTES 4096 /* smallest log_max: the header and a few records */
@@ -48,6 +50,7 @@ enum ta_log_kind {
   TA_LOG_MODULE = 16,      /* the current nn.Module changed: records after it were made inside it */
   TA_LOG_MODULE_NAME = 17, /* a module id's path (model.layers.3.mlp), once per module */
   TA_LOG_MODULE_TAG = 18,  /* the block at an address belongs to a module as a parameter, gradient, state */
+  TA_LOG_DEVICE = 19,      /* a device's memory (total, memory fraction), before its first segment in the file */
 };
 
 /* flags of a MODULE_TAG record: what the tagged block is to its module */

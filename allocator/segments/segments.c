@@ -150,6 +150,22 @@ static uint8_t log_flags(const ta_segment *s) {
                    (mode & TA_POLICY_RECLAIM ? TA_LOG_SEGMENT_RECLAIM : 0));
 }
 
+/* The log's DEVICE record, before the device's first segment in the file. */
+static ta_noinline void tell_device(const ta_segments *seg) {
+  size_t free_b = 0, total = 0;
+  if (seg->backend->ops->mem_info(seg->backend, seg->device, &free_b, &total) != TA_OK) total = 0;
+  ta_log_device(seg->device, total, seg->limit);
+}
+
+void ta_segments_set_limit(ta_segments *seg, size_t limit) {
+  seg->limit = limit;
+  /* a new limit is said at once (a reader takes the device's last record) */
+  if (LOGGING(seg)) {
+    ta_log_device_untold(seg->device);
+    tell_device(seg);
+  }
+}
+
 void ta_segments_account(ta_segments *seg, const ta_segment *s, uintptr_t addr, size_t bytes, int sign) {
   if (sign > 0) {
     seg->stats->num_device_alloc++;
@@ -163,6 +179,7 @@ void ta_segments_account(ta_segments *seg, const ta_segment *s, uintptr_t addr, 
     ta_stats_sub(seg->stats->reserved_bytes, s->pool, (int64_t)bytes);
   }
   uint8_t kind = sign > 0 ? TA_LOG_SEGMENT_ALLOC : TA_LOG_SEGMENT_FREE;
+  if (sign > 0 && LOGGING(seg) && ta_unlikely(ta_log_device_untold(seg->device))) tell_device(seg);
   if (LOGGING(seg)) ta_log_segment(kind, seg->device, s, addr, bytes, seg->phase, log_flags(s));
   if (seg->logged)
     ta_observe_segment(seg->device, sign > 0 ? TORCHALLOC_SEGMENT_ALLOC : TORCHALLOC_SEGMENT_FREE, addr, bytes,

@@ -161,6 +161,9 @@ ta_internal void ta_segment_source_drop(ta_segment_source *src);
  * segments (config.h, `handle`), rounded up to the device's granule. */
 ta_internal void ta_segments_init(ta_segments *s, ta_backend *backend, int device, torchalloc_stats *stats,
                                   size_t large_handle, int handle_fixed, size_t run_bytes);
+/* The reserved-bytes ceiling a memory fraction sets (0: none); an open log
+ * is told at once (its DEVICE record). */
+ta_internal void ta_segments_set_limit(ta_segments *s, size_t limit);
 /* The move budget (segments_moves.c): `permille` of the time (0: no limit), its clock started. */
 ta_internal void ta_segments_moves_init(ta_segments *s, unsigned permille);
 /* Return every segment to the device, live blocks included, and free the

@@ -27,14 +27,17 @@ HIDDEN, HEADS, VOCAB, LAYERS = 128, 4, 1024, 3
 
 
 def training(batch: int, seq: int = 128, *, steps: int = 4, scores: bool = True, kept_input: bool = False,
-             cut_after: str | None = None, markers: bool = True, oom_device: int = 0, workspace: int = 0
-             ) -> SynthLog:
+             cut_after: str | None = None, markers: bool = True, oom_device: int = 0, workspace: int = 0,
+             device_memory: tuple[int, int] | None = None) -> SynthLog:
     """The run (module docstring). `kept_input`: the first step's token ids are kept for the whole run (a block
     the analysis cannot attribute: persistent, made in forward); `cut_after`: stop the log right after that
     phase of the first step begins ("backward": a run cut before its first full step); `oom_device`: end with
     an out-of-memory record saying the device has that many bytes; `workspace`: per layer in forward, after the
-    MLP temporary, a temporary of that many bytes (a cuDNN workspace, whose size its algorithm decides)."""
+    MLP temporary, a temporary of that many bytes (a cuDNN workspace, whose size its algorithm decides);
+    `device_memory`: (total, memory fraction's limit) said by a device record first, as the library does."""
     L = SynthLog()
+    if device_memory:
+        L.device_memory(*device_memory)
     addr = itertools.count(1 << 32, 1 << 20)
     tokens, h = batch * seq, HIDDEN
     L.begin("init")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from torchalloc import analysis as A
+from torchalloc._records import DEVICE
 
 MiB = 1 << 20
 USER = "/home/u/train.py"
@@ -95,6 +96,10 @@ class SynthLog:
 
     def segment_free(self, addr: int, size: int) -> None:
         self._row(kind=A.SEGMENT_FREE, addr=addr, size=size, block_size=size, pool=2)
+
+    def device_memory(self, total: int, limit: int = 0) -> None:
+        """The device record: the GPU has `total` bytes, `limit` of them allowed (a memory fraction; 0: none)."""
+        self._row(kind=DEVICE, addr=total, size=limit)
 
     def oom(self, size: int, reserved: int, stack: int = 0) -> None:
         self._row(kind=A.OOM, size=size, block_size=reserved, stack=stack)

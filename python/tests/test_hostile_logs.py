@@ -31,7 +31,7 @@ EXPECTED = {
     "oom-of-2-62": (4 * MiB, "an OOM asking for more than 1099509530624 bytes", [5]),
     "repeated-phase-start": (5 * MiB, "a phase occurrence begun a second time", [5]),
     "phase-end-without-begin": (5 * MiB, "a phase end with no open occurrence", [6]),
-    "block-record-without-device": (4 * MiB, "a block, segment or OOM record about no device", [5]),
+    "block-record-without-device": (4 * MiB, "a block, segment, OOM or device record about no device", [5]),
     "phase-id-out-of-range": (4 * MiB, "a phase id above 255", [5]),
 }
 
@@ -149,7 +149,7 @@ def test_the_checker_names_each_record_once() -> None:
     log = read_log(b.to_bytes())
     bad, notes = impossible(log.records)
     assert bad.tolist() == [True, True, False, False]  # the END record stands
-    assert len(notes) == 2 and notes[0].startswith("1 impossible record (a block, segment or OOM record about no")
+    assert len(notes) == 2 and notes[0].startswith("1 impossible record (a block, segment, OOM or device record about no")
     assert notes[1].startswith("1 impossible record (a block of more than") and "record 1 " in notes[1]
 
 

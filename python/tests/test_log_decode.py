@@ -82,8 +82,11 @@ def test_every_kind_decodes_with_fields_and_stacks(clib, tmp_path: Path) -> None
     assert log.complete and not log.truncated and log.warnings == []
     assert log.header.pid == os.getpid() and log.header.status_name == "closed"
     names = talog.kind_names(log.records["kind"]).tolist()
-    assert names == ["phase_begin", "segment_alloc", "alloc", "marker", "free", "phase_end", "segment_free",
-                     "trim", "trim", "oom", "oom_device", "end"]  # a trim record follows the segment_free records it caused
+    assert names == ["phase_begin", "device", "segment_alloc", "alloc", "marker", "free", "phase_end",
+                     "segment_free", "trim", "trim", "oom", "oom_device", "end"]  # a trim record follows the
+    # segment_free records it caused; the device's memory is said before its first segment
+    memory = log.of_kind("device")[0]
+    assert (memory["addr"], memory["size"], memory["device"]) == (64 << 20, 0, 0)  # total, no fraction
     oom, device = log.of_kind("oom")[0], log.of_kind("oom_device")[0]
     assert (oom["size"], oom["addr"]) == (1 << 30, 64 << 20)  # requested; the device's free bytes
     assert (device["addr"], device["size"], device["block_size"]) == (64 << 20, 0, 0)  # total, no fraction, allocated
@@ -343,8 +346,8 @@ def test_not_a_log_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_unknown_version_is_a_clear_error() -> None:
     data = bytearray(synth(1))
-    data[8:12] = struct.pack("<I", 3)
-    with pytest.raises(LogFormatError, match="version 3; this decoder reads versions 1, 2"):
+    data[8:12] = struct.pack("<I", 4)
+    with pytest.raises(LogFormatError, match="version 4; this decoder reads versions 1, 2, 3"):
         read_log(bytes(data))
     data = bytearray(synth(1))
     data[20:24] = struct.pack(">I", 0x01020304)

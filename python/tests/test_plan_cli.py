@@ -2,8 +2,10 @@
 capacity from the log when the log says it, and refusing bad input with one line and exit 2."""
 from __future__ import annotations
 
+import ctypes
 import json
 import sys
+from typing import Any, Callable
 from pathlib import Path
 
 import pytest
@@ -71,12 +73,41 @@ def test_two_logs_at_two_sequence_lengths(folder: Path, library_path: Path) -> N
     assert "quadratic" in text and "linear" in text
 
 
-def test_the_capacity_comes_from_the_log_when_it_says_it(folder: Path, library_path: Path) -> None:
-    path = write(training(4, oom_device=20 * GiB), folder, "oom.talog")
+@pytest.mark.parametrize("said,capacity,source", [
+    ({"device_memory": (24 * GiB, 0)}, 24 * GiB, "the recording GPU's (from the log)"),
+    ({"device_memory": (24 * GiB, 12 * GiB)}, 12 * GiB, "the recording GPU's memory fraction (from the log)"),
+    ({"oom_device": 20 * GiB}, 20 * GiB, "the recording GPU's (from its OOM record)"),
+])
+def test_the_capacity_comes_from_the_log_when_it_says_it(said: dict[str, object], capacity: int, source: str,
+                                                         folder: Path, library_path: Path) -> None:
+    path = write(training(4, **said), folder, f"said{len(source)}.talog")  # type: ignore[arg-type]
     status, out, err = cli("plan", str(path), "--json", "--no-search")
     assert status == 0, err
     data = json.loads(out)
-    assert data["capacity"] == 20 * GiB and data["capacity_from"] == "the recording GPU's (from its OOM record)"
+    assert data["capacity"] == capacity and data["capacity_from"] == source
+
+
+def test_a_log_the_library_wrote_says_its_devices_memory(sim: object, tmp_path: Path) -> None:
+    """The library's log says the (simulated) device's 1 GiB before its first segment, and a memory fraction
+    when it is set: what plan takes for the capacity when none is given."""
+    from torchalloc import _lib
+    from torchalloc.analysis import analyze
+
+    lib = _lib.lib()
+    path = tmp_path / "sim.talog"
+    assert lib.torchalloc_log_open(str(path).encode()) == 0
+    block = lib.torchalloc_malloc(4 << 20, 0, None)
+    assert block
+    assert analyze_closed(lib, path, analyze) == (GiB, 0)
+    assert lib.torchalloc_log_open(str(path).encode()) == 0
+    lib.torchalloc_set_memory_fraction(ctypes.c_double(0.5), 0)
+    lib.torchalloc_free(block, 4 << 20, 0, None)
+    assert analyze_closed(lib, path, analyze) == (GiB, GiB // 2)
+
+
+def analyze_closed(lib: ctypes.CDLL, path: Path, analyze: Callable[[Path], Any]) -> tuple[int, int] | None:
+    lib.torchalloc_log_close()
+    return analyze(path).scan.device_memory  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("args,says", [

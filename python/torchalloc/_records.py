@@ -37,6 +37,7 @@ OOM_DEVICE = 15
 MODULE = 16
 MODULE_NAME = 17
 MODULE_TAG = 18
+DEVICE = 19
 
 KIND_NAMES: dict[int, str] = {
     ALLOC: "alloc",
@@ -57,6 +58,7 @@ KIND_NAMES: dict[int, str] = {
     MODULE: "module",
     MODULE_NAME: "module_name",
     MODULE_TAG: "module_tag",
+    DEVICE: "device",
 }
 KIND_IDS: dict[str, int] = {name: kind for kind, name in KIND_NAMES.items()}
 MAX_KIND = max(KIND_NAMES)

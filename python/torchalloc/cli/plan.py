@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--recorded", metavar="B[,B2]", help="the batch size (or sequence length) the log was recorded "
                     "at; with two logs, both (32,64); the largest batch that fits is then searched batch by batch")
     ap.add_argument("--capacity", metavar="SIZE", help="the GPU's memory, e.g. 80GiB (default: the recording GPU's, "
-                    "when the log says it: an out-of-memory record carries it)")
+                    "which the log says; older logs only in an out-of-memory record)")
     ap.add_argument("--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated (default: every policy)")
     ap.add_argument("--device", type=int, default=None, help="the device of the log to plan for (default: the busiest)")
     ap.add_argument("--no-search", action="store_true", help="skip the search for the largest batch that fits")
@@ -113,8 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             capacity, capacity_from = recording_capacity(model)
             if capacity is None:
                 progress.close()
-                fail(PROG, f"{paths[0]} does not say how much memory its GPU had (only an out-of-memory record "
-                           "does): give the capacity to plan for, e.g. --capacity 80GiB")
+                fail(PROG, f"{paths[0]} does not say how much memory its GPU had (logs older than format "
+                           "version 3 say it only in an out-of-memory record): give the capacity to plan for, e.g. "
+                           "--capacity 80GiB")
         plan = make_plan(model, multiple, capacity, capacity_from=capacity_from, recorded=base, policies=policies,
                          search=not args.no_search, progress=progress)
     except (PlanError, LogFormatError, ReplayError, _lib.LibraryError) as e:

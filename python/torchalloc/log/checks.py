@@ -26,6 +26,7 @@ import numpy as np
 from .._lib import MAX_PHASES
 from .._records import (
     ALLOC,
+    DEVICE,
     FREE,
     OOM,
     OOM_DEVICE,
@@ -48,7 +49,7 @@ LISTED = 5  # records named per kind of problem; the rest are counted
 
 _BLOCKS = (ALLOC, FREE)
 _SEGMENTS = (SEGMENT_ALLOC, SEGMENT_FREE)
-_ABOUT_A_DEVICE = _BLOCKS + _SEGMENTS + (OOM, OOM_DEVICE)
+_ABOUT_A_DEVICE = _BLOCKS + _SEGMENTS + (OOM, OOM_DEVICE, DEVICE)
 
 
 def _over(values: np.ndarray, limit: int) -> np.ndarray:
@@ -63,7 +64,7 @@ def _size_problems(r: np.ndarray) -> list[tuple[np.ndarray, str]]:
     return [
         (_over(r["time_ns"], MAX_TIME_NS), "a time at or past 2^63 ns (no clock reaches it)"),
         (r["phase"] >= MAX_PHASES, f"a phase id above {MAX_PHASES - 1} (a process has at most {MAX_PHASES} phases)"),
-        (np.isin(kind, _ABOUT_A_DEVICE) & (r["device"] < 0), "a block, segment or OOM record about no device"),
+        (np.isin(kind, _ABOUT_A_DEVICE) & (r["device"] < 0), "a block, segment, OOM or device record about no device"),
         (blocks & _over(r["size"], MAX_REQUEST), f"a block of more than {MAX_REQUEST} bytes requested "
          "(the largest request the allocator accepts)"),
         (blocks & _over(r["block_size"], MAX_BLOCK), f"a block of more than {MAX_BLOCK} bytes"),
@@ -75,6 +76,8 @@ def _size_problems(r: np.ndarray) -> list[tuple[np.ndarray, str]]:
         (oom_device & (_over(r["addr"], MAX_TOTAL) | _over(r["size"], MAX_TOTAL) | _over(r["block_size"], MAX_TOTAL)
                        | _over(r["stream"], MAX_TOTAL)), f"an OOM device record with more than {MAX_TOTAL} bytes"),
         ((kind == TRIM) & _over(r["size"], MAX_TOTAL), f"a trim of more than {MAX_TOTAL} bytes"),
+        ((kind == DEVICE) & (_over(r["addr"], MAX_TOTAL) | _over(r["size"], MAX_TOTAL)),
+         f"a device record with more than {MAX_TOTAL} bytes"),
     ]
 
 

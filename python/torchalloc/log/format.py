@@ -15,8 +15,8 @@ import numpy as np
 from .._records import KIND_NAMES, LOG_MAGIC, STATUS_NAMES
 
 MAGIC = LOG_MAGIC
-VERSION = 2  # what the library writes; VERSIONS are what this decoder reads
-VERSIONS = (1, 2)
+VERSION = 3  # what the library writes; VERSIONS are what this decoder reads
+VERSIONS = (1, 2, 3)
 HEADER_SIZE = 128
 RECORD_SIZE = 64
 BYTE_ORDER_MARK = 0x01020304
@@ -40,8 +40,8 @@ RECORD_DTYPE = np.dtype(
 # RECORD_DTYPE items is copied field by field (5x slower).
 SLOT_ITEM = np.dtype((np.void, RECORD_SIZE))
 # Metadata records, the same 64 bytes seen differently ("Metadata records").
-# A string slot carries 46 bytes of text (version 2: byte 62 is the checksum), 47 in version 1.
-STRING_CHUNK = {1: 47, 2: 46}
+# A string slot carries 46 bytes of text (from version 2: byte 62 is the checksum), 47 in version 1.
+STRING_CHUNK = {1: 47, 2: 46, 3: 46}
 STRING_DTYPES = {
     version: np.dtype({"names": ["id", "len", "chunk", "seq", "text"],
                        "formats": ["<u4", "<u2", "<u2", "<u8", ("u1", chunk)],

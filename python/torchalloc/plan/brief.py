@@ -7,7 +7,7 @@ against the batch, per policy, with the capacity and the recorded run.
 
 The report predicts at 2x the recorded batch under the default, and
 searches the largest multiple that fits the recording GPU's memory when
-the log says it (an out-of-memory record), else replay's default capacity,
+the log says it (its device record, or an out-of-memory record), else replay's default capacity,
 said as assumed. It costs the report little: the trace is gathered in the
 analysis' own pass (report_follower: the log is read once), the line
 replays the default at 2x and searches from the ceiling of live bytes

@@ -47,7 +47,7 @@ class Plan:
     multiple: float  # the knob's multiple of the (first) run's
     recorded: float | None  # the (first) run's batch (or knob value) when given
     capacity: int | None
-    capacity_from: str  # "--capacity", "the recording GPU's (from its OOM record)", ...
+    capacity_from: str  # "--capacity", "the recording GPU's (from the log)", ...
     model_fact: str
     recorded_allocated: int
     recorded_reserved: int | None  # None: the log has no segment records
@@ -77,8 +77,15 @@ def fmt_multiple(x: float) -> str:
 
 
 def recording_capacity(model: Model) -> tuple[int | None, str]:
-    """The recording GPU's memory when the log says it (an out-of-memory record carries the device's total and
-    the memory fraction's limit), and where it came from."""
+    """The recording GPU's memory when the log says it (its device record, in logs of version 3; else an
+    out-of-memory record, which carries the device's total and the memory fraction's limit), and where it came
+    from."""
+    told = model.run.analysis.scan.device_memory
+    if told:
+        total, limit = told
+        if limit and limit < total:
+            return limit, "the recording GPU's memory fraction (from the log)"
+        return total, "the recording GPU's (from the log)"
     for row in reversed(model.run.analysis.ooms(check_alternatives=False)):
         if row.device_total:
             if row.limit and row.limit < row.device_total:

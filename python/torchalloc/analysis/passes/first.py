@@ -29,7 +29,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..._records import (ALLOC, MARKER, MODULE, MODULE_TAG, OOM, OOM_DEVICE, PHASE_BEGIN, PHASE_END, POLICY_NAMES,
+from ..._records import (ALLOC, DEVICE, MARKER, MODULE, MODULE_TAG, OOM, OOM_DEVICE, PHASE_BEGIN, PHASE_END, POLICY_NAMES,
                         SEGMENT_ALLOC, SEGMENT_EXPANDABLE)
 from ...log.chunks import ChunkedLog
 from ..rules.blocks import (BIT_ALLOC_BW, BIT_AUTOGRAD_FREE, BIT_FREE_BW, BIT_PERSISTENT, BIT_SAME,
@@ -95,6 +95,7 @@ class Scan:
     persistent: dict[str, np.ndarray]  # the blocks live at the end: ordinal, block_size, stack, phase, alloc_i
     alloc_peaks: dict[int, int]  # per phase, the index of its highest allocated among its allocs and frees
     module_records: int  # MODULE, MODULE_NAME and MODULE_TAG records
+    device_memory: tuple[int, int] | None  # the device's last DEVICE record: (total, memory fraction's limit or 0)
 
     def allocated(self, cum: int) -> int:
         return cum + self.initial
@@ -118,6 +119,7 @@ def scan(log: ChunkedLog, device: int | None, *, max_points: int = 1500, last_ns
     markers, ooms = Markers(MARKERS_KEPT), Ooms(OOMS_KEPT)
     timeline = TimelineSamples(max_points, last_ns, at_times)
     n = first_ns = last_read_ns = module_records = 0
+    device_memory: tuple[int, int] | None = None
     for _, records in log.chunks():
         t = PieceTable(devices.piece(records))
         if not len(t):
@@ -135,6 +137,9 @@ def scan(log: ChunkedLog, device: int | None, *, max_points: int = 1500, last_ns
         ooms.piece(t, n, c, rw)
         timeline.piece(n, t.time_ns, c, rw)
         module_records += int(np.count_nonzero((t.kind >= MODULE) & (t.kind <= MODULE_TAG)))
+        told = np.flatnonzero((t.kind == DEVICE) & (t.addr > 0))
+        if told.size:
+            device_memory = (int(t.addr[told[-1]]), int(t.size[told[-1]]))
         last_read_ns = int(t.time_ns[-1])
         n += len(t)
         if progress is not None:
@@ -143,7 +148,8 @@ def scan(log: ChunkedLog, device: int | None, *, max_points: int = 1500, last_ns
     return Scan(n=n, first_ns=first_ns, last_ns=last_read_ns, **devices.fields(), **found,
                 **levels.fields(n, found["initial"]), **phases.fields(n, last_read_ns), **per_phase.fields(),
                 **markers.fields(), **ooms.fields(), stack_backward=backward.seen_flag,
-                **timeline.fields(n, last_read_ns, levels), module_records=module_records)
+                **timeline.fields(n, last_read_ns, levels), module_records=module_records,
+                device_memory=device_memory)
 
 
 # ---------------------------------------------------------------------------
