@@ -87,6 +87,21 @@ def test_the_capacity_comes_from_the_log_when_it_says_it(said: dict[str, object]
     assert data["capacity"] == capacity and data["capacity_from"] == source
 
 
+def test_no_search_says_the_largest_was_not_searched(folder: Path, library_path: Path) -> None:
+    """--no-search leaves the largest multiple unknown: never 'none' nor 'no setting fits' (which it once said
+    of a run that fitted 24 times over)."""
+    path = write(training(4), folder, "nosearch.talog")
+    status, out, err = cli("plan", str(path), "--capacity", "80GiB", "--no-search")
+    assert status == 0, err
+    text = " ".join(out.split())
+    assert "largest that fits: not searched." in text and "No setting fits" not in text
+    rows = [line.split() for line in out.splitlines() if line.startswith(("caching", "exact", "phase_arena"))]
+    assert rows and all(r[-1] == "-" and "yes" in r for r in rows), rows
+    status, out, err = cli("plan", str(path), "--capacity", "80GiB", "--no-search", "--json")
+    data = json.loads(out)
+    assert data["best"] is None and not any(p["largest_searched"] for p in data["policies"].values())
+
+
 def test_a_log_the_library_wrote_says_its_devices_memory(sim: object, tmp_path: Path) -> None:
     """The library's log says the (simulated) device's 1 GiB before its first segment, and a memory fraction
     when it is set: what plan takes for the capacity when none is given."""

@@ -48,6 +48,7 @@ class PolicyPlan:
     high_peak_allocated: int | None  # with the bytes not attributed grown with the batch (the upper bound;
     high_peak_reserved: int | None  # None: not replayed, as for the report's line)
     too_large: bool = False  # a size at the asked multiple is past any device
+    searched: bool = True  # the largest multiple was searched for (not under --no-search, nor without a capacity)
 
     @property
     def is_default(self) -> bool:
@@ -188,7 +189,8 @@ def plan_policy(model: Model, x: float, policy: str, capacity: int | None, step:
                 progress.add(probes[0] - search_probes(step))  # what the estimate missed
     return PolicyPlan(policy, point["peak_allocated"], point["peak_reserved"], fit, largest, at_least,
                       None if upper_point is None else upper_point["peak_allocated"],
-                      None if upper_point is None else upper_point["peak_reserved"])
+                      None if upper_point is None else upper_point["peak_reserved"],
+                      searched=bool(capacity and search))
 
 
 def plan_policies(model: Model, x: float, capacity: int | None, *, policies: Sequence[str] = DEFAULT_POLICIES,

@@ -244,6 +244,7 @@ def to_dict(plan: Plan) -> dict[str, Any]:
         "policies": {p.policy: {
             "peak_allocated": p.peak_allocated, "peak_reserved": p.peak_reserved, "fits": p.fits,
             "largest_multiple": p.largest, "largest_batch": plan.batch_of(p.largest), "at_least": p.at_least,
+            "largest_searched": p.searched,
             "default": p.is_default, "pytorch": p.policy == NATIVE, "too_large": p.too_large,
             "if_unattributed_grow": {"peak_allocated": p.high_peak_allocated, "peak_reserved": p.high_peak_reserved},
         } for p in plan.policies},

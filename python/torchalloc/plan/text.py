@@ -23,7 +23,7 @@ def asked(plan: Plan) -> str:
 def largest_words(plan: Plan, p: PolicyPlan) -> str:
     """'16.95x', 'batch 542 (16.94x)', 'at least 1024x', 'none'."""
     if p.largest is None:
-        return "none" if p.fits is not None else "-"
+        return "none" if p.fits is not None and p.searched else "-"
     x = ("at least " if p.at_least else "") + fmt_multiple(p.largest)
     batch = plan.batch_of(p.largest)
     return x if batch is None else f"batch {batch} ({x})"
@@ -40,6 +40,8 @@ def best_words(plan: Plan) -> str:
     b = plan.best
     cap = fmt_capacity(plan.capacity) if plan.capacity else ""
     if b is None:
+        if not any(p.searched for p in plan.policies):
+            return ""  # --no-search (or no capacity): nothing to say about the largest
         return (f"No setting fits {cap} at any multiple of the batch: what does not grow with it alone is too "
                 "large." if plan.capacity else "")
     def one(p: PolicyPlan) -> str:
@@ -69,9 +71,9 @@ def render(plan: Plan, width: int | None = None) -> str:
     below = [f"* {INSTALL_DEFAULT}: what torchalloc.install() picks with no arguments; {NATIVE}: PyTorch's caching "
              "allocator, byte for byte (ordinary segments). Each row replays the run at "
              f"{fmt_multiple(plan.multiple)} on the simulated device; fits: it runs within the capacity (releasing "
-             "its cache and retrying if it must, as on a GPU); largest that fits: bisection over "
-             + ("whole batches" if plan.recorded else f"{plan.step:g}x steps")
-             + f" up to {MAX_MULTIPLE:g}x."]
+             "its cache and retrying if it must, as on a GPU); largest that fits: "
+             + (("bisection over " + ("whole batches" if plan.recorded else f"{plan.step:g}x steps")
+                 + f" up to {MAX_MULTIPLE:g}x.") if any(p.searched for p in plan.policies) else "not searched.")]
     said = best_words(plan)
     if said:
         below.append(said)
