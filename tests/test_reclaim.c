@@ -358,9 +358,7 @@ TEST(a_mixed_run_never_synchronizes_and_reserves_as_little_as_compact) {
   mixed_run("expandable:compact,sim_lag:64", &compact_res, &compact_alloc, &compact_syncs);
   mixed_run("expandable:off,sim_lag:64", &caching_res, &caching_alloc, &caching_syncs);
   CHECK(compact_syncs > 0);
-  /* move_time:0: reclaim's moves alone (the default's move budget holds on reserves this small and would grow
-   * them where the device keeps up: segments_moves.c) */
-  mixed_run("expandable:reclaim,sim_lag:0,move_time:0", &res, &alloc, &nsyncs);
+  mixed_run("expandable:reclaim,sim_lag:0", &res, &alloc, &nsyncs);
   CHECK_EQ(nsyncs, 0);
   fprintf(stderr, "  sim_lag:0: peak reserved / allocated: reclaim %.3f, compact %.3f\n", (double)res / (double)alloc,
           (double)compact_res / (double)compact_alloc);
@@ -373,7 +371,7 @@ TEST(a_mixed_run_never_synchronizes_and_reserves_as_little_as_compact) {
   static const char *const lags[] = {"sim_lag:8", "sim_lag:64", "sim_lag:512"};
   for (int i = 0; i < 3; i++) {
     char conf[64];
-    snprintf(conf, sizeof conf, "expandable:reclaim,move_time:0,%s", lags[i]);
+    snprintf(conf, sizeof conf, "expandable:reclaim,%s", lags[i]);
     mixed_run(conf, &res, &alloc, &nsyncs);
     fprintf(stderr, "  %s: peak reserved / allocated: reclaim %.3f, compact %.3f (%lld synchronizes), caching %.3f\n",
             lags[i], (double)res / (double)alloc, (double)compact_res / (double)compact_alloc,

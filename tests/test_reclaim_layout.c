@@ -63,9 +63,8 @@ TEST(a_request_goes_on_mapped_memory_before_granules_given_back_and_the_layout_s
 
 /* move_time:5: while the device waits for the host, moves are the step's
  * time: they take at most 5 per mille of it, past a burst; then the
- * reserve grows instead, and later steps move nothing. With no limit
- * (move_time:0), or with host work between the steps, they go on. The
- * default (10 per mille on a reserve below 1 GiB) settles too. */
+ * reserve grows instead, and later steps move nothing. Without the key
+ * (no limit), or with host work between the steps, they go on. */
 TEST(moves_while_the_device_waits_stop_at_the_budget_and_the_layout_settles) {
   REQUIRE(sim_reset("expandable:reclaim,sim_lag:0,move_time:5") == 0); /* the device keeps up: markers done at once */
   thrash(60, 1);
@@ -79,8 +78,8 @@ TEST(moves_while_the_device_waits_stop_at_the_budget_and_the_layout_settles) {
   CHECK_EQ(violations(), 0);
   CHECK_INVARIANTS();
 
-  /* No limit: the same steps move memory every time and the reserve stays at what they need. */
-  REQUIRE(sim_reset("expandable:reclaim,sim_lag:0,move_time:0") == 0);
+  /* No limit (the default): the same steps move memory every time and the reserve stays at what they need. */
+  REQUIRE(sim_reset("expandable:reclaim,sim_lag:0") == 0);
   thrash(120, 1);
   int64_t unlimited = stats0().num_handles_moved;
   CHECK_EQ(stats0().num_moves_declined, 0);
@@ -95,21 +94,32 @@ TEST(moves_while_the_device_waits_stop_at_the_budget_and_the_layout_settles) {
   fprintf(stderr, "  moves: %lld in the budget's burst, then none (%lld MiB reserved); %lld without a limit or with host "
           "work between (%lld MiB)\n", (long long)early, (long long)(grown / MiB), (long long)unlimited,
           (long long)(stats0().reserved_bytes[ALL].peak / MiB));
+}
 
-  /* The default: a budget of 10 per mille below 1 GiB reserved; the same steps settle. */
-  REQUIRE(sim_reset("expandable:reclaim,sim_lag:0") == 0);
+/* grow_below (1 GiB by default): a reserve that small grows instead of
+ * moving, whatever the device is doing, up to twice the most allocated;
+ * the same steps then settle at once. Past the cap they move again. */
+TEST(a_small_reserve_grows_instead_of_moving_up_to_twice_what_lives) {
+  REQUIRE(sim_reset("expandable:reclaim,sim_lag:1000000,grow_below:1GiB") == 0); /* the device far behind */
   thrash(60, 1);
-  int64_t by_default = stats0().num_handles_moved;
+  int64_t moved = stats0().num_handles_moved, grown = stats0().reserved_bytes[ALL].peak;
+  CHECK_EQ(moved, 0);
   CHECK(stats0().num_moves_declined > 0);
+  CHECK(grown > (int64_t)(40 * MiB));      /* past what the steps need (32 MiB live at most) */
+  CHECK(grown <= 2 * (int64_t)(32 * MiB)); /* within twice the most allocated */
   thrash(60, 1);
-  CHECK_EQ(stats0().num_handles_moved, by_default);
-  CHECK(by_default < unlimited);
-  CHECK(stats0().reserved_bytes[ALL].peak <= 2 * (int64_t)(32 * MiB)); /* within twice the most allocated */
-  /* Told to move freely above 16 MiB reserved (move_budget_below): the moves go on as without a limit. */
-  REQUIRE(sim_reset("expandable:reclaim,sim_lag:0,move_budget_below:16MiB") == 0);
-  thrash(120, 1);
-  CHECK_EQ(stats0().num_moves_declined, 0);
-  CHECK_EQ(stats0().num_handles_moved, unlimited);
+  CHECK_EQ(stats0().num_handles_moved, 0);
+  CHECK_EQ(stats0().reserved_bytes[ALL].peak, grown);
+  CHECK_EQ(violations(), 0);
+  CHECK_INVARIANTS();
+  /* Above grow_below (16 MiB here) it moves as before. */
+  REQUIRE(sim_reset("expandable:reclaim,sim_lag:1000000,grow_below:16MiB") == 0);
+  thrash(60, 1);
+  CHECK(stats0().num_handles_moved > 0);
+  CHECK(stats0().reserved_bytes[ALL].peak < grown);
+  fprintf(stderr, "  grow_below:1GiB: 0 moves at %lld MiB reserved; grow_below:16MiB: %lld moves at %lld MiB\n",
+          (long long)(grown / MiB), (long long)stats0().num_handles_moved,
+          (long long)(stats0().reserved_bytes[ALL].peak / MiB));
 }
 
 /* phase_arena's arenas, one per phase, lend to each other on one stream

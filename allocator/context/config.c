@@ -122,14 +122,15 @@ static const conf_key keys[] = {
              "allocations of this size: fewer driver calls, each moved and given back whole"},
     {.name = "peers", .kind = CONF_CHOICE, FIELD(peers), .choices = peers_choices, .default_value = "all",
      .help = "which other GPUs may read and write memory mapped on a GPU"},
-    /* Why a budget below 1 GiB reserved only, by default: segments_moves.c. */
-    {.name = "move_time", .kind = CONF_INT, FIELD(move_time), .lo = 0, .hi = 1000, .default_value = "10",
+    /* Why no limit by default: segments_moves.c. */
+    {.name = "move_time", .kind = CONF_INT, FIELD(move_time), .lo = 0, .hi = 1000, .default_value = "0",
      .help = "per mille of the time reclaim may spend moving memory while the GPU waits for the host (0: no "
-             "limit), while the reserve is below move_budget_below; past it the reserve grows instead of moving"},
-    {.name = "move_budget_below", .kind = CONF_SIZE, FIELD(move_budget_below), .lo = 0, .hi = (uint64_t)1 << 50,
-     .zero_ok = 1, .expected = "a size such as 1GiB, or 0 for every size", .default_value = "1GiB",
-     .help = "move_time's budget holds while the reserve is below this size (0: at every size); a larger reserve "
-             "moves memory without a limit"},
+             "limit); past it the reserve grows instead of moving"},
+    /* Why 1 GiB: segments_moves.c. */
+    {.name = "grow_below", .kind = CONF_SIZE, FIELD(grow_below), .lo = 0, .hi = (uint64_t)1 << 50, .zero_ok = 1,
+     .expected = "a size such as 1GiB, or 0 for never", .default_value = "1GiB",
+     .help = "while the reserve is below this size and below twice the most allocated, reclaim maps new memory "
+             "where it would move memory (0: never)"},
     {.name = "time_calls", .kind = CONF_INT, FIELD(time_calls), .lo = 0, .hi = 1, .default_value = "0",
      .help = "count the host time spent in malloc and free (stats host_ns, timed_calls; two clock reads a call)"},
     /* PyTorch's option, in PyTorch's syntax; PYTORCH_CUDA_ALLOC_CONF and _set_allocator_settings reach it through

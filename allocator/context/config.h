@@ -36,7 +36,7 @@ typedef struct ta_config {
   int time_calls;           /* count the host time of malloc and free in the stats (host_ns) */
   int move_time;            /* per mille of the host's time reclaim may spend moving memory while the device
                              * waits for the host (segments_moves.c); 0: no limit */
-  size_t move_budget_below; /* the budget holds while the reserve is below this (0: at every size) */
+  size_t grow_below;        /* below this reserve reclaim grows instead of moving (segments_moves.c); 0: never */
   ta_roundup roundup;       /* roundup_power2_divisions (roundup.h); all 0: requests round to 512 B */
   int capture_reuse;        /* graph_capture_record_stream_reuse: during a capture, a block freed after
                              * record_stream is reused once the graph joined its streams (heap_streams.c) */

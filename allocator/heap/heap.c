@@ -51,7 +51,7 @@ ta_heap *ta_heap_create(ta_backend *backend, int device, const ta_config *conf, 
   h->stats.version = TORCHALLOC_STATS_VERSION;
   ta_segments_init(&h->seg, backend, device, &h->stats, conf->large_handle, conf->large_handle_set,
                    conf->run_bytes);
-  ta_segments_moves_init(&h->seg, (unsigned)conf->move_time, conf->move_budget_below);
+  ta_segments_moves_init(&h->seg, (unsigned)conf->move_time, conf->grow_below);
   h->seg.logged = options->logged;
   h->seg.census = options->census; /* before the first policy, which takes it from the segment layer */
   ta_lock_acquire(&h->lock); /* no other thread has the heap yet: as everywhere, policies are made under it */

@@ -132,7 +132,7 @@ struct ta_segments {
    * spend moving memory while the device waits for the host, the clock
    * when it was last topped up, and whether moves now are charged to it. */
   unsigned move_permille; /* the share of the time it may take (TORCHALLOC_CONF move_time); 0: no limit */
-  size_t move_budget_below; /* the budget holds while the reserve is below this; 0: at every size */
+  size_t grow_below; /* below this reserve (and twice the most allocated) growth replaces moves; 0: never */
   int64_t move_budget_ns;
   uint64_t move_clock_ns;
   int moves_charged;
@@ -165,9 +165,9 @@ ta_internal void ta_segments_init(ta_segments *s, ta_backend *backend, int devic
 /* The reserved-bytes ceiling a memory fraction sets (0: none); an open log
  * is told at once (its DEVICE record). */
 ta_internal void ta_segments_set_limit(ta_segments *s, size_t limit);
-/* The move budget (segments_moves.c): `permille` of the time (0: no limit) while the reserve is below
- * `below` bytes (0: at every size), its clock started. */
-ta_internal void ta_segments_moves_init(ta_segments *s, unsigned permille, size_t below);
+/* The move budget (segments_moves.c): `permille` of the time (0: no limit), its clock started; below
+ * `grow_below` bytes reserved (0: never) the reserve grows instead of moving memory. */
+ta_internal void ta_segments_moves_init(ta_segments *s, unsigned permille, size_t grow_below);
 /* Return every segment to the device, live blocks included, and free the
  * descriptors (teardown: the caller holds none of these pointers). */
 ta_internal void ta_segments_destroy(ta_segments *s);
