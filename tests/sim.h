@@ -20,11 +20,9 @@
  * the fuzzer's and the soak's configurations. */
 static inline int sim_reset(const char *extra) {
   char conf[512];
-  /* No OOM report files from tests (a test that wants one says oom_report:on); reclaim moves memory at any
-   * size (grow_below:0: the sim's reserves are small, where the default grows instead; a test of that rule says
-   * grow_below). */
-  snprintf(conf, sizeof conf, "backend:sim,warn:0,oom_report:off,expandable:off,grow_below:0%s%s",
-           extra && *extra ? "," : "", extra ? extra : "");
+  /* No OOM report files from tests (a test that wants one says oom_report:on). */
+  snprintf(conf, sizeof conf, "backend:sim,warn:0,oom_report:off,expandable:off%s%s", extra && *extra ? "," : "",
+           extra ? extra : "");
   torchalloc_teardown();
   if (torchalloc_init(conf) != 0) {
     fprintf(stderr, "  torchalloc_init(%s): %s\n", conf, torchalloc_last_error());

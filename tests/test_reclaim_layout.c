@@ -96,9 +96,9 @@ TEST(moves_while_the_device_waits_stop_at_the_budget_and_the_layout_settles) {
           (long long)(stats0().reserved_bytes[ALL].peak / MiB));
 }
 
-/* grow_below (1 GiB by default): a reserve that small grows instead of
+/* grow_below:1GiB (off by default): a reserve that small grows instead of
  * moving, whatever the device is doing, up to twice the most allocated;
- * the same steps then settle at once. Past the cap they move again. */
+ * the same steps then settle at once. Above it they move as before. */
 TEST(a_small_reserve_grows_instead_of_moving_up_to_twice_what_lives) {
   REQUIRE(sim_reset("expandable:reclaim,sim_lag:1000000,grow_below:1GiB") == 0); /* the device far behind */
   thrash(60, 1);
@@ -120,6 +120,16 @@ TEST(a_small_reserve_grows_instead_of_moving_up_to_twice_what_lives) {
   fprintf(stderr, "  grow_below:1GiB: 0 moves at %lld MiB reserved; grow_below:16MiB: %lld moves at %lld MiB\n",
           (long long)(grown / MiB), (long long)stats0().num_handles_moved,
           (long long)(stats0().reserved_bytes[ALL].peak / MiB));
+  /* A stream per request: each new stream's segment takes the last one's memory (the device is past it) once
+   * the reserve is twice the most allocated, instead of new memory up to grow_below. */
+  REQUIRE(sim_reset("expandable:reclaim,sim_lag:0,grow_below:1GiB") == 0);
+  for (uintptr_t i = 0; i < 2000; i++) {
+    void *p = use_malloc(3 * MiB, (cudaStream_t)(0x10000 + i));
+    REQUIRE(p);
+    use_free(p, 3 * MiB, (cudaStream_t)(0x10000 + i));
+  }
+  CHECK(stats0().reserved_bytes[ALL].peak <= (int64_t)(16 * MiB));
+  CHECK_INVARIANTS();
 }
 
 /* phase_arena's arenas, one per phase, lend to each other on one stream

@@ -126,9 +126,9 @@ static const conf_key keys[] = {
     {.name = "move_time", .kind = CONF_INT, FIELD(move_time), .lo = 0, .hi = 1000, .default_value = "0",
      .help = "per mille of the time reclaim may spend moving memory while the GPU waits for the host (0: no "
              "limit); past it the reserve grows instead of moving"},
-    /* Why 1 GiB: segments_moves.c. */
+    /* Why never by default: segments_moves.c. */
     {.name = "grow_below", .kind = CONF_SIZE, FIELD(grow_below), .lo = 0, .hi = (uint64_t)1 << 50, .zero_ok = 1,
-     .expected = "a size such as 1GiB, or 0 for never", .default_value = "1GiB",
+     .expected = "a size such as 1GiB, or 0 for never", .default_value = "0",
      .help = "while the reserve is below this size and below twice the most allocated, reclaim maps new memory "
              "where it would move memory (0: never)"},
     {.name = "time_calls", .kind = CONF_INT, FIELD(time_calls), .lo = 0, .hi = 1, .default_value = "0",

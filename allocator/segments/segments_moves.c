@@ -1,6 +1,6 @@
-/* When reclaim moves memory (services.h): below grow_below reserved it
- * does not; above it, within the move budget (TORCHALLOC_CONF move_time,
- * per mille; 0, the default: no limit).
+/* When reclaim moves memory (services.h): below grow_below reserved (0,
+ * never, by default) it does not; elsewhere within the move budget
+ * (TORCHALLOC_CONF move_time, per mille; 0, the default: no limit).
  *
  * Why moves at all: reclaim keeps the reserve at the most ever allocated
  * by moving free granules to where a request needs them, and a training
@@ -8,28 +8,31 @@
  * back and forth every step. On a model whose steps keep the GPU busy that
  * is free (the host is ahead and waits anyway).
  *
- * Why not below grow_below (1 GiB by default): a small model's steps are
- * short and a move costs them far more than its host time. On four-H200
- * hosts (BENCHMARKS.md, 2026-11-28) the small conv net (255 MiB, a 2.2 ms
- * step) moved 1.2 8 MiB handles a step, about 55 us of host time each, and
- * its median step was 1.25x native's (1.40x at 2.5 moves); the move budget
- * at 10 per mille never ran out there (0 moves declined): it counts host
- * time, and the step lost 0.55 ms. Mapping new memory instead, the layout
- * settles within a few steps at a reserve a few handles larger (replay of
- * that run's log: 1.178x reserved instead of 1.115x, 0 moves after the
- * warm-up); the 2x cap keeps requests that land on new addresses each time
- * (a stream per request) from growing the reserve with every request: past
- * it they move again. Above 1 GiB the memory is what the default is for: a
- * detection model (13 GiB), whose moves cost 0.3 % of its step, settled
- * under move_time:10 at 1.074x reserved instead of 1.009x with no step
- * faster.
+ * grow_below (0, never, by default): below that reserve, and below twice
+ * the most allocated, reclaim maps new memory where it would move memory,
+ * whatever the device is doing; the 2x cap keeps requests that land on new
+ * addresses each time (a stream per request) from growing the reserve with
+ * every request: past it they move again. What it buys is host time: the
+ * small conv net of bench/models.py (255 MiB) moved 1.2 8 MiB handles a
+ * step on an H200 and spent 0.163 ms a step in the allocator; with
+ * grow_below:1GiB none after its warm-up and 0.051 ms, at 1.178x reserved
+ * instead of 1.115x. Why not by default: its step was no faster for it
+ * (BENCHMARKS.md, 2026-11-28: alone on one H200, median step 1.029x
+ * native's (0.895-1.224) with it, 0.885x (0.859-1.123) moving; 1.24-1.25x
+ * either way on hosts whose other three cards were busy), and every small
+ * program would reserve more for it.
  *
  * The budget (move_time): moves made while the device waits for the host
  * are charged to it; it grows with the time passing (the share), from and
  * up to TA_MOVE_BURST_NS; once it is spent, reclaim maps new memory
  * instead (the reserve grows past the most ever reserved, and the next
  * step's same requests fit without a move), so the layout settles. It
- * refills, so a later change of shape may move again. */
+ * refills, so a later change of shape may move again. Why no limit by
+ * default: a detection model (13 GiB), whose moves cost 0.3 % of its
+ * step, settled under move_time:10 at 1.074x reserved instead of 1.009x
+ * with no step faster (H200, BENCHMARKS.md); it counts the moves' host
+ * time (about 55 us a handle), and at 10 per mille the conv net's 1.2
+ * moves a step never spent it. */
 #include "segments/segments.h"
 #include "accounting/stats.h"
 

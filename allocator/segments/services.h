@@ -172,9 +172,8 @@ ta_internal void ta_segments_donors_drop(ta_segments *s);
 ta_internal ta_segment *ta_segments_next_drained(ta_segments *s);
 
 /* --- when reclaim moves memory (segments_moves.c; TORCHALLOC_CONF grow_below and move_time) ---
- * Below grow_below reserved (and twice the most allocated) it does not:
- * the reserve grows instead (a small model's step pays for a move far
- * more than the memory it saves). Above it, under move_time:
+ * Below grow_below reserved (and twice the most allocated; never by
+ * default) it does not: the reserve grows instead. Elsewhere, under move_time:
  * A move costs the host an unmap, a map and a set-access call per handle
  * (~55 us on the H100). While the device has queued work that costs
  * nothing: the host waits for the GPU anyway. While the device waits for

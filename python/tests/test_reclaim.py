@@ -80,8 +80,7 @@ def test_a_bad_suffix_names_the_modes(library_path: Path) -> None:
 
 
 def test_stats_count_synchronizes(clean: None) -> None:
-    # the default mode, reclaim, in 2 MiB handles, moving memory at this size too (grow_below:0)
-    _lib.init("backend:sim,warn:0,oom_report:off,handle:2MiB,grow_below:0")
+    _lib.init("backend:sim,warn:0,oom_report:off,handle:2MiB")  # the default mode: reclaim, in 2 MiB handles
     assert _lib.segment_mode(0) == ("reclaim", "reclaim")
     lib = _lib.lib()
     a = lib.torchalloc_malloc(30 * MiB, 0, None)
