@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import time
 from pathlib import Path
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from .variants import Variant, parse_variant
 from .workloads import WORKLOADS, Built
 
 RESULT_TAG = "MODELS_RESULT "
+CPUS_ENV = "TORCHALLOC_BENCH_CPUS"  # the CPUs the parent gives a run (runner.child_env), comma-separated
 
 
 def phases(variant: Variant, device_type: str) -> Callable[[str], AbstractContextManager[Any]]:
@@ -141,8 +143,17 @@ def train(torch: Any, built: Built, variant: Variant, device: Any, warmup: int, 
     return out
 
 
+def pin_cpus() -> None:
+    """Keep to the CPUs the parent gave this run (CPUS_ENV: a lane's share of the host), before torch
+    starts its thread pools (OMP_NUM_THREADS, set beside it, sizes them)."""
+    given = os.environ.get(CPUS_ENV)
+    if given:
+        os.sched_setaffinity(0, {int(c) for c in given.split(",")})
+
+
 def child_main(args: argparse.Namespace) -> int:
     started = time.perf_counter()
+    pin_cpus()
     variant = parse_variant(args.variant)
     spec = WORKLOADS[args.workload]
     import torch

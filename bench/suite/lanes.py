@@ -4,8 +4,12 @@ A lane is the runs of some workloads, in the plan's order (rounds
 outermost), executed one after another on one GPU while the other lanes run
 on theirs. Every run of a workload stays in one lane, so each ratio to
 native is still taken on the same card within a round; only the workloads
-are spread. The lanes share the host's CPUs: a workload whose steps wait
-for the host may run a little slower than alone, under every variant alike.
+are spread. Each lane's runs keep to their own share of the host's CPUs
+(`cpu_sets`): side by side on a host of four H200s, with every process free
+to use all 64 cores, the small conv net's median step was 1.24-1.40x
+native's in three suites under the default, and 0.89-1.03x alone on one
+H200 (BENCHMARKS.md, 2026-11-28): a workload whose steps wait for the host
+felt its neighbours more than any allocator.
 """
 from __future__ import annotations
 
@@ -32,6 +36,22 @@ def visible_cards() -> list[str]:
     except (OSError, subprocess.TimeoutExpired):
         return []
     return [str(i) for i, line in enumerate(listed.stdout.splitlines()) if line.startswith("GPU ")]
+
+
+def cpu_sets(count: int) -> list[list[int]] | None:
+    """The CPUs this process may use, cut into `count` disjoint runs of consecutive ids, one a lane (their
+    children are pinned there, and their thread pools sized to it: runner.child_env); None for one lane, or
+    fewer CPUs than lanes."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if count < 2 or len(cpus) < count:
+        return None
+    per, extra = divmod(len(cpus), count)
+    sets, start = [], 0
+    for lane in range(count):
+        size = per + (1 if lane < extra else 0)
+        sets.append(cpus[start:start + size])
+        start += size
+    return sets
 
 
 def split(runs: list[runner.Run], count: int, warmup: int) -> list[list[runner.Run]]:
@@ -62,11 +82,15 @@ def describe(lanes: list[list[runner.Run]], cards: list[str], warmup: int) -> li
     return lines
 
 
-def execute(lanes: list[list[runner.Run]], cards: list[str], run_lane: Callable[[list[runner.Run], str, Save],
-            tuple[list[dict[str, Any]], list[str]]], save: Save) -> tuple[list[dict[str, Any]], list[str]]:
-    """Each lane on its card at the same time (`run_lane(runs, card, save)`, runner.execute with the card
-    given); (every lane's records, in lane order, and notes). `save` gets all the records so far after any
-    lane's run."""
+RunLane = Callable[[list[runner.Run], str, Save, list[int] | None], tuple[list[dict[str, Any]], list[str]]]
+
+
+def execute(lanes: list[list[runner.Run]], cards: list[str], run_lane: RunLane, save: Save
+            ) -> tuple[list[dict[str, Any]], list[str]]:
+    """Each lane on its card at the same time, on its share of the CPUs (`run_lane(runs, card, save, cpus)`,
+    runner.execute with the card and CPUs given); (every lane's records, in lane order, and notes). `save`
+    gets all the records so far after any lane's run."""
+    cpus = cpu_sets(len(lanes))
     done: list[tuple[list[dict[str, Any]], list[str]]] = [([], []) for _ in lanes]
     lock = threading.Lock()
 
@@ -79,7 +103,7 @@ def execute(lanes: list[list[runner.Run]], cards: list[str], run_lane: Callable[
 
     def work(index: int) -> None:
         try:
-            done_here = run_lane(lanes[index], cards[index], saver(index))
+            done_here = run_lane(lanes[index], cards[index], saver(index), cpus[index] if cpus else None)
         except Exception as e:  # a lane's failure is reported with what it had recorded; the other lanes go on
             with lock:
                 done[index] = (done[index][0], done[index][1] + [f"card {cards[index]}: the lane stopped: {e!r}"])
@@ -99,10 +123,10 @@ def execute(lanes: list[list[runner.Run]], cards: list[str], run_lane: Callable[
 
 
 def run_lane_with(script: Path, child_args: Callable[[runner.Run], list[str]], lib: Path, extra_conf: str,
-                  warmup: int, timeout: float, budget_s: float, started: float) -> Callable[
-                      [list[runner.Run], str, Save], tuple[list[dict[str, Any]], list[str]]]:
-    """runner.execute for one lane, with everything but the runs, the card and the saver fixed."""
-    def run_lane(runs: list[runner.Run], card: str, save: Save) -> tuple[list[dict[str, Any]], list[str]]:
+                  warmup: int, timeout: float, budget_s: float, started: float) -> RunLane:
+    """runner.execute for one lane, with everything but the runs, the card, the saver and the CPUs fixed."""
+    def run_lane(runs: list[runner.Run], card: str, save: Save, cpus: list[int] | None
+                 ) -> tuple[list[dict[str, Any]], list[str]]:
         return runner.execute(runs, script, child_args, lib, extra_conf, warmup, timeout, budget_s, save, started,
-                              card)
+                              card, cpus)
     return run_lane

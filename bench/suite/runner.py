@@ -30,7 +30,7 @@ from typing import Any
 from torchalloc import _gpu_child as gpu_child
 from torchalloc import _lib
 
-from .child import RESULT_TAG
+from .child import CPUS_ENV, RESULT_TAG
 from .variants import EXACT_WORKLOADS, Variant
 from .workloads import Spec
 
@@ -99,12 +99,17 @@ def describe_plan(runs: list[Run], warmup: int, extra_conf: str) -> str:
     return "\n".join(lines)
 
 
-def child_env(run: Run, lib: Path, extra_conf: str, log_dir: str, card: str | None = None) -> dict[str, str]:
+def child_env(run: Run, lib: Path, extra_conf: str, log_dir: str, card: str | None = None,
+              cpus: list[int] | None = None) -> dict[str, str]:
     """The variant's allocator settings, and nothing inherited that would change them; `card`: the one GPU
-    it sees (CUDA_VISIBLE_DEVICES), None to inherit the parent's."""
+    it sees (CUDA_VISIBLE_DEVICES), None to inherit the parent's; `cpus`: the CPUs it keeps to, its thread
+    pools that wide (None: the parent's)."""
     env = dict(os.environ)
     if card is not None:
         env["CUDA_VISIBLE_DEVICES"] = card
+    if cpus:
+        env[CPUS_ENV] = ",".join(map(str, cpus))
+        env["OMP_NUM_THREADS"] = str(len(cpus))
     env.pop("TORCHALLOC_CONF", None)
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     env.pop("PYTORCH_ALLOC_CONF", None)  # newer torch's name for the same setting
@@ -175,10 +180,12 @@ def _short(record: dict[str, Any]) -> str:
 
 def execute(runs: list[Run], script: Path, child_args: Callable[[Run], list[str]], lib: Path, extra_conf: str,
             warmup: int, timeout: float, budget_s: float, save: Callable[[list[dict[str, Any]], list[str]], None],
-            started: float | None = None, card: str | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+            started: float | None = None, card: str | None = None, cpus: list[int] | None = None
+            ) -> tuple[list[dict[str, Any]], list[str]]:
     """Run `runs` in order; (one record per run started, notes such as the budget stop).
     The budget counts from `started` (time.monotonic(); default: now). `card`: the GPU every run sees
-    (recorded in each record and named in the progress lines); None: the parent's."""
+    (recorded in each record and named in the progress lines); None: the parent's. `cpus`: the CPUs every
+    run keeps to (recorded); None: the parent's."""
     where = f"card {card}: " if card is not None else ""
     records: list[dict[str, Any]] = []
     notes: list[str] = []
@@ -199,7 +206,7 @@ def execute(runs: list[Run], script: Path, child_args: Callable[[Run], list[str]
             print(f"{where}[{i + 1}/{len(runs)} {elapsed / 60:.1f} min, ~{remaining / 60:.1f} min left] "
                   f"round {run.round + 1} {run.spec.name} {run.variant.name} ...", file=sys.stderr, flush=True)
             t0 = time.monotonic()
-            result = gpu_child.run_child(script, child_args(run), child_env(run, lib, extra_conf, log_dir, card),
+            result = gpu_child.run_child(script, child_args(run), child_env(run, lib, extra_conf, log_dir, card, cpus),
                                          timeout, RESULT_TAG)
             wall = time.monotonic() - t0
             walls[run.key] = wall
@@ -207,6 +214,9 @@ def execute(runs: list[Run], script: Path, child_args: Callable[[Run], list[str]
                       "batch": run.batch, "steps": run.steps, "wall_s": round(wall, 2), **result}
             if card is not None:
                 record["card"] = card
+            if cpus:
+                record["cpus"] = f"{cpus[0]}-{cpus[-1]}" if cpus == list(range(cpus[0], cpus[-1] + 1)) else \
+                    ",".join(map(str, cpus))
             if run.variant.logs:
                 record["log_bytes"] = _log_bytes(log_dir)
             if "error" in record:  # keep the end of what it said, not all of it

@@ -180,6 +180,35 @@ def test_lanes_run_side_by_side_each_on_its_card(tmp_path: Path) -> None:
         assert f"status {10 + int(r['card'])}" in r["error"], r
 
 
+def test_each_lane_keeps_to_its_own_cpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two lanes on a host of four CPUs: disjoint halves, handed to each child (and sized its thread pools)."""
+    monkeypatch.setattr(lanes.os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
+    assert lanes.cpu_sets(2) == [[0, 1], [2, 3]]
+    assert lanes.cpu_sets(3) == [[0, 1], [2], [3]]
+    assert lanes.cpu_sets(1) is None and lanes.cpu_sets(5) is None  # one lane, or more lanes than CPUs: unpinned
+    script = tmp_path / "fake_child.py"  # exits with 10 + the first CPU it was given, and checks the pool size
+    script.write_text("import os, sys\ncpus = os.environ['TORCHALLOC_BENCH_CPUS'].split(',')\n"
+                      "assert os.environ['OMP_NUM_THREADS'] == str(len(cpus))\nsys.exit(10 + int(cpus[0]))\n")
+    runs = [runner.Run(0, WORKLOADS[name], parse_variant("native"), 8, 1) for name in ("convnet", "gpt2")]
+    run_lane = lanes.run_lane_with(script, lambda run: [], Path("/nonexistent"), "", 0, 30, 600, time.monotonic())
+    records, _ = lanes.execute(lanes.split(runs, 2, 0), ["0", "1"], run_lane, lambda recs, _notes: None)
+    assert sorted(r["cpus"] for r in records) == ["0-1", "2-3"]
+    for r in records:
+        assert f"status {10 + int(r['cpus'][0])}" in r["error"], r
+
+
+def test_a_child_pins_itself_to_the_cpus_it_was_given() -> None:
+    one = min(os.sched_getaffinity(0))
+    code = ("import os, sys; sys.path.insert(0, 'bench'); from suite.child import pin_cpus; pin_cpus(); "
+            "print(sorted(os.sched_getaffinity(0)))")
+    env = {**os.environ, "TORCHALLOC_BENCH_CPUS": str(one), "PYTHONPATH": os.pathsep.join(
+        [str(REPO / "python"), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"[{one}]"
+
+
 def test_visible_cards_are_the_parents_cuda_visible_devices(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, 3,")
     assert lanes.visible_cards() == ["2", "3"]
