@@ -192,6 +192,14 @@ def oom_of_2_62() -> bytes:
     return b.to_bytes()
 
 
+def device_of_2_62() -> bytes:
+    """A device record saying the GPU has 2^62 bytes (4 EiB): no GPU's, and no capacity to plan for."""
+    b = LogBuilder()
+    _base(b)
+    b.record(R.DEVICE, addr=1 << 62, size=0)
+    return b.to_bytes()
+
+
 def repeated_phase_start() -> bytes:
     """forward occurrence 1 begun and ended, then begun again as occurrence 1."""
     b = LogBuilder()
@@ -240,6 +248,7 @@ HOSTILE: dict[str, Callable[[], bytes]] = {
     "three-allocs-of-2-62": three_allocs_of_2_62,
     "huge-segments": huge_segment,
     "oom-of-2-62": oom_of_2_62,
+    "device-of-2-62": device_of_2_62,
     "repeated-phase-start": repeated_phase_start,
     "phase-end-without-begin": phase_end_without_begin,
     "block-record-without-device": block_record_without_device,

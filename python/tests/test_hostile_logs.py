@@ -29,6 +29,7 @@ EXPECTED = {
     "three-allocs-of-2-62": (4 * MiB, "a block of more than 1099509530624 bytes requested", [5, 6, 7]),
     "huge-segments": (4 * MiB, "a segment of more than 1099511627776 bytes", [5, 6]),
     "oom-of-2-62": (4 * MiB, "an OOM asking for more than 1099509530624 bytes", [5]),
+    "device-of-2-62": (4 * MiB, "a device record with more than 1125899906842624 bytes", [5]),
     "repeated-phase-start": (5 * MiB, "a phase occurrence begun a second time", [5]),
     "phase-end-without-begin": (5 * MiB, "a phase end with no open occurrence", [6]),
     "block-record-without-device": (4 * MiB, "a block, segment, OOM or device record about no device", [5]),
