@@ -23,7 +23,9 @@ tests/fuzz/corpus/decoder/  inputs for fuzz_log_decode.py: real logs written by
                             the first allocations: mid-run), and hand-made logs
                             whose checksums hold but whose records no writer
                             produces (hostile-*: python/tests/hostile_logs.py,
-                            the shapes of issue 23).
+                            the shapes of issue 23). Kept when rewritten: logs of
+                            older formats (v1-*, v2-*) and inputs the fuzzer found
+                            (found-*).
 
 Deterministic where it can be (the random programs); the logs carry times
 and pids, so they differ from run to run. Together well under 1 MB.
@@ -204,11 +206,12 @@ def session(lib: ctypes.CDLL, rng: random.Random, ops: int, devices: int = 1) ->
 
 def write_decoder_corpus() -> int:
     lib = load_library()
-    # Logs of the current format are rewritten; the version-1 seeds (kept from before checksums, named v1-*)
-    # stay, so the fuzzer keeps reaching the older format's reader.
+    # Logs of the current format are rewritten; the seeds of older versions (v1-*: from before checksums;
+    # v2-*: from before device records) stay, so the fuzzer keeps reaching the older formats' reader, and so
+    # do the inputs the fuzzer found (found-*: each once broke a tool).
     DECODER_DIR.mkdir(parents=True, exist_ok=True)
     for old in DECODER_DIR.iterdir():
-        if not old.name.startswith("v1-"):
+        if not old.name.startswith(("v1-", "v2-", "found-")):
             old.unlink()
     rng = random.Random(7)
     base = "backend:sim,warn:0,oom_report:off,sim_capacity:1GiB"
