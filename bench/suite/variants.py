@@ -16,6 +16,8 @@
     ...+log                ... + log:<temporary file> (the block log, no stacks)
     ...+stacks             ... + log:<temporary file>,stacks:1 (the block log with Python stacks)
     ...+runs               ... + run:64MiB (warm-up growth mapped in handles of 64 MiB; none by default)
+    ...+grow               ... + grow_below:1GiB (below 1 GiB reserved, new memory where it would move memory;
+                           never by default)
 
 --extra-conf is appended to every torchalloc variant's TORCHALLOC_CONF.
 This is bench/step_time.py's grammar, with `+history` and `+expandable`
@@ -33,8 +35,9 @@ NATIVE_MODIFIERS = {
     "async": "backend:cudaMallocAsync",
     "history": "",  # no allocator setting: the child turns PyTorch's memory history on
 }
-TORCHALLOC_MODIFIERS = ("expandable", "compact", "reclaim", "log", "stacks", "runs")
+TORCHALLOC_MODIFIERS = ("expandable", "compact", "reclaim", "log", "stacks", "runs", "grow")
 RUNS_CONF = "run:64MiB"  # +runs
+GROW_CONF = "grow_below:1GiB"  # +grow
 LOG_NAME = "ta_%p.talog"  # in the run's log directory; %p: the child's pid
 
 # What a default run compares (ordered: native first, since ratios are to it): PyTorch's three allocators,
@@ -78,6 +81,8 @@ class Variant:
             conf.append("stacks:1")
         if "runs" in self.modifiers:
             conf.append(RUNS_CONF)
+        if "grow" in self.modifiers:
+            conf.append(GROW_CONF)
         if extra_conf.strip(" ,"):
             conf.append(extra_conf.strip(" ,"))
         return ",".join(conf)
@@ -96,7 +101,7 @@ class Variant:
 
 
 def parse_variant(text: str) -> Variant:
-    """`native[+expandable|+async|+history]`, `torchalloc[+log][+stacks]` or
+    """`native[+expandable|+async|+history]`, `torchalloc[+log][+stacks][+runs][+grow]` or
     `POLICY[+expandable|+compact|+reclaim][+log][+stacks]`; ValueError says why not."""
     base, *mods = [part.strip() for part in text.strip().split("+")]
     if len(set(mods)) != len(mods):
@@ -105,7 +110,8 @@ def parse_variant(text: str) -> Variant:
         raise ValueError(f"variant {text!r}: at most one of {', '.join('+' + m for m in SEGMENT_MODES)}")
     if base == DEFAULT:
         if any(m in SEGMENT_MODES or m not in TORCHALLOC_MODIFIERS for m in mods):
-            raise ValueError(f"variant {text!r}: {DEFAULT} (install()'s defaults) takes only +log, +stacks and +runs")
+            raise ValueError(f"variant {text!r}: {DEFAULT} (install()'s defaults) takes only +log, +stacks, +runs "
+                             "and +grow")
         return Variant(text.strip(), False, tuple(mods), policy=POLICIES[0], default=True)
     if base == "native":
         unknown = [m for m in mods if m not in NATIVE_MODIFIERS]

@@ -122,6 +122,7 @@ def test_variant_settings() -> None:
     default = parse_variant("torchalloc")
     assert default.torchalloc_conf("", "/x") == "" and default.policy == "caching" and not default.native
     assert parse_variant("torchalloc+stacks").torchalloc_conf("", "/x") == "log:/x/ta_%p.talog,stacks:1"
+    assert parse_variant("torchalloc+runs+grow").torchalloc_conf("", "/x") == "run:64MiB,grow_below:1GiB"
     assert parse_variant("native+async").native_conf() == "backend:cudaMallocAsync"
     assert parse_variant("native+history").native_conf() == "" and parse_variant("native+history").history
 
