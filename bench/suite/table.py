@@ -23,8 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MiB = 2**20
-MEMORY_TARGET = 1.01  # issue 24's goal for torchalloc's default: peak reserved <= 1.01 x peak allocated ...
-TIME_TARGET = 1.01  # ... at <= 1.01 x native's step time, the mean over all steps, the first ones included
+# The default's goal (issue 46): its median step and its mean over all steps (the first ones included) at most
+# native's within the spread of the interleaved rounds, and its reserve kept where it is on these workloads.
+TIME_TARGET = 1.00
+RESERVE_TARGETS = {"gpt2": 1.01, "llama": 1.01, "moe": 1.01, "detection": 1.015}
 DEFAULT_VARIANT = "torchalloc"
 STACKS_TARGET, LOG_TARGET = 1.10, 1.03  # logging with Python stacks <= +10 %, without <= +3 % (GPT-2)
 
@@ -193,6 +195,31 @@ def markdown(table_rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _time_verdict(r: dict[str, Any], key: str) -> str:
+    """'1.012x (0.981-1.030): within the spread' -- against TIME_TARGET, the spread being the rounds' min-max."""
+    value, low, high = r.get(key), r.get(f"{key}_min"), r.get(f"{key}_max")
+    if value is None:
+        return "- (no native run to compare with)"
+    spread = f" ({low:.3f}-{high:.3f})" if low is not None and high is not None else ""
+    if value <= TIME_TARGET:
+        verdict = "met"
+    elif low is not None and low <= TIME_TARGET:
+        verdict = "within the spread"
+    else:
+        verdict = "NOT met"
+    return f"{value:.3f}x{spread}: {verdict}"
+
+
+def _default_against_goal(workload: str, r: dict[str, Any]) -> str:
+    """One line: the default's median and mean step against native's, and its reserve against its target."""
+    reserve = r["reserved_over_allocated"]
+    limit = RESERVE_TARGETS.get(workload)
+    kept = f"(target <= {limit}): {'met' if reserve <= limit else 'NOT met'}" if limit else "(no target)"
+    return (f"{workload}: {DEFAULT_VARIANT} (install()'s default) median step {_time_verdict(r, 'time_vs_native')}; "
+            f"mean over all steps {_time_verdict(r, 'mean_vs_native')} (target <= {TIME_TARGET:.2f}x native, within "
+            f"the spread); reserves {reserve:.3f}x allocated {kept}; {_count(r, 'synchronizes')} synchronizes")
+
+
 def targets(table_rows: list[dict[str, Any]]) -> list[str]:
     """The issue's targets, reported (never asserted: timings are noisy)."""
     lines = []
@@ -203,12 +230,7 @@ def targets(table_rows: list[dict[str, Any]]) -> list[str]:
         find = {r["variant"]: r for r in group}
         default = find.get(DEFAULT_VARIANT)
         if default and default["reserved_over_allocated"]:
-            mean = default.get("mean_vs_native")
-            met = default["reserved_over_allocated"] <= MEMORY_TARGET and mean is not None and mean <= TIME_TARGET
-            lines.append(f"{workload}: {DEFAULT_VARIANT} (install()'s default) reserves "
-                         f"{default['reserved_over_allocated']:.3f}x allocated (target <= {MEMORY_TARGET}) at "
-                         f"{_f(mean, '.3f')}x native's mean step time, all steps (target <= {TIME_TARGET}), "
-                         f"{_count(default, 'synchronizes')} synchronizes: {'met' if met else 'NOT met'}")
+            lines.append(_default_against_goal(workload, default))
         candidates = [r for r in group if not r["variant"].startswith("native") and r["reserved_over_allocated"]
                       and "+log" not in r["variant"] and "+stacks" not in r["variant"]]
         if candidates:
