@@ -16,6 +16,8 @@
     ...+log                ... + log:<temporary file> (the block log, no stacks)
     ...+stacks             ... + log:<temporary file>,stacks:1 (the block log with Python stacks)
     ...+runs               ... + run:64MiB (warm-up growth mapped in handles of 64 MiB; none by default)
+    ...+runs32             ... + run:32MiB (the same in handles of 32 MiB: half the memory a run partly in use
+                           can strand)
     ...+grow               ... + grow_below:1GiB (below 1 GiB reserved, new memory where it would move memory;
                            never by default)
 
@@ -35,8 +37,8 @@ NATIVE_MODIFIERS = {
     "async": "backend:cudaMallocAsync",
     "history": "",  # no allocator setting: the child turns PyTorch's memory history on
 }
-TORCHALLOC_MODIFIERS = ("expandable", "compact", "reclaim", "log", "stacks", "runs", "grow")
-RUNS_CONF = "run:64MiB"  # +runs
+TORCHALLOC_MODIFIERS = ("expandable", "compact", "reclaim", "log", "stacks", "runs", "runs32", "grow")
+RUNS_CONFS = {"runs": "run:64MiB", "runs32": "run:32MiB"}  # +runs, +runs32
 GROW_CONF = "grow_below:1GiB"  # +grow
 LOG_NAME = "ta_%p.talog"  # in the run's log directory; %p: the child's pid
 
@@ -79,8 +81,7 @@ class Variant:
             conf.append(f"log:{log_dir.rstrip('/')}/{LOG_NAME}")
         if "stacks" in self.modifiers:
             conf.append("stacks:1")
-        if "runs" in self.modifiers:
-            conf.append(RUNS_CONF)
+        conf += [RUNS_CONFS[m] for m in self.modifiers if m in RUNS_CONFS]
         if "grow" in self.modifiers:
             conf.append(GROW_CONF)
         if extra_conf.strip(" ,"):
@@ -101,17 +102,19 @@ class Variant:
 
 
 def parse_variant(text: str) -> Variant:
-    """`native[+expandable|+async|+history]`, `torchalloc[+log][+stacks][+runs][+grow]` or
+    """`native[+expandable|+async|+history]`, `torchalloc[+log][+stacks][+runs|+runs32][+grow]` or
     `POLICY[+expandable|+compact|+reclaim][+log][+stacks]`; ValueError says why not."""
     base, *mods = [part.strip() for part in text.strip().split("+")]
     if len(set(mods)) != len(mods):
         raise ValueError(f"variant {text!r}: a modifier is repeated")
     if len([m for m in mods if m in SEGMENT_MODES]) > 1:
         raise ValueError(f"variant {text!r}: at most one of {', '.join('+' + m for m in SEGMENT_MODES)}")
+    if len([m for m in mods if m in RUNS_CONFS]) > 1:
+        raise ValueError(f"variant {text!r}: at most one of {', '.join('+' + m for m in RUNS_CONFS)}")
     if base == DEFAULT:
         if any(m in SEGMENT_MODES or m not in TORCHALLOC_MODIFIERS for m in mods):
-            raise ValueError(f"variant {text!r}: {DEFAULT} (install()'s defaults) takes only +log, +stacks, +runs "
-                             "and +grow")
+            raise ValueError(f"variant {text!r}: {DEFAULT} (install()'s defaults) takes only +log, +stacks, +runs, "
+                             "+runs32 and +grow")
         return Variant(text.strip(), False, tuple(mods), policy=POLICIES[0], default=True)
     if base == "native":
         unknown = [m for m in mods if m not in NATIVE_MODIFIERS]

@@ -123,6 +123,9 @@ def test_variant_settings() -> None:
     assert default.torchalloc_conf("", "/x") == "" and default.policy == "caching" and not default.native
     assert parse_variant("torchalloc+stacks").torchalloc_conf("", "/x") == "log:/x/ta_%p.talog,stacks:1"
     assert parse_variant("torchalloc+runs+grow").torchalloc_conf("", "/x") == "run:64MiB,grow_below:1GiB"
+    assert parse_variant("torchalloc+runs32").torchalloc_conf("", "/x") == "run:32MiB"
+    with pytest.raises(ValueError, match="at most one of \\+runs, \\+runs32"):
+        parse_variant("torchalloc+runs+runs32")
     assert parse_variant("native+async").native_conf() == "backend:cudaMallocAsync"
     assert parse_variant("native+history").native_conf() == "" and parse_variant("native+history").history
 
