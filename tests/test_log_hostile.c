@@ -58,14 +58,20 @@ static void truncate_while_logging(const void *arg) {
   _exit(stat(path, &st) == 0 && st.st_size == 0 ? 0 : 4); /* the other program's cut is left as it is */
 }
 
-TEST(a_log_cut_short_by_another_program_stops_logging_and_training_goes_on) {
-  SKIP_UNDER_TSAN("it defers the SIGBUS handler");
-  char path[256], out[4096];
-  temp_path(path, sizeof path, "truncated");
-  int status = run_in_child(truncate_while_logging, path, out, sizeof out);
-  CHECK(child_exited_cleanly(status));
+/* `child` run on a temporary path named after `name`: its log is cut by
+ * another program; it ends cleanly and says so. What it printed: `out`. */
+static void the_cut_is_reported(void (*child)(const void *), const char *name, char *out, size_t len) {
+  char path[256];
+  temp_path(path, sizeof path, name);
+  CHECK(child_exited_cleanly(run_in_child(child, path, out, len)));
   CHECK(strstr(out, "cut short by another program") != NULL);
   unlink(path);
+}
+
+TEST(a_log_cut_short_by_another_program_stops_logging_and_training_goes_on) {
+  SKIP_UNDER_TSAN("it defers the SIGBUS handler");
+  char out[4096];
+  the_cut_is_reported(truncate_while_logging, "truncated", out, sizeof out);
 }
 
 /* The state a cut leaves when it falls between the guard's check and the
@@ -96,12 +102,8 @@ static void grow_over_a_cut(const void *arg) {
 }
 
 TEST(a_cut_met_by_the_files_growth_is_put_back_and_stops_the_log) {
-  char path[256], out[4096];
-  temp_path(path, sizeof path, "grown_over");
-  int status = run_in_child(grow_over_a_cut, path, out, sizeof out);
-  CHECK(child_exited_cleanly(status));
-  CHECK(strstr(out, "cut short by another program") != NULL);
-  unlink(path);
+  char out[4096];
+  the_cut_is_reported(grow_over_a_cut, "grown_over", out, sizeof out);
 }
 
 /* What Python's faulthandler does on a fault: put back the handler it
@@ -137,13 +139,9 @@ static void truncate_under_a_handler_that_raises_again(const void *arg) {
 
 TEST(a_cut_log_stops_logging_when_a_later_handler_raises_the_fault_again) {
   SKIP_UNDER_TSAN("it defers the SIGBUS handler");
-  char path[256], out[4096];
-  temp_path(path, sizeof path, "reraised");
-  int status = run_in_child(truncate_under_a_handler_that_raises_again, path, out, sizeof out);
-  CHECK(child_exited_cleanly(status));
+  char out[4096];
+  the_cut_is_reported(truncate_under_a_handler_that_raises_again, "reraised", out, sizeof out);
   CHECK(strstr(out, "Bus error") != NULL); /* the later handler did see the fault */
-  CHECK(strstr(out, "cut short by another program") != NULL);
-  unlink(path);
 }
 
 static void raise_sigbus_with_a_whole_log(const void *arg) {
