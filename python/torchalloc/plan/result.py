@@ -64,6 +64,11 @@ class Plan:
         return next((p for p in self.policies if p.is_default), None)
 
     @property
+    def searched(self) -> bool:
+        """Whether the largest multiple was searched for any policy (not under --no-search)."""
+        return any(p.searched for p in self.policies)
+
+    @property
     def best(self) -> PolicyPlan | None:
         return best(self.policies)
 
@@ -80,17 +85,17 @@ def recording_capacity(model: Model) -> tuple[int | None, str]:
     """The recording GPU's memory when the log says it (its device record, in logs of version 3; else an
     out-of-memory record, which carries the device's total and the memory fraction's limit), and where it came
     from."""
+    def said(total: int, limit: int | None, where: str) -> tuple[int, str]:
+        if limit and limit < total:
+            return limit, f"the recording GPU's memory fraction ({where})"
+        return total, f"the recording GPU's ({where})"
+
     told = model.run.analysis.scan.device_memory
     if told:
-        total, limit = told
-        if limit and limit < total:
-            return limit, "the recording GPU's memory fraction (from the log)"
-        return total, "the recording GPU's (from the log)"
+        return said(*told, "from the log")
     for row in reversed(model.run.analysis.ooms(check_alternatives=False)):
         if row.device_total:
-            if row.limit and row.limit < row.device_total:
-                return row.limit, "the recording GPU's memory fraction (from its OOM record)"
-            return row.device_total, "the recording GPU's (from its OOM record)"
+            return said(row.device_total, row.limit, "from its OOM record")
     return None, ""
 
 

@@ -40,7 +40,7 @@ def best_words(plan: Plan) -> str:
     b = plan.best
     cap = fmt_capacity(plan.capacity) if plan.capacity else ""
     if b is None:
-        if not any(p.searched for p in plan.policies):
+        if not plan.searched:
             return ""  # --no-search (or no capacity): nothing to say about the largest
         return (f"No setting fits {cap} at any multiple of the batch: what does not grow with it alone is too "
                 "large." if plan.capacity else "")
@@ -73,7 +73,7 @@ def render(plan: Plan, width: int | None = None) -> str:
              f"{fmt_multiple(plan.multiple)} on the simulated device; fits: it runs within the capacity (releasing "
              "its cache and retrying if it must, as on a GPU); largest that fits: "
              + (("bisection over " + ("whole batches" if plan.recorded else f"{plan.step:g}x steps")
-                 + f" up to {MAX_MULTIPLE:g}x.") if any(p.searched for p in plan.policies) else "not searched.")]
+                 + f" up to {MAX_MULTIPLE:g}x.") if plan.searched else "not searched.")]
     said = best_words(plan)
     if said:
         below.append(said)
