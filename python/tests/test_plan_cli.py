@@ -102,6 +102,20 @@ def test_no_search_says_the_largest_was_not_searched(folder: Path, library_path:
     assert data["best"] is None and not any(p["largest_searched"] for p in data["policies"].values())
 
 
+def test_a_multiple_past_any_device_still_searches_the_largest_that_fits(library_path: Path) -> None:
+    """At 100000x the demo's blocks are past any device; the largest multiple that fits 4 GiB is still found (it
+    once said 'none' and 'No setting fits 4 GiB at any multiple of the batch' of a trace that fits at 1x)."""
+    status, out, err = cli("plan", DEMO, "--capacity", "4GiB", "--batch", "100000x", "--policies", "caching+reclaim",
+                           "--json")
+    assert status == 0, err
+    row = json.loads(out)["policies"]["caching+reclaim"]
+    assert row["too_large"] and row["fits"] is False and row["largest_searched"]
+    assert row["largest_multiple"] is not None and 1.0 <= row["largest_multiple"] < 100000
+    status, out, err = cli("plan", DEMO, "--capacity", "4GiB", "--batch", "100000x", "--policies", "caching+reclaim")
+    assert status == 0, err
+    assert "No setting fits" not in " ".join(out.split())
+
+
 def test_a_log_the_library_wrote_says_its_devices_memory(sim: object, tmp_path: Path) -> None:
     """The library's log says the (simulated) device's 1 GiB before its first segment, and a memory fraction
     when it is set: what plan takes for the capacity when none is given."""

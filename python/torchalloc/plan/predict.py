@@ -163,20 +163,22 @@ def plan_policy(model: Model, x: float, policy: str, capacity: int | None, step:
         if progress is not None:
             progress.tick()
 
+    point: dict[str, Any] | None = None
+    upper_point: dict[str, Any] | None = None
     try:
         point = unconstrained(model, x, policy)
         tick()
-        upper_point: dict[str, Any] | None = point if upper else None
+        upper_point = point if upper else None
         if upper and model.unattributed.any():
             upper_point, _ = replay_once(model.events_at(x, high=True), policy, 0)
             tick()
-    except TooLarge:
-        return PolicyPlan(policy, 0, 0, False if capacity else None, None, False, 0, 0, too_large=True)
+    except TooLarge:  # x itself is past any device; a smaller multiple may still fit: the search says which
+        point = upper_point = None
     fit: bool | None = None
     largest: float | None = None
     at_least = False
     if capacity:
-        fit = point["peak_reserved"] <= capacity or fits(model, x, policy, capacity)
+        fit = point is not None and (point["peak_reserved"] <= capacity or fits(model, x, policy, capacity))
         if search:
             probes = [0]
 
@@ -187,6 +189,9 @@ def plan_policy(model: Model, x: float, policy: str, capacity: int | None, step:
             largest, at_least = largest_multiple(model, policy, capacity, step, on_probe=probe, ceiling=ceiling)
             if progress is not None:
                 progress.add(probes[0] - search_probes(step))  # what the estimate missed
+    if point is None:
+        return PolicyPlan(policy, 0, 0, fit, largest, at_least, 0, 0, too_large=True,
+                          searched=bool(capacity and search))
     return PolicyPlan(policy, point["peak_allocated"], point["peak_reserved"], fit, largest, at_least,
                       None if upper_point is None else upper_point["peak_allocated"],
                       None if upper_point is None else upper_point["peak_reserved"],
