@@ -179,8 +179,10 @@ void ta_segments_account(ta_segments *seg, const ta_segment *s, uintptr_t addr, 
     ta_stats_sub(seg->stats->reserved_bytes, s->pool, (int64_t)bytes);
   }
   uint8_t kind = sign > 0 ? TA_LOG_SEGMENT_ALLOC : TA_LOG_SEGMENT_FREE;
-  if (sign > 0 && LOGGING(seg) && ta_unlikely(ta_log_device_untold(seg->device))) tell_device(seg);
-  if (LOGGING(seg)) ta_log_segment(kind, seg->device, s, addr, bytes, seg->phase, log_flags(s));
+  if (LOGGING(seg)) {
+    if (sign > 0 && ta_unlikely(ta_log_device_untold(seg->device))) tell_device(seg);
+    ta_log_segment(kind, seg->device, s, addr, bytes, seg->phase, log_flags(s));
+  }
   if (seg->logged)
     ta_observe_segment(seg->device, sign > 0 ? TORCHALLOC_SEGMENT_ALLOC : TORCHALLOC_SEGMENT_FREE, addr, bytes,
                        s->stream);

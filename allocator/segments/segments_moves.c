@@ -36,10 +36,6 @@
 #include "segments/segments.h"
 #include "accounting/stats.h"
 
-/* Why growth replaces moves only below twice the most allocated: past it a
- * request's memory is found by moving again (see above). */
-#define TA_GROW_LIMIT_SHIFT 0
-
 /* The budget starts full and holds at most 5 ms (about 90 handles' moves). */
 #define TA_MOVE_BURST_NS 5000000
 
@@ -71,8 +67,8 @@ static void top_up(ta_segments *s) {
 int ta_segments_move_allowed(ta_segments *s, cudaStream_t stream, int must) {
   s->moves_charged = 0;
   int64_t reserved = ta_stat_total(s->stats->reserved_bytes);
-  if (!must && s->grow_below && (size_t)reserved < s->grow_below &&
-      reserved < s->allocated_high + (s->allocated_high >> TA_GROW_LIMIT_SHIFT)) {
+  /* past twice the most allocated a request's memory is found by moving again (see above) */
+  if (!must && s->grow_below && (size_t)reserved < s->grow_below && reserved < 2 * s->allocated_high) {
     s->stats->num_moves_declined++; /* a small reserve grows instead */
     return 0;
   }
