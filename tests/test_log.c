@@ -267,12 +267,12 @@ TEST(reopen_starts_a_self_contained_file) {
 }
 
 /* Every file says each device's memory before the device's first segment in it (a plan of the log needs the
- * recording GPU's capacity), and a memory fraction set while it is open at once. */
+ * recording GPU's capacity), a memory fraction set while it is open at once, and each device its own. */
 TEST(each_file_says_the_devices_memory_and_its_fraction) {
   char a_path[256], b_path[256];
   temp_path(a_path, sizeof a_path, "device-a");
   temp_path(b_path, sizeof b_path, "device-b");
-  REQUIRE(log_reset(a_path, "sim_capacity:64MiB") == 0);
+  REQUIRE(log_reset(a_path, "sim_capacity:64MiB,sim_devices:2") == 0);
   void *x = torchalloc_malloc(4 * MiB, 0, S0);
   REQUIRE(x);
   torchalloc_set_memory_fraction(0.5, 0);
@@ -280,8 +280,10 @@ TEST(each_file_says_the_devices_memory_and_its_fraction) {
   torchalloc_empty_cache(0);
   REQUIRE(torchalloc_log_open(b_path) == 0); /* closes a */
   void *y = torchalloc_malloc(4 * MiB, 0, S0); /* a new segment: b hears of the device first */
-  REQUIRE(y);
+  void *z = torchalloc_malloc(4 * MiB, 1, S0); /* and of device 1 before its first */
+  REQUIRE(y && z);
   torchalloc_free(y, 4 * MiB, 0, S0);
+  torchalloc_free(z, 4 * MiB, 1, S0);
   torchalloc_log_close();
   parsed a, b;
   REQUIRE(parse(a_path, &a) == 0);
@@ -299,7 +301,11 @@ TEST(each_file_says_the_devices_memory_and_its_fraction) {
   CHECK_EQ(d1->size, 32 * MiB); /* the fraction, said when it was set */
   CHECK(d < seg);
   CHECK_EQ(d->size, 32 * MiB);
-  CHECK(nth_kind(&b, TA_LOG_DEVICE, 1) == NULL);
+  const ta_log_record *other = nth_kind(&b, TA_LOG_DEVICE, 1);
+  REQUIRE(other);
+  CHECK_EQ(other->device, 1);
+  CHECK_EQ(other->size, 0); /* device 0's fraction is not device 1's */
+  CHECK(nth_kind(&b, TA_LOG_DEVICE, 2) == NULL);
   free(a.data);
   free(b.data);
   unlink(a_path);
