@@ -1,9 +1,10 @@
 """The parent: which runs, in what order, within what time, and what came back.
 
 Runs are interleaved: round 1 runs every workload's variants one after the
-other, then round 2 does the same, and so on (A B C A B C), so that a drift
-of the machine's speed hits every variant alike; ratios to native are taken
-within a round. Each run is a fresh process (bench/models.py --child) with
+other, then round 2 does the same with the order turned by one, and so on
+(A B C, B C A, C A B), so that a drift of the machine's speed, and the place
+in a round, hit every variant alike; ratios to native are taken within a
+round. Each run is a fresh process (bench/models.py --child) with
 a timeout; a run that crashes, hangs or prints no result is recorded as
 failed and the suite goes on. Before each run the suite checks that it
 still fits in the time budget (from the estimate, or from the same run's
@@ -45,6 +46,7 @@ class Run:
     variant: Variant
     batch: int
     steps: int
+    place: int = 0  # 0-based: where in its workload's round it runs (make_plan turns the order every round)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -73,15 +75,22 @@ def add_run_options(p: argparse.ArgumentParser, default_lib: Path, budget_of: st
 
 def make_plan(specs: list[Spec], variants: list[Variant], rounds: int, steps: int | None,
               batches: dict[str, int], exact_everywhere: bool) -> list[Run]:
-    """Rounds outermost, then workloads, then variants in the order given.
-    Unless `exact_everywhere`, `exact` variants run only on EXACT_WORKLOADS."""
+    """Rounds outermost, then workloads, then variants: in the order given in the first round, and in each
+    later round the order of the one before turned by one (A B C, B C A, C A B), so that over as many rounds
+    as variants each variant runs once in every place of a round. Why: a variant that always ran first after
+    another workload's last run (or always last, after its own workload had warmed the card and the host)
+    carried that place's effect in every ratio. Unless `exact_everywhere`, `exact` variants run only on
+    EXACT_WORKLOADS."""
     runs = []
     for rnd in range(rounds):
+        turn = rnd % len(variants) if variants else 0
         for spec in specs:
-            for v in variants:
+            place = 0
+            for v in variants[turn:] + variants[:turn]:
                 if v.policy == "exact" and not exact_everywhere and spec.name not in EXACT_WORKLOADS:
                     continue
-                runs.append(Run(rnd, spec, v, batches.get(spec.name, spec.batch), steps or spec.steps))
+                runs.append(Run(rnd, spec, v, batches.get(spec.name, spec.batch), steps or spec.steps, place))
+                place += 1
     return runs
 
 
@@ -211,7 +220,8 @@ def execute(runs: list[Run], script: Path, child_args: Callable[[Run], list[str]
             wall = time.monotonic() - t0
             walls[run.key] = wall
             record = {"round": run.round, "workload": run.spec.name, "variant": run.variant.name,
-                      "batch": run.batch, "steps": run.steps, "wall_s": round(wall, 2), **result}
+                      "place": run.place, "batch": run.batch, "steps": run.steps, "wall_s": round(wall, 2),
+                      **result}
             if card is not None:
                 record["card"] = card
             if cpus:

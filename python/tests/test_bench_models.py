@@ -67,7 +67,7 @@ def test_dry_run_prints_the_plan_without_a_gpu() -> None:
     assert len(runs) == 3 * 10 * 6, runs
     assert runs[:6] == [f"round 1: convnet {v}" for v in
                         ("native", "native+expandable", "native+async", "torchalloc", "caching+expandable", "caching")]
-    assert runs[-1] == "round 3: llama_generate caching"
+    assert runs[-1] == "round 3: llama_generate native+expandable"  # round 3 turns the order by two
     assert {r.split()[2] for r in runs} == {"convnet", "encoder", "resnet50", "vit_b16", "gpt2", "llama", "moe",
                                              "detection", "seq2seq", "llama_generate"}
     assert "180 runs in 3 interleaved round(s); estimated" in done.stderr
@@ -153,6 +153,21 @@ def test_a_hung_or_crashed_run_is_reported_and_the_suite_goes_on(tmp_path: Path)
     assert "FAILED 1x" in table.text(rows)
 
 
+def test_each_round_turns_the_order_of_the_variants() -> None:
+    variants = [parse_variant(v) for v in ("native", "torchalloc", "caching")]
+    runs = runner.make_plan([WORKLOADS["convnet"], WORKLOADS["gpt2"]], variants, 4, None, {}, False)
+    order = {(r.round, r.spec.name): [] for r in runs}
+    for r in runs:
+        order[(r.round, r.spec.name)].append(r.variant.name)
+    assert order[(0, "convnet")] == ["native", "torchalloc", "caching"]
+    assert order[(1, "gpt2")] == ["torchalloc", "caching", "native"]
+    assert order[(2, "convnet")] == ["caching", "native", "torchalloc"]
+    assert order[(3, "gpt2")] == order[(0, "gpt2")]  # after as many rounds as variants, the first order again
+    for v in ("native", "torchalloc", "caching"):  # each variant in each place once over three rounds
+        assert sorted(order[(rnd, "convnet")].index(v) for rnd in range(3)) == [0, 1, 2]
+    assert all(r.place == order[(r.round, r.spec.name)].index(r.variant.name) for r in runs)  # what records say
+
+
 def test_lanes_keep_each_workload_on_one_card_and_share_the_time() -> None:
     variants = [parse_variant(v) for v in ("native", "native+expandable", "torchalloc")]
     runs = runner.make_plan(list(WORKLOADS.values()), variants, 3, None, {}, False)
@@ -171,8 +186,8 @@ def test_lanes_keep_each_workload_on_one_card_and_share_the_time() -> None:
 def test_lanes_run_side_by_side_each_on_its_card(tmp_path: Path) -> None:
     script = tmp_path / "fake_child.py"  # exits with 10 + the card it was given, so each record says where it ran
     script.write_text("import os, sys\nsys.exit(10 + int(os.environ['CUDA_VISIBLE_DEVICES']))\n")
-    runs = [runner.Run(0, WORKLOADS[name], parse_variant(v), 8, 1) for name in ("convnet", "gpt2")
-            for v in ("native", "caching")]
+    runs = [runner.Run(0, WORKLOADS[name], parse_variant(v), 8, 1, place) for name in ("convnet", "gpt2")
+            for place, v in enumerate(("native", "caching"))]
     split = lanes.split(runs, 2, 0)
     saved: list[int] = []
     run_lane = lanes.run_lane_with(script, lambda run: [], Path("/nonexistent"), "", 0, 30, 600, time.monotonic())
@@ -182,6 +197,8 @@ def test_lanes_run_side_by_side_each_on_its_card(tmp_path: Path) -> None:
     assert sorted(map(sorted, by_card.values())) == [["convnet"], ["gpt2"]]
     for r in records:
         assert f"status {10 + int(r['card'])}" in r["error"], r
+    assert sorted((r["workload"], r["variant"], r["place"]) for r in records) == [
+        ("convnet", "caching", 1), ("convnet", "native", 0), ("gpt2", "caching", 1), ("gpt2", "native", 0)]
 
 
 def test_each_lane_keeps_to_its_own_cpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
