@@ -21,7 +21,9 @@ static int start(const char *conf) {
 }
 
 /* 200 MiB then 100 MiB past it: 25 granules as three runs of 8 and one
- * alone, 13 as one run and five alone; without runs, one handle each. */
+ * alone, 13 as one run and five alone (runs of 64 MiB); in runs of 32 MiB
+ * (the default), six of 4 and one alone, three of 4 and one alone; without
+ * runs, one handle each. */
 static int64_t handles_for_growth(const char *conf) {
   if (start(conf) != 0) return -1;
   int64_t before = stats0().num_handles_created;
@@ -41,7 +43,9 @@ static int64_t handles_for_growth(const char *conf) {
 }
 
 TEST(warm_up_growth_is_mapped_in_runs_and_given_back_whole) {
-  CHECK_EQ(handles_for_growth("expandable:reclaim,sim_lag:0"), 25 + 13); /* none by default */
+  CHECK_EQ(handles_for_growth("expandable:reclaim,sim_lag:0,run:0"), 25 + 13);
+  CHECK_EQ(handles_for_growth("expandable:reclaim,sim_lag:0"), 7 + 4); /* 32 MiB runs by default */
+  CHECK_EQ(handles_for_growth("expandable:reclaim,sim_lag:0,run:32MiB"), 7 + 4);
   CHECK_EQ(handles_for_growth("expandable:reclaim,sim_lag:0,run:64MiB"), 4 + 6);
   CHECK_EQ(handles_for_growth("expandable:reclaim,sim_lag:0,run:256MiB"), 4 + 6); /* a 64th of the reserve: 64 MiB */
 }

@@ -114,10 +114,10 @@ static const conf_key keys[] = {
      .expected = "a multiple of 2 MiB from 2 MiB to 1 GiB, such as 16MiB", .default_value = "8MiB",
      .help = "the size of each physical allocation of large-pool expandable segments: the unit they grow, give "
              "back and move memory in"},
-    /* Why runs, and why none by default: config.h, TA_DEFAULT_RUN. */
+    /* Why runs, and why of 32 MiB by default: config.h, TA_DEFAULT_RUN. */
     {.name = "run", .kind = CONF_SIZE, FIELD(run_bytes), .lo = TA_MIN_LARGE_HANDLE, .hi = TA_MAX_LARGE_HANDLE,
      .step = TA_MIN_LARGE_HANDLE, .zero_ok = 1,
-     .expected = "0 for none, or a multiple of 2 MiB up to 1 GiB, such as 64MiB", .default_value = "0",
+     .expected = "0 for none, or a multiple of 2 MiB up to 1 GiB, such as 64MiB", .default_value = "32MiB",
      .help = "while the reserve grows past its most in the first ramp (the warm-up), large-pool memory is made in physical "
              "allocations of this size: fewer driver calls, each moved and given back whole"},
     {.name = "peers", .kind = CONF_CHOICE, FIELD(peers), .choices = peers_choices, .default_value = "all",

@@ -77,18 +77,17 @@ enum ta_peers_mode { TA_PEERS_ALL = 0, TA_PEERS_ASKED = 1 };
  * a run of granules (segments_runs.c; what is left over, a granule each): the driver's calls cost per handle,
  * so GPT-2's 15 GiB warm-up in 8 MiB handles took about 1,900 creates,
  * maps and access grants (bench/vmm_costs.c, H200: 5.4 ms a GiB in 8 MiB
- * handles, 2.5 in 64 MiB ones). Why none by default: a run is moved and
- * given back only whole, and runs made in the first ramp can stay partly
- * in use (gradients allocated where activations were). Made the default,
- * 64 MiB runs of the first ramp (before the 1/64 share of segments_runs.c)
- * on four H200s (BENCHMARKS.md, 2026-11-28) took GPT-2's first ten steps
- * to native's (2085 ms against 2101; without runs, on a host of the same
- * kind, 2201 against 2058) at 1.006x reserved, the Llama-style decoder 1.008x, but the
- * mixture-of-experts decoder reserved 1.020x (1.006x without) and
- * generate() 1.072x (1.025x). With the 1/64 share, replay of the bundled
- * traces reserves what it does without runs; on a GPU that is not yet
- * measured. */
-#define TA_DEFAULT_RUN ((size_t)0) /* the `run` row's default in config.c says it too */
+ * handles, 2.5 in 64 MiB ones). Why 32 MiB: a run is moved and given back
+ * only whole, and runs made in the first ramp can stay partly in use
+ * (gradients allocated where activations were), so their size is what the
+ * reserve pays for the warm-up's time. 64 MiB runs of the first ramp,
+ * without the 1/64 share of segments_runs.c, made the mixture-of-experts
+ * decoder reserve 1.020x its peak allocated (1.006x without runs); with
+ * the share, 1.011x. 32 MiB runs with the share (BENCHMARKS.md, four
+ * H200s, 2026-11-28): the mean step over all steps x native's moe 1.002
+ * (1.036 without runs), GPT-2 1.000 (1.041), the Llama-style decoder 0.999
+ * (1.005), at 1.009x, 1.006x and 1.007x reserved (1.007, 1.004, 1.007). */
+#define TA_DEFAULT_RUN ((size_t)32 << 20) /* the `run` row's default in config.c says it too */
 
 /* `expandable`: 0 ordinary segments (PyTorch's, byte for byte); 1 grow one
  * expandable segment per stream and pool; 2 compact (and before reserving

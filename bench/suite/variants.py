@@ -15,9 +15,9 @@
     POLICY+reclaim         ... expandable:reclaim (the default: compacted without synchronizing)
     ...+log                ... + log:<temporary file> (the block log, no stacks)
     ...+stacks             ... + log:<temporary file>,stacks:1 (the block log with Python stacks)
-    ...+runs               ... + run:64MiB (warm-up growth mapped in handles of 64 MiB; none by default)
-    ...+runs32             ... + run:32MiB (the same in handles of 32 MiB: half the memory a run partly in use
-                           can strand)
+    ...+runs               ... + run:64MiB (warm-up growth mapped in handles of 64 MiB; 32 MiB by default)
+    ...+runs32             ... + run:32MiB (the default's runs, said explicitly)
+    ...+noruns             ... + run:0 (every handle one granule: the default before runs of 32 MiB)
     ...+grow               ... + grow_below:1GiB (below 1 GiB reserved, new memory where it would move memory;
                            never by default)
 
@@ -37,8 +37,8 @@ NATIVE_MODIFIERS = {
     "async": "backend:cudaMallocAsync",
     "history": "",  # no allocator setting: the child turns PyTorch's memory history on
 }
-TORCHALLOC_MODIFIERS = ("expandable", "compact", "reclaim", "log", "stacks", "runs", "runs32", "grow")
-RUNS_CONFS = {"runs": "run:64MiB", "runs32": "run:32MiB"}  # +runs, +runs32
+TORCHALLOC_MODIFIERS = ("expandable", "compact", "reclaim", "log", "stacks", "runs", "runs32", "noruns", "grow")
+RUNS_CONFS = {"runs": "run:64MiB", "runs32": "run:32MiB", "noruns": "run:0"}  # +runs, +runs32, +noruns
 GROW_CONF = "grow_below:1GiB"  # +grow
 LOG_NAME = "ta_%p.talog"  # in the run's log directory; %p: the child's pid
 
@@ -102,7 +102,7 @@ class Variant:
 
 
 def parse_variant(text: str) -> Variant:
-    """`native[+expandable|+async|+history]`, `torchalloc[+log][+stacks][+runs|+runs32][+grow]` or
+    """`native[+expandable|+async|+history]`, `torchalloc[+log][+stacks][+runs|+runs32|+noruns][+grow]` or
     `POLICY[+expandable|+compact|+reclaim][+log][+stacks]`; ValueError says why not."""
     base, *mods = [part.strip() for part in text.strip().split("+")]
     if len(set(mods)) != len(mods):
@@ -114,7 +114,7 @@ def parse_variant(text: str) -> Variant:
     if base == DEFAULT:
         if any(m in SEGMENT_MODES or m not in TORCHALLOC_MODIFIERS for m in mods):
             raise ValueError(f"variant {text!r}: {DEFAULT} (install()'s defaults) takes only +log, +stacks, +runs, "
-                             "+runs32 and +grow")
+                             "+runs32, +noruns and +grow")
         return Variant(text.strip(), False, tuple(mods), policy=POLICIES[0], default=True)
     if base == "native":
         unknown = [m for m in mods if m not in NATIVE_MODIFIERS]

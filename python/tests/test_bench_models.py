@@ -124,6 +124,7 @@ def test_variant_settings() -> None:
     assert parse_variant("torchalloc+stacks").torchalloc_conf("", "/x") == "log:/x/ta_%p.talog,stacks:1"
     assert parse_variant("torchalloc+runs+grow").torchalloc_conf("", "/x") == "run:64MiB,grow_below:1GiB"
     assert parse_variant("torchalloc+runs32").torchalloc_conf("", "/x") == "run:32MiB"
+    assert parse_variant("torchalloc+noruns").torchalloc_conf("", "/x") == "run:0"
     with pytest.raises(ValueError, match="at most one of \\+runs, \\+runs32"):
         parse_variant("torchalloc+runs+runs32")
     assert parse_variant("native+async").native_conf() == "backend:cudaMallocAsync"

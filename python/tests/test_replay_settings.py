@@ -60,16 +60,20 @@ def test_replay_and_report_count_the_same_log_each_saying_what_it_counts(library
 
 def test_each_run_size_is_a_row_beside_handle_sizes(library_path: Path) -> None:
     status, out, err = cli("replay", "--json", "--no-search", "--policies", "caching,caching+reclaim",
-                           "--handle", "8MiB", "--run", "0,64MiB")
+                           "--handle", "8MiB", "--run", "0,32MiB,64MiB")
     assert status == 0, err
     rows = json.loads(out)["policies"]
-    assert list(rows) == ["caching", "caching+reclaim,handle:8MiB,run:0", "caching+reclaim,handle:8MiB,run:64MiB"]
+    assert list(rows) == ["caching", "caching+reclaim,handle:8MiB,run:0", "caching+reclaim,handle:8MiB,run:32MiB",
+                          "caching+reclaim,handle:8MiB,run:64MiB"]
     trace = load_trace(engine.default_trace_path())
-    plain, _ = engine.replay_once(trace, "caching+reclaim")
+    default, _ = engine.replay_once(trace, "caching+reclaim")
+    none, _ = engine.replay_once(trace, "caching+reclaim,run:0")
     runs, _ = engine.replay_once(trace, "caching+reclaim,run:64MiB")
-    assert rows["caching+reclaim,handle:8MiB,run:0"]["peak_reserved"] == plain["peak_reserved"]  # off by default
-    assert rows["caching+reclaim,handle:8MiB,run:64MiB"]["peak_reserved"] == runs["peak_reserved"]
-    assert runs["handles_created"] < plain["handles_created"]  # the warm-up in fewer, larger handles
+    for name, replayed in (("run:0", none), ("run:32MiB", default), ("run:64MiB", runs)):  # 32 MiB: the default
+        row = rows[f"caching+reclaim,handle:8MiB,{name}"]
+        assert (row["peak_reserved"], row["handles_moved"]) == (replayed["peak_reserved"],
+                                                                replayed["handles_moved"]), name
+    assert runs["handles_created"] <= default["handles_created"] < none["handles_created"]  # fewer, larger handles
     status, out, err = cli("replay", "--policies", "caching+reclaim", "--run", "3MiB")
     assert status != 0 and not out and err.count("\n") == 1 and "run" in err and "multiple of 2 MiB" in err
     status, out, err = cli("replay", "--policies", "caching", "--run", "64MiB")
