@@ -404,6 +404,7 @@ ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream) {
   }
   ta_block *b = ta_bins_find(bins, rounded);
   int mapped = 0; /* b's first `rounded` bytes lie on mapped granules (on_mapped_memory found so) */
+  int fresh = 0;  /* b is new memory: compact mode's drained segments are released below (why there: see there) */
   if (b && ta_unlikely(b->segment->unmapped != 0) && a->reclaim && !(a->policy->flags & TA_POLICY_NO_SPLIT)) {
     b = on_mapped_memory(a, bins, b, rounded, &mapped);
     if (b->state == TA_BLOCK_LIVE) return b; /* carved out of the middle of a free block, mapped */
@@ -412,6 +413,7 @@ ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream) {
     take_free(a, bins, b);
   } else {
     b = fresh_block(a, stream, pool, bins, rounded);
+    fresh = 1;
     if (!b) {
       if (a->compact) release_drained(a);
       ta_arena_drop_if_unused(a, stream);
@@ -426,8 +428,9 @@ ta_block *ta_arena_malloc(ta_arena *a, size_t size, cudaStream_t stream) {
   b->state = TA_BLOCK_LIVE;
   /* Only now: a fresh block is FREE until here, so a segment that making it drained (its only block, nothing
    * mapped yet) looked empty and went, block and all (found by fuzz_api); and `bins`, an entry of a->streams
-   * that releasing may move, is not used past this point. */
-  if (a->compact) release_drained(a);
+   * that releasing may move, is not used past this point. A block taken from the index drains nothing, so the
+   * hot path (a cached block) pays no test of the mode. */
+  if (ta_unlikely(fresh) && a->compact) release_drained(a);
   /* Known mapped: all of it when the split left it `rounded` bytes (not without host memory for the rest). */
   if (ta_unlikely(b->segment->unmapped != 0) && !(mapped && b->size == rounded)) {
     int failed = map_block(a, b);
