@@ -4,7 +4,7 @@ A lane is the runs of some workloads, in the plan's order (rounds
 outermost), executed one after another on one GPU while the other lanes run
 on theirs. Every run of a workload stays in one lane, so each ratio to
 native is still taken on the same card within a round; only the workloads
-are spread. Each lane's runs keep to their own share of the host's CPUs
+are spread. Each lane's runs keep to their own whole cores of the host
 (`cpu_sets`): side by side on a host of four H200s, with every process free
 to use all 64 cores, the small conv net's median step was 1.24-1.40x
 native's in three suites under the default, and 0.89-1.03x alone on one
@@ -38,18 +38,55 @@ def visible_cards() -> list[str]:
     return [str(i) for i, line in enumerate(listed.stdout.splitlines()) if line.startswith("GPU ")]
 
 
-def cpu_sets(count: int) -> list[list[int]] | None:
-    """The CPUs this process may use, cut into `count` disjoint runs of consecutive ids, one a lane (their
-    children are pinned there, and their thread pools sized to it: runner.child_env); None for one lane, or
-    fewer CPUs than lanes."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if count < 2 or len(cpus) < count:
+SIBLINGS = "/sys/devices/system/cpu/cpu{}/topology/thread_siblings_list"
+
+
+def read_siblings(cpu: int) -> str | None:
+    """The kernel's list of the logical CPUs that share `cpu`'s physical core ("3,35", "0-1"); None unknown."""
+    try:
+        return Path(SIBLINGS.format(cpu)).read_text().strip()
+    except OSError:
         return None
-    per, extra = divmod(len(cpus), count)
+
+
+def _parse_cpu_list(text: str) -> set[int]:
+    found: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        if lo.isdigit() and (not hi or hi.isdigit()):
+            found.update(range(int(lo), int(hi or lo) + 1))
+    return found
+
+
+def physical_cores(cpus: list[int], siblings: Callable[[int], str | None] = read_siblings) -> list[list[int]]:
+    """`cpus` grouped by physical core (hyperthreads together), in order of each core's lowest id; a CPU whose
+    siblings are unknown is a core of its own."""
+    allowed, cores, seen = set(cpus), [], set()
+    for cpu in sorted(cpus):
+        if cpu in seen:
+            continue
+        listed = siblings(cpu)
+        core = sorted((_parse_cpu_list(listed) & allowed) | {cpu}) if listed else [cpu]
+        seen.update(core)
+        cores.append(core)
+    return cores
+
+
+def cpu_sets(count: int, siblings: Callable[[int], str | None] = read_siblings) -> list[list[int]] | None:
+    """The CPUs this process may use, cut into `count` disjoint sets of whole physical cores, one a lane (their
+    children are pinned there, and their thread pools sized to it: runner.child_env); None for one lane, or
+    fewer cores than lanes. Why whole cores: on a host whose CPUs n and n+32 are two threads of one core, sets
+    of consecutive ids would give two lanes halves of the same cores, and a workload that waits for the host
+    would still feel its neighbour."""
+    cpus = sorted(os.sched_getaffinity(0))
+    cores = physical_cores(cpus, siblings)
+    if count < 2 or len(cores) < count:
+        return None
+    per, extra = divmod(len(cores), count)
     sets, start = [], 0
     for lane in range(count):
         size = per + (1 if lane < extra else 0)
-        sets.append(cpus[start:start + size])
+        sets.append(sorted(cpu for core in cores[start:start + size] for cpu in core))
         start += size
     return sets
 

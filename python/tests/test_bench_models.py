@@ -202,9 +202,25 @@ def test_lanes_run_side_by_side_each_on_its_card(tmp_path: Path) -> None:
         ("convnet", "caching", 1), ("convnet", "native", 0), ("gpt2", "caching", 1), ("gpt2", "native", 0)]
 
 
+def test_lanes_get_whole_physical_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight CPUs, four cores whose two threads are n and n+4 (as a host whose CPUs n and n+32 share a core):
+    two lanes get two whole cores each, never half of a core the other lane runs on."""
+    monkeypatch.setattr(lanes.os, "sched_getaffinity", lambda _pid: set(range(8)))
+    siblings = {cpu: f"{cpu % 4},{cpu % 4 + 4}" for cpu in range(8)}
+    assert lanes.physical_cores(list(range(8)), siblings.get) == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert lanes.cpu_sets(2, siblings.get) == [[0, 1, 4, 5], [2, 3, 6, 7]]
+    assert lanes.cpu_sets(4, siblings.get) == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert lanes.cpu_sets(5, siblings.get) is None  # more lanes than cores: unpinned
+    # Only the CPUs this process may use count, whatever the kernel lists beside them; ranges are read too.
+    monkeypatch.setattr(lanes.os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
+    assert lanes.cpu_sets(2, {0: "0-1", 1: "0-1", 2: "2,3", 3: "2,3"}.get) == [[0, 1], [2, 3]]
+    assert lanes.cpu_sets(2, siblings.get) == [[0, 1], [2, 3]]  # their siblings 4-7 not ours: a CPU a core
+
+
 def test_each_lane_keeps_to_its_own_cpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two lanes on a host of four CPUs: disjoint halves, handed to each child (and sized its thread pools)."""
     monkeypatch.setattr(lanes.os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
+    monkeypatch.setattr(lanes, "read_siblings", lambda _cpu: None)  # no topology known: a CPU a core
     assert lanes.cpu_sets(2) == [[0, 1], [2, 3]]
     assert lanes.cpu_sets(3) == [[0, 1], [2], [3]]
     assert lanes.cpu_sets(1) is None and lanes.cpu_sets(5) is None  # one lane, or more lanes than CPUs: unpinned
