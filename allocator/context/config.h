@@ -84,9 +84,10 @@ enum ta_peers_mode { TA_PEERS_ALL = 0, TA_PEERS_ASKED = 1 };
  * without the 1/64 share of segments_runs.c, made the mixture-of-experts
  * decoder reserve 1.020x its peak allocated (1.006x without runs); with
  * the share, 1.011x. 32 MiB runs with the share (BENCHMARKS.md, four
- * H200s, 2026-11-28): the mean step over all steps x native's moe 1.002
- * (1.036 without runs), GPT-2 1.000 (1.041), the Llama-style decoder 0.999
- * (1.005), at 1.009x, 1.006x and 1.007x reserved (1.007, 1.004, 1.007). */
+ * H200s, 2026-11-28, rounds in turned orders): the mean step over all
+ * steps x native's moe 1.031 (1.044 without runs; its first ten steps 79 ms
+ * above native's instead of 251), GPT-2 1.020 (1.052), at 1.010x and
+ * 1.006x reserved (1.007, 1.004). */
 #define TA_DEFAULT_RUN ((size_t)32 << 20) /* the `run` row's default in config.c says it too */
 
 /* `expandable`: 0 ordinary segments (PyTorch's, byte for byte); 1 grow one
