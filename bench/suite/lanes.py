@@ -58,9 +58,10 @@ def _parse_cpu_list(text: str) -> set[int]:
     return found
 
 
-def physical_cores(cpus: list[int], siblings: Callable[[int], str | None] = read_siblings) -> list[list[int]]:
+def physical_cores(cpus: list[int], siblings: Callable[[int], str | None] | None = None) -> list[list[int]]:
     """`cpus` grouped by physical core (hyperthreads together), in order of each core's lowest id; a CPU whose
-    siblings are unknown is a core of its own."""
+    siblings are unknown is a core of its own. `siblings`: read_siblings (looked up at the call) unless given."""
+    siblings = siblings or read_siblings
     allowed, cores, seen = set(cpus), [], set()
     for cpu in sorted(cpus):
         if cpu in seen:
@@ -72,7 +73,7 @@ def physical_cores(cpus: list[int], siblings: Callable[[int], str | None] = read
     return cores
 
 
-def cpu_sets(count: int, siblings: Callable[[int], str | None] = read_siblings) -> list[list[int]] | None:
+def cpu_sets(count: int, siblings: Callable[[int], str | None] | None = None) -> list[list[int]] | None:
     """The CPUs this process may use, cut into `count` disjoint sets of whole physical cores, one a lane (their
     children are pinned there, and their thread pools sized to it: runner.child_env); None for one lane, or
     fewer cores than lanes. Why whole cores: on a host whose CPUs n and n+32 are two threads of one core, sets

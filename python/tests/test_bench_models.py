@@ -222,6 +222,9 @@ def test_each_lane_keeps_to_its_own_cpus(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(lanes.os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
     monkeypatch.setattr(lanes, "read_siblings", lambda _cpu: None)  # no topology known: a CPU a core
     assert lanes.cpu_sets(2) == [[0, 1], [2, 3]]
+    monkeypatch.setattr(lanes, "read_siblings", {0: "0,2", 2: "0,2", 1: "1,3", 3: "1,3"}.get)  # what execute reads
+    assert lanes.cpu_sets(2) == [[0, 2], [1, 3]]
+    monkeypatch.setattr(lanes, "read_siblings", lambda _cpu: None)
     assert lanes.cpu_sets(3) == [[0, 1], [2], [3]]
     assert lanes.cpu_sets(1) is None and lanes.cpu_sets(5) is None  # one lane, or more lanes than CPUs: unpinned
     script = tmp_path / "fake_child.py"  # exits with 10 + the first CPU it was given, and checks the pool size
