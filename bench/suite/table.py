@@ -24,9 +24,10 @@ from typing import Any
 
 MiB = 2**20
 # The default's goal (issue 46): its median step and its mean over all steps (the first ones included) at most
-# native's within the spread of the interleaved rounds, and its reserve kept where it is on these workloads.
+# native's within the spread of the interleaved rounds, and its reserve kept where it is on these workloads; the
+# allocation-heavy ones (detection, and seq2seq: "meet the goal there too") at most 1.015x.
 TIME_TARGET = 1.00
-RESERVE_TARGETS = {"gpt2": 1.01, "llama": 1.01, "moe": 1.01, "detection": 1.015}
+RESERVE_TARGETS = {"gpt2": 1.01, "llama": 1.01, "moe": 1.01, "detection": 1.015, "seq2seq": 1.015}
 DEFAULT_VARIANT = "torchalloc"
 STACKS_TARGET, LOG_TARGET = 1.10, 1.03  # logging with Python stacks <= +10 %, without <= +3 % (GPT-2)
 

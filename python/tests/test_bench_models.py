@@ -300,9 +300,12 @@ def test_the_defaults_goal_is_native_within_the_spread_and_the_reserve_kept() ->
                 "mean_vs_native": mean[0], "mean_vs_native_min": mean[1], "mean_vs_native_max": mean[2]}
 
     lines = table.targets([row("detection", (1.021, 0.974, 1.127), (0.966, 0.921, 0.966), 1.012),
-                           row("convnet", (1.244, 1.010, 1.401), (0.984, 0.856, 1.241), 1.178)])
-    detection, convnet = (next(line for line in lines if line.startswith(f"{w}: torchalloc (install()'s default)"))
-                          for w in ("detection", "convnet"))
+                           row("convnet", (1.244, 1.010, 1.401), (0.984, 0.856, 1.241), 1.178),
+                           row("seq2seq", (1.010, 0.945, 1.044), (1.039, 1.000, 1.060), 1.023)])
+    detection, convnet, seq2seq = (next(line for line in lines
+                                        if line.startswith(f"{w}: torchalloc (install()'s default)"))
+                                   for w in ("detection", "convnet", "seq2seq"))
+    assert "reserves 1.023x allocated (target <= 1.015): NOT met" in seq2seq  # the second allocation-heavy one
     assert "median step 1.021x (0.974-1.127): within the spread" in detection
     assert "mean over all steps 0.966x (0.921-0.966): met" in detection
     assert "reserves 1.012x allocated (target <= 1.015): met" in detection
