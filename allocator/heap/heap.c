@@ -178,8 +178,8 @@ static inline void count_free(ta_heap *h, const ta_block *b, int phase_now) TA_R
   ta_stats_sub(h->stats.allocated_bytes, pool, size);
   ta_stats_sub(h->stats.requested_bytes, pool, requested);
   /* Only a large block's free asks whether the first ramp is over: a step's activations going are large
-   * blocks, and a small free that crossed the line is seen at the next large one. Why: in the first ramp the
-   * question costs each free about 1.5 ns (bench_pairs' repeating pattern, mostly small blocks). */
+   * blocks, and a small free that crossed the line is seen at the next large one. Why: until the ramp ends the
+   * question is asked at every free it reaches, and most frees are of small blocks. */
   if (pool == TORCHALLOC_POOL_LARGE) ta_segments_note_allocated(&h->seg, ta_stat_total(h->stats.allocated_bytes));
 }
 
