@@ -37,9 +37,9 @@ NATIVE_MODIFIERS = {
     "async": "backend:cudaMallocAsync",
     "history": "",  # no allocator setting: the child turns PyTorch's memory history on
 }
-TORCHALLOC_MODIFIERS = ("expandable", "compact", "reclaim", "log", "stacks", "runs", "runs32", "noruns", "grow")
 RUNS_CONFS = {"runs": "run:64MiB", "runs32": "run:32MiB", "noruns": "run:0"}  # +runs, +runs32, +noruns
 GROW_CONF = "grow_below:1GiB"  # +grow
+TORCHALLOC_MODIFIERS = (*SEGMENT_MODES, "log", "stacks", *RUNS_CONFS, "grow")
 LOG_NAME = "ta_%p.talog"  # in the run's log directory; %p: the child's pid
 
 # What a default run compares (ordered: native first, since ratios are to it): PyTorch's three allocators,
@@ -113,8 +113,9 @@ def parse_variant(text: str) -> Variant:
         raise ValueError(f"variant {text!r}: at most one of {', '.join('+' + m for m in RUNS_CONFS)}")
     if base == DEFAULT:
         if any(m in SEGMENT_MODES or m not in TORCHALLOC_MODIFIERS for m in mods):
-            raise ValueError(f"variant {text!r}: {DEFAULT} (install()'s defaults) takes only +log, +stacks, +runs, "
-                             "+runs32, +noruns and +grow")
+            takes = ["+" + m for m in TORCHALLOC_MODIFIERS if m not in SEGMENT_MODES]
+            raise ValueError(f"variant {text!r}: {DEFAULT} (install()'s defaults) takes only {', '.join(takes[:-1])} "
+                             f"and {takes[-1]}")
         return Variant(text.strip(), False, tuple(mods), policy=POLICIES[0], default=True)
     if base == "native":
         unknown = [m for m in mods if m not in NATIVE_MODIFIERS]
