@@ -29,8 +29,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..._records import (ALLOC, DEVICE, MARKER, MODULE, MODULE_TAG, OOM, OOM_DEVICE, PHASE_BEGIN, PHASE_END, POLICY_NAMES,
-                        SEGMENT_ALLOC, SEGMENT_EXPANDABLE)
+from ..._records import (ALLOC, DEVICE, MARKER, MODULE, MODULE_TAG, OOM, OOM_DEVICE, PHASE_BEGIN, PHASE_END,
+                        POLICY_NAMES, SEGMENT_ALLOC, SEGMENT_EXPANDABLE)
 from ...log.chunks import ChunkedLog
 from ..rules.blocks import (BIT_ALLOC_BW, BIT_AUTOGRAD_FREE, BIT_FREE_BW, BIT_PERSISTENT, BIT_SAME,
                            BIT_WITHIN)
