@@ -4,6 +4,7 @@ Adam, 60 steps of batch 256, synchronized at the end.
 
     python3 bench/short_train.py              # PyTorch's allocator
     python3 bench/short_train.py --install    # torchalloc.install() first (the default configuration)
+    python3 bench/short_train.py --marks      # and a last line of wall-clock marks (bench/start_to_exit.py)
     torchalloc compare --policies native,caching --rounds 3 -- python3 bench/short_train.py
 
 Prints the seconds of its 60 steps; the caller times the whole process. Without torch or a CUDA GPU it
@@ -11,9 +12,12 @@ says so and exits 2.
 """
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
+
+STARTED = time.time()  # the script's first line: what came before is the interpreter's start
 
 
 def main(argv: list[str]) -> int:
@@ -30,6 +34,7 @@ def main(argv: list[str]) -> int:
     if not torch.cuda.is_available():
         print("short_train.py: needs a CUDA GPU", file=sys.stderr)
         return 2
+    imported = time.time()  # torch imported (and torchalloc installed)
     torch.manual_seed(0)
     layers: list[torch.nn.Module] = []
     for _ in range(8):
@@ -37,6 +42,8 @@ def main(argv: list[str]) -> int:
     model = torch.nn.Sequential(*layers).cuda()
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     x = torch.randn(256, 4096, device="cuda")
+    torch.cuda.synchronize()
+    built = time.time()  # CUDA started, the model on the GPU
     t0 = time.perf_counter()
     for _ in range(60):
         opt.zero_grad(set_to_none=True)
@@ -44,6 +51,9 @@ def main(argv: list[str]) -> int:
         opt.step()
     torch.cuda.synchronize()
     print(f"60 steps: {time.perf_counter() - t0:.3f} s")
+    if "--marks" in argv:  # wall-clock seconds since the epoch; the caller adds the process's launch and end
+        print(json.dumps({"marks": {"started": STARTED, "imported": imported, "built": built, "trained": time.time()}}),
+              flush=True)
     return 0
 
 
