@@ -21,29 +21,32 @@ STARTED = time.time()  # the script's first line: what came before is the interp
 
 
 def main(argv: list[str]) -> int:
-    if "--install" in argv:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-        import torchalloc
-
-        torchalloc.install()
     try:
         import torch
     except ImportError:
         print("short_train.py: needs torch", file=sys.stderr)
         return 2
-    if not torch.cuda.is_available():
+    if not torch.cuda.is_available():  # asks the driver; starts neither CUDA's context nor an allocator
         print("short_train.py: needs a CUDA GPU", file=sys.stderr)
         return 2
-    imported = time.time()  # torch imported (and torchalloc installed)
+    marks = {"started": STARTED, "torch": time.time()}
+    if "--install" in argv:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+        import torchalloc
+
+        torchalloc.install()
+    marks["installed"] = time.time()
     torch.manual_seed(0)
     layers: list[torch.nn.Module] = []
     for _ in range(8):
         layers += [torch.nn.Linear(4096, 4096), torch.nn.ReLU()]
-    model = torch.nn.Sequential(*layers).cuda()
+    model = torch.nn.Sequential(*layers)
+    marks["made"] = time.time()  # the model made on the CPU: no allocator has run yet
+    model = model.cuda()
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     x = torch.randn(256, 4096, device="cuda")
     torch.cuda.synchronize()
-    built = time.time()  # CUDA started, the model on the GPU
+    marks["built"] = time.time()  # CUDA started, the model on the GPU
     t0 = time.perf_counter()
     for _ in range(60):
         opt.zero_grad(set_to_none=True)
@@ -51,9 +54,9 @@ def main(argv: list[str]) -> int:
         opt.step()
     torch.cuda.synchronize()
     print(f"60 steps: {time.perf_counter() - t0:.3f} s")
+    marks["trained"] = time.time()
     if "--marks" in argv:  # wall-clock seconds since the epoch; the caller adds the process's launch and end
-        print(json.dumps({"marks": {"started": STARTED, "imported": imported, "built": built, "trained": time.time()}}),
-              flush=True)
+        print(json.dumps({"marks": marks}), flush=True)
     return 0
 
 

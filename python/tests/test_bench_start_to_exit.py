@@ -21,14 +21,14 @@ def process(launched: float, *gaps: float) -> dict[str, float]:
     points = [launched]
     for g in gaps:
         points.append(points[-1] + g)
-    marks = dict(zip(ste.MARKS, points[1:5]))
-    return ste.phases_of(marks, launched, points[5])
+    marks = dict(zip(ste.MARKS, points[1:-1]))
+    return ste.phases_of(marks, launched, points[-1])
 
 
 def test_the_phases_are_the_gaps_between_the_marks_and_add_up_to_the_whole() -> None:
-    got = process(100.0, 0.5, 3.0, 1.25, 0.75, 0.25)
-    assert got == pytest.approx({"interpreter": 0.5, "import": 3.0, "build": 1.25, "steps": 0.75, "exit": 0.25,
-                                 "total": 5.75})
+    got = process(100.0, 0.5, 3.0, 0.25, 2.0, 1.25, 0.75, 0.25)
+    assert got == pytest.approx({"interpreter": 0.5, "torch": 3.0, "install": 0.25, "model": 2.0, "to_gpu": 1.25,
+                                 "steps": 0.75, "exit": 0.25, "total": 8.0})
 
 
 def test_marks_are_read_from_the_last_json_line_and_a_script_that_printed_none_has_none() -> None:
@@ -47,21 +47,26 @@ def test_rounds_turn_the_order() -> None:
 
 
 def test_the_summary_takes_each_rounds_ratio_and_skips_a_failed_process() -> None:
+    #                 interpreter torch install model to_gpu steps exit
     rounds = [
-        [{"variant": "native", "phases": process(0, 1, 3, 1, 1, 4)},      # 10 s
-         {"variant": "install", "phases": process(0, 1, 3.2, 1, 1, 4)}],  # 10.2 s
-        [{"variant": "install", "phases": process(0, 1, 3, 1, 1, 5)},     # 11 s
-         {"variant": "native", "phases": process(0, 1, 3, 1, 1, 6)}],     # 12 s
+        [{"variant": "native", "phases": process(0, 1, 3, 0, 2, 1, 1, 2)},        # 10 s
+         {"variant": "install", "phases": process(0, 1, 3, 0.2, 2, 1, 1, 2)}],    # 10.2 s
+        [{"variant": "install", "phases": process(0, 1, 3, 0.2, 1.8, 1, 1, 3)},   # 11 s: the CPU's model faster
+         {"variant": "native", "phases": process(0, 1, 3, 0, 3, 1, 1, 3)}],      # 12 s
         [{"variant": "native", "failed": "exit 1: boom"},
-         {"variant": "install", "phases": process(0, 1, 3, 1, 1, 1)}],    # 7 s, no ratio
+         {"variant": "install", "phases": process(0, 1, 3, 0.2, 0.8, 1, 1, 0)}],  # 7 s, no ratio
     ]
     s = ste.summarize(rounds)
     assert s["ratios"] == pytest.approx([1.02, 11 / 12])
+    # what install() added where an allocator runs: 0.2 s in both rounds, whatever the CPU's model cost
+    assert s["allocator_shares"] == pytest.approx([0.2 / 10, 0.2 / 12])
     assert s["seconds"]["native"]["total"] == pytest.approx((11.0, 10.0, 12.0))
     assert s["seconds"]["install"]["total"] == pytest.approx((10.2, 7.0, 11.0))
-    assert s["seconds"]["install"]["import"] == pytest.approx((3.0, 3.0, 3.2))
+    assert s["seconds"]["install"]["model"] == pytest.approx((1.8, 0.8, 2.0))
     text = ste.table(s)
     assert "install - native" in text and "-0.800" in text  # medians 10.2 against 11.0
+    assert ste.allocator_line(s["allocator_share"]).endswith("+1.8 % of native's start to exit, median of the "
+                                                              "rounds (+1.7 to +2.0 %)")
 
 
 def test_the_verdict_against_native_plus_two_percent() -> None:
