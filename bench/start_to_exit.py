@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -81,6 +80,7 @@ def order_of(round_index: int) -> tuple[str, ...]:
 
 
 def spread(values: list[float]) -> tuple[float, float, float]:
+    """Median, least and most."""
     return statistics.median(values), min(values), max(values)
 
 
@@ -140,7 +140,6 @@ def main(argv: list[str]) -> int:
         ap.error("--rounds must be at least 1")
     if args.timeout <= 0:
         ap.error("--timeout must be positive")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "python"), os.environ.get("PYTHONPATH")]))
     rounds: list[list[dict[str, Any]]] = []
     for r in range(args.rounds):
         rnd = []
