@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from suite.table import against  # bench/ is the script's directory, first on sys.path
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "bench" / "short_train.py"
 VARIANTS = ("native", "install")
@@ -104,9 +106,7 @@ def verdict(ratio: tuple[float, float, float] | None) -> str:
         return "no round where both ran: no verdict"
     median, lo, hi = ratio
     said = f"start to exit under install() {median:.3f}x native's, median of the rounds' ratios ({lo:.3f}-{hi:.3f})"
-    if median <= GOAL:
-        return f"{said}: met (target <= {GOAL:.2f}x)"
-    return f"{said}: {'within the spread' if lo <= GOAL else 'NOT met'} (target <= {GOAL:.2f}x)"
+    return f"{said}: {against(median, lo, GOAL)} (target <= {GOAL:.2f}x)"
 
 
 def allocator_line(share: tuple[float, float, float] | None) -> str:

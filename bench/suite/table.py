@@ -206,19 +206,21 @@ def _beside(value: float, target: float) -> str:
     return text
 
 
+def against(value: float, low: float | None, target: float) -> str:
+    """A ratio to native against an upper `target`: "met" at or below it; "within the spread" when the median
+    is above but the rounds' lowest (`low`) is not; else "NOT met"."""
+    if value <= target:
+        return "met"
+    return "within the spread" if low is not None and low <= target else "NOT met"
+
+
 def _time_verdict(r: dict[str, Any], key: str) -> str:
     """'1.012x (0.981-1.030): within the spread' -- against TIME_TARGET, the spread being the rounds' min-max."""
     value, low, high = r.get(key), r.get(f"{key}_min"), r.get(f"{key}_max")
     if value is None:
         return "- (no native run to compare with)"
     spread = f" ({_beside(low, TIME_TARGET)}-{high:.3f})" if low is not None and high is not None else ""
-    if value <= TIME_TARGET:
-        verdict = "met"
-    elif low is not None and low <= TIME_TARGET:
-        verdict = "within the spread"
-    else:
-        verdict = "NOT met"
-    return f"{_beside(value, TIME_TARGET)}x{spread}: {verdict}"
+    return f"{_beside(value, TIME_TARGET)}x{spread}: {against(value, low, TIME_TARGET)}"
 
 
 def _default_against_goal(workload: str, r: dict[str, Any]) -> str:
